@@ -1,0 +1,43 @@
+"""The ProRL v2 run on DeepSeek-R1-Distill-Qwen-1.5B (ALGORITHM.md decision table).
+
+  python -m prorl_jax.main --config=configs/qwen15b.py --config.model.path=/models/r1-distill-1.5b
+  python -m prorl_jax.main --config=configs/qwen15b.py:smoke ...   # same shapes, tiny batch
+
+Variants: "" (the real run), "smoke" (8 prompts x 4 samples, 1024 response tokens, 3 steps).
+Get the base model with `huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B
+--local-dir DIR` on a machine with internet, then pass DIR as model.path.
+"""
+
+from prorl_jax.config import base_config
+
+
+def get_config(arg=None):
+  c = base_config()
+  c.run_dir = "runs/prorl_v2_qwen15b"
+  c.total_steps = 3000
+  c.model.path = ""  # required: DeepSeek-R1-Distill-Qwen-1.5B directory
+  c.model.param_dtype = "float32"
+  c.model.compute_dtype = "bfloat16"
+  c.model.remat = "full"
+  c.rollout.n = 16
+  c.rollout.prompts_per_step = 512
+  c.rollout.mini_batch_prompts = 64
+  c.rollout.micro_batch_size = 8
+  c.rollout.max_prompt_len = 1024
+  c.rollout.max_response_len = 8192
+  c.rollout.engine = "vllm"
+  c.eval.every = 50
+  c.eval.samples = 4
+  c.eval.pass_k = "1,4"
+  c.checkpoint.every = 10
+  if arg == "smoke":
+    c.total_steps = 3
+    c.rollout.n = 4
+    c.rollout.prompts_per_step = 8
+    c.rollout.mini_batch_prompts = 4
+    c.rollout.micro_batch_size = 4
+    c.rollout.max_response_len = 1024
+    c.eval.every = 0
+  elif arg:
+    raise ValueError(f"unknown variant {arg!r} of configs/qwen15b.py; use '' or 'smoke'")
+  return c

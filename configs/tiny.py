@@ -1,0 +1,39 @@
+"""The CPU demo: the whole ProRL v2 loop on a ~1M-parameter Qwen2 (DEMO-NOTES.md).
+
+  python -m prorl_jax.main --config=configs/tiny.py [--config.run_dir=DIR]
+"""
+
+from prorl_jax.config import base_config
+
+
+def get_config(arg=None):
+  c = base_config()
+  c.run_dir = "runs/tiny"
+  c.total_steps = 150
+  c.model.build_tiny = True  # tokenizer + model built into <run_dir>/base when model.path is ""
+  c.model.param_dtype = "float32"
+  c.model.compute_dtype = "float32"
+  c.model.remat = "none"
+  c.optim.lr = 3e-5
+  c.rollout.n = 8
+  c.rollout.prompts_per_step = 32
+  c.rollout.mini_batch_prompts = 8  # 4 optimizer updates per RL step
+  c.rollout.micro_batch_size = 64
+  c.rollout.max_prompt_len = 16
+  c.rollout.max_response_len = 40
+  c.rollout.timeout_s = 600.0
+  # Every ProRL v2 component stays on, with cycles scaled to a short run.
+  c.algo.length_penalty_on_steps = 10
+  c.algo.length_penalty_off_steps = 30
+  c.algo.ref_reset_every = 50
+  c.eval.every = 25
+  c.eval.samples = 1
+  c.checkpoint.every = 25
+  c.metrics.tensorboard = False
+  if arg == "smoke":  # CI: a handful of steps
+    c.total_steps = 6
+    c.rollout.prompts_per_step = 16
+    c.eval.every = 0
+  elif arg:
+    raise ValueError(f"unknown variant {arg!r} of configs/tiny.py; use '' or 'smoke'")
+  return c

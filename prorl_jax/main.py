@@ -1,0 +1,32 @@
+"""Entry point: `python -m prorl_jax.main --config=configs/qwen15b.py [--config.algo.x=...]`.
+
+Thin on purpose (STYLE.md §2.1): flags, logging of the process/device layout, then `train.run`.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/tiny.py",
+                                          lock_config=True)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}; config fields go as --config.x=...")
+  import jax
+
+  from prorl_jax import config as config_lib
+  from prorl_jax import train
+
+  logging.info("process %d/%d, %d local / %d global devices: %s", jax.process_index(),
+               jax.process_count(), jax.local_device_count(), jax.device_count(),
+               jax.devices())
+  try:
+    train.run(_CONFIG.value)
+  except config_lib.ConfigError as e:
+    raise SystemExit(f"error: {e}") from None
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config"])
+  app.run(main)

@@ -1,0 +1,196 @@
+"""Qwen2 decoder in Flax Linen: GQA, RoPE, q/k/v bias, RMSNorm, SwiGLU, scanned layers.
+
+Legend (see presets.py): B batch, T query length, S key length, D hidden, H heads, K kv heads,
+G = H/K, Dh head dim, F MLP width, V vocab, L layers.
+
+The module returns final hidden states; logits are a separate step (`head_weight` @ hidden) so
+callers can compute log-probs in chunks without a float32 [B, T, V] copy. Every param carries
+logical axis names (sharding.LOGICAL_RULES) and activations are constrained by name when a mesh is
+given. A KV cache is plain arrays passed in and out (no mutable collections), so the sampler's
+decode loop is a pure function too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from prorl_jax import sharding
+from prorl_jax.model.presets import Qwen2Config
+
+# (k_LxBxSxKxDh, v_LxBxSxKxDh) for the whole stack; one layer's slice inside a Block.
+KVCache = tuple[jax.Array, jax.Array]
+
+_NEG = -1e30  # masked score: finite so a fully masked (padding) query row stays finite
+
+
+def _dtype(name: str):
+  return jnp.dtype(name)
+
+
+def _init(names, std=0.02):
+  return nn.with_logical_partitioning(nn.initializers.normal(std), names)
+
+
+def rope_tables(positions_BxT, head_dim: int, theta: float):
+  """cos/sin of shape [B, T, Dh] in float32, HF's non-interleaved (rotate_half) layout."""
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  freqs_BxTxDh2 = positions_BxT.astype(jnp.float32)[..., None] * inv_freq
+  emb_BxTxDh = jnp.concatenate([freqs_BxTxDh2, freqs_BxTxDh2], axis=-1)
+  return jnp.cos(emb_BxTxDh), jnp.sin(emb_BxTxDh)
+
+
+def apply_rope(x_BxTxNxDh, cos_BxTxDh, sin_BxTxDh):
+  x = x_BxTxNxDh.astype(jnp.float32)
+  half = x.shape[-1] // 2
+  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+  out = x * cos_BxTxDh[:, :, None, :] + rotated * sin_BxTxDh[:, :, None, :]
+  return out.astype(x_BxTxNxDh.dtype)
+
+
+class RMSNorm(nn.Module):
+  eps: float
+  param_dtype: Any
+  dtype: Any
+
+  @nn.compact
+  def __call__(self, x):
+    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+                       (x.shape[-1],), self.param_dtype)
+    x32 = x.astype(jnp.float32)
+    # Variance in float32 as HF does; the scale multiplies the already-cast activations.
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return scale.astype(self.dtype) * x32.astype(self.dtype)
+
+
+class Attention(nn.Module):
+  cfg: Qwen2Config
+  mesh: Any = None
+
+  @nn.compact
+  def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None):
+    c = self.cfg
+    pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
+    h, k, dh = c.num_heads, c.num_kv_heads, c.head_dim
+
+    def proj(name, n, names):
+      return nn.DenseGeneral((n, dh), use_bias=True, dtype=dt, param_dtype=pd, name=name,
+                             kernel_init=_init(("embed",) + names),
+                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, names))
+
+    q_BxTxHxDh = proj("q_proj", h, ("heads", "head_dim"))(x_BxTxD)
+    k_BxTxKxDh = proj("k_proj", k, ("kv_heads", "head_dim"))(x_BxTxD)
+    v_BxTxKxDh = proj("v_proj", k, ("kv_heads", "head_dim"))(x_BxTxD)
+    q_BxTxHxDh = apply_rope(q_BxTxHxDh, cos, sin)
+    k_BxTxKxDh = apply_rope(k_BxTxKxDh, cos, sin)
+    q_BxTxHxDh = sharding.constrain(q_BxTxHxDh, ("act_batch", "act_seq", "act_heads", None),
+                                    self.mesh)
+
+    new_kv = None
+    if kv is not None:  # write this step's keys/values into the cache slots, attend to all slots
+      k_cache, v_cache = kv
+      idx = (0, cache_index, 0, 0)
+      k_BxSxKxDh = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxDh.astype(k_cache.dtype), idx)
+      v_BxSxKxDh = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxDh.astype(v_cache.dtype), idx)
+      new_kv = (k_BxSxKxDh, v_BxSxKxDh)
+    else:
+      k_BxSxKxDh, v_BxSxKxDh = k_BxTxKxDh, v_BxTxKxDh
+
+    b, t = q_BxTxHxDh.shape[:2]
+    q_BxTxKxGxDh = q_BxTxHxDh.reshape(b, t, k, h // k, dh)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q_BxTxKxGxDh, k_BxSxKxDh.astype(dt))
+    # Softmax in float32: bf16 logits lose the small differences that decide attention weights.
+    scores = scores.astype(jnp.float32) * (dh ** -0.5)
+    scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, _NEG)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    out_BxTxKxGxDh = jnp.einsum("bkgts,bskd->btkgd", probs, v_BxSxKxDh.astype(dt))
+    out_BxTxHxDh = out_BxTxKxGxDh.reshape(b, t, h, dh)
+    out = nn.DenseGeneral(c.hidden_size, axis=(-2, -1), use_bias=False, dtype=dt, param_dtype=pd,
+                          kernel_init=_init(("heads", "head_dim", "embed")),
+                          name="o_proj")(out_BxTxHxDh)
+    return out, new_kv
+
+
+class MLP(nn.Module):
+  cfg: Qwen2Config
+  mesh: Any = None
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    c = self.cfg
+    pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
+
+    def dense(name, feat, names):
+      return nn.Dense(feat, use_bias=False, dtype=dt, param_dtype=pd, kernel_init=_init(names),
+                      name=name)
+
+    gate = dense("gate_proj", c.intermediate_size, ("embed", "mlp"))(x_BxTxD)
+    up = dense("up_proj", c.intermediate_size, ("embed", "mlp"))(x_BxTxD)
+    h_BxTxF = sharding.constrain(nn.silu(gate) * up, ("act_batch", "act_seq", "act_mlp"),
+                                 self.mesh)
+    return dense("down_proj", c.hidden_size, ("mlp", "embed"))(h_BxTxF)
+
+
+class Block(nn.Module):
+  """One decoder layer; signature shaped for nn.scan: (carry, scanned cache, broadcast args...)."""
+  cfg: Qwen2Config
+  mesh: Any = None
+
+  @nn.compact
+  def __call__(self, x_BxTxD, layer_kv, cos, sin, mask_BxTxS, cache_index):
+    c = self.cfg
+    pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
+    norm = lambda name: RMSNorm(c.rms_norm_eps, pd, dt, name=name)  # noqa: E731
+    attn_out, new_kv = Attention(c, self.mesh, name="attn")(
+        norm("input_norm")(x_BxTxD), cos, sin, mask_BxTxS, layer_kv, cache_index)
+    x_BxTxD = x_BxTxD + attn_out
+    x_BxTxD = x_BxTxD + MLP(c, self.mesh, name="mlp")(norm("post_attn_norm")(x_BxTxD))
+    x_BxTxD = sharding.constrain(x_BxTxD, ("act_batch", "act_seq", "act_embed"), self.mesh)
+    return x_BxTxD, new_kv
+
+
+_REMAT_POLICIES = {
+    "full": None,  # save nothing inside a layer: least memory
+    "dots": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+class Qwen2(nn.Module):
+  """tokens -> final hidden states [B, T, D] (compute dtype), and the updated KV cache."""
+  cfg: Qwen2Config
+  mesh: Any = None
+
+  @nn.compact
+  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, kv: KVCache | None = None,
+               cache_index=None):
+    c = self.cfg
+    pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
+    embed = nn.Embed(c.vocab_size, c.hidden_size, param_dtype=pd, dtype=dt, name="embed",
+                     embedding_init=_init(("vocab", "embed")))
+    x_BxTxD = embed(tokens_BxT).astype(dt)
+    x_BxTxD = sharding.constrain(x_BxTxD, ("act_batch", "act_seq", "act_embed"), self.mesh)
+    cos, sin = rope_tables(positions_BxT, c.head_dim, c.rope_theta)
+
+    block = Block
+    if c.remat != "none":
+      block = nn.remat(Block, policy=_REMAT_POLICIES[c.remat], prevent_cse=False)
+    stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                    length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+    x_BxTxD, new_kv = stack(c, self.mesh, name="layers")(x_BxTxD, kv, cos, sin, mask_BxTxS,
+                                                         cache_index)
+    x_BxTxD = RMSNorm(c.rms_norm_eps, pd, dt, name="final_norm")(x_BxTxD)
+    if not c.tie_word_embeddings:
+      # Declared here so init creates it; applied by `head_weight` outside the module.
+      self.param("lm_head", _init(("embed", "vocab")), (c.hidden_size, c.vocab_size), pd)
+    return x_BxTxD, new_kv
+
+
+def head_weight(cfg: Qwen2Config, params) -> jax.Array:
+  """The [D, V] output projection (the transposed embedding when tied)."""
+  if cfg.tie_word_embeddings:
+    return params["embed"]["embedding"].T
+  return params["lm_head"]

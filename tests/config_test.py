@@ -1,0 +1,109 @@
+"""base_config / validate: defaults, each rule's one-line error, the shipped configs."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+from prorl_jax.config import ConfigError, base_config, validate
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _load(name):
+  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def test_defaults_are_the_prorl_v2_decision_table():
+  c = validate(base_config())
+  a = c.algo
+  assert (a.estimator, a.clip_low, a.clip_high, a.loss_agg) == (
+      "reinforce_pp_baseline", 0.2, 0.28, "token-mean")
+  assert (a.kl_kind, a.kl_coef, a.kl_clamp, a.kl_in_reward) == ("k2", 1e-4, 10.0, False)
+  assert (a.truncation_penalty, a.length_penalty, a.length_penalty_min) == (0.1, "scheduled", 0.5)
+  assert (a.length_penalty_on_steps, a.length_penalty_off_steps) == (100, 500)
+  assert (a.ref_reset_every, a.ref_reset_optimizer, a.is_correction) == (400, False, "icepop")
+  assert (c.optim.lr, c.optim.weight_decay, c.optim.grad_clip, c.optim.warmup_steps) == (
+      1e-6, 0.01, 1.0, 0)
+  r = c.rollout
+  assert (r.n, r.prompts_per_step, r.mini_batch_prompts, r.temperature, r.top_p, r.top_k) == (
+      16, 512, 64, 1.0, 1.0, 0)
+  assert (c.eval.temperature, c.eval.top_p) == (0.6, 0.95)
+
+
+@pytest.mark.parametrize("variant", ["", "smoke"])
+@pytest.mark.parametrize("name", ["tiny", "qwen15b"])
+def test_shipped_configs_validate(name, variant):
+  validate(_load(name).get_config(variant or None))
+
+
+def test_unknown_variant_is_an_error():
+  with pytest.raises(ValueError, match="unknown variant"):
+    _load("qwen15b").get_config("huge")
+
+
+BAD = [
+    ("algo.clip_low", 1.5, r"algo.clip_low must be in \(0, 1\), got 1.5"),
+    ("algo.clip_high", 0.0, r"algo.clip_high must be in \(0, inf\]"),
+    ("algo.dual_clip", 0.5, r"algo.dual_clip must be in \(1, inf\]"),
+    ("algo.estimator", "ppo", r"algo.estimator must be one of reinforce_pp_baseline"),
+    ("algo.loss_agg", "mean", r"algo.loss_agg must be one of token-mean"),
+    ("algo.kl_kind", "k4", r"algo.kl_kind must be one of k1, k2, k3"),
+    ("algo.kl_coef", -1.0, r"algo.kl_coef must be in \[0, inf\]"),
+    ("algo.is_correction", "mis", r"algo.is_correction must be one of none, tis, icepop"),
+    ("algo.icepop_low", 1.5, r"algo.icepop_low must be in \(0, 1\]"),
+    ("algo.truncation_penalty", 2.0, r"algo.truncation_penalty must be in \[0, 1\]"),
+    ("algo.length_penalty", "cyclic", r"algo.length_penalty must be one of off, always"),
+    ("algo.length_penalty_min", 1.5, r"algo.length_penalty_min must be in \[0, 1\]"),
+    ("algo.ref_reset_every", -5, r"algo.ref_reset_every must be in \[0, inf\]"),
+    ("algo.epochs", 0, r"algo.epochs must be in \[1, inf\]"),
+    ("optim.lr", 0.0, r"optim.lr must be in \(0, 1\]"),
+    ("optim.grad_clip", 0.0, r"optim.grad_clip must be in \(0, inf\]"),
+    ("rollout.n", 0, r"rollout.n must be in \[1, inf\]"),
+    ("rollout.n", 1, r"rollout.n must be >= 2 for algo.estimator='reinforce_pp_baseline'"),
+    ("rollout.mini_batch_prompts", 100, r"rollout.mini_batch_prompts must divide"),
+    ("rollout.micro_batch_size", 7, r"rollout.micro_batch_size must divide a mini-batch of 1024"),
+    ("rollout.temperature", 0.0, r"rollout.temperature must be in \(0, inf\]"),
+    ("rollout.top_p", 1.5, r"rollout.top_p must be in \(0, 1\]"),
+    ("rollout.engine", "sglang", r"rollout.engine must be one of jax, vllm"),
+    ("model.compute_dtype", "float16", r"model.compute_dtype must be one of float32, bfloat16"),
+    ("model.remat", "some", r"model.remat must be one of none, full, dots"),
+    ("mesh.tensor", 0, r"mesh.tensor must be in \[1, inf\]"),
+    ("mesh.fsdp", 0, r"mesh.fsdp must be in \[1, inf\]"),
+    ("eval.pass_k", "1,64", r"eval.pass_k must be comma-separated integers in \[1, eval.samples"),
+    ("checkpoint.keep", 0, r"checkpoint.keep must be in \[1, inf\]"),
+    ("seed", 1.5, r"seed must be an integer"),
+]
+
+
+@pytest.mark.parametrize("path,value,msg", BAD, ids=[f"{p}={v}" for p, v, _ in BAD])
+def test_each_rule_rejects_with_one_line(path, value, msg):
+  c = base_config()
+  section, _, key = path.rpartition(".")
+  node = c[section] if section else c
+  with node.ignore_type():
+    node[key] = value
+  with pytest.raises(ConfigError, match=msg) as e:
+    validate(c)
+  assert "\n" not in str(e.value)
+
+
+def test_kl_in_reward_needs_reinforce_pp():
+  c = base_config()
+  c.algo.kl_in_reward = True
+  with pytest.raises(ConfigError, match="kl_in_reward=True needs algo.estimator='reinforce_pp'"):
+    validate(c)
+  c.algo.estimator = "reinforce_pp"
+  validate(c)
+
+
+def test_unknown_field_is_rejected():
+  c = base_config()
+  with c.algo.ignore_type():
+    c.algo.unlock()
+    c.algo.clip_hgih = 0.3
+  with pytest.raises(ConfigError, match="algo.clip_hgih is not a config field"):
+    validate(c)

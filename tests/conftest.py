@@ -1,0 +1,12 @@
+"""Test setup: CPU only, float32 matmuls at full precision, no hub access."""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")

@@ -1,0 +1,78 @@
+"""Import layering (STYLE.md §3): a module may import only its own or lower layers."""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
+
+LAYERS = {
+    0: ["config", "datatypes", "sharding", "losses", "advantages", "shaping", "metrics",
+        "rewards", "model.presets", "__init__"],
+    1: ["model.qwen2", "model.hf_weights", "model.tokenizer", "model", "data", "checkpoint",
+        "rollout", "rollout.exchange"],
+    2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
+        "rollout.scorer", "tiny_base", "demo_task"],
+    3: ["eval", "plot"],
+    4: ["train", "rl_step"],
+    5: ["main"],
+}
+NO_JAX = ("rewards", "rollout.vllm_engine")  # run in worker processes / vLLM's environment
+
+
+def _module_name(path: pathlib.Path) -> str:
+  rel = path.relative_to(ROOT).with_suffix("")
+  parts = list(rel.parts)
+  if parts[-1] == "__init__" and len(parts) > 1:
+    parts = parts[:-1]
+  return ".".join(parts)
+
+
+def _layer(name: str) -> int:
+  best = None
+  for layer, names in LAYERS.items():
+    for n in names:  # longest matching prefix wins: model.qwen2 before model
+      if (name == n or name.startswith(n + ".")) and (best is None or len(n) > len(best[1])):
+        best = (layer, n)
+  if best is None:
+    raise AssertionError(f"prorl_jax.{name} is not in a layer of tests/imports_test.py: add it")
+  return best[0]
+
+
+def _imports(path: pathlib.Path):
+  tree = ast.parse(path.read_text())
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for a in node.names:
+        yield a.name
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      yield node.module
+      for a in node.names:
+        yield f"{node.module}.{a.name}"
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down(path):
+  src = _module_name(path)
+  src_layer = _layer(src)
+  for imp in _imports(path):
+    if imp.startswith("prorl_jax."):
+      target = imp[len("prorl_jax."):]
+      if not any(target == n or target.startswith(n + ".") for ns in LAYERS.values()
+                 for n in ns):
+        continue  # `from prorl_jax.x import name` also yields x.name; x itself is checked
+      assert _layer(target) <= src_layer, (
+          f"prorl_jax.{src} (layer {src_layer}) imports prorl_jax.{target} "
+          f"(layer {_layer(target)})")
+    if any(src == n or src.startswith(n + ".") for n in NO_JAX):
+      assert imp.split(".")[0] not in ("jax", "flax", "optax"), f"prorl_jax.{src} imports {imp}"
+
+
+def test_layering_check_can_fail():
+  assert _layer("main") > _layer("train") > _layer("train_step") > _layer("model.qwen2")
+  with pytest.raises(AssertionError):
+    _layer("not_a_module")
