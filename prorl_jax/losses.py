@@ -1,0 +1,193 @@
+"""Token log-probs, the clipped surrogate, KL estimators, importance weights, aggregation.
+
+ALGORITHM.md §1.2, §1.3, §1.5, §1.9, §1.10, equation by equation. Pure array functions: no model,
+no config. Legend: B sequences, T tokens, D hidden, V vocabulary, C a sequence chunk.
+Every per-token input is aligned with `mask_BxT` (1 on valid response tokens).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+# ----------------------------------------------------------------------------- log-probs
+
+def logprobs_from_logits(logits_BxTxV, targets_BxT, temperature: float = 1.0):
+  """log softmax(logits/τ) at the targets, and the entropy of softmax(logits/τ); float32."""
+  z = logits_BxTxV.astype(jnp.float32) / temperature
+  lse = jax.nn.logsumexp(z, axis=-1)
+  logp = jnp.take_along_axis(z, targets_BxT[..., None], axis=-1)[..., 0] - lse
+  probs = jnp.exp(z - lse[..., None])
+  entropy = lse - jnp.sum(probs * z, axis=-1)
+  return logp, entropy
+
+
+def token_logprobs(hidden_BxTxD, head_DxV, targets_BxT, temperature: float = 1.0,
+                   chunk: int = 128):
+  """Log-probs and entropy of the targets from hidden states, `chunk` positions at a time.
+
+  Only one float32 [B, chunk, V] block of logits exists at a time, in the forward pass and (by
+  rematerialising each chunk) in the backward pass: the full [B, T, V] float32 logits of a
+  1.5B model at 8k tokens would be ~5 GB per sequence.
+  """
+  b, t, d = hidden_BxTxD.shape
+  c = min(chunk, t)
+  pad = (-t) % c
+  if pad:
+    hidden_BxTxD = jnp.pad(hidden_BxTxD, ((0, 0), (0, pad), (0, 0)))
+    targets_BxT = jnp.pad(targets_BxT, ((0, 0), (0, pad)))
+  n = (t + pad) // c
+  h_NxBxCxD = hidden_BxTxD.reshape(b, n, c, d).swapaxes(0, 1)
+  y_NxBxC = targets_BxT.reshape(b, n, c).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def one(h_BxCxD, y_BxC):
+    logits = jnp.einsum("bcd,dv->bcv", h_BxCxD, head_DxV.astype(h_BxCxD.dtype))
+    return logprobs_from_logits(logits, y_BxC, temperature)
+
+  logp_NxBxC, ent_NxBxC = jax.lax.map(lambda a: one(*a), (h_NxBxCxD, y_NxBxC))
+  unchunk = lambda x: x.swapaxes(0, 1).reshape(b, n * c)[:, :t]  # noqa: E731
+  return unchunk(logp_NxBxC), unchunk(ent_NxBxC)
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def aggregate(x_BxT, mask_BxT, mode: str = "token-mean", *, num_tokens=None, num_seqs=None,
+              norm_const=None):
+  """The four loss aggregation modes (ALGORITHM.md §1.3).
+
+  `num_tokens` / `num_seqs` are the *global* counts of the mini-batch: pass them when this call
+  sees one micro-batch, so that the micro-batch losses sum to the full-batch loss. Without them
+  the counts of `mask_BxT` itself are used. Sequences with no valid token never count.
+  """
+  m = mask_BxT.astype(jnp.float32)
+  x = jnp.where(m > 0, x_BxT, 0.0)
+  tok_per_seq = jnp.sum(m, axis=-1)
+  if num_seqs is None:
+    num_seqs = jnp.sum(tok_per_seq > 0)
+  if mode == "token-mean":
+    denom = jnp.sum(m) if num_tokens is None else num_tokens
+    return jnp.sum(x) / jnp.maximum(denom, 1.0)
+  if mode == "seq-mean-token-mean":
+    per_seq = jnp.sum(x, axis=-1) / jnp.maximum(tok_per_seq, 1.0)
+    return jnp.sum(per_seq) / jnp.maximum(num_seqs, 1.0)
+  if mode == "seq-mean-token-sum":
+    return jnp.sum(x) / jnp.maximum(num_seqs, 1.0)
+  if mode == "seq-mean-token-sum-norm":
+    if norm_const is None:
+      raise ValueError("seq-mean-token-sum-norm needs norm_const (e.g. the max response length)")
+    return jnp.sum(x) / norm_const
+  raise ValueError(f"unknown aggregation {mode!r}; one of {', '.join(AGG_MODES)}")
+
+
+# ----------------------------------------------------------------------------- KL
+
+def kl_penalty(logp_BxT, ref_logp_BxT, kind: str = "k2", clamp: float = 10.0):
+  """Per-token KL estimate to the reference, δ = clamp(ℓθ − ℓref, ±clamp).
+
+  k1 = δ; k2 = ½δ² (its gradient is δ·∇ℓθ, unbiased on-policy); k3 = exp(−δ) − 1 + δ.
+  """
+  delta = jnp.clip(logp_BxT - ref_logp_BxT, -clamp, clamp)
+  if kind == "k1":
+    return delta
+  if kind == "k2":
+    return 0.5 * jnp.square(delta)
+  if kind == "k3":
+    return jnp.exp(-delta) - 1.0 + delta
+  raise ValueError(f"unknown KL estimator {kind!r}; one of k1, k2, k3")
+
+
+# ----------------------------------------------------------------------------- IS weights
+
+def importance_weights(old_logp_BxT, gen_logp_BxT, mask_BxT, mode: str = "icepop", *,
+                       cap: float = 2.0, low: float = 0.5, high: float = 5.0):
+  """Engine/trainer mismatch weights w = exp(ℓold − ℓgen), stop-gradient (ALGORITHM.md §1.9).
+
+  none: 1. tis: min(w, cap). icepop: w·1[low ≤ w ≤ high]. Returns (w_BxT, metrics).
+  """
+  m = mask_BxT.astype(jnp.float32)
+  raw = jnp.exp(jnp.clip(old_logp_BxT - gen_logp_BxT, -20.0, 20.0)) * m
+  if mode == "none":
+    w = m
+  elif mode == "tis":
+    w = jnp.minimum(raw, cap)
+  elif mode == "icepop":
+    w = jnp.where((raw >= low) & (raw <= high), raw, 0.0)
+  else:
+    raise ValueError(f"unknown importance correction {mode!r}; one of none, tis, icepop")
+  w = jax.lax.stop_gradient(w * m)
+  n = jnp.maximum(jnp.sum(m), 1.0)
+  big = jnp.where(m > 0, raw, -jnp.inf)
+  small = jnp.where(m > 0, raw, jnp.inf)
+  metrics = {
+      "is/raw_mean": jnp.sum(raw) / n,
+      "is/raw_max": jnp.max(big),
+      "is/raw_min": jnp.min(small),
+      "is/weight_mean": jnp.sum(w) / n,
+      "is/out_of_band_frac": jnp.sum(((raw < low) | (raw > high)) * m) / n,
+      "is/capped_frac": jnp.sum((raw > cap) * m) / n,
+      "is/mismatch_kl": jnp.sum((gen_logp_BxT - old_logp_BxT) * m) / n,
+  }
+  return w, metrics
+
+
+# ----------------------------------------------------------------------------- policy loss
+
+def policy_loss(logp, old_logp, adv, mask, *, clip_low: float, clip_high: float,
+                dual_clip: float | None = None, agg: str = "token-mean", is_weights=None,
+                num_tokens=None, num_seqs=None, norm_const=None, log_ratio_clamp: float = 20.0):
+  """Token-level PPO-clip with decoupled ε (clip-higher) and optional dual-clip.
+
+  ρ = exp(clamp(ℓθ − ℓold, ±log_ratio_clamp));
+  L = max(−Aρ, −A·clip(ρ, 1−ε_low, 1+ε_high)); where A < 0 and c = dual_clip: L = min(L, −cA);
+  L ← w·L with stop-gradient importance weights w; then aggregated by `agg`.
+  Metrics are token means with the same denominator, so they too sum over micro-batches.
+  Returns (loss, metrics).
+  """
+  m = mask.astype(jnp.float32)
+  log_ratio = jnp.clip(logp - old_logp, -log_ratio_clamp, log_ratio_clamp)
+  ratio = jnp.exp(log_ratio)
+  pg1 = -adv * ratio
+  pg2 = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
+  per_tok = jnp.maximum(pg1, pg2)
+  dual_bites = jnp.zeros_like(per_tok, dtype=bool)
+  if dual_clip:
+    dual_bites = (adv < 0) & (per_tok > -dual_clip * adv)
+    per_tok = jnp.where(adv < 0, jnp.minimum(per_tok, -dual_clip * adv), per_tok)
+  if is_weights is not None:
+    per_tok = per_tok * jax.lax.stop_gradient(is_weights)
+  loss = aggregate(per_tok, m, agg, num_tokens=num_tokens, num_seqs=num_seqs,
+                   norm_const=norm_const)
+  tmean = lambda x: aggregate(x.astype(jnp.float32), m, "token-mean", num_tokens=num_tokens)  # noqa: E731
+  metrics = {
+      "actor/pg_loss": loss,
+      "actor/clipfrac": tmean(pg2 > pg1),
+      "actor/clipfrac_upper": tmean((adv > 0) & (ratio > 1.0 + clip_high)),
+      "actor/clipfrac_lower": tmean((adv < 0) & (ratio < 1.0 - clip_low)),
+      "actor/dual_clipfrac": tmean(dual_bites),
+      "actor/ppo_kl": tmean(old_logp - logp),
+      "actor/ratio_mean": tmean(ratio),
+  }
+  return loss, metrics
+
+
+def rl_loss(logp, entropy, old_logp, ref_logp, adv, mask, *, clip_low, clip_high,
+            dual_clip=None, agg="token-mean", is_weights=None, num_tokens=None, num_seqs=None,
+            norm_const=None, log_ratio_clamp=20.0, kl_kind="k2", kl_coef=0.0, kl_clamp=10.0,
+            entropy_coef=0.0):
+  """policy_loss + β·agg(KL to ref) − entropy_coef·agg(entropy), with the same aggregation."""
+  agg_kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm_const=norm_const)
+  loss, metrics = policy_loss(logp, old_logp, adv, mask, clip_low=clip_low, clip_high=clip_high,
+                              dual_clip=dual_clip, agg=agg, is_weights=is_weights,
+                              log_ratio_clamp=log_ratio_clamp, **agg_kw)
+  kl = aggregate(kl_penalty(logp, ref_logp, kl_kind, kl_clamp), mask, agg, **agg_kw)
+  ent = aggregate(entropy, mask, "token-mean", num_tokens=num_tokens)
+  if kl_coef:
+    loss = loss + kl_coef * kl
+  if entropy_coef:
+    loss = loss - entropy_coef * aggregate(entropy, mask, agg, **agg_kw)
+  metrics.update({"actor/kl_ref": kl, "actor/entropy": ent, "actor/loss": loss})
+  return loss, metrics
