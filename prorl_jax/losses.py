@@ -103,10 +103,11 @@ def kl_penalty(logp_BxT, ref_logp_BxT, kind: str = "k2", clamp: float = 10.0):
 # ----------------------------------------------------------------------------- IS weights
 
 def importance_weights(old_logp_BxT, gen_logp_BxT, mask_BxT, mode: str = "icepop", *,
-                       cap: float = 2.0, low: float = 0.5, high: float = 5.0):
+                       cap: float = 2.0, low: float = 0.5, high: float = 5.0, num_tokens=None):
   """Engine/trainer mismatch weights w = exp(ℓold − ℓgen), stop-gradient (ALGORITHM.md §1.9).
 
-  none: 1. tis: min(w, cap). icepop: w·1[low ≤ w ≤ high]. Returns (w_BxT, metrics).
+  none: 1. tis: min(w, cap). icepop: w·1[low ≤ w ≤ high]. Returns (w_BxT, metrics); the mean
+  metrics divide by `num_tokens` (the mini-batch's global count) when given.
   """
   m = mask_BxT.astype(jnp.float32)
   raw = jnp.exp(jnp.clip(old_logp_BxT - gen_logp_BxT, -20.0, 20.0)) * m
@@ -119,7 +120,7 @@ def importance_weights(old_logp_BxT, gen_logp_BxT, mask_BxT, mode: str = "icepop
   else:
     raise ValueError(f"unknown importance correction {mode!r}; one of none, tis, icepop")
   w = jax.lax.stop_gradient(w * m)
-  n = jnp.maximum(jnp.sum(m), 1.0)
+  n = jnp.maximum(jnp.sum(m) if num_tokens is None else num_tokens, 1.0)
   big = jnp.where(m > 0, raw, -jnp.inf)
   small = jnp.where(m > 0, raw, jnp.inf)
   metrics = {

@@ -1,0 +1,254 @@
+"""The trainer's core: `train_step(state, batch) -> (state, metrics)` and `logprob_step`.
+
+Pure functions, jitted once with in/out shardings and donation on any (data, fsdp, tensor) mesh.
+A mini-batch of B sequences is split into M micro-batches (gradient accumulation with
+`lax.scan`); the loss normaliser is the global token (and sequence) count of the whole
+mini-batch, fixed before accumulation, so M never changes the update (ALGORITHM.md §1.3).
+
+Batch layout (all [B, T], prompt left-padded then response right-padded, T = prompt + response):
+  tokens      int32 token ids
+  attn_mask   1 on real tokens (prompt and response)
+  loss_mask   1 on response tokens that are trained on
+  old_logp    ℓold of tokens[t] (recomputed by `logprob_step`), 0 elsewhere
+  ref_logp    ℓref of tokens[t]
+  gen_logp    the inference engine's log-prob of tokens[t] (for TIS / ICE-POP)
+  adv         token advantages
+Per-token arrays hold at index t the value for token t (predicted from position t−1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from prorl_jax import losses, sharding
+from prorl_jax.model import head_weight, hidden_states, init_params, param_shardings
+from prorl_jax.model.presets import Qwen2Config
+
+BATCH_KEYS = ("tokens", "attn_mask", "loss_mask", "old_logp", "ref_logp", "gen_logp", "adv")
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # optimizer updates done
+  params: Any
+  opt_state: Any
+  ref_params: Any
+  rng: jax.Array
+  skipped: jax.Array  # updates skipped for a non-finite loss or gradient
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  """Everything `train_step` needs besides the model: explicit values, no config object."""
+  temperature: float = 1.0
+  clip_low: float = 0.2
+  clip_high: float = 0.28
+  dual_clip: float = 0.0
+  log_ratio_clamp: float = 20.0
+  agg: str = "token-mean"
+  norm_const: float = 0.0
+  kl_kind: str = "k2"
+  kl_coef: float = 1e-4
+  kl_clamp: float = 10.0
+  entropy_coef: float = 0.0
+  is_correction: str = "icepop"
+  tis_cap: float = 2.0
+  icepop_low: float = 0.5
+  icepop_high: float = 5.0
+  micro_batches: int = 1
+  logit_chunk: int = 256
+
+
+def make_optimizer(lr: float, *, warmup_steps: int = 0, weight_decay: float = 0.01,
+                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+                   grad_clip: float = 1.0) -> optax.GradientTransformation:
+  """Global-norm clip -> AdamW; constant learning rate, or linear warm-up then constant."""
+  schedule = lr if warmup_steps == 0 else optax.join_schedules(
+      [optax.linear_schedule(0.0, lr, warmup_steps), optax.constant_schedule(lr)],
+      [warmup_steps])
+  return optax.chain(optax.clip_by_global_norm(grad_clip),
+                     optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+
+
+# ----------------------------------------------------------------------------- shardings
+
+def batch_spec() -> P:
+  return sharding.logical_to_spec(("act_batch", None))
+
+
+def state_shardings(model_cfg: Qwen2Config, tx, mesh) -> TrainState:
+  p_sh = param_shardings(model_cfg, mesh)
+  abstract_params = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
+  abstract_opt = jax.eval_shape(tx.init, abstract_params)
+  rep = sharding.replicated(mesh)
+  opt_sh = optax.tree_map_params(tx, lambda _, s: s, abstract_opt, p_sh,
+                                 transform_non_params=lambda _: rep)
+  return TrainState(step=rep, params=p_sh, opt_state=opt_sh, ref_params=p_sh, rng=rep,
+                    skipped=rep)
+
+
+def _new_state(params, tx, rng):
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                    ref_params=params, rng=rng, skipped=jnp.zeros((), jnp.int32))
+
+
+def create_train_state(model_cfg: Qwen2Config, tx, mesh, rng, params=None) -> TrainState:
+  """A sharded TrainState; random params are created in place, given params are re-laid out.
+
+  The reference policy starts equal to the policy (a separate buffer).
+  """
+  sh = state_shardings(model_cfg, tx, mesh)
+  if params is None:
+    init = lambda r: _new_state(init_params(model_cfg, r), tx, r)  # noqa: E731
+    return jax.jit(init, out_shardings=sh)(rng)
+  return jax.jit(lambda p, r: _new_state(p, tx, r), in_shardings=(sh.params, sh.rng),
+                 out_shardings=sh)(params, rng)
+
+
+# ----------------------------------------------------------------------------- the step
+
+def _token_logprobs(model_cfg, params, batch, temperature, chunk, mesh):
+  """ℓ and entropy of tokens[t] for t >= 1 (index 0 is 0), from logits/temperature."""
+  h_BxTxD = hidden_states(model_cfg, params, batch["tokens"], batch["attn_mask"], mesh)
+  lp, ent = losses.token_logprobs(h_BxTxD[:, :-1], head_weight(model_cfg, params),
+                                  batch["tokens"][:, 1:], temperature, chunk)
+  pad = lambda x: jnp.pad(x, ((0, 0), (1, 0)))  # noqa: E731
+  return pad(lp), pad(ent)
+
+
+def _micro_loss(params, mb, counts, model_cfg, lc: LossConfig, mesh):
+  logp, ent = _token_logprobs(model_cfg, params, mb, lc.temperature, lc.logit_chunk, mesh)
+  mask = mb["loss_mask"].astype(jnp.float32)
+  num_tokens, num_seqs = counts
+  is_w, is_metrics = losses.importance_weights(
+      mb["old_logp"], mb["gen_logp"], mask, lc.is_correction, cap=lc.tis_cap, low=lc.icepop_low,
+      high=lc.icepop_high, num_tokens=num_tokens)
+  loss, metrics = losses.rl_loss(
+      logp, ent, mb["old_logp"], mb["ref_logp"], mb["adv"], mask, clip_low=lc.clip_low,
+      clip_high=lc.clip_high, dual_clip=lc.dual_clip or None, agg=lc.agg,
+      is_weights=None if lc.is_correction == "none" else is_w, num_tokens=num_tokens,
+      num_seqs=num_seqs, norm_const=lc.norm_const or None, log_ratio_clamp=lc.log_ratio_clamp,
+      kl_kind=lc.kl_kind, kl_coef=lc.kl_coef, kl_clamp=lc.kl_clamp,
+      entropy_coef=lc.entropy_coef)
+  metrics.update(is_metrics)
+  return loss, metrics
+
+
+_METRIC_INIT = {"max": -jnp.inf, "min": jnp.inf}  # metrics named *_max / *_min reduce so
+
+
+def _reduce_metrics(acc, new):
+  def combine(k, a, b):
+    if k.endswith("_max"):
+      return jnp.maximum(a, b)
+    if k.endswith("_min"):
+      return jnp.minimum(a, b)
+    return a + b
+  return {k: combine(k, acc[k], new[k]) for k in acc}
+
+
+def split_micro(x_BxT, m: int, mesh=None):
+  """[B, ...] -> [M, B/M, ...]: micro-batch i takes rows i, i+M, ...; each stays device-spread."""
+  b = x_BxT.shape[0]
+  if b % m:
+    raise ValueError(f"mini-batch of {b} sequences is not divisible into {m} micro-batches")
+  out = x_BxT.reshape((b // m, m) + x_BxT.shape[1:]).swapaxes(0, 1)
+  if mesh is not None:
+    spec = P(None, *sharding.fit_spec(batch_spec(), out.shape[1:], mesh))
+    out = jax.lax.with_sharding_constraint(out, NamedSharding(mesh, spec))
+  return out
+
+
+def train_step(state: TrainState, batch: dict, *, model_cfg: Qwen2Config, tx,
+               lc: LossConfig, mesh=None) -> tuple[TrainState, dict]:
+  """One optimizer update on a mini-batch; a non-finite loss or gradient skips it."""
+  mask = batch["loss_mask"].astype(jnp.float32)
+  counts = (jnp.sum(mask), jnp.sum(jnp.sum(mask, axis=-1) > 0).astype(jnp.float32))
+  micro = {k: split_micro(batch[k], lc.micro_batches, mesh) for k in BATCH_KEYS}
+  grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
+
+  def body(carry, mb):
+    g_acc, m_acc = carry
+    (_, metrics), g = grad_fn(state.params, mb, counts, model_cfg, lc, mesh)
+    return (jax.tree.map(jnp.add, g_acc, g), _reduce_metrics(m_acc, metrics)), None
+
+  shapes = jax.eval_shape(lambda mb: grad_fn(state.params, mb, counts, model_cfg, lc, mesh)[0][1],
+                          jax.tree.map(lambda x: x[0], micro))
+  m0 = {k: jnp.full(v.shape, _METRIC_INIT.get(k.rsplit("_", 1)[-1], 0.0), v.dtype)
+        for k, v in shapes.items()}
+  g0 = jax.tree.map(jnp.zeros_like, state.params)
+  (grads, metrics), _ = jax.lax.scan(body, (g0, m0), micro)
+
+  grad_norm = optax.global_norm(grads)
+  finite = jnp.isfinite(metrics["actor/loss"]) & jnp.isfinite(grad_norm)
+  updates, new_opt = tx.update(grads, state.opt_state, state.params)
+  new_params = optax.apply_updates(state.params, updates)
+  keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+  new_state = state.replace(
+      step=state.step + finite.astype(jnp.int32),
+      params=keep(new_params, state.params),
+      opt_state=keep(new_opt, state.opt_state),
+      skipped=state.skipped + (1 - finite.astype(jnp.int32)))
+  metrics.update({"actor/grad_norm": grad_norm, "actor/skipped": 1.0 - finite.astype(jnp.float32),
+                  "actor/tokens": counts[0], "actor/seqs": counts[1]})
+  return new_state, metrics
+
+
+def logprob_step(params, batch: dict, *, model_cfg: Qwen2Config, temperature: float,
+                 micro_batches: int = 1, logit_chunk: int = 256, mesh=None):
+  """(ℓ, entropy) [B, T] of the batch's tokens under `params` at `temperature`; no gradient."""
+  keys = ("tokens", "attn_mask")
+  micro = {k: split_micro(batch[k], micro_batches, mesh) for k in keys}
+  params = jax.lax.stop_gradient(params)
+  lp, ent = jax.lax.map(
+      lambda mb: _token_logprobs(model_cfg, params, mb, temperature, logit_chunk, mesh), micro)
+  unsplit = lambda x: x.swapaxes(0, 1).reshape(batch["tokens"].shape)  # noqa: E731
+  return unsplit(lp), unsplit(ent)
+
+
+def reset_reference(state: TrainState, tx, reinit_optimizer: bool = False) -> TrainState:
+  """ref ← current policy; the optimizer state is kept (ProRL v2) or re-initialised (v1)."""
+  state = state.replace(ref_params=state.params)
+  if reinit_optimizer:
+    state = state.replace(opt_state=tx.init(state.params))
+  return state
+
+
+# ----------------------------------------------------------------------------- jit helpers
+
+def _batch_shardings(mesh, batch_shape):
+  spec = sharding.fit_spec(batch_spec(), batch_shape, mesh)
+  return {k: NamedSharding(mesh, spec) for k in BATCH_KEYS}
+
+
+def jit_train_step(model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, batch_shape):
+  """train_step jitted once: state and batch in their shardings, state donated."""
+  st_sh = state_shardings(model_cfg, tx, mesh)
+  fn = functools.partial(train_step, model_cfg=model_cfg, tx=tx, lc=lc, mesh=mesh)
+  return jax.jit(fn, in_shardings=(st_sh, _batch_shardings(mesh, batch_shape)),
+                 out_shardings=(st_sh, sharding.replicated(mesh)), donate_argnums=(0,))
+
+
+def jit_logprob_step(model_cfg: Qwen2Config, mesh, batch_shape, *, temperature: float,
+                     micro_batches: int = 1, logit_chunk: int = 256):
+  p_sh = param_shardings(model_cfg, mesh)
+  b_sh = _batch_shardings(mesh, batch_shape)
+  fn = functools.partial(logprob_step, model_cfg=model_cfg, temperature=temperature,
+                         micro_batches=micro_batches, logit_chunk=logit_chunk, mesh=mesh)
+  out = b_sh["tokens"]
+  return jax.jit(lambda p, b: fn(p, b), in_shardings=(p_sh, {"tokens": out, "attn_mask": out}),
+                 out_shardings=(out, out))
+
+
+def jit_reset_reference(model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool):
+  st_sh = state_shardings(model_cfg, tx, mesh)
+  return jax.jit(functools.partial(reset_reference, tx=tx, reinit_optimizer=reinit_optimizer),
+                 in_shardings=(st_sh,), out_shardings=st_sh, donate_argnums=(0,))
