@@ -43,10 +43,13 @@ def token_logprobs(hidden_BxTxD, head_DxV, targets_BxT, temperature: float = 1.0
   h_NxBxCxD = hidden_BxTxD.reshape(b, n, c, d).swapaxes(0, 1)
   y_NxBxC = targets_BxT.reshape(b, n, c).swapaxes(0, 1)
 
-  @jax.checkpoint
   def one(h_BxCxD, y_BxC):
     logits = jnp.einsum("bcd,dv->bcv", h_BxCxD, head_DxV.astype(h_BxCxD.dtype))
     return logprobs_from_logits(logits, y_BxC, temperature)
+
+  if n == 1:  # one chunk: nothing to save by recomputing the logits in the backward pass
+    return one(hidden_BxTxD, targets_BxT)
+  one = jax.checkpoint(one)
 
   logp_NxBxC, ent_NxBxC = jax.lax.map(lambda a: one(*a), (h_NxBxCxD, y_NxBxC))
   unchunk = lambda x: x.swapaxes(0, 1).reshape(b, n * c)[:, :t]  # noqa: E731
