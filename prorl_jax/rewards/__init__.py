@@ -1,0 +1,48 @@
+"""Reward verifiers (plain Python, never jax): they run inside rollout workers.
+
+Every verifier is `score(response, reference, **meta) -> Score`. A verifier that fails (raises,
+times out) is *marked* (`failed=True`) and counted, never silently scored 0: the trainer can drop
+such samples. `route(data_source)` picks the verifier from the routing table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+  value: float  # in [0, 1]
+  reason: str = ""
+  failed: bool = False  # the verifier itself failed: not a judgement of the response
+
+
+Verifier = Callable[..., Score]
+
+
+def _registry() -> dict[str, Verifier]:
+  from prorl_jax.rewards import chain_sum
+
+  return {"chain_sum": chain_sum.score, "length_format": chain_sum.format_score}
+
+
+def route(data_source: str, table: dict[str, str] | None = None) -> Verifier:
+  """The verifier for a data source: `table` maps source -> verifier name (identity by default)."""
+  name = (table or {}).get(data_source, data_source)
+  reg = _registry()
+  if name not in reg:
+    raise KeyError(f"no verifier for data_source {data_source!r} (verifier {name!r}); known: "
+                   f"{', '.join(sorted(reg))}; add it to the reward routing table")
+  return reg[name]
+
+
+def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:
+  """Runs a verifier; an exception becomes a marked failure with its message, not a 0."""
+  try:
+    s = verifier(response, reference, **meta)
+  except Exception as e:  # noqa: BLE001 - any verifier bug must be reported, not crash a worker
+    return Score(0.0, f"verifier error: {type(e).__name__}: {e}", failed=True)
+  if not 0.0 <= s.value <= 1.0:
+    return Score(0.0, f"verifier returned {s.value} outside [0, 1]", failed=True)
+  return s

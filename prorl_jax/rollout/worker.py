@@ -1,0 +1,201 @@
+"""Rollout worker: `python -m prorl_jax.rollout.worker --exchange=URL --engine=jax|vllm`.
+
+Loads the newest committed weights, claims requests (leases), generates n responses per prompt,
+scores them with the reward verifiers, commits results (data first, manifest last), reloads when
+a newer weight version commits, stops cleanly on SIGTERM (after the request in hand) and is safe
+to kill -9 (its lease expires and another worker redoes the request).
+
+A request body: {prompts: [[ids]], n, sampling: {max_new_tokens, temperature, top_p, top_k},
+seed, min_version, meta: [{data_source, reference}, ...] (one per prompt)}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Protocol
+
+import numpy as np
+
+from prorl_jax import rewards
+from prorl_jax.rollout.exchange import Claim, Exchange
+
+log = logging.getLogger("prorl_jax.worker")
+
+
+class Engine(Protocol):
+  def load(self, path: str) -> None: ...
+
+  def generate(self, prompts: list[list[int]], n: int, sampling: dict, seed: int) -> dict:
+    """Prompt-major rows (all n of prompt 0 first): tokens [R, N], logprobs [R, N], lengths [R],
+    finish_reason list."""
+
+
+class JaxEngine:
+  """The JAX sampler as an engine (CPU or any JAX device)."""
+
+  def __init__(self):
+    self.cfg = self.params = self.eos = None
+    self.pad = 0
+
+  def load(self, path: str) -> None:
+    from prorl_jax.model import load_hf, load_tokenizer
+
+    self.cfg, self.params = load_hf(path, dtype="float32")
+    tok = load_tokenizer(path)
+    self.eos = tok.eos_token_id if tok.eos_token_id is not None else self.cfg.eos_token_id
+    self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+  def generate(self, prompts, n, sampling, seed):
+    from prorl_jax.rollout.jax_sampler import SamplingParams, generate
+
+    sp = SamplingParams(max_new_tokens=int(sampling["max_new_tokens"]),
+                        temperature=float(sampling.get("temperature", 1.0)),
+                        top_p=float(sampling.get("top_p", 1.0)),
+                        top_k=int(sampling.get("top_k", 0)),
+                        stop_token_ids=tuple(sampling.get("stop_token_ids") or (self.eos,)))
+    rows = [p for p in prompts for _ in range(n)]
+    return generate(self.cfg, self.params, rows, sp, seed=seed, pad_id=self.pad)
+
+
+def make_engine(name: str) -> Engine:
+  if name == "jax":
+    return JaxEngine()
+  if name == "vllm":
+    from prorl_jax.rollout.vllm_engine import VllmEngine
+
+    return VllmEngine()
+  raise ValueError(f"unknown engine {name!r}; use jax or vllm")
+
+
+def score_rows(tokenizer, out: dict, n: int, meta: list[dict], routing: dict | None = None):
+  """Decodes each response and scores it; returns scores, failed flags and reasons."""
+  scores, failed, reasons = [], [], []
+  for r in range(len(out["lengths"])):
+    m = meta[r // n]
+    text = tokenizer.decode(out["tokens"][r][:out["lengths"][r]], skip_special_tokens=False)
+    try:
+      verifier = rewards.route(m.get("data_source", "length_format"), routing)
+    except KeyError as e:
+      s = rewards.Score(0.0, str(e), failed=True)
+    else:
+      s = rewards.safe_score(verifier, text, m.get("reference"), **m.get("extra", {}))
+    scores.append(s.value)
+    failed.append(s.failed)
+    reasons.append(s.reason)
+  return np.asarray(scores, np.float32), np.asarray(failed, bool), reasons
+
+
+class Worker:
+  def __init__(self, exchange: Exchange, engine: Engine, cache_dir: str, worker_id: str,
+               poll_s: float = 0.2):
+    self.ex, self.engine, self.cache_dir, self.id = exchange, engine, cache_dir, worker_id
+    self.poll_s = poll_s
+    self.version = -1
+    self.tokenizer = None
+    self.stop = threading.Event()
+    self.done = 0
+
+  def maybe_reload(self, min_version: int = 0) -> bool:
+    latest = self.ex.weight_versions()
+    if not latest or latest[-1] <= self.version:
+      return False
+    found = self.ex.latest_weights(self.cache_dir, min_version=max(min_version, self.version + 1))
+    if found is None:
+      return False
+    version, path = found
+    t0 = time.time()
+    self.engine.load(path)
+    from prorl_jax.model import load_tokenizer
+
+    self.tokenizer = load_tokenizer(path)
+    self.version = version
+    log.info("worker %s: loaded weights v%d in %.2fs", self.id, version, time.time() - t0)
+    return True
+
+  def _heartbeat(self, claim: Claim, lost: threading.Event, finished: threading.Event):
+    while not finished.wait(self.ex.lease_seconds / 3):
+      if not self.ex.heartbeat(claim):
+        lost.set()
+        return
+
+  def serve_one(self, claim: Claim) -> bool:
+    req = claim.request
+    finished, lost = threading.Event(), threading.Event()
+    beat = threading.Thread(target=self._heartbeat, args=(claim, lost, finished), daemon=True)
+    beat.start()
+    try:
+      t0 = time.time()
+      out = self.engine.generate(req["prompts"], int(req["n"]), req["sampling"],
+                                 int(req.get("seed", 0)))
+      t1 = time.time()
+      scores, failed, reasons = score_rows(self.tokenizer, out, int(req["n"]), req["meta"],
+                                           req.get("routing"))
+      t2 = time.time()
+    finally:
+      finished.set()
+      beat.join()
+    if lost.is_set():
+      log.warning("worker %s: lost the lease of %s; dropping the work", self.id,
+                  claim.request_id)
+      return False
+    arrays = {"tokens": np.asarray(out["tokens"], np.int32),
+              "logprobs": np.asarray(out["logprobs"], np.float32),
+              "lengths": np.asarray(out["lengths"], np.int32),
+              "stopped": np.asarray([f == "stop" for f in out["finish_reason"]]),
+              "scores": scores, "verifier_failed": failed}
+    meta = {"policy_version": self.version, "generate_s": t1 - t0, "score_s": t2 - t1,
+            "reasons": reasons, "tokens_generated": int(np.sum(out["lengths"]))}
+    return self.ex.commit_result(claim, arrays, meta)
+
+  def run(self, max_requests: int | None = None, idle_exit_s: float | None = None):
+    idle_since = time.time()
+    while not self.stop.is_set():
+      self.maybe_reload()
+      claim = self.ex.claim(self.id) if self.version >= 0 else None
+      if claim is None:
+        if idle_exit_s is not None and time.time() - idle_since > idle_exit_s:
+          return
+        time.sleep(self.poll_s)
+        continue
+      need = int(claim.request.get("min_version", 0))
+      while self.version < need and not self.stop.is_set():
+        if not self.maybe_reload(need):
+          self.ex.heartbeat(claim)
+          time.sleep(self.poll_s)
+      if self.serve_one(claim):
+        self.done += 1
+      idle_since = time.time()
+      if max_requests is not None and self.done >= max_requests:
+        return
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--exchange", required=True, help="file:///dir, gs://bucket/path or a dir")
+  ap.add_argument("--engine", default="jax", choices=["jax", "vllm"])
+  ap.add_argument("--cache_dir", default="", help="local copies of weights (default: tmp)")
+  ap.add_argument("--worker_id", default="")
+  ap.add_argument("--lease_seconds", type=float, default=60.0)
+  ap.add_argument("--poll_seconds", type=float, default=0.2)
+  ap.add_argument("--max_requests", type=int, default=None)
+  ap.add_argument("--idle_exit_seconds", type=float, default=None)
+  args = ap.parse_args(argv)
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+  wid = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+  cache = args.cache_dir or os.path.join("/tmp", f"prorl_worker_{wid}")
+  worker = Worker(Exchange(args.exchange, args.lease_seconds), make_engine(args.engine), cache,
+                  wid, args.poll_seconds)
+  signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+  log.info("worker %s: serving %s with the %s engine", wid, args.exchange, args.engine)
+  worker.run(args.max_requests, args.idle_exit_seconds)
+  log.info("worker %s: stopped after %d requests", wid, worker.done)
+
+
+if __name__ == "__main__":
+  main()

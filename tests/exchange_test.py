@@ -1,0 +1,134 @@
+"""The exchange: commit protocol, corruption handling, leases, exactly-once commits."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from prorl_jax.rollout.exchange import Exchange
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(params=["memory", "file"])
+def ex(request, tmp_path):
+  url = "memory://" if request.param == "memory" else f"file://{tmp_path}/exchange"
+  return Exchange(url, lease_seconds=30)
+
+
+def _req(ex, i=0):
+  return ex.put_request({"prompts": [[1, 2]], "n": 2, "sampling": {"max_new_tokens": 4},
+                         "seed": i, "min_version": 0, "meta": [{"data_source": "chain_sum"}]},
+                        request_id=f"r{i:03d}")
+
+
+def test_weights_publish_fetch_and_corruption(ex, tmp_path):
+  src = tmp_path / "w"
+  src.mkdir()
+  (src / "model.safetensors").write_bytes(os.urandom(1000))
+  (src / "config.json").write_text("{}")
+  ex.publish_weights(1, step=10, src_dir=str(src))
+  ex.publish_weights(2, step=20, src_dir=str(src))
+  v, path = ex.latest_weights(str(tmp_path / "cache"))
+  assert v == 2 and open(os.path.join(path, "model.safetensors"), "rb").read() == (
+      src / "model.safetensors").read_bytes()
+  # v3: data written but no manifest yet -> not visible
+  ex._write("weights/v00000003/model.safetensors", b"half")
+  assert ex.weight_versions() == [1, 2]
+  # v4: a truncated file under a committed manifest -> skipped, counted, v2 used instead
+  ex.publish_weights(4, step=40, src_dir=str(src))
+  ex._write("weights/v00000004/model.safetensors", b"truncated")
+  v, _ = ex.latest_weights(str(tmp_path / "cache2"))
+  assert v == 2 and ex.stats["skipped_weights"] == 1
+  ex.prune_weights(keep=1)
+  assert ex.weight_versions() == [4]
+
+
+def test_results_commit_and_each_corruption_is_skipped(ex):
+  for i in range(4):
+    _req(ex, i)
+  claims = [ex.claim("w") for _ in range(4)]
+  assert sorted(c.request_id for c in claims) == ["r000", "r001", "r002", "r003"]
+  arrays = {"tokens": np.arange(6).reshape(2, 3), "scores": np.array([1.0, 0.0])}
+  for c in claims[:3]:
+    assert ex.commit_result(c, arrays, {"policy_version": 1})
+  manifest, got = ex.read_result("r000")
+  np.testing.assert_array_equal(got["tokens"], arrays["tokens"])
+  assert manifest["policy_version"] == 1
+  # truncated data key
+  m1 = json.loads(ex._read("results/r001/manifest.json")[0])
+  ex._write(m1["data_key"], ex._read(m1["data_key"])[0][:20])
+  assert ex.read_result("r001") is None
+  # a manifest whose checksum is wrong
+  m2 = json.loads(ex._read("results/r002/manifest.json")[0])
+  ex._write("results/r002/manifest.json", json.dumps(dict(m2, sha256="0" * 64)).encode())
+  assert ex.read_result("r002") is None
+  # data without a manifest (a worker died between the two writes)
+  ex._write("results/r003/data-0-w.npz", b"orphan")
+  assert ex.read_result("r003") is None and not ex.is_committed("r003")
+  assert ex.stats["skipped_result"] == 2
+  # a corrupt result is requeued and a worker can claim it again
+  ex.requeue("r001")
+  c = ex.claim("w2")
+  assert c.request_id == "r001"
+
+
+def test_corrupt_request_is_skipped(ex):
+  _req(ex, 0)
+  raw = ex._read("requests/r000.json")[0]
+  ex._write("requests/r000.json", raw[:-10])
+  assert ex.claim("w") is None and ex.stats["skipped_request"] == 1
+
+
+def test_expired_lease_is_reclaimed_and_only_one_commit_wins(ex):
+  ex.lease_seconds = 0.3
+  _req(ex, 0)
+  a = ex.claim("a")
+  assert ex.claim("b") is None  # held
+  time.sleep(0.4)
+  b = ex.claim("b")
+  assert b is not None and b.attempt == 1 and ex.stats["reclaimed"] == 1
+  assert not ex.heartbeat(a)  # a lost its lease
+  assert ex.heartbeat(b)
+  assert ex.commit_result(b, {"x": np.ones(2)}, {})
+  assert not ex.commit_result(a, {"x": np.zeros(2)}, {})  # too late: never both
+  np.testing.assert_array_equal(ex.read_result("r000")[1]["x"], np.ones(2))
+
+
+WORKER = textwrap.dedent("""
+    import sys, time, numpy as np
+    sys.path.insert(0, {root!r})
+    from prorl_jax.rollout.exchange import Exchange
+    ex = Exchange({url!r}, lease_seconds=30)
+    done = []
+    idle = time.time()
+    while time.time() - idle < 2.0:
+      c = ex.claim(sys.argv[1])
+      if c is None:
+        time.sleep(0.01)
+        continue
+      if ex.commit_result(c, {{"w": np.array([1])}}, {{"worker": sys.argv[1]}}):
+        done.append(c.request_id)
+      idle = time.time()
+    print(" ".join(done))
+""")
+
+
+def test_two_worker_processes_commit_each_request_exactly_once(tmp_path):
+  url = f"file://{tmp_path}/ex"
+  ex = Exchange(url)
+  for i in range(30):
+    _req(ex, i)
+  script = tmp_path / "w.py"
+  script.write_text(WORKER.format(root=ROOT, url=url))
+  procs = [subprocess.Popen([sys.executable, str(script), f"w{k}"], stdout=subprocess.PIPE,
+                            text=True) for k in range(2)]
+  outs = [p.communicate(timeout=120)[0].split() for p in procs]
+  done = outs[0] + outs[1]
+  assert sorted(done) == [f"r{i:03d}" for i in range(30)]  # every request, once
+  assert all(ex.read_result(f"r{i:03d}") is not None for i in range(30))

@@ -1,0 +1,105 @@
+"""The JAX sampler against the full forward pass."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prorl_jax.model import forward, init_params, presets
+from prorl_jax.rollout import jax_sampler
+from prorl_jax.rollout.jax_sampler import SamplingParams, generate
+
+CFG = presets.tiny(vocab_size=40, num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def params():
+  p = init_params(CFG, jax.random.PRNGKey(0))
+  return jax.tree.map(lambda x: x * 3.0, p)  # peaked enough that greedy paths differ
+
+
+PROMPTS = [[1, 5, 6, 7], [1, 9], [1, 3, 3, 3, 3, 3, 3], [2]]
+
+
+_forward = jax.jit(lambda p, t: forward(CFG, p, t))
+
+
+def _full_logits(params, seq):
+  """Logits after `seq` from the full forward pass (right-padded: causal, so padding after the
+  last token changes nothing, and one compiled shape serves every length)."""
+  padded = np.zeros((1, 24), np.int32)
+  padded[0, :len(seq)] = seq
+  return np.asarray(_forward(params, jnp.asarray(padded))[0, len(seq) - 1])
+
+
+def test_greedy_equals_stepwise_argmax(params):
+  out = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0), seed=0)
+  for i, prompt in enumerate(PROMPTS):
+    seq = list(prompt)
+    for _ in range(8):
+      seq.append(int(np.argmax(_full_logits(params, seq))))
+    assert list(out["tokens"][i]) == seq[len(prompt):]
+  assert out["finish_reason"] == ["length"] * 4 and list(out["lengths"]) == [8] * 4
+
+
+def test_logprobs_equal_log_softmax_of_forward_over_t(params):
+  out = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=6, temperature=0.7), seed=3)
+  for i, prompt in enumerate(PROMPTS):
+    seq = list(prompt)
+    for t in range(6):
+      lsm = jax.nn.log_softmax(_full_logits(params, seq) / 0.7)
+      tok = int(out["tokens"][i, t])
+      assert abs(float(lsm[tok]) - float(out["logprobs"][i, t])) <= 1e-5
+      seq.append(tok)
+
+
+def test_top_p_never_samples_outside_the_nucleus(params):
+  prompts = [[1, 5]] * 48
+  sp = SamplingParams(max_new_tokens=3, temperature=1.0, top_p=0.6)
+  out = generate(CFG, params, prompts, sp, seed=7)
+  seen = set()
+  for i in range(len(prompts)):
+    seq = [1, 5]
+    for t in range(3):
+      probs = np.asarray(jax.nn.softmax(_full_logits(params, seq)))
+      order = np.argsort(-probs)
+      before = np.cumsum(probs[order]) - probs[order]
+      nucleus = set(order[before < 0.6].tolist())
+      tok = int(out["tokens"][i, t])
+      assert tok in nucleus
+      # the log-prob is under the renormalised nucleus distribution
+      expect = np.log(probs[tok] / probs[list(nucleus)].sum())
+      assert abs(expect - out["logprobs"][i, t]) < 1e-4
+      seen.add((t, tok))
+      seq.append(tok)
+  assert len(seen) > 3  # it does sample, not just argmax
+
+
+def test_eos_stops_a_row_and_pads_the_rest(params):
+  greedy = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0),
+                    seed=0)
+  stop = int(greedy["tokens"][0, 2])
+  out = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0,
+                                                      stop_token_ids=(stop,)), seed=0, pad_id=0)
+  first = int(np.argmax(greedy["tokens"][0] == stop))
+  assert out["finish_reason"][0] == "stop" and out["lengths"][0] == first + 1
+  assert (out["tokens"][0, first + 1:] == 0).all() and (out["logprobs"][0, first + 1:] == 0).all()
+  for i in range(1, 4):
+    if stop not in greedy["tokens"][i]:
+      assert out["finish_reason"][i] == "length"
+
+
+def test_seeded_and_compiled_once_per_bucket(params):
+  sp = SamplingParams(max_new_tokens=4, temperature=1.0)
+  a = generate(CFG, params, PROMPTS, sp, seed=11)
+  before = jax_sampler._generate._cache_size()
+  b = generate(CFG, params, PROMPTS[:3], sp, seed=11)  # same buckets (batch 8, prompt 32)
+  c = generate(CFG, params, [[1] * 20, [2]], sp, seed=11)
+  assert jax_sampler._generate._cache_size() == before
+  np.testing.assert_array_equal(a["tokens"][:3], b["tokens"])
+  assert c["tokens"].shape == (2, 4)
+
+
+def test_bad_input_is_a_clear_error(params):
+  with pytest.raises(ValueError, match="at least one token"):
+    generate(CFG, params, [[1], []], SamplingParams(), seed=0)
