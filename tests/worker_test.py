@@ -1,0 +1,109 @@
+"""The rollout worker as a real process on a real exchange directory."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from prorl_jax import tiny_base
+from prorl_jax.model import load_tokenizer
+from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.rewards import chain_sum
+from prorl_jax.rollout.exchange import Exchange
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  return tiny_base.build(str(tmp_path_factory.mktemp("m") / "base"))
+
+
+def _start(url, *extra):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  return subprocess.Popen([sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={url}",
+                           "--engine=jax", "--poll_seconds=0.05", *extra], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _request(ex, tok, rid, min_version=0, n=4):
+  rng = np.random.RandomState(0)
+  items = [chain_sum.make_item(rng) for _ in range(3)]
+  return ex.put_request({
+      "prompts": [prompt_ids(tok, it["prompt"]) for it in items], "n": n, "seed": 5,
+      "sampling": {"max_new_tokens": 12, "temperature": 1.0}, "min_version": min_version,
+      "meta": [{"data_source": "chain_sum", "reference": it["answer"]} for it in items]},
+      request_id=rid), items
+
+
+def _wait(pred, timeout, what):
+  t0 = time.time()
+  while not pred():
+    if time.time() - t0 > timeout:
+      raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    time.sleep(0.1)
+
+
+def test_worker_serves_a_request_end_to_end(tmp_path, base):
+  url = f"file://{tmp_path}/ex"
+  ex = Exchange(url)
+  ex.publish_weights(0, step=0, src_dir=base)
+  tok = load_tokenizer(base)
+  rid, items = _request(ex, tok, "req0")
+  proc = _start(url, "--max_requests=1")
+  try:
+    assert proc.wait(timeout=180) == 0, proc.stdout.read()
+  finally:
+    proc.kill()
+  manifest, arrays = ex.read_result(rid)
+  assert manifest["policy_version"] == 0 and manifest["attempt"] == 0
+  assert arrays["tokens"].shape == (12, 12) and arrays["scores"].shape == (12,)
+  for r in range(12):  # the worker's scores are the verifier's scores of the decoded text
+    text = tok.decode(arrays["tokens"][r][:arrays["lengths"][r]])
+    expect = chain_sum.score(text, items[r // 4]["answer"]).value
+    assert arrays["scores"][r] == expect
+  assert not arrays["verifier_failed"].any()
+  assert np.all(arrays["logprobs"][arrays["tokens"] > 0] <= 0)
+
+
+def test_kill9_mid_request_is_finished_once_by_a_restarted_worker(tmp_path, base):
+  url = f"file://{tmp_path}/ex"
+  ex = Exchange(url, lease_seconds=2.0)
+  ex.publish_weights(0, step=0, src_dir=base)
+  rid, _ = _request(ex, load_tokenizer(base), "req1", min_version=1)  # needs weights v1
+  first = _start(url, "--lease_seconds=2")
+  try:
+    _wait(lambda: ex._read(f"leases/{rid}.json")[0] is not None, 120, "the first claim")
+    os.kill(first.pid, signal.SIGKILL)  # holding the lease, waiting for v1
+    first.wait(timeout=10)
+  finally:
+    first.kill()
+  assert not ex.is_committed(rid)
+  ex.publish_weights(1, step=1, src_dir=base)
+  second = _start(url, "--lease_seconds=2", "--max_requests=1")
+  try:
+    assert second.wait(timeout=180) == 0, second.stdout.read()
+  finally:
+    second.kill()
+  manifest, _ = ex.read_result(rid)
+  assert manifest["attempt"] == 1 and manifest["policy_version"] == 1
+  results = [k for k in ex._list(f"results/{rid}/") if k.endswith(".npz")]
+  assert len(results) == 1  # committed exactly once
+
+
+def test_sigterm_stops_an_idle_worker_cleanly(tmp_path, base):
+  url = f"file://{tmp_path}/ex"
+  Exchange(url).publish_weights(0, step=0, src_dir=base)
+  proc = _start(url)
+  try:
+    time.sleep(8)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert "stopped after 0 requests" in proc.stdout.read()
+  finally:
+    proc.kill()
