@@ -28,6 +28,8 @@ def get_config(arg=None):
   c.algo.ref_reset_every = 50
   c.eval.every = 25
   c.eval.samples = 1
+  c.eval.temperature = 1.0  # sampled pass@1, as in DEMO-NOTES.md
+  c.eval.top_p = 1.0
   c.checkpoint.every = 25
   c.metrics.tensorboard = False
   if arg == "smoke":  # CI: a handful of steps

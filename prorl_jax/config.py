@@ -112,6 +112,7 @@ def base_config() -> ConfigDict:
   e.top_p = 0.95
   e.samples = 4
   e.pass_k = "1"
+  e.heldout = 1000  # held-out prompts of a procedural task (the demo)
 
   c.checkpoint = k = ConfigDict()
   k.every = 10
@@ -187,6 +188,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _range(cfg, "eval.temperature", 0, lo_open=True)
   _range(cfg, "eval.top_p", 0, 1, lo_open=True)
   _range(cfg, "eval.samples", 1, integer=True)
+  _range(cfg, "eval.heldout", 1, integer=True)
   ks = [s for s in str(cfg.eval.pass_k).split(",") if s.strip()]
   if not ks or not all(s.strip().isdigit() and 1 <= int(s) <= cfg.eval.samples for s in ks):
     _fail(f"eval.pass_k must be comma-separated integers in [1, eval.samples={cfg.eval.samples}], "

@@ -3,7 +3,10 @@
 Thin on purpose (STYLE.md §2.1): flags, logging of the process/device layout, then `train.run`.
 """
 
-from absl import app, flags, logging
+import logging
+
+from absl import app, flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/tiny.py",
@@ -13,12 +16,14 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. con
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; config fields go as --config.x=...")
+  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
   import jax
 
   from prorl_jax import config as config_lib
   from prorl_jax import train
 
-  logging.info("process %d/%d, %d local / %d global devices: %s", jax.process_index(),
+  logging.getLogger("prorl_jax").info("process %d/%d, %d local / %d global devices: %s", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count(),
                jax.devices())
   try:

@@ -1,12 +1,34 @@
-"""`run(cfg)`: the only reader of the config. Sets up the run and drives the RL loop."""
+"""`run(cfg)`: the only reader of the config. Sets up the run and drives the RL loop.
+
+One RL step (DESIGN.md): prompts -> exchange requests -> scored results (within
+`rollout.max_staleness`) -> dynamic-sampling filter with refill and carry-over -> shaping ->
+advantages -> old/ref log-probs -> mini-batch updates -> publish weights v+1 -> metrics ->
+checkpoint -> validation -> reference reset when due.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import subprocess
+import sys
+import tempfile
+import time
 
-from absl import logging
+import jax
+import numpy as np
 
 from prorl_jax import config as config_lib
+from prorl_jax import data, eval as eval_lib, rl_step, shaping
+from prorl_jax import train_step as ts
+from prorl_jax.checkpoint import Checkpointer, abstract_like
+from prorl_jax.metrics import MetricWriter
+from prorl_jax.model import load_hf, load_tokenizer, save_hf
+from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.sharding import make_mesh
+
+log = logging.getLogger("prorl_jax.train")
 
 R1_DISTILL_HINT = (
     "model.path is empty: download DeepSeek-R1-Distill-Qwen-1.5B on a machine with internet "
@@ -18,27 +40,381 @@ def resolve_model_path(cfg) -> str:
   """The HF directory to start from; the demo builds its tiny base model when none is given."""
   if cfg.model.path:
     if not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
-      raise config_lib.ConfigError(f"model.path={cfg.model.path!r} has no config.json; point it at a "
-                              "Hugging Face model directory")
+      raise config_lib.ConfigError(f"model.path={cfg.model.path!r} has no config.json; point it "
+                                   "at a Hugging Face model directory")
     return cfg.model.path
   if cfg.model.build_tiny:
-    from prorl_jax import tiny_base
+    from prorl_jax import demo_task
 
-    return tiny_base.build(os.path.join(cfg.run_dir, "base"), seed=cfg.seed)
+    return demo_task.build(os.path.join(cfg.run_dir, "base"), seed=cfg.seed)
   raise config_lib.ConfigError(R1_DISTILL_HINT)
+
+
+def loss_config(cfg) -> ts.LossConfig:
+  a, r = cfg.algo, cfg.rollout
+  return ts.LossConfig(
+      temperature=r.temperature, clip_low=a.clip_low, clip_high=a.clip_high,
+      dual_clip=a.dual_clip, log_ratio_clamp=a.log_ratio_clamp, agg=a.loss_agg,
+      norm_const=a.loss_agg_norm or float(r.max_response_len), kl_kind=a.kl_kind,
+      kl_coef=0.0 if a.kl_in_reward else a.kl_coef, kl_clamp=a.kl_clamp,
+      entropy_coef=a.entropy_coef, is_correction=a.is_correction, tis_cap=a.tis_cap,
+      icepop_low=a.icepop_low, icepop_high=a.icepop_high,
+      micro_batches=(r.mini_batch_prompts * r.n) // r.micro_batch_size)
+
+
+class LocalWorkers:
+  """Worker processes on this machine, restarted when they die, stopped on exit."""
+
+  def __init__(self, url: str, count: int, engine: str, log_dir: str):
+    self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
+    self.procs: list[subprocess.Popen] = []
+    self.restarts = 0
+    os.makedirs(log_dir, exist_ok=True)
+    for i in range(count):
+      self.procs.append(self._start(i))
+
+  def _start(self, i):
+    env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    out = open(os.path.join(self.log_dir, f"worker{i}.log"), "a")
+    return subprocess.Popen(
+        [sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={self.url}",
+         f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
+         f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}"],
+        stdout=out, stderr=subprocess.STDOUT, env=env)
+
+  def check(self) -> str:
+    for i, p in enumerate(self.procs):
+      if p.poll() is not None:
+        log.warning("local worker %d exited with %s; restarting it", i, p.returncode)
+        self.procs[i] = self._start(i)
+        self.restarts += 1
+    return f"(local workers alive: {sum(p.poll() is None for p in self.procs)}/{self.count})"
+
+  def stop(self):
+    for p in self.procs:
+      if p.poll() is None:
+        p.terminate()
+    for p in self.procs:
+      try:
+        p.wait(timeout=20)
+      except subprocess.TimeoutExpired:
+        p.kill()
+
+
+class Run:
+  """Everything a run holds between steps; `host_state()` is what a checkpoint stores."""
+
+  def __init__(self, cfg):
+    self.cfg = cfg
+    c = cfg
+    self.path = resolve_model_path(c)
+    self.tok = load_tokenizer(self.path)
+    self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+    self.mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+    self.model_cfg, params = load_hf(self.path, dtype=c.model.param_dtype, mesh=self.mesh,
+                                     compute_dtype=c.model.compute_dtype, remat=c.model.remat)
+    self.tx = ts.make_optimizer(c.optim.lr, warmup_steps=c.optim.warmup_steps,
+                                weight_decay=c.optim.weight_decay, b1=c.optim.b1,
+                                b2=c.optim.b2, eps=c.optim.eps, grad_clip=c.optim.grad_clip)
+    self.state = ts.create_train_state(self.model_cfg, self.tx, self.mesh,
+                                       jax.random.PRNGKey(c.seed), params=params)
+    self.rows = c.rollout.mini_batch_prompts * c.rollout.n
+    self.seq = c.rollout.max_prompt_len + c.rollout.max_response_len
+    self.train_step = ts.jit_train_step(self.model_cfg, self.tx, loss_config(c), self.mesh,
+                                        (self.rows, self.seq))
+    self.logprobs = ts.jit_logprob_step(self.model_cfg, self.mesh, (self.rows, self.seq),
+                                        temperature=c.rollout.temperature,
+                                        micro_batches=loss_config(c).micro_batches)
+    self.reset_ref = ts.jit_reset_reference(self.model_cfg, self.tx, self.mesh,
+                                            c.algo.ref_reset_optimizer)
+    self.source, self.heldout = make_sources(c, self.tok)
+    self.buffer = shaping.GroupBuffer()
+    self.schedule = shaping.LengthPenaltySchedule(c.algo.length_penalty,
+                                                  c.algo.length_penalty_on_steps,
+                                                  c.algo.length_penalty_off_steps)
+    self.host = {"step": 0, "version": 0, "lp": self.schedule.init_state(), "resets": [],
+                 "kl_history": [], "val_history": [], "pass@1_start": None}
+
+  def host_state(self) -> dict:
+    return dict(self.host, data=self.source.state(), buffer=self.buffer.state())
+
+  def load_host(self, host: dict):
+    self.source.load_state(host.pop("data"))
+    self.buffer = shaping.GroupBuffer.from_state(host.pop("buffer"))
+    self.host = host
+
+
+def make_sources(cfg, tok):
+  """(training source, held-out validation items) for the config."""
+  if cfg.data.train_files:
+    files = [f for f in cfg.data.train_files.split(",") if f]
+    weights = [float(w) for w in cfg.data.weights.split(",") if w] or None
+    srcs = [data.JsonlSource([f], tok, max_prompt_len=cfg.rollout.max_prompt_len,
+                             seed=cfg.seed + i) for i, f in enumerate(files)]
+    val = []
+    if cfg.data.val_files:
+      vsrc = data.JsonlSource([f for f in cfg.data.val_files.split(",") if f], tok,
+                              max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed)
+      val = vsrc.items
+    return data.Blend(srcs, weights, seed=cfg.seed), val
+  if cfg.model.build_tiny:  # the demo's procedural task, held-out prompts excluded
+    from prorl_jax.demo_task import HELDOUT_SEED
+
+    heldout = data.chain_sum_heldout(tok, cfg.eval.heldout, HELDOUT_SEED)
+    exclude = {it["prompt"] for it in data.chain_sum_heldout(tok, 1000, HELDOUT_SEED)}
+    src = data.ChainSumSource(tok, seed=cfg.seed * 7919 + 2, exclude=exclude)
+    return data.Blend([src], seed=cfg.seed), heldout
+  raise config_lib.ConfigError("data.train_files is empty: pass JSONL/Parquet files in the verl "
+                               "schema (--config.data.train_files=a.jsonl,b.parquet)")
+
+
+def _sampling(cfg, eval_mode=False) -> dict:
+  r, e = cfg.rollout, cfg.eval
+  return {"max_new_tokens": r.max_response_len,
+          "temperature": e.temperature if eval_mode else r.temperature,
+          "top_p": e.top_p if eval_mode else r.top_p, "top_k": 0 if eval_mode else r.top_k}
+
+
+def publish(run: Run, ex: Exchange, version: int):
+  with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
+    save_hf(run.model_cfg, run.state.params, tmp, tokenizer_dir=run.path,
+            dtype=run.cfg.model.compute_dtype)
+    ex.publish_weights(version, int(run.state.step), tmp)
+  ex.prune_weights(keep=2)
+
+
+def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
+  """Fills one step's batch of informative groups (dynamic sampling with refill)."""
+  c = run.cfg
+  version = run.host["version"]
+  rnd = {"i": 0}
+  stale = {"dropped": 0, "verifier_failed_groups": 0}
+
+  def generate():
+    k = c.rollout.prompts_per_step
+    items = run.source.take(k)
+    nreq = max(1, c.rollout.local_workers)
+    per = -(-k // nreq)
+    rids = {}
+    for j in range(0, k, per):
+      part = items[j:j + per]
+      rid = ex.put_request({
+          "prompts": [it["prompt_ids"] for it in part], "n": c.rollout.n,
+          "sampling": _sampling(c), "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31
+                                             + j) % 2 ** 31,
+          "min_version": max(0, version - c.rollout.max_staleness),
+          "meta": [{"data_source": it["data_source"], "reference": it["reference"],
+                    "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]},
+          request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
+      rids[rid] = None
+    rnd["i"] += 1
+    done = eval_lib.wait_for_results(ex, list(rids), timeout_s=c.rollout.timeout_s,
+                                     what=f"rollouts of step {step}",
+                                     on_idle=workers.check if workers else None)
+    groups = []
+    for rid in rids:
+      manifest, arrays = done[rid]
+      body = ex._load_request(rid)
+      ex.retire(rid)
+      if version - int(manifest["policy_version"]) > c.rollout.max_staleness:
+        stale["dropped"] += 1  # never train on results beyond the staleness bound
+        continue
+      for g in rl_step.results_to_groups(body, manifest, arrays):
+        if g["verifier_failed"].any():
+          stale["verifier_failed_groups"] += 1
+          continue
+        groups.append(g)
+    return groups
+
+  groups, stats = shaping.fill(run.buffer, generate, c.rollout.prompts_per_step,
+                               max_rounds=c.algo.max_gen_rounds,
+                               dynamic_sampling=c.algo.dynamic_sampling)
+  info = {"sampling/rounds": stats.rounds, "sampling/keep_rate": stats.keep_rate,
+          "sampling/groups_kept": stats.groups_kept, "sampling/short": float(stats.short),
+          "sampling/carry_over": stats.from_carry_over, "sampling/buffer": len(run.buffer),
+          "sampling/stale_dropped": stale["dropped"],
+          "sampling/verifier_failed_groups": stale["verifier_failed_groups"]}
+  if groups:
+    info["sampling/staleness"] = float(np.mean([version - g["policy_version"] for g in groups]))
+  return groups, info
+
+
+def update(run: Run, groups: list[dict], step: int) -> dict:
+  """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step."""
+  c, a, r = run.cfg, run.cfg.algo, run.cfg.rollout
+  lp_on = run.schedule.is_on(run.host["lp"])
+  metrics = {"length_penalty/on": float(lp_on)}
+  order = np.random.RandomState((c.seed, step)).permutation(len(groups))
+  groups = [groups[i] for i in order]
+  shaped = rl_step.shape_scores(groups, max_len=r.max_response_len,
+                                truncation_penalty=a.truncation_penalty, length_penalty_on=lp_on,
+                                lp_min=a.length_penalty_min, lp_max=a.length_penalty_max,
+                                overlong_buffer=a.overlong_buffer,
+                                overlong_factor=a.overlong_factor)
+  metrics.update(rl_step.group_metrics(groups, shaped))
+  per_mb = r.mini_batch_prompts
+  batches = []
+  for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
+    gs = groups[start:start + per_mb]
+    b = rl_step.build_batch(gs, prompt_len=r.max_prompt_len, response_len=r.max_response_len,
+                            pad_id=run.pad_id, rows=run.rows)
+    inputs = {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}
+    old, ent = run.logprobs(run.state.params, inputs)
+    ref, _ = run.logprobs(run.state.ref_params, inputs)
+    m = b["loss_mask"].astype(np.float32)
+    b["old_logp"] = np.asarray(old) * m
+    b["ref_logp"] = np.asarray(ref) * m
+    b["entropy"] = np.asarray(ent) * m
+    batches.append((b, shaped[start:start + per_mb], gs))
+  # advantages use batch statistics over the whole post-filter batch
+  loss_mask = np.concatenate([b["loss_mask"][:len(gs) * r.n] for b, _, gs in batches])
+  kl = None
+  if a.kl_in_reward:
+    kl = np.concatenate([(b["old_logp"] - b["ref_logp"])[:len(gs) * r.n] for b, _, gs in batches])
+  raw = np.concatenate([np.stack([g["raw_scores"] for g in gs]) for _, _, gs in batches])
+  adv_all = rl_step.token_advantages(a.estimator, shaped, loss_mask, kl_BxT=kl,
+                                     kl_coef=a.kl_coef, boost=a.adv_boost,
+                                     correct_PxN=raw >= 1.0)
+  tok_total = max(float(loss_mask.sum()), 1.0)
+  metrics["actor/entropy_old"] = float(sum(b["entropy"].sum() for b, _, _ in batches) / tok_total)
+  metrics["actor/kl_ref_old"] = float(sum(
+      (0.5 * np.square(b["old_logp"] - b["ref_logp"])).sum() for b, _, _ in batches) / tok_total)
+  offset, sums = 0, {}
+  for _ in range(a.epochs):
+    offset = 0
+    for b, _, gs in batches:
+      rows = len(gs) * r.n
+      b["adv"] = np.zeros_like(b["old_logp"])
+      b["adv"][:rows] = adv_all[offset:offset + rows]
+      offset += rows
+      feed = {k: b[k] for k in ts.BATCH_KEYS}
+      run.state, m = run.train_step(run.state, feed)
+      for k, v in jax.device_get(m).items():
+        sums.setdefault(k, []).append(float(v))
+  for k, v in sums.items():
+    metrics[k] = max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else (
+        sum(v) if k in ("actor/skipped",) else float(np.mean(v)))
+  metrics["actor/updates"] = len(sums.get("actor/loss", []))
+  metrics["response/tokens"] = tok_total
+  return metrics
+
+
+def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
+  c = run.cfg
+  if not run.heldout:
+    return {}
+  ks = [int(k) for k in str(c.eval.pass_k).split(",") if k.strip()]
+  return eval_lib.evaluate(ex, run.heldout, samples=c.eval.samples,
+                           sampling=_sampling(c, eval_mode=True), version=run.host["version"],
+                           ks=ks, timeout_s=c.rollout.timeout_s, tag=tag, seed=c.seed,
+                           on_idle=workers.check if workers else None)
+
+
+def reset_due(run: Run, step: int) -> str | None:
+  a = run.cfg.algo
+  if a.ref_reset_every and step % a.ref_reset_every == 0:
+    return "schedule"
+  kl = run.host["kl_history"]
+  if a.ref_reset_kl_spike and kl and kl[-1] > a.ref_reset_kl_spike:
+    return "kl_spike"
+  vals = run.host["val_history"]
+  n = a.ref_reset_stall_evals
+  if n and len(vals) > n and max(vals[-n:]) <= max(vals[:-n]):
+    run.host["val_history"] = vals[-1:]
+    return "validation_stall"
+  return None
 
 
 def run(cfg) -> dict:
   config_lib.validate(cfg)
   os.makedirs(cfg.run_dir, exist_ok=True)
-  logging.info("resolved config:\n%s", cfg)
-  print(cfg, flush=True)
-  path = resolve_model_path(cfg)
-
-  from prorl_jax.model import load_hf, load_tokenizer
-
-  model_cfg, params = load_hf(path, dtype=cfg.model.param_dtype,
-                              compute_dtype=cfg.model.compute_dtype, remat=cfg.model.remat)
-  tokenizer = load_tokenizer(path)
-  print(f"loaded {path}: {model_cfg.num_params:,} parameters, vocab {len(tokenizer)}", flush=True)
-  return {"model_path": path, "num_params": model_cfg.num_params}
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+  log.info("resolved config:\n%s", cfg)
+  t_start = time.time()
+  r = Run(cfg)
+  ckpt = Checkpointer(os.path.join(cfg.run_dir, "checkpoints"), cfg.checkpoint.keep,
+                      cfg.checkpoint.async_save)
+  restored = ckpt.restore_latest(abstract_like(r.state, ts.state_shardings(
+      r.model_cfg, r.tx, r.mesh)))
+  writer = MetricWriter(cfg.run_dir, cfg.metrics.tensorboard, cfg.metrics.wandb_project,
+                        cfg.total_steps, cfg.to_dict())
+  if restored:
+    step0, r.state, host = restored
+    r.load_host(host)
+    writer.truncate_after(step0)
+    log.info("resumed from checkpoint step %d (policy version %d)", step0, r.host["version"])
+  url = cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange")
+  ex = Exchange(url, lease_seconds=60)
+  for rid in ex.request_ids():  # requests of an interrupted run are redone deterministically
+    ex.retire(rid)
+  for v in ex.weight_versions():
+    if v > r.host["version"]:  # published after the checkpoint we resumed from: redone
+      ex.delete_weights(v)
+  publish(r, ex, r.host["version"])
+  workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
+                         os.path.join(cfg.run_dir, "workers")) if cfg.rollout.local_workers else None
+  summary = {}
+  try:
+    if r.host["pass@1_start"] is None and cfg.eval.every:
+      val = validate_now(r, ex, workers, f"val-s{r.host['step']:07d}")
+      r.host["pass@1_start"] = val.get("pass@1")
+      writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="validation")
+      print(f"held-out pass@1 at start: {val.get('pass@1')}", flush=True)
+    first = r.host["step"]
+    for step in range(first + 1, cfg.total_steps + 1):
+      t0 = time.time()
+      groups, info = collect(r, ex, workers, step)
+      t1 = time.time()
+      metrics = dict(info)
+      if groups:
+        metrics.update(update(r, groups, step))
+      t2 = time.time()
+      r.host["version"] += 1
+      publish(r, ex, r.host["version"])
+      t3 = time.time()
+      r.host["lp"], lp_event = r.schedule.advance(r.host["lp"])
+      r.host["step"] = step
+      r.host["kl_history"] = (r.host["kl_history"] + [metrics.get("actor/kl_ref_old", 0.0)])[-50:]
+      metrics.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1,
+                      "time/publish_s": t3 - t2, "time/step_s": t3 - t0,
+                      "perf/tokens_per_s": metrics.get("response/tokens", 0) / max(t2 - t1, 1e-9),
+                      "policy_version": r.host["version"]})
+      if workers:
+        metrics["workers/restarts"] = workers.restarts
+      metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
+      writer.write(step, metrics, event=f"length_penalty_{lp_event}" if lp_event else None)
+      writer.progress(step, first, f"reward {metrics.get('reward/raw_mean', 0):.3f}")
+      val_metric = None
+      if cfg.eval.every and step % cfg.eval.every == 0:
+        val = validate_now(r, ex, workers, f"val-s{step:07d}")
+        val_metric = val.get("pass@1")
+        r.host["val_history"].append(val_metric)
+        writer.write(step, {f"val/{k}": v for k, v in val.items()}, event="validation")
+      why = reset_due(r, step)
+      if why:
+        r.state = r.reset_ref(r.state)
+        r.host["resets"].append({"step": step, "why": why})
+        writer.write(step, {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
+                     event=f"reference_reset_{why}")
+      if cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == cfg.total_steps):
+        ckpt.save(step, r.state, r.host_state(), val_metric)
+    print("", flush=True)
+    if cfg.eval.every:
+      val = validate_now(r, ex, workers, "val-final")
+      writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="final")
+      summary = {"pass@1_start": r.host["pass@1_start"], "pass@1_end": val.get("pass@1"),
+                 **{f"final/{k}": v for k, v in val.items()}}
+  finally:
+    if workers:
+      workers.stop()
+    ckpt.close()
+    writer.close()
+  summary.update({"steps": r.host["step"], "wall_seconds": time.time() - t_start,
+                  "model_path": r.path, "num_params": r.model_cfg.num_params,
+                  "resets": r.host["resets"]})
+  with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=1)
+  print(json.dumps(summary), flush=True)
+  return summary

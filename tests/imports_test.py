@@ -13,7 +13,7 @@ LAYERS = {
     1: ["model.qwen2", "model.hf_weights", "model.tokenizer", "model", "data", "checkpoint",
         "rollout", "rollout.exchange"],
     2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
-        "rollout.scorer", "tiny_base", "demo_task"],
+        "tiny_base", "demo_task"],
     3: ["eval", "plot"],
     4: ["train", "rl_step"],
     5: ["main"],

@@ -168,10 +168,14 @@ class Exchange:
         return v, path
     return None
 
+  def delete_weights(self, version: int):
+    self.kv.delete_range(ts.KvStore.KeyRange(
+        inclusive_min=f"weights/v{version:08d}/", exclusive_max=f"weights/v{version:08d}0")
+    ).result()
+
   def prune_weights(self, keep: int):
     for v in self.weight_versions()[:-keep]:
-      self.kv.delete_range(ts.KvStore.KeyRange(
-          inclusive_min=f"weights/v{v:08d}/", exclusive_max=f"weights/v{v:08d}0")).result()
+      self.delete_weights(v)
 
   # ---------------------------------------------------------------- requests
   def put_request(self, request: dict, request_id: str | None = None) -> str:

@@ -1,0 +1,158 @@
+"""Prompt sources with a deterministic order whose cursor is a small state dict.
+
+An item is a dict: {uid, prompt_ids, data_source, reference, extra}. Sources:
+- `JsonlSource`: JSONL or Parquet rows in the verl schema (`prompt` as chat messages,
+  `data_source`, `reward_model.ground_truth`, `extra_info`), tokenized with the chat template;
+  prompts over the length limit are dropped and counted; shuffled per epoch from the seed.
+- `ChainSumSource`: the CPU demo's procedural task, with a held-out set excluded.
+- `Blend`: several sources mixed with weights.
+`state()` / `load_state()` round-trip through checkpoints so a resumed run draws the same prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.rewards import chain_sum
+
+
+class DataError(ValueError):
+  """A malformed dataset row: names the file and row."""
+
+
+def _read_rows(path: str) -> list[dict]:
+  if not os.path.isfile(path):
+    raise DataError(f"{path}: no such file (data.train_files / data.val_files)")
+  if path.endswith(".parquet"):
+    import pyarrow.parquet as pq  # optional dependency for Parquet datasets
+
+    return pq.read_table(path).to_pylist()
+  rows = []
+  with open(path) as f:
+    for i, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        rows.append(json.loads(line))
+      except ValueError as e:
+        raise DataError(f"{path}: row {i} is not valid JSON ({e})") from None
+  return rows
+
+
+def parse_row(row, path: str, i: int) -> dict:
+  """One verl-schema row -> {messages, data_source, reference, extra}; one-line errors."""
+  where = f"{path}: row {i}"
+  if not isinstance(row, dict):
+    raise DataError(f"{where} is not an object")
+  prompt = row.get("prompt")
+  if isinstance(prompt, str):
+    prompt = [{"role": "user", "content": prompt}]
+  if not (isinstance(prompt, list) and prompt and all(
+      isinstance(m, dict) and "role" in m and "content" in m for m in prompt)):
+    raise DataError(f"{where}: 'prompt' must be a list of {{role, content}} chat messages")
+  if not isinstance(row.get("data_source"), str):
+    raise DataError(f"{where}: 'data_source' (a string naming the verifier) is missing")
+  rm = row.get("reward_model") or {}
+  if not isinstance(rm, dict) or "ground_truth" not in rm:
+    raise DataError(f"{where}: 'reward_model.ground_truth' is missing")
+  return {"messages": prompt, "data_source": row["data_source"],
+          "reference": rm["ground_truth"], "extra": row.get("extra_info") or {}}
+
+
+class JsonlSource:
+  def __init__(self, files: list[str], tokenizer, *, max_prompt_len: int, seed: int = 0,
+               use_chat_template: bool = True):
+    self.items, self.dropped_too_long = [], 0
+    for path in files:
+      for i, row in enumerate(_read_rows(path), 1):
+        r = parse_row(row, path, i)
+        ids = prompt_ids(tokenizer, r.pop("messages"), use_chat_template)
+        if len(ids) > max_prompt_len:
+          self.dropped_too_long += 1
+          continue
+        self.items.append(dict(r, uid=f"{os.path.basename(path)}:{i}", prompt_ids=ids))
+    if not self.items:
+      raise DataError(f"no usable prompts in {files} ({self.dropped_too_long} over "
+                      f"max_prompt_len={max_prompt_len})")
+    self.seed = seed
+    self.cursor = {"epoch": 0, "index": 0}
+
+  def _order(self, epoch: int) -> np.ndarray:
+    return np.random.RandomState(self.seed + epoch).permutation(len(self.items))
+
+  def next(self) -> dict:
+    c = self.cursor
+    if c["index"] >= len(self.items):
+      c["epoch"], c["index"] = c["epoch"] + 1, 0
+    item = self.items[self._order(c["epoch"])[c["index"]]]
+    c["index"] += 1
+    return item
+
+  def state(self) -> dict:
+    return dict(self.cursor)
+
+  def load_state(self, state: dict):
+    self.cursor = dict(state)
+
+
+class ChainSumSource:
+  """Procedural chain-sum prompts; item k comes from RandomState(seed + k)."""
+
+  def __init__(self, tokenizer, seed: int = 0, exclude: set[str] | None = None):
+    self.tok, self.seed, self.exclude = tokenizer, seed, exclude or set()
+    self.cursor = {"index": 0}
+
+  def item(self, k: int) -> dict:
+    it = chain_sum.make_item(np.random.RandomState(self.seed + k))
+    return {"uid": f"chain_sum:{self.seed}:{k}", "prompt_ids": prompt_ids(self.tok, it["prompt"]),
+            "data_source": "chain_sum", "reference": it["answer"], "extra": {},
+            "prompt": it["prompt"], "solution": it["solution"]}
+
+  def next(self) -> dict:
+    while True:
+      it = self.item(self.cursor["index"])
+      self.cursor["index"] += 1
+      if it["prompt"] not in self.exclude:
+        return it
+
+  def state(self) -> dict:
+    return dict(self.cursor)
+
+  def load_state(self, state: dict):
+    self.cursor = dict(state)
+
+
+def chain_sum_heldout(tokenizer, n: int, seed: int = 10_000_000) -> list[dict]:
+  src = ChainSumSource(tokenizer, seed=seed)
+  return [src.next() for _ in range(n)]
+
+
+class Blend:
+  """Mixes sources with weights; which source serves item k is drawn from (seed, k)."""
+
+  def __init__(self, sources: list, weights: list[float] | None = None, seed: int = 0):
+    w = np.asarray(weights or [1.0] * len(sources), np.float64)
+    if len(w) != len(sources) or (w < 0).any() or w.sum() <= 0:
+      raise DataError(f"data.weights must be {len(sources)} non-negative numbers, got {weights}")
+    self.sources, self.p, self.seed = sources, w / w.sum(), seed
+    self.count = 0
+
+  def next(self) -> dict:
+    k = np.random.RandomState((self.seed, self.count)).choice(len(self.sources), p=self.p)
+    self.count += 1
+    return self.sources[k].next()
+
+  def take(self, k: int) -> list[dict]:
+    return [self.next() for _ in range(k)]
+
+  def state(self) -> dict:
+    return {"count": self.count, "sources": [s.state() for s in self.sources]}
+
+  def load_state(self, state: dict):
+    self.count = state["count"]
+    for s, st in zip(self.sources, state["sources"]):
+      s.load_state(st)
