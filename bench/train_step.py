@@ -28,7 +28,8 @@ CONFIGS = {
     "tiny_4.5M": (dict(vocab_size=2048, hidden_size=256, intermediate_size=1024, num_layers=4,
                        num_heads=4, num_kv_heads=2, head_dim=64, tie_word_embeddings=True), 8, 256),
     "qwen2_50M": (dict(vocab_size=16384, hidden_size=512, intermediate_size=1536, num_layers=10,
-                       num_heads=8, num_kv_heads=4, head_dim=64, tie_word_embeddings=False), 4, 256),
+                       num_heads=8, num_kv_heads=4, head_dim=64, tie_word_embeddings=False),
+                  4, 256),
 }
 
 

@@ -76,7 +76,7 @@ def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, v
     part = items[c:c + chunk]
     rids.append(ex.put_request({
         "prompts": [it["prompt_ids"] for it in part], "n": samples, "sampling": sampling,
-        "seed": seed + c, "min_version": version,
+        "seed": seed + c, "min_version": version, "max_version": version,
         "meta": [{"data_source": it["data_source"], "reference": it["reference"],
                   "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]},
         request_id=f"{tag}-c{c // chunk:04d}"))

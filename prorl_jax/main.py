@@ -16,16 +16,17 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. con
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; config fields go as --config.x=...")
-  absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save step at INFO
   import jax
 
   from prorl_jax import config as config_lib
   from prorl_jax import train
 
-  logging.getLogger("prorl_jax").info("process %d/%d, %d local / %d global devices: %s", jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count(),
-               jax.devices())
+  logging.getLogger("prorl_jax").info(
+      "process %d/%d, %d local / %d global devices: %s", jax.process_index(),
+      jax.process_count(), jax.local_device_count(), jax.device_count(), jax.devices())
   try:
     train.run(_CONFIG.value)
   except config_lib.ConfigError as e:

@@ -115,6 +115,12 @@ class GroupBuffer:
     self.groups.extend(groups)
     return len(groups)
 
+  def evict(self, expired: Callable[[dict], bool]) -> int:
+    """Drops the groups for which `expired(group)` is true; returns how many."""
+    keep = [g for g in self.groups if not expired(g)]
+    n, self.groups = len(self.groups) - len(keep), keep
+    return n
+
   def take(self, k: int) -> list[dict]:
     out, self.groups = self.groups[:k], self.groups[k:]
     return out

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -81,7 +82,7 @@ def tree_shardings(logical_tree, mesh: Mesh):
 
 
 def fit_spec(spec: P, shape, mesh: Mesh) -> P:
-  """Drops mesh axes from dims they do not divide (e.g. 2 kv heads on tensor=4): replicate instead."""
+  """Drops mesh axes from dims they do not divide (2 kv heads on tensor=4): replicate instead."""
   out = []
   for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
     flat = (axes,) if isinstance(axes, str) else (axes or ())

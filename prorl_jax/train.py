@@ -20,7 +20,8 @@ import jax
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import data, eval as eval_lib, rl_step, shaping
+from prorl_jax import data, rl_step, shaping
+from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.metrics import MetricWriter
@@ -81,6 +82,7 @@ class LocalWorkers:
     return subprocess.Popen(
         [sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={self.url}",
          f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
+         "--exit_with_parent",
          f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}"],
         stdout=out, stderr=subprocess.STDOUT, env=env)
 
@@ -185,6 +187,12 @@ def publish(run: Run, ex: Exchange, version: int):
   ex.prune_weights(keep=2)
 
 
+def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
+  """A result is trained on only if sampled by one of the last `max_staleness`+1 versions (a
+  version from the future comes from an interrupted run and is never admitted)."""
+  return 0 <= version - policy_version <= max_staleness
+
+
 def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   """Fills one step's batch of informative groups (dynamic sampling with refill)."""
   c = run.cfg
@@ -204,7 +212,7 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
           "prompts": [it["prompt_ids"] for it in part], "n": c.rollout.n,
           "sampling": _sampling(c), "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31
                                              + j) % 2 ** 31,
-          "min_version": max(0, version - c.rollout.max_staleness),
+          "min_version": max(0, version - c.rollout.max_staleness), "max_version": version,
           "meta": [{"data_source": it["data_source"], "reference": it["reference"],
                     "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]},
           request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
@@ -218,7 +226,7 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
       manifest, arrays = done[rid]
       body = ex._load_request(rid)
       ex.retire(rid)
-      if version - int(manifest["policy_version"]) > c.rollout.max_staleness:
+      if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
         stale["dropped"] += 1  # never train on results beyond the staleness bound
         continue
       for g in rl_step.results_to_groups(body, manifest, arrays):
@@ -228,13 +236,16 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
         groups.append(g)
     return groups
 
+  # Carry-over groups were sampled for the previous step: one version older than fresh ones.
+  expired = run.buffer.evict(lambda g: not admissible(version, g["policy_version"],
+                                                      c.rollout.max_staleness + 1))
   groups, stats = shaping.fill(run.buffer, generate, c.rollout.prompts_per_step,
                                max_rounds=c.algo.max_gen_rounds,
                                dynamic_sampling=c.algo.dynamic_sampling)
   info = {"sampling/rounds": stats.rounds, "sampling/keep_rate": stats.keep_rate,
           "sampling/groups_kept": stats.groups_kept, "sampling/short": float(stats.short),
           "sampling/carry_over": stats.from_carry_over, "sampling/buffer": len(run.buffer),
-          "sampling/stale_dropped": stale["dropped"],
+          "sampling/stale_dropped": stale["dropped"], "sampling/carry_over_expired": expired,
           "sampling/verifier_failed_groups": stale["verifier_failed_groups"]}
   if groups:
     info["sampling/staleness"] = float(np.mean([version - g["policy_version"] for g in groups]))
@@ -255,10 +266,13 @@ def update(run: Run, groups: list[dict], step: int) -> dict:
                                 overlong_factor=a.overlong_factor)
   metrics.update(rl_step.group_metrics(groups, shaped))
   per_mb = r.mini_batch_prompts
+  # Only as many token columns as this step needs (rounded to 16: a few compiled shapes).
+  p_len = min(r.max_prompt_len, -(-max(len(g["prompt_ids"]) for g in groups) // 16) * 16)
+  r_len = min(r.max_response_len, -(-max(int(g["lengths"].max()) for g in groups) // 16) * 16)
   batches = []
   for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
     gs = groups[start:start + per_mb]
-    b = rl_step.build_batch(gs, prompt_len=r.max_prompt_len, response_len=r.max_response_len,
+    b = rl_step.build_batch(gs, prompt_len=p_len, response_len=max(r_len, 1),
                             pad_id=run.pad_id, rows=run.rows)
     inputs = {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}
     old, ent = run.logprobs(run.state.params, inputs)
@@ -353,8 +367,10 @@ def run(cfg) -> dict:
     if v > r.host["version"]:  # published after the checkpoint we resumed from: redone
       ex.delete_weights(v)
   publish(r, ex, r.host["version"])
-  workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
-                         os.path.join(cfg.run_dir, "workers")) if cfg.rollout.local_workers else None
+  workers = None
+  if cfg.rollout.local_workers:
+    workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
+                           os.path.join(cfg.run_dir, "workers"))
   summary = {}
   try:
     if r.host["pass@1_start"] is None and cfg.eval.every:

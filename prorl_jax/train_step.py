@@ -26,7 +26,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from prorl_jax import losses, sharding
 from prorl_jax.model import head_weight, hidden_states, init_params, param_shardings

@@ -94,3 +94,8 @@ def test_fill_without_dynamic_sampling_keeps_everything():
   buf = shaping.GroupBuffer()
   out, stats = shaping.fill(buf, _rounds(4, 10), needed=4, dynamic_sampling=False)
   assert len(out) == 4 and stats.rounds == 1 and stats.keep_rate == 1.0
+
+
+def test_buffer_evicts_expired_groups():
+  buf = shaping.GroupBuffer([{"v": 1, "raw_scores": [0, 1]}, {"v": 3, "raw_scores": [1, 0]}])
+  assert buf.evict(lambda g: g["v"] < 2) == 1 and [g["v"] for g in buf.groups] == [3]

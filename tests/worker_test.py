@@ -1,6 +1,5 @@
 """The rollout worker as a real process on a real exchange directory."""
 
-import json
 import os
 import signal
 import subprocess

@@ -154,7 +154,7 @@ def params_to_hf(cfg: Qwen2Config, params, dtype=None) -> dict[str, np.ndarray]:
 
 def write_hf_dir(cfg: Qwen2Config, tensors: dict[str, np.ndarray], path: str,
                  tokenizer_dir: str | None = None, max_shard_bytes: int = 0) -> list[str]:
-  """Writes safetensors (+ an index when sharded), config.json and tokenizer files; returns files."""
+  """Writes safetensors (+ index when sharded), config.json and tokenizer files; returns names."""
   os.makedirs(path, exist_ok=True)
   names = list(tensors)
   shards, cur, size = [], [], 0

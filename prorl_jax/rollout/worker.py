@@ -100,15 +100,20 @@ class Worker:
     self.tokenizer = None
     self.stop = threading.Event()
     self.done = 0
+    self.parent_pid: int | None = None  # exit when this process (a local trainer) dies
 
-  def maybe_reload(self, min_version: int = 0) -> bool:
-    latest = self.ex.weight_versions()
-    if not latest or latest[-1] <= self.version:
+  def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
+    """Loads the newest committed version in [min_version, max_version] if it is not loaded."""
+    versions = [v for v in self.ex.weight_versions()
+                if v >= min_version and (max_version is None or v <= max_version)]
+    if not versions or versions[-1] == self.version:
       return False
-    found = self.ex.latest_weights(self.cache_dir, min_version=max(min_version, self.version + 1))
-    if found is None:
+    if max_version is None and versions[-1] < self.version:
       return False
-    version, path = found
+    version = versions[-1]
+    path = self.ex.fetch_weights(version, os.path.join(self.cache_dir, f"v{version:08d}"))
+    if path is None:
+      return False
     t0 = time.time()
     self.engine.load(path)
     from prorl_jax.model import load_tokenizer
@@ -153,19 +158,31 @@ class Worker:
             "reasons": reasons, "tokens_generated": int(np.sum(out["lengths"]))}
     return self.ex.commit_result(claim, arrays, meta)
 
+  def _orphaned(self) -> bool:
+    return self.parent_pid is not None and os.getppid() != self.parent_pid
+
   def run(self, max_requests: int | None = None, idle_exit_s: float | None = None):
     idle_since = time.time()
+    backoff = self.poll_s
     while not self.stop.is_set():
+      if self._orphaned():
+        log.warning("worker %s: parent %d is gone; exiting", self.id, self.parent_pid)
+        return
       self.maybe_reload()
       claim = self.ex.claim(self.id) if self.version >= 0 else None
       if claim is None:
         if idle_exit_s is not None and time.time() - idle_since > idle_exit_s:
           return
-        time.sleep(self.poll_s)
+        time.sleep(backoff)  # back off while idle: polling steals CPU from a local trainer
+        backoff = min(backoff * 1.5, max(self.poll_s, 0.1))
         continue
-      need = int(claim.request.get("min_version", 0))
-      while self.version < need and not self.stop.is_set():
-        if not self.maybe_reload(need):
+      backoff = self.poll_s
+      lo = int(claim.request.get("min_version", 0))
+      hi = claim.request.get("max_version")
+      while not (lo <= self.version and (hi is None or self.version <= hi)):
+        if self.stop.is_set() or self._orphaned():
+          return
+        if not self.maybe_reload(lo, hi):
           self.ex.heartbeat(claim)
           time.sleep(self.poll_s)
       if self.serve_one(claim):
@@ -185,12 +202,16 @@ def main(argv=None):
   ap.add_argument("--poll_seconds", type=float, default=0.2)
   ap.add_argument("--max_requests", type=int, default=None)
   ap.add_argument("--idle_exit_seconds", type=float, default=None)
+  ap.add_argument("--exit_with_parent", action="store_true",
+                  help="stop when the process that started this worker dies (local workers)")
   args = ap.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   wid = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
   cache = args.cache_dir or os.path.join("/tmp", f"prorl_worker_{wid}")
   worker = Worker(Exchange(args.exchange, args.lease_seconds), make_engine(args.engine), cache,
                   wid, args.poll_seconds)
+  if args.exit_with_parent:
+    worker.parent_pid = os.getppid()
   signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
   log.info("worker %s: serving %s with the %s engine", wid, args.exchange, args.engine)
   worker.run(args.max_requests, args.idle_exit_seconds)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The ablation grid on the CPU demo: one tiny run per ProRL component switched off, then a table
+# of final held-out pass@1 and entropy. Usage: launch/ablations.sh [RUN_ROOT] [extra --config flags]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=${1:-runs/ablations}; shift || true
+PY=${PY:-.venv/bin/python}
+declare -A grid=(
+  [full]=""
+  [no_clip_higher]="--config.algo.clip_high=0.2"
+  [no_kl]="--config.algo.kl_coef=0"
+  [no_dynamic_sampling]="--config.algo.dynamic_sampling=False"
+  [no_length_penalty]="--config.algo.length_penalty=off"
+  [no_truncation_penalty]="--config.algo.truncation_penalty=1.0"
+  [no_ref_reset]="--config.algo.ref_reset_every=0"
+  [grpo]="--config.algo.estimator=grpo"
+  [no_is_correction]="--config.algo.is_correction=none"
+)
+mkdir -p "$root"
+if [ ! -f "$root/base/config.json" ]; then  # one shared warm-started base model
+  echo "+ building the shared base model in $root/base"
+  $PY -c "from prorl_jax import demo_task; demo_task.build('$root/base')"
+fi
+for name in "${!grid[@]}"; do
+  cmd="$PY -m prorl_jax.main --config=configs/tiny.py --config.run_dir=$root/$name --config.model.path=$root/base ${grid[$name]} $*"
+  echo "+ $cmd"
+  $cmd > "$root/$name.log" 2>&1 || echo "  $name failed: see $root/$name.log"
+done
+$PY - "$root" <<'PYEOF'
+import json, os, sys
+root = sys.argv[1]
+print(f"{'ablation':24s} {'pass@1 start':>12s} {'pass@1 end':>10s} {'entropy':>8s}")
+for name in sorted(os.listdir(root)):
+  s = os.path.join(root, name, "summary.json")
+  if not os.path.isfile(s):
+    continue
+  summ = json.load(open(s))
+  rows = [json.loads(l) for l in open(os.path.join(root, name, "metrics.jsonl"))]
+  ent = [r["actor/entropy_old"] for r in rows if "actor/entropy_old" in r]
+  print(f"{name:24s} {summ.get('pass@1_start') or 0:12.3f} {summ.get('pass@1_end') or 0:10.3f} "
+        f"{(ent[-1] if ent else float('nan')):8.3f}")
+PYEOF

@@ -1,0 +1,62 @@
+"""`python -m prorl_jax.plot RUN_DIR`: a PNG dashboard of a run's metrics.jsonl.
+
+Panels: reward (raw, shaped), held-out pass@1, response length and truncation, entropy, KL to the
+reference, clip fractions; reference resets (red) and length-penalty phase switches (green) are
+marked on every panel.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from prorl_jax.metrics import read_jsonl
+
+PANELS = (
+    ("reward", ("reward/raw_mean", "reward/shaped_mean")),
+    ("held-out pass@1", ("val/pass@1",)),
+    ("response length", ("response/length_mean",)),
+    ("truncation rate", ("response/truncation_rate",)),
+    ("entropy", ("actor/entropy_old",)),
+    ("KL to reference", ("actor/kl_ref_old",)),
+    ("clip fraction", ("actor/clipfrac_upper", "actor/clipfrac_lower")),
+    ("dynamic sampling keep rate", ("sampling/keep_rate",)),
+)
+
+
+def dashboard(run_dir: str, out: str | None = None) -> str:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  rows = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+  resets = [r["step"] for r in rows if str(r.get("event", "")).startswith("reference_reset")]
+  phases = [r["step"] for r in rows if str(r.get("event", "")).startswith("length_penalty")]
+  fig, axes = plt.subplots(2, 4, figsize=(18, 7.5))
+  for ax, (title, keys) in zip(axes.flat, PANELS):
+    for key in keys:
+      pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+      if pts:
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, ms=3, label=key.split("/")[-1])
+    for s in resets:
+      ax.axvline(s, color="red", alpha=0.4, lw=1)
+    for s in phases:
+      ax.axvline(s, color="green", alpha=0.3, lw=1, ls="--")
+    ax.set_title(title)
+    ax.set_xlabel("RL step")
+    if len(keys) > 1:
+      ax.legend(fontsize=7)
+  fig.suptitle(f"{run_dir}  (red: reference reset, green dashed: length-penalty phase switch)")
+  fig.tight_layout()
+  out = out or os.path.join(run_dir, "dashboard.png")
+  fig.savefig(out, dpi=80)
+  plt.close(fig)
+  return out
+
+
+if __name__ == "__main__":
+  if len(sys.argv) != 2:
+    raise SystemExit("usage: python -m prorl_jax.plot RUN_DIR")
+  print(dashboard(sys.argv[1]))
