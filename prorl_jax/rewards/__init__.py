@@ -22,14 +22,25 @@ Verifier = Callable[..., Score]
 
 
 def _registry() -> dict[str, Verifier]:
-  from prorl_jax.rewards import chain_sum
+  from prorl_jax.rewards import chain_sum, code, ifeval, math, mcq, puzzles
 
-  return {"chain_sum": chain_sum.score, "length_format": chain_sum.format_score}
+  return {"chain_sum": chain_sum.score, "length_format": chain_sum.format_score,
+          "math": math.score, "code": code.score, "reasoning_gym": puzzles.score,
+          "ifeval": ifeval.score, "stem": mcq.score, "mcq": mcq.score}
+
+
+# The ProRL data sources (ALGORITHM.md §3.1) -> verifier; extend with data.reward_routing.
+DEFAULT_ROUTING = {
+    "deepscaler": "math", "math": "math", "aime": "math", "amc": "math",
+    "codecontests": "code", "apps": "code", "codeforces": "code", "taco": "code",
+    "primeintellect": "code", "reasoning_gym": "reasoning_gym", "ifeval": "ifeval",
+    "llama_nemotron_if": "ifeval", "scp": "stem", "gpqa": "stem",
+}
 
 
 def route(data_source: str, table: dict[str, str] | None = None) -> Verifier:
   """The verifier for a data source: `table` maps source -> verifier name (identity by default)."""
-  name = (table or {}).get(data_source, data_source)
+  name = {**DEFAULT_ROUTING, **(table or {})}.get(data_source, data_source)
   reg = _registry()
   if name not in reg:
     raise KeyError(f"no verifier for data_source {data_source!r} (verifier {name!r}); known: "

@@ -1,0 +1,105 @@
+"""Verifiable instruction following in the IFEval style, checked on the text after `</think>`.
+
+An item's `extra_info.instructions` is a list of {"type": ..., **args}; the score is the fraction
+satisfied (strict). Types (args):
+  words / sentences / paragraphs (relation: "at least" | "at most" | "exactly", num)
+  keywords_include (keywords), keywords_exclude (keywords)
+  keyword_frequency (keyword, relation, num), letter_frequency (letter, relation, num)
+  json_format, markdown_bullets (num: exact bullet count), sections (splitter, num)
+  title (a <<title>> present), lowercase, uppercase, capital_words (relation, num)
+  start_with (phrase), end_with (phrase), no_commas, quotation (whole text quoted)
+  placeholders (num: at least this many [placeholders]), postscript (marker, e.g. "P.S.")
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Callable
+
+from prorl_jax.rewards import Score
+from prorl_jax.rewards.common import after_think
+
+
+def _compare(value: int, relation: str, num: int) -> bool:
+  if relation == "at least":
+    return value >= num
+  if relation == "at most":
+    return value <= num
+  if relation in ("exactly", "equal"):
+    return value == num
+  if relation == "less than":
+    return value < num
+  raise ValueError(f"unknown relation {relation!r}")
+
+
+def _words(t):
+  return re.findall(r"\b\w+\b", t)
+
+
+def _sentences(t):
+  return [s for s in re.split(r"(?<=[.!?])\s+", t.strip()) if s.strip()]
+
+
+def _paragraphs(t):
+  return [p for p in re.split(r"\n\s*\n|\*\*\*", t.strip()) if p.strip()]
+
+
+def _json(t):
+  s = t.strip()
+  s = re.sub(r"^```(?:json)?\s*|\s*```$", "", s)
+  try:
+    json.loads(s)
+    return True
+  except ValueError:
+    return False
+
+
+CHECKS: dict[str, Callable[..., bool]] = {
+    "words": lambda t, relation, num: _compare(len(_words(t)), relation, num),
+    "sentences": lambda t, relation, num: _compare(len(_sentences(t)), relation, num),
+    "paragraphs": lambda t, relation, num: _compare(len(_paragraphs(t)), relation, num),
+    "keywords_include": lambda t, keywords: all(
+        re.search(re.escape(k), t, re.I) for k in keywords),
+    "keywords_exclude": lambda t, keywords: not any(
+        re.search(r"\b" + re.escape(k) + r"\b", t, re.I) for k in keywords),
+    "keyword_frequency": lambda t, keyword, relation, num: _compare(
+        len(re.findall(r"\b" + re.escape(keyword) + r"\b", t, re.I)), relation, num),
+    "letter_frequency": lambda t, letter, relation, num: _compare(
+        t.lower().count(letter.lower()), relation, num),
+    "json_format": lambda t: _json(t),
+    "markdown_bullets": lambda t, num: len(re.findall(r"^\s*[*-]\s", t, re.M)) == num,
+    "sections": lambda t, splitter, num: len(
+        re.findall(r"^\s*" + re.escape(splitter) + r"\s*\d+", t, re.M)) >= num,
+    "title": lambda t: re.search(r"<<[^\n]+>>", t) is not None,
+    "lowercase": lambda t: t == t.lower() and any(c.isalpha() for c in t),
+    "uppercase": lambda t: t == t.upper() and any(c.isalpha() for c in t),
+    "capital_words": lambda t, relation, num: _compare(
+        len(re.findall(r"\b[A-Z]{2,}\b", t)), relation, num),
+    "start_with": lambda t, phrase: t.strip().lower().startswith(phrase.lower()),
+    "end_with": lambda t, phrase: t.strip().lower().endswith(phrase.lower()),
+    "no_commas": lambda t: "," not in t,
+    "quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] == '"' and t.strip()[-1] == '"',
+    "placeholders": lambda t, num: len(re.findall(r"\[[^\]]+\]", t)) >= num,
+    "postscript": lambda t, marker: re.search(
+        r"^\s*" + re.escape(marker), t, re.M | re.I) is not None,
+}
+
+
+def check(text: str, instruction: dict) -> bool:
+  args = {k: v for k, v in instruction.items() if k != "type"}
+  kind = instruction.get("type")
+  if kind not in CHECKS:
+    raise ValueError(f"unknown instruction type {kind!r}; known: {', '.join(sorted(CHECKS))}")
+  return bool(CHECKS[kind](text, **args))
+
+
+def score(response: str, reference=None, *, instructions: list[dict] | None = None, **_) -> Score:
+  if not instructions:
+    return Score(0.0, "item has no extra_info.instructions", failed=True)
+  final = after_think(response)
+  if final is None:
+    return Score(0.0, "unfinished <think> block")
+  ok = [check(final, ins) for ins in instructions]
+  failed = [ins["type"] for ins, good in zip(instructions, ok) if not good]
+  return Score(sum(ok) / len(ok), "all followed" if not failed else f"failed: {failed}")

@@ -1,0 +1,53 @@
+"""STEM multiple choice and short exact answers.
+
+The answer is taken (after `</think>`) from, in order: `\\boxed{...}`, `<answer>...</answer>`,
+"Answer: X" / "answer is X". A reference that is one letter A-J is a multiple-choice key and
+matches the chosen letter; otherwise normalised strings (case, spaces, $, trailing period)
+must be equal, or equal as numbers to 1e-6 relative.
+"""
+
+from __future__ import annotations
+
+import re
+
+from prorl_jax.rewards import Score
+from prorl_jax.rewards.common import after_think, answer_tag, last_boxed
+
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\(?([^\n]+?)\)?\s*(?:\.|$)", re.I | re.M)
+
+
+def _norm(s: str) -> str:
+  s = s.strip().strip("$").strip().rstrip(".").strip()
+  s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
+  return re.sub(r"\s+", " ", s).lower()
+
+
+def extract(text: str) -> str | None:
+  for got in (last_boxed(text), answer_tag(text)):
+    if got:
+      return got
+  found = _ANSWER_IS.findall(text)
+  return found[-1] if found else None
+
+
+def score(response: str, reference, **_) -> Score:
+  final = after_think(response)
+  if final is None:
+    return Score(0.0, "unfinished <think> block")
+  got = extract(final)
+  if got is None:
+    return Score(0.0, "no answer found")
+  ref = _norm(str(reference))
+  ans = _norm(got)
+  if re.fullmatch(r"[a-j]", ref):
+    m = re.match(r"\(?([a-j])\)?(?:[\s.:)]|$)", ans)
+    ok = bool(m) and m.group(1) == ref
+  else:
+    ok = ans == ref
+    if not ok:
+      try:
+        a, b = float(ans.replace(",", "")), float(ref.replace(",", ""))
+        ok = abs(a - b) <= 1e-6 * max(1.0, abs(b))
+      except ValueError:
+        pass
+  return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {got[:50]!r}")

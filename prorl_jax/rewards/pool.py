@@ -1,0 +1,109 @@
+"""A pool of verifier processes with a hard per-item wall-clock kill.
+
+Processes, not threads: math-verify's own timeouts use signals (main thread only), and a
+verifier stuck in C code can only be stopped by killing its process. A killed process is
+replaced. Per-domain counts of scored items, timeouts and verifier errors are kept in `stats`
+and exported as metrics; a timeout or error is a marked failure (`Score.failed`), never a 0.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import multiprocessing as mp
+import queue
+import threading
+
+from prorl_jax import rewards
+
+log = logging.getLogger(__name__)
+
+
+def _serve(conn):
+  while True:
+    job = conn.recv()
+    if job is None:
+      return
+    domain, response, reference, meta, table = job
+    try:
+      verifier = rewards.route(domain, table)
+    except KeyError as e:
+      conn.send(rewards.Score(0.0, str(e), failed=True))
+      continue
+    conn.send(rewards.safe_score(verifier, response, reference, **meta))
+
+
+class _Slot:
+  def __init__(self, ctx):
+    self.ctx = ctx
+    self.start()
+
+  def start(self):
+    self.conn, child = self.ctx.Pipe()
+    self.proc = self.ctx.Process(target=_serve, args=(child,), daemon=True)
+    self.proc.start()
+    child.close()
+
+  def kill_and_restart(self):
+    self.proc.kill()
+    self.proc.join(5)
+    self.conn.close()
+    self.start()
+
+  def close(self):
+    try:
+      self.conn.send(None)
+    except (OSError, ValueError):
+      pass
+    self.proc.join(2)
+    if self.proc.is_alive():
+      self.proc.kill()
+
+
+class VerifierPool:
+  def __init__(self, processes: int = 2, timeout_s: float = 10.0,
+               routing: dict[str, str] | None = None):
+    ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
+    self.slots = [_Slot(ctx) for _ in range(processes)]
+    self.timeout_s, self.routing = timeout_s, routing
+    self.stats: collections.Counter = collections.Counter()
+
+  def score_many(self, jobs: list[tuple[str, str, object, dict]]) -> list[rewards.Score]:
+    """jobs: (data_source, response, reference, meta) -> one Score each, in order."""
+    out: list = [None] * len(jobs)
+    todo: queue.Queue = queue.Queue()
+    for i, job in enumerate(jobs):
+      todo.put((i, job))
+
+    def drain(slot: _Slot):
+      while True:
+        try:
+          i, (domain, response, reference, meta) = todo.get_nowait()
+        except queue.Empty:
+          return
+        slot.conn.send((domain, response, reference, meta, self.routing))
+        if slot.conn.poll(self.timeout_s):
+          try:
+            out[i] = slot.conn.recv()
+          except EOFError:  # the verifier process died (e.g. killed by the OS)
+            out[i] = rewards.Score(0.0, "verifier process died", failed=True)
+            slot.kill_and_restart()
+        else:
+          out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s",
+                                 failed=True)
+          self.stats[f"{domain}/timeouts"] += 1
+          slot.kill_and_restart()
+        self.stats[f"{domain}/scored"] += 1
+        if out[i].failed and "timeout" not in out[i].reason:
+          self.stats[f"{domain}/errors"] += 1
+
+    threads = [threading.Thread(target=drain, args=(s,)) for s in self.slots]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join()
+    return out
+
+  def close(self):
+    for s in self.slots:
+      s.close()

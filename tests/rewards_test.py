@@ -1,0 +1,220 @@
+"""Verifiers: math, code (with a hostile corpus), puzzles, IFEval, MCQ, and the process pool."""
+
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from prorl_jax import rewards
+from prorl_jax.rewards import code, ifeval, math, mcq, puzzles
+from prorl_jax.rewards.pool import VerifierPool
+
+
+# ---------------------------------------------------------------------------------------- math
+@pytest.mark.parametrize("response,ref,want", [
+    ("<think>so 1/2</think> The answer is \\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+    ("<think>x</think>\\boxed{x=3}", "3", 1.0),
+    ("<think>hmm</think>\\boxed{4}", "3", 0.0),
+    ("<think>hmm</think>the answer is 3", "3", 0.0),  # no box
+    ("<think>\\boxed{3}</think> so \\boxed{5}", "3", 0.0),  # the box inside think is ignored
+    ("<think>\\boxed{3} still thinking", "3", 0.0),  # unfinished think block
+])
+def test_math(response, ref, want):
+  assert math.score(response, ref).value == want
+
+
+def test_math_adversarial_answers_return_within_the_timeout():
+  pool = VerifierPool(processes=1, timeout_s=8.0)
+  try:
+    t0 = time.time()
+    out = pool.score_many([("math", "\\boxed{9^{9^{9^9}}}", "3", {}),
+                           ("math", "\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "1", {}),
+                           ("math", "\\boxed{2}", "2", {})])
+    assert time.time() - t0 < 30
+    assert out[0].value == 0.0 and out[2].value == 1.0
+  finally:
+    pool.close()
+
+
+# ---------------------------------------------------------------------------------------- code
+STDIO = {"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}
+
+
+def _py(src):
+  return f"<think>plan</think>\n```python\n{src}\n```"
+
+
+def test_code_correct_partial_and_function_tests():
+  assert code.score(_py("import sys\nprint(sum(map(int, sys.stdin.read().split())))"),
+                    STDIO).value == 1.0
+  assert code.score(_py("print(3)"), STDIO).value == 0.5
+  fn = {"fn_name": "add", "inputs": [[1, 2], [3, 4]], "outputs": [[3], [7]]}
+  assert code.score(_py("def add(a, b):\n    return a + b"), fn).value == 1.0
+  cls = {"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]}
+  assert code.score(_py("class Solution:\n  def add(self, a, b):\n    return a + b"),
+                    cls).value == 1.0
+  assert code.score("no code here", STDIO).reason == "no ```python block"
+  assert code.score(_py("def f(:\n  pass"), STDIO).reason.endswith("syntax error")
+  bad = code.score(_py("print(1)"), "not json")
+  assert bad.failed
+
+
+@pytest.fixture(scope="module")
+def listener():
+  srv = socket.socket()
+  srv.bind(("127.0.0.1", 0))
+  srv.listen(5)
+  hits, done = [], threading.Event()
+
+  def accept():
+    srv.settimeout(0.2)
+    while not done.is_set():
+      try:
+        c, _ = srv.accept()
+        hits.append(1)
+        c.close()
+      except OSError:
+        pass
+
+  t = threading.Thread(target=accept, daemon=True)
+  t.start()
+  yield srv.getsockname()[1], hits
+  done.set()
+  t.join()
+  srv.close()
+
+
+def test_sandbox_isolation_is_available_here():
+  status = code.sandbox_status()
+  assert status["network_blocked"], status  # otherwise say so loudly: see VerifierPool
+
+
+def test_hostile_code_is_contained(tmp_path, listener):
+  port, hits = listener
+  outside = tmp_path / "outside.txt"
+  os.environ["PRORL_TEST_SECRET"] = "s3cret"
+  hostile = {
+      "infinite loop": "while True:\n  pass",
+      "fork bomb": "import os\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    pass",
+      "memory bomb": "x = []\nwhile True:\n  x.append(bytearray(10**8))",
+      "write outside": f"open({str(outside)!r}, 'w').write('pwned')\nprint(3)",
+      "parent env": "import os\nprint(open(f'/proc/{os.getppid()}/environ').read())",
+      "socket": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+                "print(3)",
+      "kill parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)",
+      "print 1GB": "import sys\nfor _ in range(1100):\n  sys.stdout.write('x' * 2**20)",
+      "os.system": f"import os\nos.system('echo pwned > {outside}')\nprint(3)",
+      "exit before tests": "import sys\nsys.exit(0)",
+  }
+  spec = {"inputs": ["1 2\n"], "outputs": ["7\n"]}  # no hostile program prints 7
+  for name, src in hostile.items():
+    t0 = time.time()
+    s = code.score(_py(src), spec, time_budget_s=3.0)
+    assert s.value == 0.0 and not s.failed, (name, s)
+    assert s.reason, name
+    assert time.time() - t0 < 15, name
+  assert not outside.exists()
+  assert hits == []  # no connection reached the listener
+  assert os.environ["PRORL_TEST_SECRET"] == "s3cret"  # and we are alive
+
+
+# ---------------------------------------------------------------------------------------- puzzles
+@pytest.mark.parametrize("task", ["basic_arithmetic", "chain_sum", "word_sorting"])
+def test_reasoning_gym_tasks(task):
+  rows = puzzles.make_items(task, seed=3, size=2)
+  entry = rows[0]["extra_info"]["entry"]
+  good = f"<think>ok</think><answer>{entry['answer']}</answer>"
+  assert puzzles.score(good, rows[0]["reward_model"]["ground_truth"], entry=entry).value == 1.0
+  bad = puzzles.score("<answer>definitely wrong 12345</answer>", None, entry=entry)
+  assert bad.value < 1.0
+  by_index = puzzles.score(good, None, **{k: v for k, v in rows[0]["extra_info"].items()
+                                          if k != "entry"})
+  assert by_index.value == 1.0
+  assert puzzles.score("no tags", None, entry=entry).reason == "no <answer> tag"
+
+
+# ---------------------------------------------------------------------------------------- ifeval
+IF_CASES = [
+    ({"type": "words", "relation": "at least", "num": 3}, "one two three", "one two"),
+    ({"type": "words", "relation": "at most", "num": 2}, "one two", "one two three"),
+    ({"type": "sentences", "relation": "exactly", "num": 2}, "A b. C d!", "A b."),
+    ({"type": "paragraphs", "relation": "exactly", "num": 2}, "a\n\nb", "a b"),
+    ({"type": "keywords_include", "keywords": ["tea", "cup"]}, "A cup of tea", "A cup"),
+    ({"type": "keywords_exclude", "keywords": ["coffee"]}, "tea", "coffee time"),
+    ({"type": "keyword_frequency", "keyword": "go", "relation": "at least", "num": 2},
+     "go go", "go"),
+    ({"type": "letter_frequency", "letter": "z", "relation": "at least", "num": 2}, "zz", "z"),
+    ({"type": "json_format"}, '```json\n{"a": 1}\n```', "{a: 1}"),
+    ({"type": "markdown_bullets", "num": 2}, "* a\n* b", "* a"),
+    ({"type": "sections", "splitter": "Section", "num": 2}, "Section 1\nx\nSection 2\ny",
+     "Section 1"),
+    ({"type": "title"}, "<<My Title>>\ntext", "My Title"),
+    ({"type": "lowercase"}, "all lower", "Not lower"),
+    ({"type": "uppercase"}, "ALL UPPER", "Not"),
+    ({"type": "capital_words", "relation": "at least", "num": 2}, "NASA and ESA", "NASA"),
+    ({"type": "start_with", "phrase": "Hello"}, "hello world", "world hello"),
+    ({"type": "end_with", "phrase": "Any questions?"}, "Done. Any questions?", "Done."),
+    ({"type": "no_commas"}, "no commas here", "a, b"),
+    ({"type": "quotation"}, '"quoted"', "not quoted"),
+    ({"type": "placeholders", "num": 2}, "[name] at [address]", "[name]"),
+    ({"type": "postscript", "marker": "P.S."}, "Hi\nP.S. bye", "Hi"),
+]
+
+
+@pytest.mark.parametrize("ins,true_text,false_text", IF_CASES,
+                         ids=[c[0]["type"] + str(i) for i, c in enumerate(IF_CASES)])
+def test_ifeval_each_check(ins, true_text, false_text):
+  assert ifeval.check(true_text, ins) is True
+  assert ifeval.check(false_text, ins) is False
+
+
+def test_ifeval_fraction_after_think():
+  ins = [{"type": "no_commas"}, {"type": "lowercase"}]
+  assert ifeval.score("<think>A, B</think>all fine", None, instructions=ins).value == 1.0
+  assert ifeval.score("<think>x</think>Has, Both", None, instructions=ins).value == 0.0
+  assert ifeval.score("<think>x</think>has, one", None, instructions=ins).value == 0.5
+
+
+# ---------------------------------------------------------------------------------------- mcq
+@pytest.mark.parametrize("response,ref,want", [
+    ("<think>..</think>The answer is (C).", "C", 1.0),
+    ("<think>..</think>\\boxed{B}", "C", 0.0),
+    ("<think>..</think>Answer: 3.0", "3", 1.0),
+    ("<think>..</think><answer>Mitochondria</answer>", "mitochondria", 1.0),
+    ("<think>..</think>I am not sure", "A", 0.0),
+])
+def test_mcq(response, ref, want):
+  assert mcq.score(response, ref).value == want
+
+
+# ---------------------------------------------------------------------------------------- pool
+def test_pool_kills_a_stuck_verifier_counts_it_and_keeps_serving():
+  pool = VerifierPool(processes=2, timeout_s=3.0)
+  try:
+    jobs = [("code", _py("while True: pass"), json.dumps(STDIO), {"time_budget_s": 60}),
+            ("chain_sum", "<answer>5</answer>", "5", {}),
+            ("no_such_source", "x", "y", {})]
+    out = pool.score_many(jobs)
+    assert out[0].failed and "timeout" in out[0].reason
+    assert out[1].value == 1.0 and not out[1].failed
+    assert out[2].failed and "no verifier for data_source" in out[2].reason
+    assert pool.stats["code/timeouts"] == 1 and pool.stats["no_such_source/errors"] == 1
+    again = pool.score_many([("chain_sum", "<answer>5</answer>", "5", {})])
+    assert again[0].value == 1.0  # the replaced process serves
+  finally:
+    pool.close()
+
+
+def test_verifier_errors_are_marked_not_zeroed():
+  def broken(response, reference, **_):
+    raise RuntimeError("server down")
+
+  s = rewards.safe_score(broken, "x", "y")
+  assert s.failed and "server down" in s.reason
+  assert rewards.route("deepscaler") is math.score
+  with pytest.raises(KeyError, match="no verifier for data_source 'unknown'"):
+    rewards.route("unknown")
