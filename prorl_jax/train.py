@@ -229,6 +229,9 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
       if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
         stale["dropped"] += 1  # never train on results beyond the staleness bound
         continue
+      for k, v in manifest.get("verifier_stats", {}).items():
+        stale.setdefault("verifier/" + k, 0)
+        stale["verifier/" + k] = max(stale["verifier/" + k], v)  # cumulative per worker
       for g in rl_step.results_to_groups(body, manifest, arrays):
         if g["verifier_failed"].any():
           stale["verifier_failed_groups"] += 1
@@ -247,6 +250,7 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
           "sampling/carry_over": stats.from_carry_over, "sampling/buffer": len(run.buffer),
           "sampling/stale_dropped": stale["dropped"], "sampling/carry_over_expired": expired,
           "sampling/verifier_failed_groups": stale["verifier_failed_groups"]}
+  info.update({k: v for k, v in stale.items() if k.startswith("verifier/")})
   if groups:
     info["sampling/staleness"] = float(np.mean([version - g["policy_version"] for g in groups]))
   return groups, info

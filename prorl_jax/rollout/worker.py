@@ -22,7 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
-from prorl_jax import rewards
+from prorl_jax.rewards import code as code_reward
+from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout.exchange import Claim, Exchange
 
 log = logging.getLogger("prorl_jax.worker")
@@ -73,28 +74,24 @@ def make_engine(name: str) -> Engine:
   raise ValueError(f"unknown engine {name!r}; use jax or vllm")
 
 
-def score_rows(tokenizer, out: dict, n: int, meta: list[dict], routing: dict | None = None):
-  """Decodes each response and scores it; returns scores, failed flags and reasons."""
-  scores, failed, reasons = [], [], []
+def score_rows(tokenizer, out: dict, n: int, meta: list[dict], pool: VerifierPool):
+  """Decodes each response and scores it in the verifier pool: scores, failed flags, reasons."""
+  jobs = []
   for r in range(len(out["lengths"])):
     m = meta[r // n]
     text = tokenizer.decode(out["tokens"][r][:out["lengths"][r]], skip_special_tokens=False)
-    try:
-      verifier = rewards.route(m.get("data_source", "length_format"), routing)
-    except KeyError as e:
-      s = rewards.Score(0.0, str(e), failed=True)
-    else:
-      s = rewards.safe_score(verifier, text, m.get("reference"), **m.get("extra", {}))
-    scores.append(s.value)
-    failed.append(s.failed)
-    reasons.append(s.reason)
-  return np.asarray(scores, np.float32), np.asarray(failed, bool), reasons
+    jobs.append((m.get("data_source", "length_format"), text, m.get("reference"),
+                 m.get("extra", {})))
+  res = pool.score_many(jobs)
+  return (np.asarray([s.value for s in res], np.float32),
+          np.asarray([s.failed for s in res], bool), [s.reason for s in res])
 
 
 class Worker:
   def __init__(self, exchange: Exchange, engine: Engine, cache_dir: str, worker_id: str,
-               poll_s: float = 0.2):
+               poll_s: float = 0.2, pool: VerifierPool | None = None):
     self.ex, self.engine, self.cache_dir, self.id = exchange, engine, cache_dir, worker_id
+    self.pool = pool or VerifierPool(processes=1)
     self.poll_s = poll_s
     self.version = -1
     self.tokenizer = None
@@ -140,7 +137,7 @@ class Worker:
                                  int(req.get("seed", 0)))
       t1 = time.time()
       scores, failed, reasons = score_rows(self.tokenizer, out, int(req["n"]), req["meta"],
-                                           req.get("routing"))
+                                           self.pool)
       t2 = time.time()
     finally:
       finished.set()
@@ -155,7 +152,8 @@ class Worker:
               "stopped": np.asarray([f == "stop" for f in out["finish_reason"]]),
               "scores": scores, "verifier_failed": failed}
     meta = {"policy_version": self.version, "generate_s": t1 - t0, "score_s": t2 - t1,
-            "reasons": reasons, "tokens_generated": int(np.sum(out["lengths"]))}
+            "reasons": reasons, "tokens_generated": int(np.sum(out["lengths"])),
+            "verifier_stats": dict(self.pool.stats)}
     return self.ex.commit_result(claim, arrays, meta)
 
   def _orphaned(self) -> bool:
@@ -202,19 +200,30 @@ def main(argv=None):
   ap.add_argument("--poll_seconds", type=float, default=0.2)
   ap.add_argument("--max_requests", type=int, default=None)
   ap.add_argument("--idle_exit_seconds", type=float, default=None)
+  ap.add_argument("--verifier_processes", type=int, default=1)
+  ap.add_argument("--verifier_timeout", type=float, default=30.0,
+                  help="hard wall-clock kill of one verification, seconds")
   ap.add_argument("--exit_with_parent", action="store_true",
                   help="stop when the process that started this worker dies (local workers)")
   args = ap.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   wid = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
   cache = args.cache_dir or os.path.join("/tmp", f"prorl_worker_{wid}")
+  status = code_reward.sandbox_status()
+  if not status["network_blocked"]:
+    log.warning("!!! code sandbox: no network namespace on this machine (root=%s); code "
+                "verification runs WITH network access: %s", status["root"], status)
+  pool = VerifierPool(args.verifier_processes, args.verifier_timeout)
   worker = Worker(Exchange(args.exchange, args.lease_seconds), make_engine(args.engine), cache,
-                  wid, args.poll_seconds)
+                  wid, args.poll_seconds, pool)
   if args.exit_with_parent:
     worker.parent_pid = os.getppid()
   signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
   log.info("worker %s: serving %s with the %s engine", wid, args.exchange, args.engine)
-  worker.run(args.max_requests, args.idle_exit_seconds)
+  try:
+    worker.run(args.max_requests, args.idle_exit_seconds)
+  finally:
+    pool.close()
   log.info("worker %s: stopped after %d requests", wid, worker.done)
 
 
