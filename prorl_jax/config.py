@@ -99,6 +99,7 @@ def base_config() -> ConfigDict:
   r.local_workers = 1  # 0 = external workers serve the exchange
   r.exchange = ""  # tensorstore kvstore URL; "" = <run_dir>/exchange
   r.timeout_s = 3600.0
+  r.max_probe_mismatch = 0.0  # abort when a worker's probe max |Δlogp| exceeds this; 0 = off
 
   c.data = d = ConfigDict()
   d.train_files = ""  # comma-separated JSONL/Parquet files in the verl schema
@@ -259,6 +260,7 @@ def _validate_rollout(cfg):
   _in(cfg, "rollout.engine", ENGINES)
   _range(cfg, "rollout.local_workers", 0, integer=True)
   _range(cfg, "rollout.timeout_s", 0, lo_open=True)
+  _range(cfg, "rollout.max_probe_mismatch", 0)
 
 
 def _check_keys(known, cfg, prefix):

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.tokenizer import prompt_ids
 from prorl_jax.rewards import chain_sum
 
 

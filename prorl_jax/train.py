@@ -25,7 +25,7 @@ from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.metrics import MetricWriter
-from prorl_jax.model import load_hf, load_tokenizer, save_hf
+from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.sharding import make_mesh
 
@@ -132,6 +132,11 @@ class Run:
     self.reset_ref = ts.jit_reset_reference(self.model_cfg, self.tx, self.mesh,
                                             c.algo.ref_reset_optimizer)
     self.source, self.heldout = make_sources(c, self.tok)
+    rng = np.random.RandomState(c.seed)
+    self.probe_tokens = [
+        [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len:]] +
+        [int(x) for x in rng.randint(0, self.model_cfg.vocab_size, 16)]
+        for it in make_sources(c, self.tok)[0].take(2)]
     self.buffer = shaping.GroupBuffer()
     self.schedule = shaping.LengthPenaltySchedule(c.algo.length_penalty,
                                                   c.algo.length_penalty_on_steps,
@@ -179,10 +184,25 @@ def _sampling(cfg, eval_mode=False) -> dict:
           "top_p": e.top_p if eval_mode else r.top_p, "top_k": 0 if eval_mode else r.top_k}
 
 
+def write_probe(run: Run, path: str):
+  """probe.json: a few fixed sequences and the trainer's log-probs (T=1) for the workers'
+  engine/trainer mismatch guard."""
+  tokens = run.probe_tokens
+  width = max(len(t) for t in tokens)
+  padded = np.zeros((len(tokens), width), np.int32)
+  for i, t in enumerate(tokens):
+    padded[i, :len(t)] = t
+  lp = np.asarray(jax.nn.log_softmax(forward(run.model_cfg, run.state.params, padded), -1))
+  out = [lp[i, np.arange(len(t) - 1), t[1:]].tolist() for i, t in enumerate(tokens)]
+  with open(os.path.join(path, "probe.json"), "w") as f:
+    json.dump({"tokens": tokens, "logprobs": out}, f)
+
+
 def publish(run: Run, ex: Exchange, version: int):
   with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
     save_hf(run.model_cfg, run.state.params, tmp, tokenizer_dir=run.path,
             dtype=run.cfg.model.compute_dtype)
+    write_probe(run, tmp)
     ex.publish_weights(version, int(run.state.step), tmp)
   ex.prune_weights(keep=2)
 
@@ -229,6 +249,16 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
       if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
         stale["dropped"] += 1  # never train on results beyond the staleness bound
         continue
+      mm = manifest.get("probe_mismatch") or {}
+      if mm:
+        stale["mismatch/probe_max"] = max(stale.get("mismatch/probe_max", 0.0), mm["max"])
+        stale["mismatch/probe_mean"] = mm["mean"]
+        budget = c.rollout.max_probe_mismatch
+        if budget and mm["max"] > budget:
+          raise RuntimeError(
+              f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
+              f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
+              f"v{manifest['policy_version']}); check the engine's dtype and weight loading")
       for k, v in manifest.get("verifier_stats", {}).items():
         stale.setdefault("verifier/" + k, 0)
         stale["verifier/" + k] = max(stale["verifier/" + k], v)  # cumulative per worker
@@ -250,7 +280,7 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
           "sampling/carry_over": stats.from_carry_over, "sampling/buffer": len(run.buffer),
           "sampling/stale_dropped": stale["dropped"], "sampling/carry_over_expired": expired,
           "sampling/verifier_failed_groups": stale["verifier_failed_groups"]}
-  info.update({k: v for k, v in stale.items() if k.startswith("verifier/")})
+  info.update({k: v for k, v in stale.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
     info["sampling/staleness"] = float(np.mean([version - g["policy_version"] for g in groups]))
   return groups, info

@@ -9,8 +9,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 
 LAYERS = {
     0: ["config", "datatypes", "sharding", "losses", "advantages", "shaping", "metrics",
-        "rewards", "model.presets", "__init__"],
-    1: ["model.qwen2", "model.hf_weights", "model.tokenizer", "model", "data", "checkpoint",
+        "rewards", "model.presets", "tokenizer", "__init__"],
+    1: ["model.qwen2", "model.hf_weights", "model", "data", "checkpoint",
         "rollout", "rollout.exchange"],
     2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
         "tiny_base", "demo_task"],
@@ -18,7 +18,7 @@ LAYERS = {
     4: ["train", "rl_step"],
     5: ["main"],
 }
-NO_JAX = ("rewards", "rollout.vllm_engine")  # run in worker processes / vLLM's environment
+NO_JAX = ("rewards", "rollout.vllm_engine", "rollout.exchange", "tokenizer")  # run in worker processes / vLLM's environment
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -76,3 +76,14 @@ def test_layering_check_can_fail():
   assert _layer("main") > _layer("train") > _layer("train_step") > _layer("model.qwen2")
   with pytest.raises(AssertionError):
     _layer("not_a_module")
+
+
+def test_rollout_worker_never_imports_jax():
+  """The worker runs in vLLM's own environment, which has no jax."""
+  import subprocess
+  import sys
+
+  code = ("import sys; import prorl_jax.rollout.worker, prorl_jax.rollout.vllm_engine; "
+          "bad = [m for m in ('jax', 'flax', 'optax') if m in sys.modules]; "
+          "assert not bad, bad")
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT.parent)

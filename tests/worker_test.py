@@ -1,6 +1,8 @@
 """The rollout worker as a real process on a real exchange directory."""
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +13,7 @@ import pytest
 
 from prorl_jax import tiny_base
 from prorl_jax.model import load_tokenizer
-from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.tokenizer import prompt_ids
 from prorl_jax.rewards import chain_sum
 from prorl_jax.rollout.exchange import Exchange
 
@@ -48,10 +50,28 @@ def _wait(pred, timeout, what):
     time.sleep(0.1)
 
 
+def _with_probe(base, dest):
+  """A copy of the model with probe.json: the trainer's log-probs of two fixed sequences."""
+  import jax
+
+  from prorl_jax.model import forward, load_hf
+
+  shutil.copytree(base, dest)
+  cfg, params = load_hf(base)
+  tokens = [[1, 8, 9, 10, 11, 12], [1, 13, 14]]
+  lps = []
+  for t in tokens:
+    lp = np.asarray(jax.nn.log_softmax(forward(cfg, params, np.asarray([t]))[0], -1))
+    lps.append(lp[np.arange(len(t) - 1), t[1:]].tolist())
+  with open(os.path.join(dest, "probe.json"), "w") as f:
+    json.dump({"tokens": tokens, "logprobs": lps}, f)
+  return dest
+
+
 def test_worker_serves_a_request_end_to_end(tmp_path, base):
   url = f"file://{tmp_path}/ex"
   ex = Exchange(url)
-  ex.publish_weights(0, step=0, src_dir=base)
+  ex.publish_weights(0, step=0, src_dir=_with_probe(base, str(tmp_path / "probed")))
   tok = load_tokenizer(base)
   rid, items = _request(ex, tok, "req0")
   proc = _start(url, "--max_requests=1")
@@ -61,6 +81,7 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
     proc.kill()
   manifest, arrays = ex.read_result(rid)
   assert manifest["policy_version"] == 0 and manifest["attempt"] == 0
+  assert manifest["probe_mismatch"]["max"] < 1e-4  # the JAX engine is the trainer's model
   assert arrays["tokens"].shape == (12, 12) and arrays["scores"].shape == (12,)
   for r in range(12):  # the worker's scores are the verifier's scores of the decoded text
     text = tok.decode(arrays["tokens"][r][:arrays["lengths"][r]])

@@ -15,7 +15,7 @@ from prorl_jax import sharding
 from prorl_jax.model import hf_weights, presets
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import Qwen2, head_weight
-from prorl_jax.model.tokenizer import load_tokenizer
+from prorl_jax.tokenizer import load_tokenizer
 
 __all__ = ["Qwen2Config", "Qwen2", "load_hf", "save_hf", "forward", "hidden_states",
            "init_params", "param_logical_axes", "param_shardings", "head_weight",

