@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from prorl_jax.tokenizer import prompt_ids
 from prorl_jax.rewards import chain_sum
+from prorl_jax.tokenizer import prompt_ids
 
 
 class DataError(ValueError):
@@ -126,7 +126,10 @@ class ChainSumSource:
     self.cursor = dict(state)
 
 
-def chain_sum_heldout(tokenizer, n: int, seed: int = 10_000_000) -> list[dict]:
+HELDOUT_SEED = 10_000_000
+
+
+def chain_sum_heldout(tokenizer, n: int, seed: int = HELDOUT_SEED) -> list[dict]:
   src = ChainSumSource(tokenizer, seed=seed)
   return [src.next() for _ in range(n)]
 
@@ -156,3 +159,19 @@ class Blend:
     self.count = state["count"]
     for s, st in zip(self.sources, state["sources"]):
       s.load_state(st)
+
+
+def make_sources(tok, *, train_files: list[str], val_files: list[str],
+                 weights: list[float] | None, max_prompt_len: int, seed: int,
+                 heldout: int) -> tuple[Blend, list[dict]]:
+  """(training source, held-out items): dataset files, or the demo's procedural chain sums with
+  `heldout` held-out prompts (the first 1,000 held-out prompts never appear in training)."""
+  if train_files:
+    srcs = [JsonlSource([f], tok, max_prompt_len=max_prompt_len, seed=seed + i)
+            for i, f in enumerate(train_files)]
+    val = JsonlSource(val_files, tok, max_prompt_len=max_prompt_len, seed=seed).items \
+        if val_files else []
+    return Blend(srcs, weights, seed=seed), val
+  exclude = {it["prompt"] for it in chain_sum_heldout(tok, max(1000, heldout))}
+  src = ChainSumSource(tok, seed=seed * 7919 + 2, exclude=exclude)
+  return Blend([src], seed=seed), chain_sum_heldout(tok, heldout)

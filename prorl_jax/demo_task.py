@@ -20,7 +20,6 @@ from prorl_jax import data, tiny_base
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 
 log = logging.getLogger(__name__)
-HELDOUT_SEED = 10_000_000
 
 
 def _sft_batch(tok, src, batch: int, length: int):
@@ -45,7 +44,7 @@ def build(path: str, *, seed: int = 0, steps: int = 200, batch: int = 64, lr: fl
   tiny_base.build(scratch, seed=seed)
   cfg, params = load_hf(scratch)
   tok = load_tokenizer(scratch)
-  heldout = {it["prompt"] for it in data.chain_sum_heldout(tok, 1000, HELDOUT_SEED)}
+  heldout = {it["prompt"] for it in data.chain_sum_heldout(tok, 1000)}
   src = data.ChainSumSource(tok, seed=seed * 7919 + 1, exclude=heldout)
   sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(50, steps // 4), steps, lr * 0.1)
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))

@@ -108,3 +108,68 @@ def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, v
     if k > 1:
       out[f"pass@{k}"] = float(np.mean([pass_at_k(samples, int((r >= 1).sum()), k) for r in s]))
   return out
+
+
+def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
+  """Evaluates a HF directory (a published version, a base model) on the config's held-out set,
+  through a private exchange and local workers."""
+  import os
+  import tempfile
+
+  from prorl_jax import config as config_lib
+  from prorl_jax import data
+  from prorl_jax.rollout.local import LocalWorkers
+  from prorl_jax.tokenizer import load_tokenizer
+
+  config_lib.validate(cfg)
+  if not os.path.isfile(os.path.join(checkpoint, "config.json")):
+    raise config_lib.ConfigError(f"--checkpoint={checkpoint!r} is not a HF model directory")
+  tok = load_tokenizer(checkpoint)
+  split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+  _, items = data.make_sources(tok, train_files=split(cfg.data.train_files),
+                               val_files=split(cfg.data.val_files), weights=None,
+                               max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
+                               heldout=cfg.eval.heldout)
+  if not items:
+    raise config_lib.ConfigError("no held-out items: set data.val_files")
+  sampling = {"max_new_tokens": cfg.rollout.max_response_len, "temperature": cfg.eval.temperature,
+              "top_p": cfg.eval.top_p, "top_k": 0}
+  with tempfile.TemporaryDirectory() as tmp:
+    url = f"file://{tmp}/exchange"
+    ex = Exchange(url)
+    ex.publish_weights(0, 0, checkpoint)
+    workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
+                           os.path.join(tmp, "workers"))
+    try:
+      return evaluate(ex, items, samples=cfg.eval.samples, sampling=sampling, version=0,
+                      ks=[int(k) for k in split(str(cfg.eval.pass_k))],
+                      timeout_s=cfg.rollout.timeout_s, tag="eval", seed=cfg.seed,
+                      on_idle=workers.check)
+    finally:
+      workers.stop()
+
+
+def main(argv):
+  """`python -m prorl_jax.eval --config=configs/tiny.py --checkpoint=HF_DIR [--out=FILE]`."""
+  import json
+
+  from absl import flags
+
+  del argv
+  result = evaluate_checkpoint(flags.FLAGS.config, flags.FLAGS.checkpoint)
+  text = json.dumps(result, indent=1)
+  print(text)
+  if flags.FLAGS.out:
+    with open(flags.FLAGS.out, "w") as f:
+      f.write(text)
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  config_flags.DEFINE_config_file("config", None, "config file", lock_config=True)
+  flags.DEFINE_string("checkpoint", None, "a HF model directory (e.g. a published version)")
+  flags.DEFINE_string("out", "", "also write the JSON here")
+  flags.mark_flags_as_required(["config", "checkpoint"])
+  app.run(main)

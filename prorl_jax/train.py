@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -27,6 +25,7 @@ from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.metrics import MetricWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.local import LocalWorkers
 from prorl_jax.sharding import make_mesh
 
 log = logging.getLogger("prorl_jax.train")
@@ -63,48 +62,6 @@ def loss_config(cfg) -> ts.LossConfig:
       micro_batches=(r.mini_batch_prompts * r.n) // r.micro_batch_size)
 
 
-class LocalWorkers:
-  """Worker processes on this machine, restarted when they die, stopped on exit."""
-
-  def __init__(self, url: str, count: int, engine: str, log_dir: str):
-    self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
-    self.procs: list[subprocess.Popen] = []
-    self.restarts = 0
-    os.makedirs(log_dir, exist_ok=True)
-    for i in range(count):
-      self.procs.append(self._start(i))
-
-  def _start(self, i):
-    env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-         os.environ.get("PYTHONPATH", "")]))
-    out = open(os.path.join(self.log_dir, f"worker{i}.log"), "a")
-    return subprocess.Popen(
-        [sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={self.url}",
-         f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
-         "--exit_with_parent",
-         f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}"],
-        stdout=out, stderr=subprocess.STDOUT, env=env)
-
-  def check(self) -> str:
-    for i, p in enumerate(self.procs):
-      if p.poll() is not None:
-        log.warning("local worker %d exited with %s; restarting it", i, p.returncode)
-        self.procs[i] = self._start(i)
-        self.restarts += 1
-    return f"(local workers alive: {sum(p.poll() is None for p in self.procs)}/{self.count})"
-
-  def stop(self):
-    for p in self.procs:
-      if p.poll() is None:
-        p.terminate()
-    for p in self.procs:
-      try:
-        p.wait(timeout=20)
-      except subprocess.TimeoutExpired:
-        p.kill()
-
-
 class Run:
   """Everything a run holds between steps; `host_state()` is what a checkpoint stores."""
 
@@ -131,12 +88,12 @@ class Run:
                                         micro_batches=loss_config(c).micro_batches)
     self.reset_ref = ts.jit_reset_reference(self.model_cfg, self.tx, self.mesh,
                                             c.algo.ref_reset_optimizer)
-    self.source, self.heldout = make_sources(c, self.tok)
+    self.source, self.heldout = sources_for(c, self.tok)
     rng = np.random.RandomState(c.seed)
     self.probe_tokens = [
         [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len:]] +
         [int(x) for x in rng.randint(0, self.model_cfg.vocab_size, 16)]
-        for it in make_sources(c, self.tok)[0].take(2)]
+        for it in sources_for(c, self.tok)[0].take(2)]
     self.buffer = shaping.GroupBuffer()
     self.schedule = shaping.LengthPenaltySchedule(c.algo.length_penalty,
                                                   c.algo.length_penalty_on_steps,
@@ -153,28 +110,17 @@ class Run:
     self.host = host
 
 
-def make_sources(cfg, tok):
-  """(training source, held-out validation items) for the config."""
-  if cfg.data.train_files:
-    files = [f for f in cfg.data.train_files.split(",") if f]
-    weights = [float(w) for w in cfg.data.weights.split(",") if w] or None
-    srcs = [data.JsonlSource([f], tok, max_prompt_len=cfg.rollout.max_prompt_len,
-                             seed=cfg.seed + i) for i, f in enumerate(files)]
-    val = []
-    if cfg.data.val_files:
-      vsrc = data.JsonlSource([f for f in cfg.data.val_files.split(",") if f], tok,
-                              max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed)
-      val = vsrc.items
-    return data.Blend(srcs, weights, seed=cfg.seed), val
-  if cfg.model.build_tiny:  # the demo's procedural task, held-out prompts excluded
-    from prorl_jax.demo_task import HELDOUT_SEED
-
-    heldout = data.chain_sum_heldout(tok, cfg.eval.heldout, HELDOUT_SEED)
-    exclude = {it["prompt"] for it in data.chain_sum_heldout(tok, 1000, HELDOUT_SEED)}
-    src = data.ChainSumSource(tok, seed=cfg.seed * 7919 + 2, exclude=exclude)
-    return data.Blend([src], seed=cfg.seed), heldout
-  raise config_lib.ConfigError("data.train_files is empty: pass JSONL/Parquet files in the verl "
-                               "schema (--config.data.train_files=a.jsonl,b.parquet)")
+def sources_for(cfg, tok):
+  """(training source, held-out items) for the config."""
+  if not cfg.data.train_files and not cfg.model.build_tiny:
+    raise config_lib.ConfigError("data.train_files is empty: pass JSONL/Parquet files in the "
+                                 "verl schema (--config.data.train_files=a.jsonl,b.parquet)")
+  split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+  return data.make_sources(tok, train_files=split(cfg.data.train_files),
+                           val_files=split(cfg.data.val_files),
+                           weights=[float(w) for w in split(cfg.data.weights)] or None,
+                           max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
+                           heldout=cfg.eval.heldout)
 
 
 def _sampling(cfg, eval_mode=False) -> dict:

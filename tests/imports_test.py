@@ -13,12 +13,14 @@ LAYERS = {
     1: ["model.qwen2", "model.hf_weights", "model", "data", "checkpoint",
         "rollout", "rollout.exchange"],
     2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
+        "rollout.local",
         "tiny_base", "demo_task"],
     3: ["eval", "plot"],
     4: ["train", "rl_step"],
     5: ["main"],
 }
-NO_JAX = ("rewards", "rollout.vllm_engine", "rollout.exchange", "tokenizer")  # run in worker processes / vLLM's environment
+# These run in worker processes and in vLLM's own environment, which has no jax.
+NO_JAX = ("rewards", "rollout.vllm_engine", "rollout.exchange", "tokenizer")
 
 
 def _module_name(path: pathlib.Path) -> str:

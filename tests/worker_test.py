@@ -13,9 +13,9 @@ import pytest
 
 from prorl_jax import tiny_base
 from prorl_jax.model import load_tokenizer
-from prorl_jax.tokenizer import prompt_ids
 from prorl_jax.rewards import chain_sum
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.tokenizer import prompt_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

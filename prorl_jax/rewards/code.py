@@ -96,7 +96,8 @@ def sandbox_status() -> dict:
 def sandbox_python() -> str:
   """An interpreter the unprivileged sandbox uid can execute (a venv under /root is not one):
   $PRORL_SANDBOX_PYTHON, else the system python3, else this interpreter."""
-  for cand in (os.environ.get("PRORL_SANDBOX_PYTHON"), "/usr/bin/python3", "/usr/local/bin/python3"):
+  for cand in (os.environ.get("PRORL_SANDBOX_PYTHON"), "/usr/bin/python3",
+               "/usr/local/bin/python3"):
     if cand and os.path.isfile(cand):
       real = os.path.realpath(cand)
       if os.stat(real).st_mode & 0o001 and all(
