@@ -52,6 +52,7 @@ def base_config() -> ConfigDict:
 
   c.algo = a = ConfigDict()
   a.estimator = "reinforce_pp_baseline"
+  a.adv_whiten_unbiased = False  # True: verl's Bessel-corrected batch variance
   a.adv_boost = 0.0  # +boost to the advantage of responses with score >= 1 (unofficial [FK] 0.1)
   a.clip_low = 0.2
   a.clip_high = 0.28
@@ -106,6 +107,7 @@ def base_config() -> ConfigDict:
   d.val_files = ""
   d.weights = ""  # comma-separated blend weights, same order as train_files
   d.chat_template = True
+  d.reward_routing = ""  # extra data_source -> verifier pairs, "src:verifier,src2:verifier"
 
   c.eval = e = ConfigDict()
   e.every = 50  # 0 = never
@@ -194,6 +196,9 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   if not ks or not all(s.strip().isdigit() and 1 <= int(s) <= cfg.eval.samples for s in ks):
     _fail(f"eval.pass_k must be comma-separated integers in [1, eval.samples={cfg.eval.samples}], "
           f"got {cfg.eval.pass_k!r}")
+  for pair in [p for p in cfg.data.reward_routing.split(",") if p.strip()]:
+    if pair.count(":") != 1 or not all(pair.split(":")):
+      _fail(f"data.reward_routing entries must look like source:verifier, got {pair!r}")
   _range(cfg, "checkpoint.every", 0, integer=True)
   _range(cfg, "checkpoint.keep", 1, integer=True)
   return cfg

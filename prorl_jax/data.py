@@ -25,6 +25,11 @@ class DataError(ValueError):
 
 
 def _read_rows(path: str) -> list[dict]:
+  if path.startswith("reasoning_gym:"):  # reasoning_gym:TASK:SEED:SIZE
+    from prorl_jax.rewards import puzzles
+
+    _, task, seed, size = path.split(":")
+    return puzzles.make_items(task, seed=int(seed), size=int(size))
   if not os.path.isfile(path):
     raise DataError(f"{path}: no such file (data.train_files / data.val_files)")
   if path.endswith(".parquet"):

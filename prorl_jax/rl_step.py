@@ -70,7 +70,8 @@ def build_batch(groups: list[dict], *, prompt_len: int, response_len: int, pad_i
 
 
 def token_advantages(estimator: str, shaped_PxN, loss_mask_BxT, *, kl_BxT=None,
-                     kl_coef: float = 0.0, boost: float = 0.0, correct_PxN=None):
+                     kl_coef: float = 0.0, boost: float = 0.0, correct_PxN=None,
+                     unbiased: bool = False):
   """Advantages on the [B, T] layout; rows beyond P·N (padding) get 0."""
   p, n = shaped_PxN.shape
   b = p * n
@@ -80,7 +81,7 @@ def token_advantages(estimator: str, shaped_PxN, loss_mask_BxT, *, kl_BxT=None,
   adv[:b] = np.asarray(advantages.compute_advantages(
       estimator, shaped_PxN, loss_mask_BxT[:b].astype(np.float32),
       kl_BxT=None if kl_BxT is None else kl_BxT[:b], kl_coef=kl_coef, boost=boost,
-      correct_PxN=correct_PxN))
+      correct_PxN=correct_PxN, unbiased=unbiased))
   return adv
 
 

@@ -153,6 +153,11 @@ def publish(run: Run, ex: Exchange, version: int):
   ex.prune_weights(keep=2)
 
 
+def routing_table(cfg) -> dict[str, str]:
+  pairs = [p.split(":") for p in cfg.data.reward_routing.split(",") if p.strip()]
+  return {k.strip(): v.strip() for k, v in pairs}
+
+
 def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
   """A result is trained on only if sampled by one of the last `max_staleness`+1 versions (a
   version from the future comes from an interrupted run and is never admitted)."""
@@ -179,6 +184,7 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
           "sampling": _sampling(c), "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31
                                              + j) % 2 ** 31,
           "min_version": max(0, version - c.rollout.max_staleness), "max_version": version,
+          "routing": routing_table(c),
           "meta": [{"data_source": it["data_source"], "reference": it["reference"],
                     "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]},
           request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
@@ -270,7 +276,7 @@ def update(run: Run, groups: list[dict], step: int) -> dict:
   raw = np.concatenate([np.stack([g["raw_scores"] for g in gs]) for _, _, gs in batches])
   adv_all = rl_step.token_advantages(a.estimator, shaped, loss_mask, kl_BxT=kl,
                                      kl_coef=a.kl_coef, boost=a.adv_boost,
-                                     correct_PxN=raw >= 1.0)
+                                     correct_PxN=raw >= 1.0, unbiased=a.adv_whiten_unbiased)
   tok_total = max(float(loss_mask.sum()), 1.0)
   metrics["actor/entropy_old"] = float(sum(b["entropy"].sum() for b, _, _ in batches) / tok_total)
   metrics["actor/kl_ref_old"] = float(sum(

@@ -68,8 +68,10 @@ class VerifierPool:
     self.timeout_s, self.routing = timeout_s, routing
     self.stats: collections.Counter = collections.Counter()
 
-  def score_many(self, jobs: list[tuple[str, str, object, dict]]) -> list[rewards.Score]:
+  def score_many(self, jobs: list[tuple[str, str, object, dict]],
+                 routing: dict[str, str] | None = None) -> list[rewards.Score]:
     """jobs: (data_source, response, reference, meta) -> one Score each, in order."""
+    table = {**(self.routing or {}), **(routing or {})}
     out: list = [None] * len(jobs)
     todo: queue.Queue = queue.Queue()
     for i, job in enumerate(jobs):
@@ -81,7 +83,7 @@ class VerifierPool:
           i, (domain, response, reference, meta) = todo.get_nowait()
         except queue.Empty:
           return
-        slot.conn.send((domain, response, reference, meta, self.routing))
+        slot.conn.send((domain, response, reference, meta, table))
         if slot.conn.poll(self.timeout_s):
           try:
             out[i] = slot.conn.recv()

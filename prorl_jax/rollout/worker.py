@@ -83,7 +83,8 @@ def make_engine(name: str) -> Engine:
   raise ValueError(f"unknown engine {name!r}; use jax or vllm")
 
 
-def score_rows(tokenizer, out: dict, n: int, meta: list[dict], pool: VerifierPool):
+def score_rows(tokenizer, out: dict, n: int, meta: list[dict], pool: VerifierPool,
+               routing: dict | None = None):
   """Decodes each response and scores it in the verifier pool: scores, failed flags, reasons."""
   jobs = []
   for r in range(len(out["lengths"])):
@@ -91,7 +92,7 @@ def score_rows(tokenizer, out: dict, n: int, meta: list[dict], pool: VerifierPoo
     text = tokenizer.decode(out["tokens"][r][:out["lengths"][r]], skip_special_tokens=False)
     jobs.append((m.get("data_source", "length_format"), text, m.get("reference"),
                  m.get("extra", {})))
-  res = pool.score_many(jobs)
+  res = pool.score_many(jobs, routing)
   return (np.asarray([s.value for s in res], np.float32),
           np.asarray([s.failed for s in res], bool), [s.reason for s in res])
 
@@ -162,7 +163,7 @@ class Worker:
                                  int(req.get("seed", 0)))
       t1 = time.time()
       scores, failed, reasons = score_rows(self.tokenizer, out, int(req["n"]), req["meta"],
-                                           self.pool)
+                                           self.pool, req.get("routing"))
       t2 = time.time()
     finally:
       finished.set()

