@@ -211,9 +211,8 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
               f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
               f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
               f"v{manifest['policy_version']}); check the engine's dtype and weight loading")
-      for k, v in manifest.get("verifier_stats", {}).items():
-        stale.setdefault("verifier/" + k, 0)
-        stale["verifier/" + k] = max(stale["verifier/" + k], v)  # cumulative per worker
+      for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
+        stale["verifier/" + k] = stale.get("verifier/" + k, 0) + v
       for g in rl_step.results_to_groups(body, manifest, arrays):
         if g["verifier_failed"].any():
           stale["verifier_failed_groups"] += 1

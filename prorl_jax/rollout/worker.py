@@ -162,6 +162,7 @@ class Worker:
       out = self.engine.generate(req["prompts"], int(req["n"]), sampling,
                                  int(req.get("seed", 0)))
       t1 = time.time()
+      before = dict(self.pool.stats)
       scores, failed, reasons = score_rows(self.tokenizer, out, int(req["n"]), req["meta"],
                                            self.pool, req.get("routing"))
       t2 = time.time()
@@ -179,7 +180,9 @@ class Worker:
               "scores": scores, "verifier_failed": failed}
     meta = {"policy_version": self.version, "generate_s": t1 - t0, "score_s": t2 - t1,
             "reasons": reasons, "tokens_generated": int(np.sum(out["lengths"])),
-            "verifier_stats": dict(self.pool.stats), "probe_mismatch": self.mismatch}
+            "verifier_stats": {k: v - before.get(k, 0) for k, v in self.pool.stats.items()
+                               if v - before.get(k, 0)},  # this request's counts
+            "probe_mismatch": self.mismatch}
     return self.ex.commit_result(claim, arrays, meta)
 
   def _orphaned(self) -> bool:
