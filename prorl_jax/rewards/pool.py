@@ -20,17 +20,18 @@ log = logging.getLogger(__name__)
 
 
 def _serve(conn):
+  """Receives a chunk of jobs, sends one result per job as soon as it is scored."""
   while True:
-    job = conn.recv()
-    if job is None:
+    chunk = conn.recv()
+    if chunk is None:
       return
-    domain, response, reference, meta, table = job
-    try:
-      verifier = rewards.route(domain, table)
-    except KeyError as e:
-      conn.send(rewards.Score(0.0, str(e), failed=True))
-      continue
-    conn.send(rewards.safe_score(verifier, response, reference, **meta))
+    for domain, response, reference, meta, table in chunk:
+      try:
+        verifier = rewards.route(domain, table)
+      except KeyError as e:
+        conn.send(rewards.Score(0.0, str(e), failed=True))
+        continue
+      conn.send(rewards.safe_score(verifier, response, reference, **meta))
 
 
 class _Slot:
@@ -77,27 +78,39 @@ class VerifierPool:
     for i, job in enumerate(jobs):
       todo.put((i, job))
 
+    chunk_size = max(1, min(64, -(-len(jobs) // len(self.slots))))
+
     def drain(slot: _Slot):
       while True:
-        try:
-          i, (domain, response, reference, meta) = todo.get_nowait()
-        except queue.Empty:
-          return
-        slot.conn.send((domain, response, reference, meta, table))
-        if slot.conn.poll(self.timeout_s):
+        chunk = []
+        while len(chunk) < chunk_size:
           try:
-            out[i] = slot.conn.recv()
-          except EOFError:  # the verifier process died (e.g. killed by the OS)
-            out[i] = rewards.Score(0.0, "verifier process died", failed=True)
+            chunk.append(todo.get_nowait())
+          except queue.Empty:
+            break
+        if not chunk:
+          return
+        # One message per chunk (IPC per item costs more than a cheap verifier); results come
+        # back one by one, each under its own wall-clock limit.
+        slot.conn.send([(d, r, ref, m, table) for _, (d, r, ref, m) in chunk])
+        for k, (i, (domain, _, _, _)) in enumerate(chunk):
+          if slot.conn.poll(self.timeout_s):
+            try:
+              out[i] = slot.conn.recv()
+            except EOFError:  # the verifier process died (e.g. killed by the OS)
+              out[i] = rewards.Score(0.0, "verifier process died", failed=True)
+          else:
+            out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s",
+                                   failed=True)
+            self.stats[f"{domain}/timeouts"] += 1
+          self.stats[f"{domain}/scored"] += 1
+          if out[i].failed and "timeout" not in out[i].reason:
+            self.stats[f"{domain}/errors"] += 1
+          if out[i].failed and out[i].reason.startswith(("verifier timeout", "verifier process")):
             slot.kill_and_restart()
-        else:
-          out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s",
-                                 failed=True)
-          self.stats[f"{domain}/timeouts"] += 1
-          slot.kill_and_restart()
-        self.stats[f"{domain}/scored"] += 1
-        if out[i].failed and "timeout" not in out[i].reason:
-          self.stats[f"{domain}/errors"] += 1
+            for rest in chunk[k + 1:]:  # the rest of the chunk goes back to the queue
+              todo.put(rest)
+            break
 
     threads = [threading.Thread(target=drain, args=(s,)) for s in self.slots]
     for t in threads:
