@@ -42,7 +42,7 @@ class JaxEngine:
   """The JAX sampler as an engine (CPU or any JAX device)."""
 
   def __init__(self):
-    self.cfg = self.params = self.eos = None
+    self.cfg = self.params = self._score = None
     self.pad = 0
 
   def load(self, path: str) -> None:
@@ -57,9 +57,10 @@ class JaxEngine:
 
     from prorl_jax.model import forward
 
-    logits = forward(self.cfg, self.params, np.asarray([tokens], np.int32))[0, :-1]
-    lp = jax.nn.log_softmax(logits, axis=-1)
-    return np.asarray(lp)[np.arange(len(tokens) - 1), tokens[1:]]
+    if self._score is None:  # jitted once: the probe is checked after every weight reload
+      self._score = jax.jit(lambda p, t: jax.nn.log_softmax(forward(self.cfg, p, t), axis=-1))
+    lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
+    return lp[np.arange(len(tokens) - 1), tokens[1:]]
 
   def generate(self, prompts, n, sampling, seed):
     from prorl_jax.rollout.jax_sampler import SamplingParams, generate
