@@ -68,3 +68,21 @@ def test_heldout_prompts_are_excluded_from_training(tok):
   src = data.ChainSumSource(tok, seed=0, exclude={h["prompt"] for h in held})
   train = {src.next()["prompt"] for _ in range(500)}
   assert not train & {h["prompt"] for h in held}
+
+
+def test_parquet_rows_load_like_jsonl(tmp_path, tok):
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+
+  rows = [_row(0), _row(1, src="math", n=2)]
+  pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "a.parquet"))
+  src = data.JsonlSource([str(tmp_path / "a.parquet")], tok, max_prompt_len=16)
+  assert [it["data_source"] for it in src.items] == ["chain_sum", "math"]
+  assert src.items[1]["reference"] == "2"
+
+
+def test_reasoning_gym_procedural_source(tok):
+  src = data.JsonlSource(["reasoning_gym:basic_arithmetic:3:5"], tok, max_prompt_len=4096,
+                         use_chat_template=False)
+  assert len(src.items) == 5 and src.items[0]["data_source"] == "reasoning_gym"
+  assert src.items[0]["extra"]["entry"]["answer"] == src.items[0]["reference"]
