@@ -63,9 +63,7 @@ def build_batch(groups: list[dict], *, prompt_len: int, response_len: int, pad_i
       out["loss_mask"][r, prompt_len:prompt_len + length] = 1
       out["gen_logp"][r, prompt_len:prompt_len + length] = g["gen_logp"][j, :length]
       r += 1
-  if r == 0:
-    out["attn_mask"][:, prompt_len - 1] = 1  # keep empty rows finite
-  out["attn_mask"][r:, prompt_len - 1] = 1
+  out["attn_mask"][r:, prompt_len - 1] = 1  # empty rows see one token: finite, never trained
   return out
 
 

@@ -8,7 +8,7 @@ small dicts so checkpoints hold them and a resumed run continues exactly.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -156,6 +156,3 @@ def fill(buffer: GroupBuffer, generate: Callable[[], list[dict] | None], needed:
   stats.short = len(out) < needed
   return out, stats
 
-
-def group_to_arrays(groups: list[dict], key: str) -> Any:
-  return np.stack([np.asarray(g[key]) for g in groups])

@@ -90,10 +90,11 @@ class Run:
                                             c.algo.ref_reset_optimizer)
     self.source, self.heldout = sources_for(c, self.tok)
     rng = np.random.RandomState(c.seed)
+    probe_items = self.heldout[:2] or [self.source.sources[0].items[0]]
     self.probe_tokens = [
         [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len:]] +
         [int(x) for x in rng.randint(0, self.model_cfg.vocab_size, 16)]
-        for it in sources_for(c, self.tok)[0].take(2)]
+        for it in probe_items]
     self.buffer = shaping.GroupBuffer()
     self.schedule = shaping.LengthPenaltySchedule(c.algo.length_penalty,
                                                   c.algo.length_penalty_on_steps,
@@ -178,24 +179,23 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
     rids = {}
     for j in range(0, k, per):
       part = items[j:j + per]
-      rid = ex.put_request({
+      request = {
           "prompts": [it["prompt_ids"] for it in part], "n": c.rollout.n,
           "sampling": _sampling(c), "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31
                                              + j) % 2 ** 31,
           "min_version": max(0, version - c.rollout.max_staleness), "max_version": version,
           "routing": routing_table(c),
           "meta": [{"data_source": it["data_source"], "reference": it["reference"],
-                    "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]},
-          request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
-      rids[rid] = None
+                    "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]}
+      rid = ex.put_request(request, request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
+      rids[rid] = dict(request, id=rid)
     rnd["i"] += 1
     done = eval_lib.wait_for_results(ex, list(rids), timeout_s=c.rollout.timeout_s,
                                      what=f"rollouts of step {step}",
                                      on_idle=workers.check if workers else None)
     groups = []
-    for rid in rids:
+    for rid, body in rids.items():
       manifest, arrays = done[rid]
-      body = ex._load_request(rid)
       ex.retire(rid)
       if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
         stale["dropped"] += 1  # never train on results beyond the staleness bound
@@ -279,18 +279,20 @@ def update(run: Run, groups: list[dict], step: int) -> dict:
   metrics["actor/entropy_old"] = float(sum(b["entropy"].sum() for b, _, _ in batches) / tok_total)
   metrics["actor/kl_ref_old"] = float(sum(
       (0.5 * np.square(b["old_logp"] - b["ref_logp"])).sum() for b, _, _ in batches) / tok_total)
-  offset, sums = 0, {}
+  offset = 0
+  for b, _, gs in batches:
+    rows = len(gs) * r.n
+    b["adv"] = np.zeros_like(b["old_logp"])
+    b["adv"][:rows] = adv_all[offset:offset + rows]
+    offset += rows
+  sums, pending = {}, []
   for _ in range(a.epochs):
-    offset = 0
-    for b, _, gs in batches:
-      rows = len(gs) * r.n
-      b["adv"] = np.zeros_like(b["old_logp"])
-      b["adv"][:rows] = adv_all[offset:offset + rows]
-      offset += rows
-      feed = {k: b[k] for k in ts.BATCH_KEYS}
-      run.state, m = run.train_step(run.state, feed)
-      for k, v in jax.device_get(m).items():
-        sums.setdefault(k, []).append(float(v))
+    for b, _, _ in batches:
+      run.state, m = run.train_step(run.state, {k: b[k] for k in ts.BATCH_KEYS})
+      pending.append(m)  # fetched once after all updates: no host sync between them
+  for m in jax.device_get(pending):
+    for k, v in m.items():
+      sums.setdefault(k, []).append(float(v))
   for k, v in sums.items():
     metrics[k] = max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else (
         sum(v) if k in ("actor/skipped",) else float(np.mean(v)))

@@ -245,7 +245,7 @@ def jit_logprob_step(model_cfg: Qwen2Config, mesh, batch_shape, *, temperature: 
   fn = functools.partial(logprob_step, model_cfg=model_cfg, temperature=temperature,
                          micro_batches=micro_batches, logit_chunk=logit_chunk, mesh=mesh)
   out = b_sh["tokens"]
-  return jax.jit(lambda p, b: fn(p, b), in_shardings=(p_sh, {"tokens": out, "attn_mask": out}),
+  return jax.jit(fn, in_shardings=(p_sh, {"tokens": out, "attn_mask": out}),
                  out_shardings=(out, out))
 
 

@@ -168,10 +168,13 @@ class Exchange:
         return v, path
     return None
 
+  def _delete_prefix(self, prefix: str):
+    """Deletes every key under `prefix` (which ends with '/')."""
+    self.kv.delete_range(ts.KvStore.KeyRange(inclusive_min=prefix,
+                                             exclusive_max=prefix[:-1] + "0")).result()
+
   def delete_weights(self, version: int):
-    self.kv.delete_range(ts.KvStore.KeyRange(
-        inclusive_min=f"weights/v{version:08d}/", exclusive_max=f"weights/v{version:08d}0")
-    ).result()
+    self._delete_prefix(f"weights/v{version:08d}/")
 
   def prune_weights(self, keep: int):
     for v in self.weight_versions()[:-keep]:
@@ -230,8 +233,9 @@ class Exchange:
       if request is None:
         continue
       lease = {"worker": worker, "attempt": attempt, "expires": time.time() + self.lease_seconds}
-      new_gen = self._write(lease_key, json.dumps(lease).encode(),
-                            if_equal=gen if data is not None else _NO_VALUE)
+      # `gen` is the lease's generation, or the "no value" one when there is none: either way
+      # the write succeeds only if nobody claimed it since we read it.
+      new_gen = self._write(lease_key, json.dumps(lease).encode(), if_equal=gen)
       if new_gen:  # b"" means another worker won the race
         if attempt:
           self.stats["reclaimed"] += 1
@@ -292,12 +296,10 @@ class Exchange:
     """Removes a consumed (or unusable) request and everything under it."""
     self._write(f"requests/{rid}.json", None)
     self._write(f"leases/{rid}.json", None)
-    self.kv.delete_range(ts.KvStore.KeyRange(inclusive_min=f"results/{rid}/",
-                                             exclusive_max=f"results/{rid}0")).result()
+    self._delete_prefix(f"results/{rid}/")
 
   def requeue(self, rid: str):
     """Drops a corrupt result so that a worker generates the request again."""
-    self.kv.delete_range(ts.KvStore.KeyRange(inclusive_min=f"results/{rid}/",
-                                             exclusive_max=f"results/{rid}0")).result()
+    self._delete_prefix(f"results/{rid}/")
     self._write(f"leases/{rid}.json", None)
     self.stats["requeued"] += 1

@@ -30,6 +30,15 @@ def probe_mismatch(engine_logp: np.ndarray, trainer_logp: np.ndarray) -> dict:
   return {"max": float(d.max()) if d.size else 0.0, "mean": float(d.mean()) if d.size else 0.0}
 
 
+def check_probe(score_tokens, path: str) -> dict | None:
+  """|engine − trainer| log-prob on the version's probe; None when it has no probe.json."""
+  probe = read_probe(path)
+  if probe is None:
+    return None
+  got = np.concatenate([score_tokens(seq) for seq in probe["tokens"]])
+  return probe_mismatch(got, np.concatenate([np.asarray(x) for x in probe["logprobs"]]))
+
+
 def read_probe(path: str) -> dict | None:
   f = os.path.join(path, PROBE_FILE)
   if not os.path.isfile(f):
@@ -78,12 +87,7 @@ class VllmEngine:
     self.last_mismatch = mismatch
 
   def _check_probe(self, path: str) -> dict | None:
-    probe = read_probe(path)
-    if probe is None:
-      return None
-    got = [self.score_tokens(seq) for seq in probe["tokens"]]
-    return probe_mismatch(np.concatenate(got), np.concatenate(
-        [np.asarray(x) for x in probe["logprobs"]]))
+    return check_probe(self.score_tokens, path)
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the prompt log-probs)."""

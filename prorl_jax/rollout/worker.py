@@ -133,16 +133,12 @@ class Worker:
 
   def check_probe(self, path: str) -> dict | None:
     """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
-    from prorl_jax.rollout.vllm_engine import probe_mismatch, read_probe
+    from prorl_jax.rollout.vllm_engine import check_probe
 
-    cached = getattr(self.engine, "last_mismatch", None)
+    cached = getattr(self.engine, "last_mismatch", None)  # the vLLM engine checks on load
     if cached is not None:
       return cached
-    probe = read_probe(path)
-    if probe is None or not hasattr(self.engine, "score_tokens"):
-      return None
-    got = np.concatenate([self.engine.score_tokens(seq) for seq in probe["tokens"]])
-    return probe_mismatch(got, np.concatenate([np.asarray(x) for x in probe["logprobs"]]))
+    return check_probe(self.engine.score_tokens, path)
 
   def _heartbeat(self, claim: Claim, lost: threading.Event, finished: threading.Event):
     while not finished.wait(self.ex.lease_seconds / 3):
