@@ -19,6 +19,7 @@ IS_MODES = ("none", "tis", "icepop")
 LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn")
 ENGINES = ("jax", "vllm")
 
 
@@ -34,6 +35,8 @@ def base_config() -> ConfigDict:
   m.param_dtype = "float32"  # master weights
   m.compute_dtype = "bfloat16"
   m.remat = "full"  # per-layer rematerialisation policy
+  # auto: cuDNN fused attention on NVIDIA GPUs with a 16-bit compute dtype, else XLA | xla | cudnn
+  m.attention_impl = "auto"
   m.build_tiny = False  # the CPU demo builds its own tiny base model in run_dir
 
   c.mesh = ConfigDict()
@@ -174,6 +177,10 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _in(cfg, "model.param_dtype", DTYPES)
   _in(cfg, "model.compute_dtype", DTYPES)
   _in(cfg, "model.remat", REMAT)
+  _in(cfg, "model.attention_impl", ATTENTION_IMPLS)
+  if cfg.model.attention_impl == "cudnn" and cfg.model.compute_dtype == "float32":
+    raise ConfigError("model.attention_impl=cudnn needs model.compute_dtype=bfloat16 (cuDNN "
+                      "fused attention has no float32 kernel); use attention_impl=xla or auto")
   for ax in ("data", "tensor"):
     _range(cfg, f"mesh.{ax}", 1, integer=True)
   if cfg.mesh.fsdp != -1:

@@ -50,6 +50,14 @@ def resolve_model_path(cfg) -> str:
   raise config_lib.ConfigError(R1_DISTILL_HINT)
 
 
+def attention_impl(model_cfg) -> str:
+  """`model.attention_impl`, with auto = cuDNN fused attention on NVIDIA GPUs in 16-bit compute."""
+  if model_cfg.attention_impl != "auto":
+    return model_cfg.attention_impl
+  fused = jax.default_backend() == "gpu" and model_cfg.compute_dtype in ("bfloat16", "float16")
+  return "cudnn" if fused else "xla"
+
+
 def loss_config(cfg) -> ts.LossConfig:
   a, r = cfg.algo, cfg.rollout
   return ts.LossConfig(
@@ -73,7 +81,8 @@ class Run:
     self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
     self.mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
     self.model_cfg, params = load_hf(self.path, dtype=c.model.param_dtype, mesh=self.mesh,
-                                     compute_dtype=c.model.compute_dtype, remat=c.model.remat)
+                                     compute_dtype=c.model.compute_dtype, remat=c.model.remat,
+                                     attention_impl=attention_impl(c.model))
     self.tx = ts.make_optimizer(c.optim.lr, warmup_steps=c.optim.warmup_steps,
                                 weight_decay=c.optim.weight_decay, b1=c.optim.b1,
                                 b2=c.optim.b2, eps=c.optim.eps, grad_clip=c.optim.grad_clip)

@@ -71,6 +71,7 @@ BAD = [
     ("rollout.engine", "sglang", r"rollout.engine must be one of jax, vllm"),
     ("model.compute_dtype", "float16", r"model.compute_dtype must be one of float32, bfloat16"),
     ("model.remat", "some", r"model.remat must be one of none, full, dots"),
+    ("model.attention_impl", "flash", r"model.attention_impl must be one of auto, xla, cudnn"),
     ("mesh.tensor", 0, r"mesh.tensor must be in \[1, inf\]"),
     ("mesh.fsdp", 0, r"mesh.fsdp must be in \[1, inf\]"),
     ("eval.pass_k", "1,64", r"eval.pass_k must be comma-separated integers in \[1, eval.samples"),
@@ -89,6 +90,20 @@ def test_each_rule_rejects_with_one_line(path, value, msg):
   with pytest.raises(ConfigError, match=msg) as e:
     validate(c)
   assert "\n" not in str(e.value)
+
+
+def test_cudnn_attention_needs_16_bit_compute_and_auto_resolves_per_backend():
+  from prorl_jax.train import attention_impl
+  c = base_config()
+  c.model.attention_impl = "cudnn"
+  c.model.compute_dtype = "float32"
+  with pytest.raises(ConfigError, match="attention_impl=cudnn needs model.compute_dtype=bfloat16"):
+    validate(c)
+  c.model.compute_dtype = "bfloat16"
+  validate(c)
+  assert attention_impl(c.model) == "cudnn"
+  c.model.attention_impl = "auto"
+  assert attention_impl(c.model) == "xla"  # the tests run on CPU
 
 
 def test_kl_in_reward_needs_reinforce_pp():

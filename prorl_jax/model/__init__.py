@@ -83,10 +83,11 @@ def init_params(cfg: Qwen2Config, rng, mesh=None):
 
 
 def load_hf(path: str, dtype: str = "float32", mesh=None, compute_dtype: str | None = None,
-            remat: str = "none"):
+            remat: str = "none", attention_impl: str = "xla"):
   """(cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
   cfg = Qwen2Config.from_hf_dict(hf_weights.read_hf_config(path), param_dtype=dtype,
-                                 compute_dtype=compute_dtype or dtype, remat=remat)
+                                 compute_dtype=compute_dtype or dtype, remat=remat,
+                                 attention_impl=attention_impl)
   host = hf_weights.hf_to_params(cfg, hf_weights.read_tensors(path), jnp.dtype(dtype))
   if mesh is None:
     return cfg, jax.tree.map(jnp.asarray, host)

@@ -32,6 +32,7 @@ class Qwen2Config:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   remat: str = "none"  # none | full | dots
+  attention_impl: str = "xla"  # xla | cudnn (training/prefill without a cache only)
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
@@ -41,6 +42,8 @@ class Qwen2Config:
       raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
     if self.remat not in ("none", "full", "dots"):
       raise ValueError(f"remat must be one of none, full, dots, got {self.remat!r}")
+    if self.attention_impl not in ("xla", "cudnn"):
+      raise ValueError(f"attention_impl must be xla or cudnn, got {self.attention_impl!r}")
 
   def replace(self, **kw) -> Qwen2Config:
     return dataclasses.replace(self, **kw)

@@ -116,6 +116,18 @@ def attention(q_BxTxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxTxS):
   return out.reshape(b, k, g, t, dh).transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
 
 
+def fused_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask_BxTxT):
+  """cuDNN flash attention for a full (no cache) causal pass; same result as `attention`.
+
+  Each query also sees itself, so rows of padding are never fully masked (the fused kernel would
+  give NaN there, the XLA path a uniform average; neither reaches a real token or the loss).
+  """
+  t = q_BxTxHxDh.shape[1]
+  mask = mask_BxTxT | jnp.eye(t, dtype=bool)[None]
+  return jax.nn.dot_product_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask=mask[:, None],
+                                      is_causal=True, implementation="cudnn")
+
+
 class Attention(nn.Module):
   cfg: Qwen2Config
   mesh: Any = None
@@ -147,8 +159,12 @@ class Attention(nn.Module):
     else:
       k_BxSxKxDh, v_BxSxKxDh = k_BxTxKxDh, v_BxTxKxDh
 
-    out_BxTxHxDh = attention(q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt),
-                             mask_BxTxS)
+    if c.attention_impl == "cudnn" and kv is None:
+      out_BxTxHxDh = fused_attention(q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt),
+                                     mask_BxTxS)
+    else:
+      out_BxTxHxDh = attention(q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt),
+                               mask_BxTxS)
     out = Linear((c.hidden_size,), 2, ("heads", "head_dim", "embed"), False, pd, dt,
                  name="o_proj")(out_BxTxHxDh)
     return out, new_kv

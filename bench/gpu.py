@@ -1,0 +1,308 @@
+"""The GPU checks: 1.5B train-step MFU in bf16, fused vs XLA attention, sampler vs HF generate.
+
+  python bench/gpu.py --out DIR        # on an NVIDIA GPU (H200 here); prints JSON lines
+  python bench/gpu.py --smoke --out DIR  # the same stages on a tiny model, any backend
+
+Stages (each one JSON line, also appended to DIR/gpu.jsonl; a failing stage prints its error and
+the next one runs):
+  matmul   bf16 8192^3 `jnp.dot` TFLOP/s (the measured ceiling; the datasheet says 989 dense)
+  parity   fused (cuDNN) vs XLA attention on a small Qwen2 with left padding: max |Δ log-prob|
+  train    the real ProRL train step of R1-Distill-Qwen-1.5B (fp32 master params, bf16 compute,
+           full remat) on one device, per attention implementation: tokens/s and MFU =
+           model FLOPs (6·N + attention) / step time / 989 TFLOP/s
+  torch    the same work in transformers/torch (Qwen2ForCausalLM, bf16 autocast, fp32 params,
+           gradient checkpointing, SDPA, fused AdamW) as a ratio
+  sampler  the JAX sampler vs transformers `generate` on the same 1.5B shape and batch
+A deadline (`--budget-s`) skips the stages that would start after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+H200_BF16_DENSE = 989e12
+
+
+def _median_time(fn, steps):
+  fn()
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)
+
+
+def model_flops_per_token(cfg, seq):
+  """6·N for the matmul weights (embedding lookup excluded) + causal-agnostic attention."""
+  n = cfg.num_params - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
+  return 6 * n + 12 * cfg.num_layers * seq * cfg.num_heads * cfg.head_dim
+
+
+def stage_matmul(args):
+  import jax
+  import jax.numpy as jnp
+
+  n = 1024 if args.smoke else 8192
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.bfloat16)
+  f = jax.jit(lambda x, y: x @ y)
+  t = _median_time(lambda: f(a, a).block_until_ready(), 10)
+  return {"devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
+          "matmul_bf16_tflops": round(2 * n ** 3 / t / 1e12, 1)}
+
+
+def _small_cfg(impl):
+  from prorl_jax.model import presets
+  return presets.Qwen2Config(vocab_size=1024, hidden_size=256, intermediate_size=512,
+                             num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64,
+                             param_dtype="float32", compute_dtype="bfloat16",
+                             attention_impl=impl)
+
+
+def stage_parity(args):
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from prorl_jax.model import forward, init_params
+
+  b, t = 4, 128
+  rng = np.random.RandomState(0)
+  tokens = rng.randint(0, 1024, (b, t)).astype(np.int32)
+  mask = np.ones((b, t), np.int32)
+  for i, pad in enumerate((0, 5, 40, 100)):
+    mask[i, :pad] = 0  # left padding, as in the rollouts' prompts
+  params = init_params(_small_cfg("xla"), jax.random.PRNGKey(0))
+  out = {}
+  for impl in ("xla", "cudnn"):
+    logits = forward(_small_cfg(impl), params, jnp.asarray(tokens), jnp.asarray(mask))
+    out[impl] = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), -1))
+  real = mask.astype(bool)
+  diff = np.abs(out["xla"] - out["cudnn"])[real]  # [real tokens, vocab]
+  return {"max_abs_logprob_diff": float(diff.max()), "mean_abs_logprob_diff": float(diff.mean()),
+          "finite": bool(np.isfinite(out["cudnn"][real]).all())}
+
+
+def _big_cfg(impl, args):
+  from prorl_jax.model import presets
+  if args.smoke:
+    return _small_cfg(impl).replace(remat="full")
+  return presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16",
+                                      remat="full", attention_impl=impl)
+
+
+def stage_train(args, impl):
+  import jax
+  import numpy as np
+
+  from prorl_jax import train_step as ts
+  from prorl_jax.sharding import make_mesh
+
+  cfg = _big_cfg(impl, args)
+  b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
+  mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  tx = ts.make_optimizer(1e-6)
+  lc = ts.LossConfig(micro_batches=micro, logit_chunk=min(t, 1024))
+  state = ts.create_train_state(cfg, tx, mesh, jax.random.PRNGKey(0))
+  rng = np.random.RandomState(0)
+  mask = np.ones((b, t), np.int32)
+  loss_mask = mask.copy()
+  loss_mask[:, : t // 4] = 0  # a prompt, then the response
+  batch = {"tokens": rng.randint(0, cfg.vocab_size, (b, t)).astype(np.int32),
+           "attn_mask": mask, "loss_mask": loss_mask,
+           "adv": rng.randn(b, t).astype(np.float32)}
+  for k in ("old_logp", "ref_logp", "gen_logp"):
+    batch[k] = np.full((b, t), -np.log(cfg.vocab_size), np.float32)
+  batch = jax.device_put(batch)
+  step = ts.jit_train_step(cfg, tx, lc, mesh, (b, t))
+  t0 = time.perf_counter()
+  compiled = step.lower(state, batch).compile()
+  compile_s = time.perf_counter() - t0
+  holder = {"state": state}
+  metrics = {}
+
+  def run():
+    holder["state"], m = compiled(holder["state"], batch)
+    metrics.update(jax.device_get(m))
+
+  dt = _median_time(run, args.steps)
+  flops = model_flops_per_token(cfg, t) * b * t
+  mem = {}
+  try:
+    stats = jax.devices()[0].memory_stats() or {}
+    mem = {"peak_gib": round(stats.get("peak_bytes_in_use", 0) / 2 ** 30, 1)}
+  except Exception:  # noqa: BLE001 - not every backend reports memory
+    pass
+  del holder, state, compiled
+  return {"attention_impl": impl, "params": cfg.num_params, "batch": [b, t],
+          "micro_batches": micro, "compile_s": round(compile_s, 1), "step_s": round(dt, 3),
+          "tokens_per_s": round(b * t / dt), "model_tflops": round(flops / dt / 1e12, 1),
+          "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3),
+          "loss_finite": bool(np.isfinite(metrics.get("actor/loss", np.nan))),
+          "grad_norm": float(metrics.get("actor/grad_norm", np.nan)),
+          "skipped": int(metrics.get("actor/skipped", 1)), **mem}
+
+
+def _hf_config(cfg):
+  import transformers
+  return transformers.Qwen2Config(
+      vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+      intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+      num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+      head_dim=cfg.head_dim, tie_word_embeddings=cfg.tie_word_embeddings,
+      rope_theta=cfg.rope_theta, attn_implementation="sdpa")
+
+
+def stage_torch(args):
+  import torch
+  import transformers
+
+  cfg = _big_cfg("xla", args)
+  b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
+  dev = "cuda" if torch.cuda.is_available() else "cpu"
+  with torch.device(dev):
+    model = transformers.Qwen2ForCausalLM(_hf_config(cfg)).train()
+  model.gradient_checkpointing_enable()
+  opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01,
+                          fused=dev == "cuda")
+  ids = torch.randint(0, cfg.vocab_size, (b, t), device=dev)
+  mb = b // micro
+
+  def run():
+    opt.zero_grad(set_to_none=True)
+    for i in range(micro):
+      with torch.autocast(dev, dtype=torch.bfloat16):
+        loss = model(input_ids=ids[i * mb:(i + 1) * mb], labels=ids[i * mb:(i + 1) * mb]).loss
+      (loss / micro).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    if dev == "cuda":
+      torch.cuda.synchronize()
+
+  dt = _median_time(run, args.steps)
+  flops = model_flops_per_token(cfg, t) * b * t
+  del model, opt
+  if dev == "cuda":
+    torch.cuda.empty_cache()
+  return {"torch": torch.__version__, "step_s": round(dt, 3), "tokens_per_s": round(b * t / dt),
+          "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3)}
+
+
+def _sampler_shape(args):
+  return (8, 32, 32) if args.smoke else (args.gen_batch, 256, args.gen_tokens)
+
+
+def stage_sampler_jax(args):
+  import jax
+  import numpy as np
+
+  from prorl_jax.model import init_params
+  from prorl_jax.rollout import jax_sampler
+
+  cfg = _big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
+  b, p, n = _sampler_shape(args)
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  rng = np.random.RandomState(0)
+  prompts = [list(rng.randint(1, cfg.vocab_size, p)) for _ in range(b)]
+  sp = jax_sampler.SamplingParams(max_new_tokens=n, temperature=1.0)
+  t0 = time.perf_counter()
+  jax_sampler.generate(cfg, params, prompts, sp, seed=0)
+  first_s = time.perf_counter() - t0
+  jt = _median_time(lambda: jax_sampler.generate(cfg, params, prompts, sp, seed=1), 2)
+  out = jax_sampler.generate(cfg, params, prompts, sp, seed=2)
+  return {"batch": b, "prompt": p, "new_tokens": n, "first_call_s": round(first_s, 1),
+          "tokens_per_s": round(int(out["lengths"].sum()) / jt)}
+
+
+def stage_sampler_hf(args):
+  import torch
+  import transformers
+
+  cfg = _big_cfg("xla", args)
+  b, p, n = _sampler_shape(args)
+  dev = "cuda" if torch.cuda.is_available() else "cpu"
+  with torch.device(dev):
+    model = transformers.Qwen2ForCausalLM(_hf_config(cfg)).to(torch.bfloat16).eval()
+  ids = torch.randint(1, cfg.vocab_size, (b, p), device=dev)
+
+  def hf():
+    with torch.no_grad():
+      model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                     top_p=1.0, top_k=0, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    if dev == "cuda":
+      torch.cuda.synchronize()
+
+  ht = _median_time(hf, 1)
+  return {"torch": torch.__version__, "batch": b, "prompt": p, "new_tokens": n,
+          "tokens_per_s": round(b * n / ht)}
+
+
+def _ratios(rows):
+  """Peer ratios from the stages recorded so far (the peers run in their own process)."""
+  out = {}
+  jax_train = [r for k, r in rows.items() if k.startswith("train_") and "step_s" in r]
+  if jax_train and "step_s" in rows.get("torch", {}):
+    best = min(jax_train, key=lambda r: r["step_s"])
+    out["train_ratio_vs_torch"] = round(rows["torch"]["step_s"] / best["step_s"], 2)
+    out["train_best_attention_impl"] = best["attention_impl"]
+    out["mfu_vs_989"] = best["mfu_vs_989"]
+  if "tokens_per_s" in rows.get("sampler_jax", {}) and "tokens_per_s" in rows.get("sampler_hf",
+                                                                                     {}):
+    out["sampler_ratio_vs_hf_generate"] = round(
+        rows["sampler_jax"]["tokens_per_s"] / rows["sampler_hf"]["tokens_per_s"], 2)
+  return out
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--out", default=".")
+  ap.add_argument("--smoke", action="store_true")
+  ap.add_argument("--budget-s", type=float, default=420)
+  ap.add_argument("--steps", type=int, default=3)
+  ap.add_argument("--seqs", type=int, default=16)
+  ap.add_argument("--seq-len", type=int, default=4096)
+  ap.add_argument("--micro-batches", type=int, default=2)
+  ap.add_argument("--gen-batch", type=int, default=64)
+  ap.add_argument("--gen-tokens", type=int, default=512)
+  # JAX and torch each hold on to GPU memory they used: run the peers in a second process,
+  # e.g. --stages=torch,sampler_hf --out=SAME_DIR (the summary reads that dir's gpu.jsonl).
+  ap.add_argument("--stages", default="matmul,parity,train_cudnn,train_xla,sampler_jax")
+  args = ap.parse_args()
+  os.makedirs(args.out, exist_ok=True)
+  start = time.time()
+  stages = {"matmul": stage_matmul, "parity": stage_parity,
+            "train_cudnn": lambda a: stage_train(a, "cudnn"),
+            "train_xla": lambda a: stage_train(a, "xla"),
+            "torch": stage_torch, "sampler_jax": stage_sampler_jax,
+            "sampler_hf": stage_sampler_hf}
+  log = os.path.join(args.out, "gpu.jsonl")
+  for name in args.stages.split(","):
+    if time.time() - start > args.budget_s:
+      row = {"stage": name, "skipped": "past --budget-s"}
+    else:
+      t0 = time.time()
+      try:
+        row = {"stage": name, **stages[name](args)}
+      except Exception as e:  # noqa: BLE001 - report and go on to the next stage
+        traceback.print_exc()
+        row = {"stage": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+      row["wall_s"] = round(time.time() - t0, 1)
+    print(json.dumps(row), flush=True)
+    with open(log, "a") as f:
+      f.write(json.dumps(row) + "\n")
+  with open(log) as f:
+    rows = {r["stage"]: r for r in map(json.loads, f)}
+  print(json.dumps({**rows, **_ratios(rows)}))
+
+
+if __name__ == "__main__":
+  main()
