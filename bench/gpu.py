@@ -142,7 +142,6 @@ def stage_train(args, impl):
     mem = {"peak_gib": round(stats.get("peak_bytes_in_use", 0) / 2 ** 30, 1)}
   except Exception:  # noqa: BLE001 - not every backend reports memory
     pass
-  del holder, state, compiled
   return {"attention_impl": impl, "params": cfg.num_params, "batch": [b, t],
           "micro_batches": micro, "compile_s": round(compile_s, 1), "step_s": round(dt, 3),
           "tokens_per_s": round(b * t / dt), "model_tflops": round(flops / dt / 1e12, 1),
@@ -190,9 +189,6 @@ def stage_torch(args):
 
   dt = _median_time(run, args.steps)
   flops = model_flops_per_token(cfg, t) * b * t
-  del model, opt
-  if dev == "cuda":
-    torch.cuda.empty_cache()
   return {"torch": torch.__version__, "step_s": round(dt, 3), "tokens_per_s": round(b * t / dt),
           "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3)}
 

@@ -25,8 +25,10 @@ class Checkpointer:
         pp.BestN(get_metric_fn=lambda m: m["val_pass@1"], n=1,
                  keep_checkpoints_without_metrics=False),
     ])
+    if "://" not in directory:  # gs:// and other Orbax paths stay as given
+      directory = os.path.abspath(directory)
     self.manager = ocp.CheckpointManager(
-        os.path.abspath(directory), item_names=("state", "host"),
+        directory, item_names=("state", "host"),
         options=ocp.CheckpointManagerOptions(preservation_policy=policy,
                                              enable_async_checkpointing=async_save,
                                              cleanup_tmp_directories=True))

@@ -44,6 +44,14 @@ def base_config() -> ConfigDict:
   c.mesh.fsdp = -1  # -1: all devices left over after data and tensor
   c.mesh.tensor = 1
 
+  # Multi-host trainer (prorl_jax/dist.py): explicit coordinator flags, or JAX's own detection.
+  c.dist = ConfigDict()
+  c.dist.coordinator = ""  # host:port of process 0; "" = single process unless dist.auto
+  c.dist.num_processes = 1
+  c.dist.process_id = 0
+  c.dist.auto = False  # jax.distributed.initialize() detects SLURM / Open MPI / TPU pod slices
+  c.dist.timeout_s = 300.0  # how long to wait for every process to join
+
   c.optim = o = ConfigDict()
   o.lr = 1e-6
   o.warmup_steps = 0  # 0 = constant learning rate
@@ -101,6 +109,8 @@ def base_config() -> ConfigDict:
   r.max_staleness = 0  # 0 = on-policy
   r.engine = "jax"
   r.local_workers = 1  # 0 = external workers serve the exchange
+  r.external_workers = 0  # workers started elsewhere (launch/*): each round's prompts are split
+  # into local_workers + external_workers requests so every worker gets a share
   r.exchange = ""  # tensorstore kvstore URL; "" = <run_dir>/exchange
   r.timeout_s = 3600.0
   r.max_probe_mismatch = 0.0  # abort when a worker's probe max |Δlogp| exceeds this; 0 = off
@@ -122,6 +132,7 @@ def base_config() -> ConfigDict:
 
   c.checkpoint = k = ConfigDict()
   k.every = 10
+  k.dir = ""  # "" = <run_dir>/checkpoints; any Orbax path, e.g. gs://bucket/run/checkpoints
   k.keep = 3
   k.async_save = True
 
@@ -185,6 +196,13 @@ def validate(cfg: ConfigDict) -> ConfigDict:
     _range(cfg, f"mesh.{ax}", 1, integer=True)
   if cfg.mesh.fsdp != -1:
     _range(cfg, "mesh.fsdp", 1, integer=True)
+  _range(cfg, "dist.num_processes", 1, integer=True)
+  _range(cfg, "dist.process_id", 0, cfg.dist.num_processes - 1, integer=True)
+  _range(cfg, "dist.timeout_s", 0, lo_open=True)
+  if cfg.dist.coordinator and ":" not in cfg.dist.coordinator:
+    _fail(f"dist.coordinator must be host:port, got {cfg.dist.coordinator!r}")
+  if cfg.dist.coordinator and cfg.dist.auto:
+    _fail("set either dist.coordinator (explicit) or dist.auto=True (detected), not both")
   _range(cfg, "optim.lr", 0, 1, lo_open=True)
   _range(cfg, "optim.warmup_steps", 0, integer=True)
   _range(cfg, "optim.weight_decay", 0, 1)
@@ -271,6 +289,7 @@ def _validate_rollout(cfg):
   _range(cfg, "rollout.max_staleness", 0, integer=True)
   _in(cfg, "rollout.engine", ENGINES)
   _range(cfg, "rollout.local_workers", 0, integer=True)
+  _range(cfg, "rollout.external_workers", 0, integer=True)
   _range(cfg, "rollout.timeout_s", 0, lo_open=True)
   _range(cfg, "rollout.max_probe_mismatch", 0)
 

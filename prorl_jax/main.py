@@ -22,8 +22,13 @@ def main(argv):
   import jax
 
   from prorl_jax import config as config_lib
-  from prorl_jax import train
+  from prorl_jax import dist, train
 
+  try:
+    config_lib.validate(_CONFIG.value)
+  except config_lib.ConfigError as e:
+    raise SystemExit(f"error: {e}") from None
+  dist.initialize(_CONFIG.value.dist)  # before anything touches a device
   logging.getLogger("prorl_jax").info(
       "process %d/%d, %d local / %d global devices: %s", jax.process_index(),
       jax.process_count(), jax.local_device_count(), jax.device_count(), jax.devices())

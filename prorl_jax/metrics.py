@@ -79,6 +79,22 @@ class MetricWriter:
       self.wandb.finish()
 
 
+class NullWriter:
+  """What the non-primary processes of a multi-host run write: nothing (process 0 logs)."""
+
+  def truncate_after(self, step: int):
+    pass
+
+  def write(self, step: int, metrics: dict, event: str | None = None):
+    pass
+
+  def progress(self, step: int, start_step: int, msg: str):
+    pass
+
+  def close(self):
+    pass
+
+
 def read_jsonl(path: str) -> list[dict]:
   with open(path) as f:
     return [json.loads(line) for line in f if line.strip()]

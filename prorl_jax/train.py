@@ -18,11 +18,11 @@ import jax
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import data, rl_step, shaping
+from prorl_jax import data, dist, rl_step, shaping
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
-from prorl_jax.metrics import MetricWriter
+from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import LocalWorkers
@@ -90,6 +90,7 @@ class Run:
                                        jax.random.PRNGKey(c.seed), params=params)
     self.rows = c.rollout.mini_batch_prompts * c.rollout.n
     self.seq = c.rollout.max_prompt_len + c.rollout.max_response_len
+    self.batch_shardings = ts.batch_shardings(self.mesh, (self.rows, self.seq))
     self.train_step = ts.jit_train_step(self.model_cfg, self.tx, loss_config(c), self.mesh,
                                         (self.rows, self.seq))
     self.logprobs = ts.jit_logprob_step(self.model_cfg, self.mesh, (self.rows, self.seq),
@@ -153,11 +154,15 @@ def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
     json.dump({"tokens": tokens, "logprobs": out}, f)
 
 
-def publish(run: Run, ex: Exchange, version: int):
+def publish(run: Run, ex: Exchange | None, version: int):
+  """Weights v -> the exchange. Every process takes part in gathering them; the primary writes."""
+  params = dist.host_tree(run.state.params)
+  if not dist.is_primary():
+    return
   with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
-    save_hf(run.model_cfg, run.state.params, tmp, tokenizer_dir=run.path,
+    save_hf(run.model_cfg, params, tmp, tokenizer_dir=run.path,
             dtype=run.cfg.model.compute_dtype)
-    write_probe(run.model_cfg, run.state.params, run.probe_tokens, tmp)
+    write_probe(run.model_cfg, params, run.probe_tokens, tmp)
     ex.publish_weights(version, int(run.state.step), tmp)
   ex.prune_weights(keep=2)
 
@@ -183,7 +188,7 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
   def generate():
     k = c.rollout.prompts_per_step
     items = run.source.take(k)
-    nreq = max(1, c.rollout.local_workers)
+    nreq = max(1, c.rollout.local_workers + c.rollout.external_workers)
     per = -(-k // nreq)
     rids = {}
     for j in range(0, k, per):
@@ -267,13 +272,14 @@ def update(run: Run, groups: list[dict], step: int) -> dict:
     gs = groups[start:start + per_mb]
     b = rl_step.build_batch(gs, prompt_len=p_len, response_len=max(r_len, 1),
                             pad_id=run.pad_id, rows=run.rows)
-    inputs = {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}
+    inputs = dist.global_batch({"tokens": b["tokens"], "attn_mask": b["attn_mask"]},
+                               run.batch_shardings)
     old, ent = run.logprobs(run.state.params, inputs)
     ref, _ = run.logprobs(run.state.ref_params, inputs)
     m = b["loss_mask"].astype(np.float32)
-    b["old_logp"] = np.asarray(old) * m
-    b["ref_logp"] = np.asarray(ref) * m
-    b["entropy"] = np.asarray(ent) * m
+    b["old_logp"] = dist.to_host(old) * m
+    b["ref_logp"] = dist.to_host(ref) * m
+    b["entropy"] = dist.to_host(ent) * m
     batches.append((b, shaped[start:start + per_mb], gs))
   # advantages use batch statistics over the whole post-filter batch
   loss_mask = np.concatenate([b["loss_mask"][:len(gs) * r.n] for b, _, gs in batches])
@@ -297,9 +303,10 @@ def update(run: Run, groups: list[dict], step: int) -> dict:
   sums, pending = {}, []
   for _ in range(a.epochs):
     for b, _, _ in batches:
-      run.state, m = run.train_step(run.state, {k: b[k] for k in ts.BATCH_KEYS})
+      run.state, m = run.train_step(run.state, dist.global_batch(
+          {k: b[k] for k in ts.BATCH_KEYS}, run.batch_shardings))
       pending.append(m)  # fetched once after all updates: no host sync between them
-  for m in jax.device_get(pending):
+  for m in dist.host_tree(pending):
     for k, v in m.items():
       sums.setdefault(k, []).append(float(v))
   for k, v in sums.items():
@@ -338,45 +345,54 @@ def reset_due(run: Run, step: int) -> str | None:
 
 def run(cfg) -> dict:
   config_lib.validate(cfg)
+  dist.initialize(cfg.dist)
+  primary = dist.is_primary()
   os.makedirs(cfg.run_dir, exist_ok=True)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-  log.info("resolved config:\n%s", cfg)
+  if primary:
+    log.info("resolved config:\n%s", cfg)
+    resolve_model_path(cfg)  # the demo's base model is built once, by the primary
+  dist.barrier("base_model")
   t_start = time.time()
   r = Run(cfg)
-  ckpt = Checkpointer(os.path.join(cfg.run_dir, "checkpoints"), cfg.checkpoint.keep,
+  ckpt = Checkpointer(cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
+                      cfg.checkpoint.keep,
                       cfg.checkpoint.async_save)
   restored = ckpt.restore_latest(abstract_like(r.state, ts.state_shardings(
       r.model_cfg, r.tx, r.mesh)))
   writer = MetricWriter(cfg.run_dir, cfg.metrics.tensorboard, cfg.metrics.wandb_project,
-                        cfg.total_steps, cfg.to_dict())
+                        cfg.total_steps, cfg.to_dict()) if primary else NullWriter()
   if restored:
     step0, r.state, host = restored
     r.load_host(host)
     writer.truncate_after(step0)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, r.host["version"])
   url = cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange")
-  ex = Exchange(url, lease_seconds=60)
-  for rid in ex.request_ids():  # requests of an interrupted run are redone deterministically
-    ex.retire(rid)
-  for v in ex.weight_versions():
-    if v > r.host["version"]:  # published after the checkpoint we resumed from: redone
-      ex.delete_weights(v)
+  ex = Exchange(url, lease_seconds=60) if primary else None  # only the primary talks to it
+  if primary:
+    for rid in ex.request_ids():  # requests of an interrupted run are redone deterministically
+      ex.retire(rid)
+    for v in ex.weight_versions():
+      if v > r.host["version"]:  # published after the checkpoint we resumed from: redone
+        ex.delete_weights(v)
   publish(r, ex, r.host["version"])
   workers = None
-  if cfg.rollout.local_workers:
+  if cfg.rollout.local_workers and primary:
     workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
                            os.path.join(cfg.run_dir, "workers"))
   summary = {}
   try:
     if r.host["pass@1_start"] is None and cfg.eval.every:
-      val = validate_now(r, ex, workers, f"val-s{r.host['step']:07d}")
+      val = dist.broadcast(validate_now(r, ex, workers, f"val-s{r.host['step']:07d}")
+                           if primary else None)
       r.host["pass@1_start"] = val.get("pass@1")
       writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="validation")
-      print(f"held-out pass@1 at start: {val.get('pass@1')}", flush=True)
+      if primary:
+        print(f"held-out pass@1 at start: {val.get('pass@1')}", flush=True)
     first = r.host["step"]
     for step in range(first + 1, cfg.total_steps + 1):
       t0 = time.time()
-      groups, info = collect(r, ex, workers, step)
+      groups, info = dist.broadcast(collect(r, ex, workers, step) if primary else None)
       t1 = time.time()
       metrics = dict(info)
       if groups:
@@ -394,12 +410,14 @@ def run(cfg) -> dict:
                       "policy_version": r.host["version"]})
       if workers:
         metrics["workers/restarts"] = workers.restarts
-      metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
+      if ex is not None:
+        metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
       writer.write(step, metrics, event=f"length_penalty_{lp_event}" if lp_event else None)
       writer.progress(step, first, f"reward {metrics.get('reward/raw_mean', 0):.3f}")
       val_metric = None
       if cfg.eval.every and step % cfg.eval.every == 0:
-        val = validate_now(r, ex, workers, f"val-s{step:07d}")
+        val = dist.broadcast(validate_now(r, ex, workers, f"val-s{step:07d}")
+                             if primary else None)
         val_metric = val.get("pass@1")
         r.host["val_history"].append(val_metric)
         writer.write(step, {f"val/{k}": v for k, v in val.items()}, event="validation")
@@ -411,9 +429,10 @@ def run(cfg) -> dict:
                      event=f"reference_reset_{why}")
       if cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == cfg.total_steps):
         ckpt.save(step, r.state, r.host_state(), val_metric)
-    print("", flush=True)
+    if primary:
+      print("", flush=True)
     if cfg.eval.every:
-      val = validate_now(r, ex, workers, "val-final")
+      val = dist.broadcast(validate_now(r, ex, workers, "val-final") if primary else None)
       writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="final")
       summary = {"pass@1_start": r.host["pass@1_start"], "pass@1_end": val.get("pass@1"),
                  **{f"final/{k}": v for k, v in val.items()}}
@@ -424,8 +443,9 @@ def run(cfg) -> dict:
     writer.close()
   summary.update({"steps": r.host["step"], "wall_seconds": time.time() - t_start,
                   "model_path": r.path, "num_params": r.model_cfg.num_params,
-                  "resets": r.host["resets"]})
-  with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=1)
-  print(json.dumps(summary), flush=True)
+                  "resets": r.host["resets"], "processes": jax.process_count()})
+  if primary:
+    with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
+      json.dump(summary, f, indent=1)
+    print(json.dumps(summary), flush=True)
   return summary

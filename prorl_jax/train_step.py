@@ -225,7 +225,7 @@ def reset_reference(state: TrainState, tx, reinit_optimizer: bool = False) -> Tr
 
 # ----------------------------------------------------------------------------- jit helpers
 
-def _batch_shardings(mesh, batch_shape):
+def batch_shardings(mesh, batch_shape):
   spec = sharding.fit_spec(batch_spec(), batch_shape, mesh)
   return {k: NamedSharding(mesh, spec) for k in BATCH_KEYS}
 
@@ -234,14 +234,14 @@ def jit_train_step(model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, batch_shape
   """train_step jitted once: state and batch in their shardings, state donated."""
   st_sh = state_shardings(model_cfg, tx, mesh)
   fn = functools.partial(train_step, model_cfg=model_cfg, tx=tx, lc=lc, mesh=mesh)
-  return jax.jit(fn, in_shardings=(st_sh, _batch_shardings(mesh, batch_shape)),
+  return jax.jit(fn, in_shardings=(st_sh, batch_shardings(mesh, batch_shape)),
                  out_shardings=(st_sh, sharding.replicated(mesh)), donate_argnums=(0,))
 
 
 def jit_logprob_step(model_cfg: Qwen2Config, mesh, batch_shape, *, temperature: float,
                      micro_batches: int = 1, logit_chunk: int = 256):
   p_sh = param_shardings(model_cfg, mesh)
-  b_sh = _batch_shardings(mesh, batch_shape)
+  b_sh = batch_shardings(mesh, batch_shape)
   fn = functools.partial(logprob_step, model_cfg=model_cfg, temperature=temperature,
                          micro_batches=micro_batches, logit_chunk=logit_chunk, mesh=mesh)
   out = b_sh["tokens"]

@@ -12,5 +12,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture(scope="session")
+def base(tmp_path_factory):
+  """The demo's tiny base model with a short (60-step) warm start, shared by the loop tests."""
+  from prorl_jax import demo_task
+
+  return demo_task.build(str(tmp_path_factory.mktemp("base") / "base"), steps=60)

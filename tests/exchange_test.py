@@ -49,6 +49,18 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   assert ex.weight_versions() == [4]
 
 
+def test_a_cached_version_from_another_run_is_replaced(tmp_path):
+  cache = str(tmp_path / "cache")
+  for run, payload in (("a", b"weights of run a"), ("b", b"weights of run b")):
+    src = tmp_path / f"src-{run}"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(payload)
+    ex = Exchange(f"file://{tmp_path}/exchange-{run}")
+    ex.publish_weights(0, step=0, src_dir=str(src))
+    v, path = ex.latest_weights(cache)  # same version number, same cache directory
+    assert v == 0 and open(os.path.join(path, "model.safetensors"), "rb").read() == payload
+
+
 def test_results_commit_and_each_corruption_is_skipped(ex):
   for i in range(4):
     _req(ex, i)

@@ -8,7 +8,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 
 LAYERS = {
-    0: ["config", "datatypes", "sharding", "losses", "advantages", "shaping", "metrics",
+    0: ["config", "datatypes", "dist", "sharding", "losses", "advantages", "shaping", "metrics",
         "rewards", "model.presets", "tokenizer", "__init__"],
     1: ["model.qwen2", "model.hf_weights", "model", "data", "checkpoint",
         "rollout", "rollout.exchange"],

@@ -25,6 +25,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import time
 import uuid
 
@@ -137,8 +138,13 @@ class Exchange:
     manifest = self.weights_manifest(version)
     if manifest is None:
       return None
-    if os.path.isfile(os.path.join(dest_dir, "manifest.json")):
-      return dest_dir
+    cached = os.path.join(dest_dir, "manifest.json")
+    if os.path.isfile(cached):
+      with open(cached) as f:
+        if json.load(f).get("files") == manifest["files"]:
+          return dest_dir
+      # The same version number from another run (a reused cache dir): replace it.
+      shutil.rmtree(dest_dir, ignore_errors=True)
     tmp = f"{dest_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     for name, meta in manifest["files"].items():

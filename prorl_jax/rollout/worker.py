@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from typing import Protocol
@@ -180,7 +182,11 @@ class Worker:
             "verifier_stats": {k: v - before.get(k, 0) for k, v in self.pool.stats.items()
                                if v - before.get(k, 0)},  # this request's counts
             "probe_mismatch": self.mismatch}
-    return self.ex.commit_result(claim, arrays, meta)
+    committed = self.ex.commit_result(claim, arrays, meta)
+    log.info("worker %s served %s: %d prompts x %d, %d tokens in %.2fs (weights v%d)", self.id,
+             claim.request_id, len(req["prompts"]), int(req["n"]), meta["tokens_generated"],
+             t2 - t0, self.version)
+    return committed
 
   def _orphaned(self) -> bool:
     return self.parent_pid is not None and os.getppid() != self.parent_pid
@@ -234,7 +240,8 @@ def main(argv=None):
   args = ap.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   wid = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-  cache = args.cache_dir or os.path.join("/tmp", f"prorl_worker_{wid}")
+  own_cache = not args.cache_dir  # a fresh directory per process, removed on exit
+  cache = args.cache_dir or tempfile.mkdtemp(prefix="prorl_worker_")
   status = code_reward.sandbox_status()
   if not status["network_blocked"]:
     log.warning("!!! code sandbox: no network namespace on this machine (root=%s); code "
@@ -250,6 +257,8 @@ def main(argv=None):
     worker.run(args.max_requests, args.idle_exit_seconds)
   finally:
     pool.close()
+    if own_cache:
+      shutil.rmtree(cache, ignore_errors=True)
   log.info("worker %s: stopped after %d requests", wid, worker.done)
 
 

@@ -1,0 +1,57 @@
+"""Running the RL loop as real subprocesses, shared by the loop and multi-host tests."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import safetensors.numpy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOLATILE = ("time/", "perf/", "exchange/", "workers/")
+
+
+def flags(run_dir, base, steps, **extra):
+  f = {"run_dir": run_dir, "model.path": base, "total_steps": steps, "rollout.n": 4,
+       "rollout.prompts_per_step": 8, "rollout.mini_batch_prompts": 4,
+       "rollout.micro_batch_size": 8, "rollout.max_response_len": 24, "checkpoint.every": 1,
+       "checkpoint.keep": 10, "eval.every": 0, "rollout.timeout_s": 300.0,
+       "algo.length_penalty_on_steps": 2, "algo.length_penalty_off_steps": 2}
+  f.update(extra)
+  return [f"--config.{k}={v}" for k, v in f.items()]
+
+
+def start(run_dir, base, steps, env_extra=None, **extra):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env.update(env_extra or {})
+  return subprocess.Popen([sys.executable, "-m", "prorl_jax.main", "--config=configs/tiny.py",
+                           *flags(run_dir, base, steps, **extra)], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc, timeout=600):
+  out = proc.communicate(timeout=timeout)[0]
+  assert proc.returncode == 0, out[-3000:]
+  return out
+
+
+def metrics(run_dir):
+  rows = [json.loads(x) for x in open(os.path.join(run_dir, "metrics.jsonl"))]
+  return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+def params_hash(run_dir):
+  exchange = os.path.join(run_dir, "exchange", "weights")
+  last = sorted(os.listdir(exchange))[-1]
+  with open(os.path.join(exchange, last, "model.safetensors"), "rb") as f:
+    return last, hashlib.sha256(f.read()).hexdigest()
+
+
+
+
+def last_weights(run_dir):
+  """(version, {name: array}) of the newest weights the run published."""
+  exchange = os.path.join(run_dir, "exchange", "weights")
+  last = sorted(os.listdir(exchange))[-1]
+  return last, safetensors.numpy.load_file(os.path.join(exchange, last, "model.safetensors"))
