@@ -13,7 +13,8 @@ the next one runs):
   torch    the same work in transformers/torch (Qwen2ForCausalLM, bf16 autocast, fp32 params,
            gradient checkpointing, SDPA, fused AdamW) as a ratio
   sampler  the JAX sampler vs transformers `generate` on the same 1.5B shape and batch
-A deadline (`--budget-s`) skips the stages that would start after it.
+`--stages` picks and orders them; `train_cudnn@dots` sets the remat policy, `sampler_jax@256` the
+batch. A deadline (`--budget-s`) skips the stages that would start after it.
 """
 
 from __future__ import annotations
@@ -92,22 +93,22 @@ def stage_parity(args):
           "finite": bool(np.isfinite(out["cudnn"][real]).all())}
 
 
-def _big_cfg(impl, args):
+def _big_cfg(impl, args, remat="full"):
   from prorl_jax.model import presets
   if args.smoke:
-    return _small_cfg(impl).replace(remat="full")
+    return _small_cfg(impl).replace(remat=remat)
   return presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16",
-                                      remat="full", attention_impl=impl)
+                                      remat=remat, attention_impl=impl)
 
 
-def stage_train(args, impl):
+def stage_train(args, impl, remat="full"):
   import jax
   import numpy as np
 
   from prorl_jax import train_step as ts
   from prorl_jax.sharding import make_mesh
 
-  cfg = _big_cfg(impl, args)
+  cfg = _big_cfg(impl, args, remat)
   b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-6)
@@ -142,7 +143,7 @@ def stage_train(args, impl):
     mem = {"peak_gib": round(stats.get("peak_bytes_in_use", 0) / 2 ** 30, 1)}
   except Exception:  # noqa: BLE001 - not every backend reports memory
     pass
-  return {"attention_impl": impl, "params": cfg.num_params, "batch": [b, t],
+  return {"attention_impl": impl, "remat": remat, "params": cfg.num_params, "batch": [b, t],
           "micro_batches": micro, "compile_s": round(compile_s, 1), "step_s": round(dt, 3),
           "tokens_per_s": round(b * t / dt), "model_tflops": round(flops / dt / 1e12, 1),
           "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3),
@@ -193,11 +194,11 @@ def stage_torch(args):
           "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3)}
 
 
-def _sampler_shape(args):
-  return (8, 32, 32) if args.smoke else (args.gen_batch, 256, args.gen_tokens)
+def _sampler_shape(args, batch=None):
+  return (batch or 8, 32, 32) if args.smoke else (batch or args.gen_batch, 256, args.gen_tokens)
 
 
-def stage_sampler_jax(args):
+def stage_sampler_jax(args, batch=None):
   import jax
   import numpy as np
 
@@ -205,7 +206,7 @@ def stage_sampler_jax(args):
   from prorl_jax.rollout import jax_sampler
 
   cfg = _big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
-  b, p, n = _sampler_shape(args)
+  b, p, n = _sampler_shape(args, batch)
   params = init_params(cfg, jax.random.PRNGKey(0))
   rng = np.random.RandomState(0)
   prompts = [list(rng.randint(1, cfg.vocab_size, p)) for _ in range(b)]
@@ -219,12 +220,12 @@ def stage_sampler_jax(args):
           "tokens_per_s": round(int(out["lengths"].sum()) / jt)}
 
 
-def stage_sampler_hf(args):
+def stage_sampler_hf(args, batch=None):
   import torch
   import transformers
 
   cfg = _big_cfg("xla", args)
-  b, p, n = _sampler_shape(args)
+  b, p, n = _sampler_shape(args, batch)
   dev = "cuda" if torch.cuda.is_available() else "cpu"
   with torch.device(dev):
     model = transformers.Qwen2ForCausalLM(_hf_config(cfg)).to(torch.bfloat16).eval()
@@ -251,10 +252,11 @@ def _ratios(rows):
     out["train_ratio_vs_torch"] = round(rows["torch"]["step_s"] / best["step_s"], 2)
     out["train_best_attention_impl"] = best["attention_impl"]
     out["mfu_vs_989"] = best["mfu_vs_989"]
-  if "tokens_per_s" in rows.get("sampler_jax", {}) and "tokens_per_s" in rows.get("sampler_hf",
-                                                                                     {}):
-    out["sampler_ratio_vs_hf_generate"] = round(
-        rows["sampler_jax"]["tokens_per_s"] / rows["sampler_hf"]["tokens_per_s"], 2)
+  for name, row in rows.items():  # sampler_jax[@B] against sampler_hf[@B]
+    peer = rows.get(name.replace("sampler_jax", "sampler_hf"), {})
+    if name.startswith("sampler_jax") and "tokens_per_s" in row and "tokens_per_s" in peer:
+      out[name.replace("sampler_jax", "sampler_ratio_vs_hf_generate")] = round(
+          row["tokens_per_s"] / peer["tokens_per_s"], 2)
   return out
 
 
@@ -286,8 +288,14 @@ def main():
       row = {"stage": name, "skipped": "past --budget-s"}
     else:
       t0 = time.time()
+      base, _, opt = name.partition("@")  # train_cudnn@dots: remat; sampler_jax@256: batch
       try:
-        row = {"stage": name, **stages[name](args)}
+        if not opt:
+          row = {"stage": name, **stages[base](args)}
+        elif base.startswith("train_"):
+          row = {"stage": name, **stage_train(args, base[len("train_"):], opt)}
+        else:
+          row = {"stage": name, **stages[base](args, int(opt))}
       except Exception as e:  # noqa: BLE001 - report and go on to the next stage
         traceback.print_exc()
         row = {"stage": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}

@@ -99,6 +99,11 @@ class Run:
     self.reset_ref = ts.jit_reset_reference(self.model_cfg, self.tx, self.mesh,
                                             c.algo.ref_reset_optimizer)
     self.source, self.heldout = sources_for(c, self.tok)
+    # Prompts longer than rollout.max_prompt_len, dropped when the files were read (logged).
+    self.dropped_too_long = sum(getattr(s, "dropped_too_long", 0) for s in self.source.sources)
+    if self.dropped_too_long:
+      log.warning("%d training prompts are longer than rollout.max_prompt_len=%d and were "
+                  "dropped", self.dropped_too_long, c.rollout.max_prompt_len)
     rng = np.random.RandomState(c.seed)
     probe_items = self.heldout[:2] or [self.source.sources[0].items[0]]
     self.probe_tokens = [
@@ -395,6 +400,7 @@ def run(cfg) -> dict:
       groups, info = dist.broadcast(collect(r, ex, workers, step) if primary else None)
       t1 = time.time()
       metrics = dict(info)
+      metrics["data/dropped_too_long"] = r.dropped_too_long
       if groups:
         metrics.update(update(r, groups, step))
       t2 = time.time()

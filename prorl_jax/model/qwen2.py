@@ -133,7 +133,7 @@ class Attention(nn.Module):
   mesh: Any = None
 
   @nn.compact
-  def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None):
+  def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None, layer=None):
     c = self.cfg
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
     h, k, dh = c.num_heads, c.num_kv_heads, c.head_dim
@@ -150,12 +150,17 @@ class Attention(nn.Module):
                                     self.mesh)
 
     new_kv = None
-    if kv is not None:  # write this step's keys/values into the cache slots, attend to all slots
-      k_cache, v_cache = kv
-      idx = (0, cache_index, 0, 0)
-      k_BxSxKxDh = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxDh.astype(k_cache.dtype), idx)
-      v_BxSxKxDh = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxDh.astype(v_cache.dtype), idx)
-      new_kv = (k_BxSxKxDh, v_BxSxKxDh)
+    if kv is not None:
+      # The cache of all layers [L, B, S, K, Dh] is carried through the layer scan and this
+      # layer's new keys/values are written into it in place (no per-step copy of the cache);
+      # then this layer attends to all of its slots.
+      k_all, v_all = kv
+      idx = (layer, 0, cache_index, 0, 0)
+      k_all = jax.lax.dynamic_update_slice(k_all, k_BxTxKxDh.astype(k_all.dtype)[None], idx)
+      v_all = jax.lax.dynamic_update_slice(v_all, v_BxTxKxDh.astype(v_all.dtype)[None], idx)
+      new_kv = (k_all, v_all)
+      k_BxSxKxDh = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
+      v_BxSxKxDh = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
     else:
       k_BxSxKxDh, v_BxSxKxDh = k_BxTxKxDh, v_BxTxKxDh
 
@@ -190,21 +195,23 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-  """One decoder layer; signature shaped for nn.scan: (carry, scanned cache, broadcast args...)."""
+  """One decoder layer; signature shaped for nn.scan: ((x, cache of all layers), layer index,
+  broadcast args...)."""
   cfg: Qwen2Config
   mesh: Any = None
 
   @nn.compact
-  def __call__(self, x_BxTxD, layer_kv, cos, sin, mask_BxTxS, cache_index):
+  def __call__(self, carry, layer, cos, sin, mask_BxTxS, cache_index):
+    x_BxTxD, kv = carry
     c = self.cfg
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
     norm = lambda name: RMSNorm(c.rms_norm_eps, pd, dt, name=name)  # noqa: E731
     attn_out, new_kv = Attention(c, self.mesh, name="attn")(
-        norm("input_norm")(x_BxTxD), cos, sin, mask_BxTxS, layer_kv, cache_index)
+        norm("input_norm")(x_BxTxD), cos, sin, mask_BxTxS, kv, cache_index, layer)
     x_BxTxD = x_BxTxD + attn_out
     x_BxTxD = x_BxTxD + MLP(c, self.mesh, name="mlp")(norm("post_attn_norm")(x_BxTxD))
     x_BxTxD = sharding.constrain(x_BxTxD, ("act_batch", "act_seq", "act_embed"), self.mesh)
-    return x_BxTxD, new_kv
+    return (x_BxTxD, new_kv), None
 
 
 _REMAT_POLICIES = {
@@ -235,8 +242,8 @@ class Qwen2(nn.Module):
     stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                     in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                     length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
-    x_BxTxD, new_kv = stack(c, self.mesh, name="layers")(x_BxTxD, kv, cos, sin, mask_BxTxS,
-                                                         cache_index)
+    (x_BxTxD, new_kv), _ = stack(c, self.mesh, name="layers")(
+        (x_BxTxD, kv), jnp.arange(c.num_layers), cos, sin, mask_BxTxS, cache_index)
     x_BxTxD = RMSNorm(c.rms_norm_eps, pd, dt, name="final_norm")(x_BxTxD)
     if not c.tie_word_embeddings:
       # Declared here so init creates it; applied by `head_weight` outside the module.
