@@ -8,6 +8,7 @@ checkpoint -> validation -> reference reset when due.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -146,6 +147,11 @@ def _sampling(cfg, eval_mode=False) -> dict:
           "top_p": e.top_p if eval_mode else r.top_p, "top_k": 0 if eval_mode else r.top_k}
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _probe_logprobs(model_cfg, params, tokens_BxT):
+  return jax.nn.log_softmax(forward(model_cfg, params, tokens_BxT), -1)
+
+
 def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
   """probe.json: a few fixed sequences and the trainer's log-probs (T=1) for the workers'
   engine/trainer mismatch guard."""
@@ -153,7 +159,7 @@ def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
   padded = np.zeros((len(tokens), width), np.int32)
   for i, t in enumerate(tokens):
     padded[i, :len(t)] = t  # right padding: causal, so it changes no log-prob we keep
-  lp = np.asarray(jax.nn.log_softmax(forward(model_cfg, params, padded), -1))
+  lp = np.asarray(_probe_logprobs(model_cfg, params, padded))
   out = [lp[i, np.arange(len(t) - 1), t[1:]].tolist() for i, t in enumerate(tokens)]
   with open(os.path.join(path, "probe.json"), "w") as f:
     json.dump({"tokens": tokens, "logprobs": out}, f)
@@ -167,7 +173,9 @@ def publish(run: Run, ex: Exchange | None, version: int):
   with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
     save_hf(run.model_cfg, params, tmp, tokenizer_dir=run.path,
             dtype=run.cfg.model.compute_dtype)
-    write_probe(run.model_cfg, params, run.probe_tokens, tmp)
+    # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
+    write_probe(run.model_cfg, params if dist.multi() else run.state.params, run.probe_tokens,
+                tmp)
     ex.publish_weights(version, int(run.state.step), tmp)
   ex.prune_weights(keep=2)
 
@@ -349,6 +357,7 @@ def reset_due(run: Run, step: int) -> str | None:
 
 
 def run(cfg) -> dict:
+  t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
   config_lib.validate(cfg)
   dist.initialize(cfg.dist)
   primary = dist.is_primary()
@@ -358,7 +367,6 @@ def run(cfg) -> dict:
     log.info("resolved config:\n%s", cfg)
     resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   dist.barrier("base_model")
-  t_start = time.time()
   r = Run(cfg)
   ckpt = Checkpointer(cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
                       cfg.checkpoint.keep,
