@@ -403,6 +403,7 @@ def run(cfg) -> dict:
       if primary:
         print(f"held-out pass@1 at start: {val.get('pass@1')}", flush=True)
     first = r.host["step"]
+    last_val = None  # (step, validation) of the newest in-loop validation
     for step in range(first + 1, cfg.total_steps + 1):
       t0 = time.time()
       groups, info = dist.broadcast(collect(r, ex, workers, step) if primary else None)
@@ -433,6 +434,7 @@ def run(cfg) -> dict:
         val = dist.broadcast(validate_now(r, ex, workers, f"val-s{step:07d}")
                              if primary else None)
         val_metric = val.get("pass@1")
+        last_val = (step, val)
         r.host["val_history"].append(val_metric)
         writer.write(step, {f"val/{k}": v for k, v in val.items()}, event="validation")
       why = reset_due(r, step)
@@ -446,7 +448,10 @@ def run(cfg) -> dict:
     if primary:
       print("", flush=True)
     if cfg.eval.every:
-      val = dist.broadcast(validate_now(r, ex, workers, "val-final") if primary else None)
+      if last_val and last_val[0] == r.host["step"]:  # the last step was just validated
+        val = last_val[1]
+      else:
+        val = dist.broadcast(validate_now(r, ex, workers, "val-final") if primary else None)
       writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="final")
       summary = {"pass@1_start": r.host["pass@1_start"], "pass@1_end": val.get("pass@1"),
                  **{f"final/{k}": v for k, v in val.items()}}
