@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -30,23 +29,9 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchutil import median_time, model_flops_per_token  # noqa: E402
+
 H200_BF16_DENSE = 989e12
-
-
-def _median_time(fn, steps):
-  fn()
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
-
-
-def model_flops_per_token(cfg, seq):
-  """6·N for the matmul weights (embedding lookup excluded) + causal-agnostic attention."""
-  n = cfg.num_params - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
-  return 6 * n + 12 * cfg.num_layers * seq * cfg.num_heads * cfg.head_dim
 
 
 def stage_matmul(args):
@@ -56,7 +41,7 @@ def stage_matmul(args):
   n = 1024 if args.smoke else 8192
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.bfloat16)
   f = jax.jit(lambda x, y: x @ y)
-  t = _median_time(lambda: f(a, a).block_until_ready(), 10)
+  t = median_time(lambda: f(a, a).block_until_ready(), 10)
   return {"devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
           "matmul_bf16_tflops": round(2 * n ** 3 / t / 1e12, 1)}
 
@@ -135,7 +120,7 @@ def stage_train(args, impl, remat="full"):
     holder["state"], m = compiled(holder["state"], batch)
     metrics.update(jax.device_get(m))
 
-  dt = _median_time(run, args.steps)
+  dt = median_time(run, args.steps)
   flops = model_flops_per_token(cfg, t) * b * t
   mem = {}
   try:
@@ -188,7 +173,7 @@ def stage_torch(args):
     if dev == "cuda":
       torch.cuda.synchronize()
 
-  dt = _median_time(run, args.steps)
+  dt = median_time(run, args.steps)
   flops = model_flops_per_token(cfg, t) * b * t
   return {"torch": torch.__version__, "step_s": round(dt, 3), "tokens_per_s": round(b * t / dt),
           "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3)}
@@ -214,7 +199,7 @@ def stage_sampler_jax(args, batch=None):
   t0 = time.perf_counter()
   jax_sampler.generate(cfg, params, prompts, sp, seed=0)
   first_s = time.perf_counter() - t0
-  jt = _median_time(lambda: jax_sampler.generate(cfg, params, prompts, sp, seed=1), 2)
+  jt = median_time(lambda: jax_sampler.generate(cfg, params, prompts, sp, seed=1), 2)
   out = jax_sampler.generate(cfg, params, prompts, sp, seed=2)
   return {"batch": b, "prompt": p, "new_tokens": n, "first_call_s": round(first_s, 1),
           "tokens_per_s": round(int(out["lengths"].sum()) / jt)}
@@ -238,7 +223,7 @@ def stage_sampler_hf(args, batch=None):
     if dev == "cuda":
       torch.cuda.synchronize()
 
-  ht = _median_time(hf, 1)
+  ht = median_time(hf, 1)
   return {"torch": torch.__version__, "batch": b, "prompt": p, "new_tokens": n,
           "tokens_per_s": round(b * n / ht)}
 

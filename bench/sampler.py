@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,19 +22,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchutil import median_time  # noqa: E402
+
 B, PROMPT, NEW = 8, 32, 128
 KW = dict(vocab_size=2048, hidden_size=256, intermediate_size=1024, num_layers=4, num_heads=4,
           num_kv_heads=2, head_dim=64, tie_word_embeddings=False)
-
-
-def _median(fn, reps=3):
-  fn()
-  ts = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    fn()
-    ts.append(time.perf_counter() - t0)
-  return statistics.median(ts)
 
 
 def make_model(path):
@@ -53,7 +44,7 @@ def bench_jax(cfg, params, prompts):
   from prorl_jax.rollout.jax_sampler import SamplingParams, generate
 
   sp = SamplingParams(max_new_tokens=NEW, temperature=1.0)
-  return B * NEW / _median(lambda: generate(cfg, params, prompts, sp, seed=0))
+  return B * NEW / median_time(lambda: generate(cfg, params, prompts, sp, seed=0))
 
 
 def bench_hf(path, prompts):
@@ -70,7 +61,7 @@ def bench_hf(path, prompts):
                      top_k=0, top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW,
                      pad_token_id=0)
 
-  return B * NEW / _median(run)
+  return B * NEW / median_time(run)
 
 
 VLLM_CHILD = """
@@ -133,7 +124,7 @@ def bench_publish(path):
       for f in os.listdir(path):
         shutil.copyfile(os.path.join(path, f), os.path.join(dst, f))
 
-    t_pub, t_fetch, t_raw = _median(publish), _median(fetch), _median(raw)
+    t_pub, t_fetch, t_raw = median_time(publish), median_time(fetch), median_time(raw)
   return size / t_pub / 1e6, size / t_fetch / 1e6, size / t_raw / 1e6
 
 

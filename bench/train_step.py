@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchutil import median_time, model_flops_per_token  # noqa: E402
 
 CONFIGS = {
     # name: (Qwen2 kwargs, batch, seq)
@@ -39,31 +40,14 @@ CONFIGS = {
 REMAT = "dots"
 
 
-def _median_time(fn, steps):
-  fn()  # compile / warm up
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
-
-
 def matmul_peak(n=2048, steps=5):
   import jax
   import jax.numpy as jnp
 
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
   f = jax.jit(lambda x, y: x @ y)
-  t = _median_time(lambda: f(a, a).block_until_ready(), steps)
+  t = median_time(lambda: f(a, a).block_until_ready(), steps)
   return 2 * n ** 3 / t
-
-
-def model_flops_per_token(cfg, seq):
-  """6·N for the matmul weights (embedding lookup excluded) + attention scores/values."""
-  n = cfg.num_params - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
-  attn = 12 * cfg.num_layers * seq * cfg.num_heads * cfg.head_dim
-  return 6 * n + attn
 
 
 def bench_jax(kw, b, t, steps):
@@ -96,7 +80,7 @@ def bench_jax(kw, b, t, steps):
     holder["state"], m = step(holder["state"], batch)
     jax.block_until_ready(m)
 
-  return cfg, _median_time(run, steps)
+  return cfg, median_time(run, steps)
 
 
 def bench_torch(kw, b, t, steps):
@@ -122,7 +106,7 @@ def bench_torch(kw, b, t, steps):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
-  return _median_time(run, steps)
+  return median_time(run, steps)
 
 
 def aot_report():

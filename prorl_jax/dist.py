@@ -56,7 +56,12 @@ def multi() -> bool:
 
 
 def broadcast(obj=None):
-  """The primary's `obj` (any picklable value) on every process; the others pass anything."""
+  """The primary's `obj` (any picklable value) on every process; the others pass anything.
+
+  pickle is safe here: the bytes are made in memory by process 0 of the same job and travel only
+  through JAX's own collectives (never through storage or a socket this code opens), and the
+  payload (scored groups: nested dicts/lists/tuples of numpy arrays) has no plain-data codec.
+  """
   if not multi():
     return obj
   from jax.experimental import multihost_utils as mu
