@@ -33,10 +33,12 @@ def make_model(path):
   import jax
 
   from prorl_jax.model import init_params, presets, save_hf
+  from prorl_jax.rollout.exchange import shard_bytes
 
   cfg = presets.Qwen2Config(**KW, eos_token_id=None)
   params = init_params(cfg, jax.random.PRNGKey(0))
-  save_hf(cfg, params, path)
+  # Sharded as the trainer publishes it (one shard per core), so the raw copy copies the same files.
+  save_hf(cfg, params, path, max_shard_bytes=shard_bytes(4 * cfg.num_params))
   return cfg, params
 
 

@@ -16,6 +16,7 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax import config as config_lib
@@ -25,7 +26,7 @@ from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
-from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.exchange import Exchange, shard_bytes
 from prorl_jax.rollout.local import LocalWorkers
 from prorl_jax.sharding import make_mesh
 
@@ -171,8 +172,10 @@ def publish(run: Run, ex: Exchange | None, version: int):
   if not dist.is_primary():
     return
   with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
-    save_hf(run.model_cfg, params, tmp, tokenizer_dir=run.path,
-            dtype=run.cfg.model.compute_dtype)
+    dtype = run.cfg.model.compute_dtype
+    nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
+    save_hf(run.model_cfg, params, tmp, tokenizer_dir=run.path, dtype=dtype,
+            max_shard_bytes=shard_bytes(nbytes))
     # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
     write_probe(run.model_cfg, params if dist.multi() else run.state.params, run.probe_tokens,
                 tmp)

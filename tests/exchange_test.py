@@ -49,6 +49,33 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   assert ex.weight_versions() == [4]
 
 
+def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path):
+  import jax
+
+  from prorl_jax.model import init_params, load_hf, presets, save_hf
+  from prorl_jax.rollout.exchange import shard_bytes
+
+  assert shard_bytes(10) == 8 << 20 and shard_bytes(1 << 40) == -(-(1 << 40) // os.cpu_count())
+  cfg = presets.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
+                            num_heads=4, num_kv_heads=2, head_dim=8, tie_word_embeddings=False,
+                            eos_token_id=None)
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  src = str(tmp_path / "w")
+  files = save_hf(cfg, params, src, max_shard_bytes=20_000)
+  shards = [f for f in files if f.endswith(".safetensors")]
+  assert len(shards) >= 3
+  ex.publish_weights(1, step=1, src_dir=src)
+  manifest = ex.publish_weights(2, step=2, src_dir=src)
+  assert set(manifest["files"]) == set(os.listdir(src))
+  v, path = ex.latest_weights(str(tmp_path / "cache"))
+  _, got = load_hf(path)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  ex._write(f"weights/v00000002/{shards[1]}", b"corrupt")  # one shard of several
+  v, _ = ex.latest_weights(str(tmp_path / "cache2"))
+  assert v == 1 and ex.stats["skipped_weights"] == 1
+
+
 def test_a_cached_version_from_another_run_is_replaced(tmp_path):
   cache = str(tmp_path / "cache")
   for run, payload in (("a", b"weights of run a"), ("b", b"weights of run b")):
