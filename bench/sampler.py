@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,29 +105,41 @@ def bench_vllm(path, prompts):
   return None
 
 
-def bench_publish(path):
+def bench_publish(path, reps=9):
+  """MB/s of publish, verified fetch and raw copy, interleaved and each output deleted once timed
+  (written files left behind pile up dirty pages, and writeback then throttles whichever
+  measurement runs last)."""
   from prorl_jax.rollout.exchange import Exchange
 
   size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
   with tempfile.TemporaryDirectory() as tmp:
     ex = Exchange(f"file://{tmp}/ex")
-    v = {"n": 0}
+    ex.publish_weights(0, 0, path)  # kept: the version that fetch reads
 
-    def publish():
-      v["n"] += 1
-      ex.publish_weights(v["n"], 0, path)
+    def publish(i):
+      ex.publish_weights(i, 0, path)
+      return lambda: ex.delete_weights(i)
 
-    def fetch():
-      ex.fetch_weights(v["n"], os.path.join(tmp, f"fetched{v['n']}-{time.perf_counter()}"))
+    def fetch(i):
+      dst = os.path.join(tmp, f"fetched{i}")
+      ex.fetch_weights(0, dst)
+      return lambda: shutil.rmtree(dst)
 
-    def raw():
-      v["n"] += 1
-      dst = os.path.join(tmp, f"raw{v['n']}")
+    def raw(i):
+      dst = os.path.join(tmp, f"raw{i}")
       os.makedirs(dst)
       for f in os.listdir(path):
         shutil.copyfile(os.path.join(path, f), os.path.join(dst, f))
+      return lambda: shutil.rmtree(dst)
 
-    t_pub, t_fetch, t_raw = median_time(publish), median_time(fetch), median_time(raw)
+    times = {fn: [] for fn in (publish, fetch, raw)}
+    for i in range(1, reps + 2):
+      for fn, ts in times.items():
+        t0 = time.perf_counter()
+        cleanup = fn(i)
+        ts.append(time.perf_counter() - t0)
+        cleanup()
+  t_pub, t_fetch, t_raw = (statistics.median(ts[1:]) for ts in times.values())
   return size / t_pub / 1e6, size / t_fetch / 1e6, size / t_raw / 1e6
 
 

@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import logging
+import mmap
 import os
 import shutil
 import time
@@ -54,11 +55,13 @@ def open_kvstore(url: str) -> ts.KvStore:
 
 
 def _file_sha(path: str) -> str:
-  h = hashlib.sha256()
+  """sha256 of a file, hashed straight from the page cache (mmap: no copy into Python bytes;
+  hashlib releases the GIL, so files hash in parallel threads)."""
   with open(path, "rb") as f:
-    while chunk := f.read(1 << 24):
-      h.update(chunk)  # releases the GIL: runs beside the copy
-  return h.hexdigest()
+    if os.fstat(f.fileno()).st_size == 0:
+      return hashlib.sha256().hexdigest()
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+      return hashlib.sha256(m).hexdigest()
 
 
 def _copy(src: str, dest: str) -> int:
@@ -70,9 +73,17 @@ def _copy(src: str, dest: str) -> int:
   return os.path.getsize(dest)
 
 
-def _pool(tasks: int) -> concurrent.futures.ThreadPoolExecutor:
-  """Threads for per-file copies and hashes: both release the GIL, so files go in parallel."""
-  return concurrent.futures.ThreadPoolExecutor(max(1, min(tasks, 2 * (os.cpu_count() or 1))))
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+  """Threads for per-file copies and hashes (both release the GIL, so files go in parallel);
+  one pool per process: starting threads per call cost more than hashing a small model."""
+  global _POOL
+  if _POOL is None:
+    _POOL = concurrent.futures.ThreadPoolExecutor(2 * (os.cpu_count() or 1),
+                                                  thread_name_prefix="exchange-io")
+  return _POOL
 
 
 def shard_bytes(total_bytes: int) -> int:
@@ -150,10 +161,11 @@ class Exchange:
       self._write(prefix + name, data)
       return len(data)
 
-    with _pool(2 * len(names)) as pool:
-      shas = {n: pool.submit(_file_sha, os.path.join(src_dir, n)) for n in names}
-      sizes = {n: pool.submit(put, n) for n in names}
-      files = {n: {"size": sizes[n].result(), "sha256": shas[n].result()} for n in names}
+    pool = _pool()
+    jobs = {}  # each file hashed beside its own copy
+    for n in names:
+      jobs[n] = (pool.submit(_file_sha, os.path.join(src_dir, n)), pool.submit(put, n))
+    files = {n: {"size": size.result(), "sha256": sha.result()} for n, (sha, size) in jobs.items()}
     manifest = {"version": version, "step": step, "files": files, "time": time.time()}
     self._write(prefix + "manifest.json", json.dumps(manifest).encode())
     return manifest
@@ -208,8 +220,7 @@ class Exchange:
       return True
 
     items = list(manifest["files"].items())
-    with _pool(len(items)) as pool:
-      ok = list(pool.map(lambda kv: get(*kv), items))
+    ok = list(_pool().map(lambda kv: get(*kv), items))
     if not all(ok):
       shutil.rmtree(tmp, ignore_errors=True)
       bad = [name for (name, _), good in zip(items, ok) if not good]
