@@ -213,7 +213,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _validate_algo(cfg)
   _validate_rollout(cfg)
   _range(cfg, "eval.every", 0, integer=True)
-  _range(cfg, "eval.temperature", 0, lo_open=True)
+  _range(cfg, "eval.temperature", 0)  # 0 = greedy
   _range(cfg, "eval.top_p", 0, 1, lo_open=True)
   _range(cfg, "eval.samples", 1, integer=True)
   _range(cfg, "eval.heldout", 1, integer=True)

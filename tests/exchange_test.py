@@ -47,6 +47,14 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   assert v == 2 and ex.stats["skipped_weights"] == 1
   ex.prune_weights(keep=1)
   assert ex.weight_versions() == [4]
+  if ex.local_root:  # pruned versions leave no empty directories behind
+    assert os.listdir(os.path.join(ex.local_root, "weights")) == ["v00000004"]
+  # a fetched version directory (it holds a manifest of its own) published again, e.g. to
+  # evaluate it: its old manifest is not a weight file
+  ex.publish_weights(5, step=50, src_dir=path)
+  assert "manifest.json" not in ex.weights_manifest(5)["files"]
+  v, _ = ex.latest_weights(str(tmp_path / "cache3"))
+  assert v == 5
 
 
 def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path):

@@ -150,7 +150,9 @@ class Exchange:
     """Copies every file of `src_dir` to weights/v<version>/ (files in parallel, each hashed
     beside its copy), then writes the manifest."""
     prefix = f"weights/v{version:08d}/"
-    names = [n for n in sorted(os.listdir(src_dir)) if os.path.isfile(os.path.join(src_dir, n))]
+    # A fetched or published version directory has its own manifest: ours replaces it.
+    names = [n for n in sorted(os.listdir(src_dir))
+             if os.path.isfile(os.path.join(src_dir, n)) and n != "manifest.json"]
 
     def put(name: str) -> int:
       path = os.path.join(src_dir, name)
@@ -253,6 +255,8 @@ class Exchange:
 
   def delete_weights(self, version: int):
     self._delete_prefix(f"weights/v{version:08d}/")
+    if self.local_root is not None:  # the key-value store leaves the emptied directory behind
+      shutil.rmtree(os.path.join(self.local_root, f"weights/v{version:08d}"), ignore_errors=True)
 
   def prune_weights(self, keep: int):
     for v in self.weight_versions()[:-keep]:
