@@ -259,8 +259,18 @@ class Exchange:
       shutil.rmtree(os.path.join(self.local_root, f"weights/v{version:08d}"), ignore_errors=True)
 
   def prune_weights(self, keep: int):
-    for v in self.weight_versions()[:-keep]:
-      self.delete_weights(v)
+    """Keeps the newest `keep` committed versions; deletes older ones, and the leftovers of
+    publishes that never committed if they are older than the oldest version kept."""
+    keep = max(1, keep)
+    committed = self.weight_versions()
+    if len(committed) <= keep:
+      return
+    oldest_kept = committed[-keep]
+    started = {int(k.split("/")[1][1:]) for k in self._list("weights/")
+               if k.count("/") >= 2 and k.split("/")[1][1:].isdigit()}
+    for v in sorted(started | set(committed)):
+      if v < oldest_kept:
+        self.delete_weights(v)
 
   # ---------------------------------------------------------------- requests
   def put_request(self, request: dict, request_id: str | None = None) -> str:
