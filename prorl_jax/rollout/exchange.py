@@ -172,14 +172,19 @@ class Exchange:
     self._write(prefix + "manifest.json", json.dumps(manifest).encode())
     return manifest
 
-  def weight_versions(self) -> list[int]:
-    """Versions whose manifest exists (committed), ascending."""
-    out = []
+  def _versions(self, committed: bool) -> list[int]:
+    """Versions with any key under weights/v<N>/ (or, if `committed`, with a manifest)."""
+    out = set()
     for key in self._list("weights/"):
       parts = key.split("/")
-      if len(parts) == 3 and parts[2] == "manifest.json" and parts[1].startswith("v"):
-        out.append(int(parts[1][1:]))
-    return sorted(set(out))
+      if len(parts) == 3 and parts[1][:1] == "v" and parts[1][1:].isdigit() and (
+          not committed or parts[2] == "manifest.json"):
+        out.add(int(parts[1][1:]))
+    return sorted(out)
+
+  def weight_versions(self) -> list[int]:
+    """Versions whose manifest exists (committed), ascending."""
+    return self._versions(committed=True)
 
   def weights_manifest(self, version: int) -> dict | None:
     key = f"weights/v{version:08d}/manifest.json"
@@ -266,9 +271,7 @@ class Exchange:
     if len(committed) <= keep:
       return
     oldest_kept = committed[-keep]
-    started = {int(k.split("/")[1][1:]) for k in self._list("weights/")
-               if k.count("/") >= 2 and k.split("/")[1][1:].isdigit()}
-    for v in sorted(started | set(committed)):
+    for v in self._versions(committed=False):
       if v < oldest_kept:
         self.delete_weights(v)
 
