@@ -25,7 +25,7 @@ from prorl_jax.model.presets import Qwen2Config
 # (k_LxBxSxKxDh, v_LxBxSxKxDh) for the whole stack; one layer's slice inside a Block.
 KVCache = tuple[jax.Array, jax.Array]
 
-_NEG = -1e30  # masked score: finite so a fully masked (padding) query row stays finite
+NEG_SCORE = -1e30  # masked score: finite so a fully masked (padding) query row stays finite
 
 
 def _dtype(name: str):
@@ -78,6 +78,13 @@ class Linear(nn.Module):
     return y.reshape(x.shape[:x.ndim - self.in_ndim] + self.out_shape)
 
 
+def rms_norm(x, scale, eps: float, dtype):
+  """Variance in float32 as HF does; the scale multiplies the already-cast activations."""
+  x32 = x.astype(jnp.float32)
+  x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+  return scale.astype(dtype) * x32.astype(dtype)
+
+
 class RMSNorm(nn.Module):
   eps: float
   param_dtype: Any
@@ -87,10 +94,7 @@ class RMSNorm(nn.Module):
   def __call__(self, x):
     scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
                        (x.shape[-1],), self.param_dtype)
-    x32 = x.astype(jnp.float32)
-    # Variance in float32 as HF does; the scale multiplies the already-cast activations.
-    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return scale.astype(self.dtype) * x32.astype(self.dtype)
+    return rms_norm(x, scale, self.eps, self.dtype)
 
 
 def attention(q_BxTxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxTxS):
@@ -110,7 +114,7 @@ def attention(q_BxTxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxTxS):
   scores = jnp.einsum("bkqd,bksd->bkqs", q_BxKxGTxDh, k_BxKxSxDh)
   # Softmax in float32: bf16 scores lose the small differences that decide attention weights.
   scores = scores.astype(jnp.float32).reshape(b, k, g, t, s)
-  scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, _NEG)
+  scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, NEG_SCORE)
   probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxHxDh.dtype).reshape(b, k, g * t, s)
   out = jnp.einsum("bkqs,bksd->bkqd", probs, v_BxKxSxDh)
   return out.reshape(b, k, g, t, dh).transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)

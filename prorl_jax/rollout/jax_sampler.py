@@ -19,6 +19,7 @@ import numpy as np
 
 from prorl_jax.model import Qwen2, head_weight
 from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.qwen2 import NEG_SCORE, apply_rope, rms_norm, rope_tables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,34 +52,137 @@ def filter_logits(logits_BxV, top_k: int, top_p: float):
   return logits_BxV
 
 
+def _first_argmax(z_BxV):
+  """argmax as two plain reductions (XLA:CPU runs the fused value+index reduce ~10x slower)."""
+  m_B = jnp.max(z_BxV, axis=-1)
+  iota = jax.lax.broadcasted_iota(jnp.int32, z_BxV.shape, 1)
+  return jnp.min(jnp.where(z_BxV == m_B[:, None], iota, z_BxV.shape[-1]), axis=-1), m_B
+
+
+_CHUNK = 128
+
+
+def _inverse_cdf(z_BxV, rng):
+  """One categorical draw per row from softmax(z) (-inf = excluded) with one uniform per row:
+  the row's cumulative mass is searched in two levels (chunk sums, then within the chunk), so
+  a draw costs an exp and two small scans, not V Gumbel variates and a fused argmax.
+
+  Returns (token, log-prob of the token under softmax(z)).
+  """
+  b, v = z_BxV.shape
+  m_Bx1 = jnp.max(z_BxV, axis=-1, keepdims=True)
+  e_BxV = jnp.exp(z_BxV - m_Bx1)
+  pad = -v % _CHUNK
+  e_BxCxW = jnp.pad(e_BxV, ((0, 0), (0, pad))).reshape(b, -1, _CHUNK)
+  chunk_BxC = jnp.sum(e_BxCxW, axis=-1)
+  cum_BxC = jnp.cumsum(chunk_BxC, axis=-1)
+  total_B = cum_BxC[:, -1]
+  u_B = jax.random.uniform(rng, (b,)) * total_B
+
+  def pick(cum, mass, target):
+    """First index whose cumulative mass exceeds `target`, kept among the indices with mass
+    (float rounding at either end must not land on an excluded token)."""
+    iota = jax.lax.broadcasted_iota(jnp.int32, mass.shape, 1)
+    first = jnp.min(jnp.where(mass > 0, iota, mass.shape[1]), axis=-1)
+    last = jnp.max(jnp.where(mass > 0, iota, 0), axis=-1)
+    return jnp.clip(jnp.sum(cum <= target[:, None], axis=-1), first, last)
+
+  c_B = pick(cum_BxC, chunk_BxC, u_B)
+  row_BxW = jnp.take_along_axis(e_BxCxW, c_B[:, None, None], axis=1)[:, 0]
+  before_B = jnp.take_along_axis(cum_BxC - chunk_BxC, c_B[:, None], axis=-1)[:, 0]
+  w_B = pick(jnp.cumsum(row_BxW, axis=-1), row_BxW, u_B - before_B)
+  tok_B = c_B * _CHUNK + w_B
+  lp_B = jnp.take_along_axis(z_BxV, tok_B[:, None], axis=-1)[:, 0] - m_Bx1[:, 0] - jnp.log(total_B)
+  return tok_B, lp_B
+
+
 def _sample(logits_BxV, rng, sp: SamplingParams):
   """(token, log-prob under the sampling distribution) per row."""
-  logits_BxV = logits_BxV.astype(jnp.float32)
+  z = logits_BxV.astype(jnp.float32)
   if sp.temperature == 0.0:
-    tok = jnp.argmax(logits_BxV, axis=-1)
-    lp = jax.nn.log_softmax(logits_BxV, axis=-1)
+    tok, m = _first_argmax(z)
+    lp = -jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))  # log_softmax(z) at the argmax
   else:
-    z = filter_logits(logits_BxV / sp.temperature, sp.top_k, sp.top_p)
-    tok = jax.random.categorical(rng, z, axis=-1)
-    lp = jax.nn.log_softmax(z, axis=-1)
-  return tok.astype(jnp.int32), jnp.take_along_axis(lp, tok[:, None], axis=-1)[:, 0]
+    tok, lp = _inverse_cdf(filter_logits(z / sp.temperature, sp.top_k, sp.top_p), rng)
+  return tok.astype(jnp.int32), lp
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def prepare(cfg: Qwen2Config, params):
+  """The weights laid out for decoding: one entry per layer (no per-step slice of the stacked
+  layer params), q/k/v fused into one projection, everything in the compute dtype.
+
+  `generate` makes this itself when not given one; a worker makes it once per weight version.
+  """
+  dt = jnp.dtype(cfg.compute_dtype)
+  d = cfg.hidden_size
+  lp = params["layers"]
+  a, m = lp["attn"], lp["mlp"]
+  layers = []
+  for i in range(cfg.num_layers):
+    layers.append({
+        "input_norm": lp["input_norm"]["scale"][i].astype(dt),
+        "qkv": jnp.concatenate([a[n]["kernel"][i].reshape(d, -1)
+                                for n in ("q_proj", "k_proj", "v_proj")], axis=1).astype(dt),
+        "qkv_bias": jnp.concatenate([a[n]["bias"][i].reshape(-1)
+                                     for n in ("q_proj", "k_proj", "v_proj")]).astype(dt),
+        "o": a["o_proj"]["kernel"][i].reshape(-1, d).astype(dt),
+        "post_attn_norm": lp["post_attn_norm"]["scale"][i].astype(dt),
+        "gate": m["gate_proj"]["kernel"][i].astype(dt),
+        "up": m["up_proj"]["kernel"][i].astype(dt),
+        "down": m["down_proj"]["kernel"][i].astype(dt),
+    })
+  return {"layers": tuple(layers), "embed": params["embed"]["embedding"].astype(dt),
+          "final_norm": params["final_norm"]["scale"].astype(dt),
+          "head": head_weight(cfg, params).astype(dt)}
+
+
+def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, slot,
+                  valid_BxS):
+  """One layer for one new token per row, the same math as `Qwen2` (parity-tested against the
+  full forward). Keys are cached transposed so the scores are a plain [G, Dh] x [Dh, S] matmul
+  per (row, kv head); the new key/value is written in place at `slot`."""
+  b = x_BxD.shape[0]
+  h, k, dh, dt = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x_BxD.dtype
+  g = h // k
+  qkv = rms_norm(x_BxD, w["input_norm"], cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
+  q = apply_rope(qkv[:, :h * dh].reshape(b, 1, h, dh), cos, sin)
+  q_BxKxGxDh = (q * jnp.asarray(dh ** -0.5, dt)).reshape(b, k, g, dh)
+  new_k = apply_rope(qkv[:, h * dh:(h + k) * dh].reshape(b, 1, k, dh), cos, sin)
+  k_BxKxDhxS = jax.lax.dynamic_update_slice(
+      k_BxKxDhxS, new_k.reshape(b, k, dh, 1).astype(k_BxKxDhxS.dtype), (0, 0, 0, slot))
+  v_BxKxSxDh = jax.lax.dynamic_update_slice(
+      v_BxKxSxDh, qkv[:, (h + k) * dh:].reshape(b, k, 1, dh).astype(v_BxKxSxDh.dtype),
+      (0, 0, slot, 0))
+  scores = jnp.einsum("bkgd,bkds->bkgs", q_BxKxGxDh, k_BxKxDhxS.astype(dt)).astype(jnp.float32)
+  scores = jnp.where(valid_BxS[:, None, None, :], scores, NEG_SCORE)
+  probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+  out_BxHDh = jnp.einsum("bkgs,bksd->bkgd", probs, v_BxKxSxDh.astype(dt)).reshape(b, h * dh)
+  x_BxD = x_BxD + out_BxHDh @ w["o"]
+  y = rms_norm(x_BxD, w["post_attn_norm"], cfg.rms_norm_eps, dt)
+  x_BxD = x_BxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
+  return x_BxD, k_BxKxDhxS, v_BxKxSxDh
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sp", "pad_id"))
-def _generate(params, prompt_BxP, prompt_mask_BxP, rng, *, cfg: Qwen2Config, sp: SamplingParams,
-              pad_id: int):
+def _generate(params, weights, prompt_BxP, prompt_mask_BxP, rng, *, cfg: Qwen2Config,
+              sp: SamplingParams, pad_id: int):
   b, p = prompt_BxP.shape
   n = sp.max_new_tokens
-  s = p + n
-  model = Qwen2(cfg)
   dt = jnp.dtype(cfg.compute_dtype)
-  cache = (jnp.zeros((cfg.num_layers, b, s, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
-  key_valid_BxS = jnp.zeros((b, s), bool).at[:, :p].set(prompt_mask_BxP.astype(bool))
+  # Prefill: the model itself, over a cache of the prompt's P slots.
+  cache = (jnp.zeros((cfg.num_layers, b, p, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
   positions_BxP = jnp.maximum(jnp.cumsum(prompt_mask_BxP, axis=-1) - 1, 0)
-  causal_PxS = jnp.arange(s)[None, :] <= jnp.arange(p)[:, None]
-  mask_BxPxS = causal_PxS[None] & key_valid_BxS[:, None, :]
-  h, cache = model.apply({"params": params}, prompt_BxP, positions_BxP, mask_BxPxS, cache, 0)
-  w = head_weight(cfg, params).astype(dt)
+  causal_PxP = jnp.tril(jnp.ones((p, p), bool))
+  mask_BxPxP = causal_PxP[None] & prompt_mask_BxP.astype(bool)[:, None, :]
+  h, (k_all, v_all) = Qwen2(cfg).apply({"params": params}, prompt_BxP, positions_BxP, mask_BxPxP,
+                                       cache, 0)
+  # Decode: one cache per layer, keys [B, K, Dh, S], values [B, K, S, Dh].
+  ks = tuple(jnp.pad(k_all[i].transpose(0, 2, 3, 1), ((0, 0), (0, 0), (0, 0), (0, n)))
+             for i in range(cfg.num_layers))
+  vs = tuple(jnp.pad(v_all[i].transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, n), (0, 0)))
+             for i in range(cfg.num_layers))
+  key_valid_BxS = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, n)))
   next_pos_B = jnp.sum(prompt_mask_BxP, axis=-1).astype(jnp.int32)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
 
@@ -96,33 +200,41 @@ def _generate(params, prompt_BxP, prompt_mask_BxP, rng, *, cfg: Qwen2Config, sp:
   out = (jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
          jnp.zeros((b,), bool), jnp.zeros((b,), jnp.int32))
   rngs = jax.random.split(rng, n)
-  out, tok = emit(out, h[:, -1] @ w, rngs[0], 0)
+  out, tok = emit(out, h[:, -1] @ weights["head"], rngs[0], 0)
 
   def cond(carry):
-    i, _, _, out, _ = carry
+    i, _, _, _, out, _ = carry
     return (i < n) & ~jnp.all(out[2])
 
   def body(carry):
-    i, cache, key_valid, out, tok = carry
+    i, ks, vs, key_valid, out, tok = carry
     slot = p + i - 1  # the slot of the token sampled at step i-1
     key_valid = key_valid.at[:, slot].set(True)
-    pos_Bx1 = (next_pos_B + i - 1)[:, None]
-    h, cache = model.apply({"params": params}, tok[:, None], pos_Bx1, key_valid[:, None, :],
-                           cache, slot)
-    out, tok = emit(out, h[:, -1] @ w, rngs[i], i)
-    return i + 1, cache, key_valid, out, tok
+    cos, sin = rope_tables((next_pos_B + i - 1)[:, None], cfg.head_dim, cfg.rope_theta)
+    x_BxD = weights["embed"][tok]
+    new_ks, new_vs = [], []
+    for layer in range(cfg.num_layers):  # unrolled: per-layer weights and caches, no slicing
+      x_BxD, kc, vc = _decode_layer(cfg, weights["layers"][layer], x_BxD, cos, sin, ks[layer],
+                                    vs[layer], slot, key_valid)
+      new_ks.append(kc)
+      new_vs.append(vc)
+    x_BxD = rms_norm(x_BxD, weights["final_norm"], cfg.rms_norm_eps, dt)
+    out, tok = emit(out, x_BxD @ weights["head"], rngs[i], i)
+    return i + 1, tuple(new_ks), tuple(new_vs), key_valid, out, tok
 
-  _, _, _, out, _ = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, key_valid_BxS, out, tok))
+  _, _, _, _, out, _ = jax.lax.while_loop(cond, body,
+                                          (jnp.int32(1), ks, vs, key_valid_BxS, out, tok))
   tokens, logps, done, length = out
   return tokens, logps, done, length
 
 
 def generate(cfg: Qwen2Config, params, prompts: list[list[int]], sp: SamplingParams, *,
-             seed: int, pad_id: int = 0, batch_multiple: int = 8, prompt_multiple: int = 32):
+             seed: int, pad_id: int = 0, batch_multiple: int = 8, prompt_multiple: int = 32,
+             weights=None):
   """Samples one response per prompt. Returns a dict of numpy arrays:
 
   tokens [B, N] (pad after the end), logprobs [B, N] (0 after the end), lengths [B],
-  finish_reason list of "stop" | "length".
+  finish_reason list of "stop" | "length". `weights`: `prepare(cfg, params)`, made here if None.
   """
   if not prompts:
     raise ValueError("generate() needs at least one prompt")
@@ -136,9 +248,11 @@ def generate(cfg: Qwen2Config, params, prompts: list[list[int]], sp: SamplingPar
     toks[i, p - len(x):] = x
     mask[i, p - len(x):] = 1
   mask[len(prompts):, -1] = 1  # filler rows: one real token so nothing is fully masked
+  if weights is None:
+    weights = prepare(cfg, params)
   tokens, logps, done, length = jax.device_get(_generate(
-      params, jnp.asarray(toks), jnp.asarray(mask), jax.random.PRNGKey(seed), cfg=cfg, sp=sp,
-      pad_id=pad_id))
+      params, weights, jnp.asarray(toks), jnp.asarray(mask), jax.random.PRNGKey(seed), cfg=cfg,
+      sp=sp, pad_id=pad_id))
   k = len(prompts)
   return {"tokens": tokens[:k], "logprobs": logps[:k], "lengths": length[:k],
           "finish_reason": ["stop" if d else "length" for d in done[:k]]}

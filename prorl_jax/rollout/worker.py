@@ -44,13 +44,15 @@ class JaxEngine:
   """The JAX sampler as an engine (CPU or any JAX device)."""
 
   def __init__(self):
-    self.cfg = self.params = self._score = None
+    self.cfg = self.params = self.weights = self._score = None
     self.pad = 0
 
   def load(self, path: str) -> None:
     from prorl_jax.model import load_hf
+    from prorl_jax.rollout.jax_sampler import prepare
 
     self.cfg, self.params = load_hf(path, dtype="float32")
+    self.weights = prepare(self.cfg, self.params)  # the decode layout, once per version
     tok = load_tokenizer(path)
     self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
 
@@ -73,7 +75,8 @@ class JaxEngine:
                         top_k=int(sampling.get("top_k", 0)),
                         stop_token_ids=tuple(sampling.get("stop_token_ids") or ()))
     rows = [p for p in prompts for _ in range(n)]
-    return generate(self.cfg, self.params, rows, sp, seed=seed, pad_id=self.pad)
+    return generate(self.cfg, self.params, rows, sp, seed=seed, pad_id=self.pad,
+                    weights=self.weights)
 
 
 def make_engine(name: str) -> Engine:
