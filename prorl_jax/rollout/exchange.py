@@ -25,7 +25,6 @@ import hashlib
 import io
 import json
 import logging
-import mmap
 import os
 import shutil
 import time
@@ -54,23 +53,40 @@ def open_kvstore(url: str) -> ts.KvStore:
   return ts.KvStore.open(_normalise(url)).result()
 
 
-def _file_sha(path: str) -> str:
-  """sha256 of a file, hashed straight from the page cache (mmap: no copy into Python bytes;
-  hashlib releases the GIL, so files hash in parallel threads)."""
-  with open(path, "rb") as f:
-    if os.fstat(f.fileno()).st_size == 0:
-      return hashlib.sha256().hexdigest()
-    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-      return hashlib.sha256(m).hexdigest()
+_CHUNK_BYTES = 1 << 20
 
 
-def _copy(src: str, dest: str) -> int:
-  """In-kernel copy of `src` to `dest` via a temp name, then rename; returns the size."""
+def _copy_hashed(src: str, dest: str) -> tuple[int, str]:
+  """Copies `src` to `dest` (a temp name, then rename) and sha256s the bytes on the way; returns
+  (size, sha256). Each chunk is hashed while it is in cache and written from the same buffer, so
+  the file is read once (an in-kernel copy plus a separate hash read it twice: 0.43 against 0.59
+  of a raw copy's speed here)."""
   os.makedirs(os.path.dirname(dest), exist_ok=True)
   tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
-  shutil.copyfile(src, tmp)
+  digest, buf = hashlib.sha256(), bytearray(_CHUNK_BYTES)
+  view, size = memoryview(buf), 0
+  try:
+    with open(src, "rb", buffering=0) as f, open(tmp, "wb", buffering=0) as out:
+      while n := f.readinto(buf):
+        digest.update(view[:n])
+        done = 0
+        while done < n:
+          done += out.write(view[done:n])
+        size += n
+    os.replace(tmp, dest)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+  return size, digest.hexdigest()
+
+
+def _write_file(dest: str, data: bytes):
+  """Writes `dest` under a temp name, then renames it into place."""
+  tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
+  with open(tmp, "wb") as f:
+    f.write(data)
   os.replace(tmp, dest)
-  return os.path.getsize(dest)
 
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
@@ -154,22 +170,25 @@ class Exchange:
     names = [n for n in sorted(os.listdir(src_dir))
              if os.path.isfile(os.path.join(src_dir, n)) and n != "manifest.json"]
 
-    def put(name: str) -> int:
+    def put(name: str) -> tuple[int, str]:
       path = os.path.join(src_dir, name)
       if self.local_root is not None:  # readers verify size + sha256, so no fsync is needed
-        return _copy(path, os.path.join(self.local_root, prefix + name))
+        return _copy_hashed(path, os.path.join(self.local_root, prefix + name))
       with open(path, "rb") as f:
         data = f.read()
       self._write(prefix + name, data)
-      return len(data)
+      return len(data), _sha(data)
 
-    pool = _pool()
-    jobs = {}  # each file hashed beside its own copy
-    for n in names:
-      jobs[n] = (pool.submit(_file_sha, os.path.join(src_dir, n)), pool.submit(put, n))
-    files = {n: {"size": size.result(), "sha256": sha.result()} for n, (sha, size) in jobs.items()}
+    done = _pool().map(put, names)  # files in parallel (hashing and I/O release the GIL)
+    files = {n: {"size": size, "sha256": sha} for n, (size, sha) in zip(names, done)}
     manifest = {"version": version, "step": step, "files": files, "time": time.time()}
-    self._write(prefix + "manifest.json", json.dumps(manifest).encode())
+    if self.local_root is not None:
+      # Written and renamed into place like the files (tensorstore's file store would also fsync
+      # it: ~1 ms, a tenth of publishing a small model, for a marker whose files readers verify).
+      _write_file(os.path.join(self.local_root, prefix + "manifest.json"),
+                  json.dumps(manifest).encode())
+    else:
+      self._write(prefix + "manifest.json", json.dumps(manifest).encode())
     return manifest
 
   def _versions(self, committed: bool) -> list[int]:
@@ -213,12 +232,11 @@ class Exchange:
     def get(name: str, meta: dict) -> bool:
       key = f"weights/v{version:08d}/{name}"
       dest = os.path.join(tmp, name)
-      if self.local_root is not None:  # kernel copy, then verify the copy itself
+      if self.local_root is not None:  # the bytes written are the bytes verified
         src = os.path.join(self.local_root, key)
         if not os.path.isfile(src):
           return False
-        shutil.copyfile(src, dest)
-        return os.path.getsize(dest) == meta["size"] and _file_sha(dest) == meta["sha256"]
+        return _copy_hashed(src, dest) == (meta["size"], meta["sha256"])
       data, _ = self._read(key)
       if data is None or len(data) != meta["size"] or _sha(data) != meta["sha256"]:
         return False
