@@ -21,15 +21,15 @@ def params():
 PROMPTS = [[1, 5, 6, 7], [1, 9], [1, 3, 3, 3, 3, 3, 3], [2]]
 
 
-_forward = jax.jit(lambda p, t: forward(CFG, p, t))
+_forward = jax.jit(forward, static_argnums=0)
 
 
-def _full_logits(params, seq):
+def _full_logits(params, seq, cfg=CFG):
   """Logits after `seq` from the full forward pass (right-padded: causal, so padding after the
   last token changes nothing, and one compiled shape serves every length)."""
   padded = np.zeros((1, 24), np.int32)
   padded[0, :len(seq)] = seq
-  return np.asarray(_forward(params, jnp.asarray(padded))[0, len(seq) - 1])
+  return np.asarray(_forward(cfg, params, jnp.asarray(padded))[0, len(seq) - 1])
 
 
 def test_greedy_equals_stepwise_argmax(params):
@@ -124,13 +124,12 @@ def test_inverse_cdf_draws_follow_softmax_and_never_excluded_tokens():
 def test_untied_head_and_decode_weights_passed_in():
   cfg = CFG.replace(tie_word_embeddings=False)
   p = jax.tree.map(lambda x: x * 3.0, init_params(cfg, jax.random.PRNGKey(1)))
-  fwd = jax.jit(lambda p, t: forward(cfg, p, t))
   sp = SamplingParams(max_new_tokens=5, temperature=0.0)
   out = generate(cfg, p, PROMPTS, sp, seed=0, weights=jax_sampler.prepare(cfg, p))
   for i, prompt in enumerate(PROMPTS):
     seq = list(prompt)
     for t in range(5):
-      logits = np.asarray(fwd(p, jnp.asarray([seq], jnp.int32))[0, -1])
+      logits = _full_logits(p, seq, cfg)
       seq.append(int(np.argmax(logits)))
       lsm = np.asarray(jax.nn.log_softmax(logits))
       assert abs(float(lsm[seq[-1]]) - float(out["logprobs"][i, t])) <= 1e-5
@@ -139,7 +138,6 @@ def test_untied_head_and_decode_weights_passed_in():
 
 def test_bf16_compute_logprobs_track_the_bf16_forward(params):
   cfg = CFG.replace(compute_dtype="bfloat16")
-  fwd = jax.jit(lambda p, t: forward(cfg, p, t))
   weights = jax_sampler.prepare(cfg, params)
   assert {x.dtype for x in jax.tree.leaves(weights)} == {jnp.dtype(jnp.bfloat16)}
   out = generate(cfg, params, PROMPTS, SamplingParams(max_new_tokens=4, temperature=1.0), seed=5,
@@ -148,7 +146,7 @@ def test_bf16_compute_logprobs_track_the_bf16_forward(params):
   for i, prompt in enumerate(PROMPTS):
     seq = list(prompt)
     for t in range(4):
-      lsm = np.asarray(jax.nn.log_softmax(fwd(params, jnp.asarray([seq], jnp.int32))[0, -1]))
+      lsm = np.asarray(jax.nn.log_softmax(_full_logits(params, seq, cfg)))
       tok = int(out["tokens"][i, t])
       errs.append(abs(float(lsm[tok]) - float(out["logprobs"][i, t])))
       seq.append(tok)
