@@ -74,6 +74,10 @@ def test_manifest_checksums_are_of_the_whole_file_across_copy_chunks(ex, tmp_pat
   if ex.local_root:  # no temp files left behind
     assert sorted(os.listdir(os.path.join(ex.local_root, "weights", "v00000001"))) == [
         "empty.txt", "manifest.json", "model.safetensors"]
+  (tmp_path / "nothing").mkdir()  # an empty directory is a clear error, and commits nothing
+  with pytest.raises(ValueError, match="holds no files"):
+    ex.publish_weights(2, step=2, src_dir=str(tmp_path / "nothing"))
+  assert ex.weight_versions() == [1]
 
 
 def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path):

@@ -83,6 +83,7 @@ def _copy_hashed(src: str, dest: str) -> tuple[int, str]:
 
 def _write_file(dest: str, data: bytes):
   """Writes `dest` under a temp name, then renames it into place."""
+  os.makedirs(os.path.dirname(dest), exist_ok=True)
   tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
   with open(tmp, "wb") as f:
     f.write(data)
@@ -169,6 +170,9 @@ class Exchange:
     # A fetched or published version directory has its own manifest: ours replaces it.
     names = [n for n in sorted(os.listdir(src_dir))
              if os.path.isfile(os.path.join(src_dir, n)) and n != "manifest.json"]
+    if not names:
+      raise ValueError(f"publish_weights: {src_dir} holds no files; give it a saved model "
+                       "directory (safetensors + config.json)")
 
     def put(name: str) -> tuple[int, str]:
       path = os.path.join(src_dir, name)
