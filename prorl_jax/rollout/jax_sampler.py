@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prorl_jax.model import Qwen2, head_weight
+from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import NEG_SCORE, apply_rope, rms_norm, rope_tables
 
@@ -172,11 +172,9 @@ def _generate(params, weights, prompt_BxP, prompt_mask_BxP, rng, *, cfg: Qwen2Co
   dt = jnp.dtype(cfg.compute_dtype)
   # Prefill: the model itself, over a cache of the prompt's P slots.
   cache = (jnp.zeros((cfg.num_layers, b, p, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
-  positions_BxP = jnp.maximum(jnp.cumsum(prompt_mask_BxP, axis=-1) - 1, 0)
-  causal_PxP = jnp.tril(jnp.ones((p, p), bool))
-  mask_BxPxP = causal_PxP[None] & prompt_mask_BxP.astype(bool)[:, None, :]
-  h, (k_all, v_all) = Qwen2(cfg).apply({"params": params}, prompt_BxP, positions_BxP, mask_BxPxP,
-                                       cache, 0)
+  h, (k_all, v_all) = Qwen2(cfg).apply({"params": params}, prompt_BxP,
+                                       positions_from_mask(prompt_mask_BxP),
+                                       causal_mask(prompt_mask_BxP), cache, 0)
   # Decode: one cache per layer, keys [B, K, Dh, S], values [B, K, S, Dh].
   ks = tuple(jnp.pad(k_all[i].transpose(0, 2, 3, 1), ((0, 0), (0, 0), (0, 0), (0, n)))
              for i in range(cfg.num_layers))
