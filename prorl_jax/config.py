@@ -8,7 +8,11 @@ bad value with one line naming the field and the allowed range. Library code nev
 
 from __future__ import annotations
 
+import math
+
 import ml_collections
+
+from prorl_jax import rewards
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -114,6 +118,8 @@ def base_config() -> ConfigDict:
   r.exchange = ""  # tensorstore kvstore URL; "" = <run_dir>/exchange
   r.timeout_s = 3600.0
   r.max_probe_mismatch = 0.0  # abort when a worker's probe max |Δlogp| exceeds this; 0 = off
+  r.unsandboxed_code = False  # True: local workers run code rewards WITHOUT the sandbox (trusted
+  # data only; logged at every start)
 
   c.data = d = ConfigDict()
   d.train_files = ""  # comma-separated JSONL/Parquet files in the verl schema
@@ -162,6 +168,8 @@ def _range(cfg, path, lo=None, hi=None, lo_open=False, hi_open=False, integer=Fa
     _fail(f"{path} must be an integer, got {v!r}")
   if not isinstance(v, (int, float)) or isinstance(v, bool):
     _fail(f"{path} must be a number, got {v!r}")
+  if not math.isfinite(v):
+    _fail(f"{path} must be a finite number, got {v!r}")
   bad = (lo is not None and (v <= lo if lo_open else v < lo)) or (
       hi is not None and (v >= hi if hi_open else v > hi))
   if bad:
@@ -183,6 +191,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   """Checks every field; raises ValueError with one line naming the field and the allowed range."""
   known = base_config()
   _check_keys(known, cfg, "")
+  _check_finite(cfg, "")
   _range(cfg, "seed", 0, integer=True)
   _range(cfg, "total_steps", 0, integer=True)
   _in(cfg, "model.param_dtype", DTYPES)
@@ -222,8 +231,11 @@ def validate(cfg: ConfigDict) -> ConfigDict:
     _fail(f"eval.pass_k must be comma-separated integers in [1, eval.samples={cfg.eval.samples}], "
           f"got {cfg.eval.pass_k!r}")
   for pair in [p for p in cfg.data.reward_routing.split(",") if p.strip()]:
-    if pair.count(":") != 1 or not all(pair.split(":")):
+    if pair.count(":") != 1 or not all(s.strip() for s in pair.split(":")):
       _fail(f"data.reward_routing entries must look like source:verifier, got {pair!r}")
+    if pair.split(":")[1].strip() not in rewards.verifier_names():
+      _fail(f"data.reward_routing entry {pair!r} names no verifier; the verifiers are: "
+            f"{', '.join(rewards.verifier_names())}")
   _range(cfg, "checkpoint.every", 0, integer=True)
   _range(cfg, "checkpoint.keep", 1, integer=True)
   return cfg
@@ -292,6 +304,16 @@ def _validate_rollout(cfg):
   _range(cfg, "rollout.external_workers", 0, integer=True)
   _range(cfg, "rollout.timeout_s", 0, lo_open=True)
   _range(cfg, "rollout.max_probe_mismatch", 0)
+
+
+def _check_finite(cfg, prefix):
+  """NaN and inf are never a setting: every float field must be finite."""
+  for key in cfg.keys():
+    v = cfg[key]
+    if isinstance(v, ConfigDict):
+      _check_finite(v, f"{prefix}{key}.")
+    elif isinstance(v, float) and not math.isfinite(v):
+      _fail(f"{prefix}{key} must be a finite number, got {v!r}")
 
 
 def _check_keys(known, cfg, prefix):

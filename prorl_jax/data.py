@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from prorl_jax import rewards
 from prorl_jax.rewards import chain_sum
 from prorl_jax.tokenizer import prompt_ids
 
@@ -69,12 +70,20 @@ def parse_row(row, path: str, i: int) -> dict:
 
 
 class JsonlSource:
+  """Rows of verl-schema files; every row's data_source must route to a verifier (`routing`:
+  extra source -> verifier pairs), else a one-line DataError names the file, row and value."""
+
   def __init__(self, files: list[str], tokenizer, *, max_prompt_len: int, seed: int = 0,
-               use_chat_template: bool = True):
+               use_chat_template: bool = True, routing: dict[str, str] | None = None):
     self.items, self.dropped_too_long = [], 0
+    self.verifiers: set[str] = set()
     for path in files:
       for i, row in enumerate(_read_rows(path), 1):
         r = parse_row(row, path, i)
+        try:
+          self.verifiers.add(rewards.verifier_name(r["data_source"], routing))
+        except KeyError as e:
+          raise DataError(f"{path}: row {i}: {e.args[0]}") from None
         ids = prompt_ids(tokenizer, r.pop("messages"), use_chat_template)
         if len(ids) > max_prompt_len:
           self.dropped_too_long += 1
@@ -106,6 +115,8 @@ class JsonlSource:
 
 class ChainSumSource:
   """Procedural chain-sum prompts; item k comes from RandomState(seed + k)."""
+
+  verifiers = frozenset({"chain_sum"})
 
   def __init__(self, tokenizer, seed: int = 0, exclude: set[str] | None = None):
     self.tok, self.seed, self.exclude = tokenizer, seed, exclude or set()
@@ -148,6 +159,7 @@ class Blend:
       raise DataError(f"data.weights must be {len(sources)} non-negative numbers, got {weights}")
     self.sources, self.p, self.seed = sources, w / w.sum(), seed
     self.count = 0
+    self.verifiers = set().union(*(s.verifiers for s in sources))  # the verifiers it needs
 
   def next(self) -> dict:
     k = np.random.RandomState((self.seed, self.count)).choice(len(self.sources), p=self.p)
@@ -168,14 +180,19 @@ class Blend:
 
 def make_sources(tok, *, train_files: list[str], val_files: list[str],
                  weights: list[float] | None, max_prompt_len: int, seed: int,
-                 heldout: int) -> tuple[Blend, list[dict]]:
+                 heldout: int, routing: dict[str, str] | None = None
+                 ) -> tuple[Blend, list[dict]]:
   """(training source, held-out items): dataset files, or the demo's procedural chain sums with
   `heldout` held-out prompts (the first 1,000 held-out prompts never appear in training)."""
   if train_files:
-    srcs = [JsonlSource([f], tok, max_prompt_len=max_prompt_len, seed=seed + i)
+    srcs = [JsonlSource([f], tok, max_prompt_len=max_prompt_len, seed=seed + i, routing=routing)
             for i, f in enumerate(train_files)]
-    val = JsonlSource(val_files, tok, max_prompt_len=max_prompt_len, seed=seed).items \
-        if val_files else []
+    val = []
+    if val_files:
+      val_src = JsonlSource(val_files, tok, max_prompt_len=max_prompt_len, seed=seed,
+                            routing=routing)
+      srcs[0].verifiers |= val_src.verifiers  # the run needs the held-out set's verifiers too
+      val = val_src.items
     return Blend(srcs, weights, seed=seed), val
   exclude = {it["prompt"] for it in chain_sum_heldout(tok, max(1000, heldout))}
   src = ChainSumSource(tok, seed=seed * 7919 + 2, exclude=exclude)

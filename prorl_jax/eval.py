@@ -30,10 +30,13 @@ class WaitTimeout(RuntimeError):
 
 
 def wait_for_results(ex: Exchange, rids: list[str], *, timeout_s: float, what: str,
-                     on_idle: Callable[[], str] | None = None, poll_s: float = 0.05) -> dict:
+                     on_idle: Callable[[], str] | None = None, poll_s: float = 0.05,
+                     rows: dict[str, int] | None = None) -> dict:
   """{rid: (manifest, arrays)} once every request has a verified result; raises on timeout.
 
-  Corrupt results are requeued (a worker redoes them). Logs what it waits for every 30 s.
+  `rows[rid]`: the response rows request `rid` asks for (a result of another shape is
+  malformed). Corrupt or malformed results are requeued (a worker redoes them). Logs what it
+  waits for every 30 s.
   """
   done, t0, last_log = {}, time.time(), time.time()
   pending = list(rids)
@@ -41,7 +44,7 @@ def wait_for_results(ex: Exchange, rids: list[str], *, timeout_s: float, what: s
     still = []
     for rid in pending:
       if ex.is_committed(rid):
-        res = ex.read_result(rid)
+        res = ex.read_result(rid, (rows or {}).get(rid))
         if res is None:
           ex.requeue(rid)
           still.append(rid)
@@ -71,9 +74,10 @@ def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, v
              ks: list[int], timeout_s: float, tag: str, chunk: int = 1024, seed: int = 0,
              on_idle=None) -> dict:
   """pass@1 (mean over samples) and pass@k per data source and overall."""
-  rids = []
+  rids, rows = [], {}
   for c in range(0, len(items), chunk):
     part = items[c:c + chunk]
+    rows[f"{tag}-c{c // chunk:04d}"] = len(part) * samples
     rids.append(ex.put_request({
         "prompts": [it["prompt_ids"] for it in part], "n": samples, "sampling": sampling,
         "seed": seed + c, "min_version": version, "max_version": version,
@@ -81,7 +85,7 @@ def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, v
                   "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]},
         request_id=f"{tag}-c{c // chunk:04d}"))
   results = wait_for_results(ex, rids, timeout_s=timeout_s, what=f"evaluation {tag}",
-                             on_idle=on_idle)
+                             on_idle=on_idle, rows=rows)
   per_source = collections.defaultdict(list)
   failed = 0
   for c, rid in enumerate(rids):
@@ -139,7 +143,8 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
     ex = Exchange(url)
     ex.publish_weights(0, 0, checkpoint)
     workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
-                           os.path.join(tmp, "workers"))
+                           os.path.join(tmp, "workers"),
+                           unsandboxed_code=cfg.rollout.unsandboxed_code)
     try:
       return evaluate(ex, items, samples=cfg.eval.samples, sampling=sampling, version=0,
                       ks=[int(k) for k in split(str(cfg.eval.pass_k))],

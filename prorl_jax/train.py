@@ -26,6 +26,7 @@ from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
+from prorl_jax.rewards import sandbox
 from prorl_jax.rollout.exchange import Exchange, shard_bytes
 from prorl_jax.rollout.local import LocalWorkers
 from prorl_jax.sharding import make_mesh
@@ -138,7 +139,22 @@ def sources_for(cfg, tok):
                            val_files=split(cfg.data.val_files),
                            weights=[float(w) for w in split(cfg.data.weights)] or None,
                            max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
-                           heldout=cfg.eval.heldout)
+                           heldout=cfg.eval.heldout, routing=routing_table(cfg))
+
+
+def check_code_sandbox(cfg, verifiers: set[str]):
+  """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
+  run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
+  if "code" not in verifiers or not cfg.rollout.local_workers:
+    return
+  if cfg.rollout.unsandboxed_code:
+    log.warning("!!! rollout.unsandboxed_code=True: local workers run code rewards WITHOUT a "
+                "sandbox; use only with trusted data")
+    return
+  err = sandbox.check()
+  if err:
+    raise config_lib.ConfigError(f"{err} (or set rollout.unsandboxed_code=True for trusted "
+                                 "data)")
 
 
 def _sampling(cfg, eval_mode=False) -> dict:
@@ -220,9 +236,10 @@ def collect(run: Run, ex: Exchange, workers, step: int) -> tuple[list[dict], dic
       rid = ex.put_request(request, request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
       rids[rid] = dict(request, id=rid)
     rnd["i"] += 1
-    done = eval_lib.wait_for_results(ex, list(rids), timeout_s=c.rollout.timeout_s,
-                                     what=f"rollouts of step {step}",
-                                     on_idle=workers.check if workers else None)
+    done = eval_lib.wait_for_results(
+        ex, list(rids), timeout_s=c.rollout.timeout_s, what=f"rollouts of step {step}",
+        on_idle=workers.check if workers else None,
+        rows={rid: len(body["prompts"]) * int(body["n"]) for rid, body in rids.items()})
     groups = []
     for rid, body in rids.items():
       manifest, arrays = done[rid]
@@ -371,6 +388,7 @@ def run(cfg) -> dict:
     resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   dist.barrier("base_model")
   r = Run(cfg)
+  check_code_sandbox(cfg, r.source.verifiers)
   ckpt = Checkpointer(cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
                       cfg.checkpoint.keep,
                       cfg.checkpoint.async_save)
@@ -395,7 +413,8 @@ def run(cfg) -> dict:
   workers = None
   if cfg.rollout.local_workers and primary:
     workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
-                           os.path.join(cfg.run_dir, "workers"))
+                           os.path.join(cfg.run_dir, "workers"),
+                           unsandboxed_code=cfg.rollout.unsandboxed_code)
   summary = {}
   try:
     if r.host["pass@1_start"] is None and cfg.eval.every:

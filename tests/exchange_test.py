@@ -21,6 +21,15 @@ def ex(request, tmp_path):
   return Exchange(url, lease_seconds=30)
 
 
+def _arrays(rows=2, width=3, scores=None, fill=0):
+  """A well-formed rollout result of `rows` responses."""
+  return {"tokens": np.full((rows, width), fill, np.int32),
+          "logprobs": np.full((rows, width), -0.5, np.float32),
+          "lengths": np.full(rows, width, np.int32), "stopped": np.ones(rows, bool),
+          "scores": np.asarray(scores if scores is not None else [1.0] * rows, np.float32),
+          "verifier_failed": np.zeros(rows, bool)}
+
+
 def _req(ex, i=0):
   return ex.put_request({"prompts": [[1, 2]], "n": 2, "sampling": {"max_new_tokens": 4},
                          "seed": i, "min_version": 0, "meta": [{"data_source": "chain_sum"}]},
@@ -124,7 +133,7 @@ def test_results_commit_and_each_corruption_is_skipped(ex):
     _req(ex, i)
   claims = [ex.claim("w") for _ in range(4)]
   assert sorted(c.request_id for c in claims) == ["r000", "r001", "r002", "r003"]
-  arrays = {"tokens": np.arange(6).reshape(2, 3), "scores": np.array([1.0, 0.0])}
+  arrays = dict(_arrays(scores=[1.0, 0.0]), tokens=np.arange(6, dtype=np.int32).reshape(2, 3))
   for c in claims[:3]:
     assert ex.commit_result(c, arrays, {"policy_version": 1})
   manifest, got = ex.read_result("r000")
@@ -165,9 +174,9 @@ def test_expired_lease_is_reclaimed_and_only_one_commit_wins(ex):
   assert b is not None and b.attempt == 1 and ex.stats["reclaimed"] == 1
   assert not ex.heartbeat(a)  # a lost its lease
   assert ex.heartbeat(b)
-  assert ex.commit_result(b, {"x": np.ones(2)}, {})
-  assert not ex.commit_result(a, {"x": np.zeros(2)}, {})  # too late: never both
-  np.testing.assert_array_equal(ex.read_result("r000")[1]["x"], np.ones(2))
+  assert ex.commit_result(b, _arrays(fill=1), {"policy_version": 0})
+  assert not ex.commit_result(a, _arrays(fill=2), {"policy_version": 0})  # too late: never both
+  np.testing.assert_array_equal(ex.read_result("r000")[1]["tokens"], np.ones((2, 3)))
 
 
 WORKER = textwrap.dedent("""
@@ -182,7 +191,10 @@ WORKER = textwrap.dedent("""
       if c is None:
         time.sleep(0.01)
         continue
-      if ex.commit_result(c, {{"w": np.array([1])}}, {{"worker": sys.argv[1]}}):
+      arrays = {{"tokens": np.zeros((2, 1), np.int32), "logprobs": np.zeros((2, 1), np.float32),
+                "lengths": np.ones(2, np.int32), "stopped": np.ones(2, bool),
+                "scores": np.ones(2, np.float32), "verifier_failed": np.zeros(2, bool)}}
+      if ex.commit_result(c, arrays, {{"policy_version": 0}}):
         done.append(c.request_id)
       idle = time.time()
     print(" ".join(done))

@@ -38,14 +38,24 @@ DEFAULT_ROUTING = {
 }
 
 
-def route(data_source: str, table: dict[str, str] | None = None) -> Verifier:
-  """The verifier for a data source: `table` maps source -> verifier name (identity by default)."""
+def verifier_names() -> list[str]:
+  return sorted(_registry())
+
+
+def verifier_name(data_source: str, table: dict[str, str] | None = None) -> str:
+  """The verifier's name for a data source (`table` maps source -> verifier, identity by
+  default); KeyError with one line that says what to do when there is none."""
   name = {**DEFAULT_ROUTING, **(table or {})}.get(data_source, data_source)
-  reg = _registry()
-  if name not in reg:
+  if name not in _registry():
     raise KeyError(f"no verifier for data_source {data_source!r} (verifier {name!r}); known: "
-                   f"{', '.join(sorted(reg))}; add it to the reward routing table")
-  return reg[name]
+                   f"{', '.join(verifier_names())}; add it to the reward routing table "
+                   "(data.reward_routing=source:verifier)")
+  return name
+
+
+def route(data_source: str, table: dict[str, str] | None = None) -> Verifier:
+  """The verifier for a data source (see `verifier_name`)."""
+  return _registry()[verifier_name(data_source, table)]
 
 
 def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:

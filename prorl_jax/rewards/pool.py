@@ -1,9 +1,11 @@
 """A pool of verifier processes with a hard per-item wall-clock kill.
 
 Processes, not threads: math-verify's own timeouts use signals (main thread only), and a
-verifier stuck in C code can only be stopped by killing its process. A killed process is
-replaced. Per-domain counts of scored items, timeouts and verifier errors are kept in `stats`
-and exported as metrics; a timeout or error is a marked failure (`Score.failed`), never a 0.
+verifier stuck in C code can only be stopped by killing its process. A killed or dead process is
+replaced, and its code sandboxes die with it (bubblewrap's `--die-with-parent`). Per-domain
+counts of scored items, timeouts and verifier errors are kept in `stats` and exported as
+metrics; every item gets a score or a marked failure (`Score.failed`) with a reason, never a
+silent 0 and never nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from prorl_jax import rewards
 log = logging.getLogger(__name__)
 
 
-def _serve(conn):
+def _serve(conn, unsandboxed_code: bool = False):
   """Receives a chunk of jobs, sends one result per job as soon as it is scored."""
+  from prorl_jax.rewards import sandbox
+
+  sandbox.allow_unsandboxed(unsandboxed_code)
   while True:
     chunk = conn.recv()
     if chunk is None:
@@ -35,13 +40,14 @@ def _serve(conn):
 
 
 class _Slot:
-  def __init__(self, ctx):
-    self.ctx = ctx
+  def __init__(self, ctx, unsandboxed_code: bool):
+    self.ctx, self.unsandboxed_code = ctx, unsandboxed_code
     self.start()
 
   def start(self):
     self.conn, child = self.ctx.Pipe()
-    self.proc = self.ctx.Process(target=_serve, args=(child,), daemon=True)
+    self.proc = self.ctx.Process(target=_serve, args=(child, self.unsandboxed_code),
+                                 daemon=True)
     self.proc.start()
     child.close()
 
@@ -50,6 +56,18 @@ class _Slot:
     self.proc.join(5)
     self.conn.close()
     self.start()
+
+  def send(self, msg) -> bool:
+    """Sends to a live verifier, replacing one that died while idle; False if it cannot."""
+    for _ in range(2):
+      if self.proc.is_alive():
+        try:
+          self.conn.send(msg)
+          return True
+        except (OSError, ValueError):
+          pass
+      self.kill_and_restart()
+    return False
 
   def close(self):
     try:
@@ -63,9 +81,9 @@ class _Slot:
 
 class VerifierPool:
   def __init__(self, processes: int = 2, timeout_s: float = 10.0,
-               routing: dict[str, str] | None = None):
+               routing: dict[str, str] | None = None, unsandboxed_code: bool = False):
     ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
-    self.slots = [_Slot(ctx) for _ in range(processes)]
+    self.slots = [_Slot(ctx, unsandboxed_code) for _ in range(processes)]
     self.timeout_s, self.routing = timeout_s, routing
     self.stats: collections.Counter = collections.Counter()
 
@@ -92,12 +110,21 @@ class VerifierPool:
           return
         # One message per chunk (IPC per item costs more than a cheap verifier); results come
         # back one by one, each under its own wall-clock limit.
-        slot.conn.send([(d, r, ref, m, table) for _, (d, r, ref, m) in chunk])
+        if not slot.send([(d, r, ref, m, table) for _, (d, r, ref, m) in chunk]):
+          for i, (domain, _, _, _) in chunk:
+            out[i] = rewards.Score(0.0, "verifier process could not be started", failed=True)
+            self.stats[f"{domain}/scored"] += 1
+            self.stats[f"{domain}/errors"] += 1
+          continue
         for k, (i, (domain, _, _, _)) in enumerate(chunk):
-          if slot.conn.poll(self.timeout_s):
+          try:
+            ready = slot.conn.poll(self.timeout_s)
+          except (OSError, EOFError):
+            ready = True  # a dead pipe: recv below says so
+          if ready:
             try:
               out[i] = slot.conn.recv()
-            except EOFError:  # the verifier process died (e.g. killed by the OS)
+            except (EOFError, OSError):  # the verifier process died (e.g. killed by the OS)
               out[i] = rewards.Score(0.0, "verifier process died", failed=True)
           else:
             out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s",
@@ -117,6 +144,10 @@ class VerifierPool:
       t.start()
     for t in threads:
       t.join()
+    for i, (domain, _, _, _) in enumerate(jobs):  # a drain thread that crashed left a gap
+      if not isinstance(out[i], rewards.Score):
+        out[i] = rewards.Score(0.0, "not scored (verifier pool error)", failed=True)
+        self.stats[f"{domain}/errors"] += 1
     return out
 
   def close(self):

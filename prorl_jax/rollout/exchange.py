@@ -11,7 +11,17 @@ Layout under the store (a `file://` directory, `gs://` bucket, `memory://` in te
 
 Commit protocol: data first, a checksummed manifest last. A reader trusts only a manifest and
 verifies sizes and sha256; half-written or corrupt entries are skipped, logged and counted, never
-consumed. Claims are leases written with compare-and-swap (`if_equal` on the storage
+consumed.
+
+Nothing read from the store is trusted before it is checked (any process that can write the
+store is treated as hostile): every file name, request id and worker id must be one plain path
+component (letters, digits, `._-`, not starting with a dot), so no key or local path built from
+an entry can leave its directory; local copies never follow symlinks and are hashed under a
+temp name, renamed into place only when size and sha256 match; every JSON entry (weights
+manifest, request, lease, result manifest) is checked against its schema, and a result's arrays
+against theirs (shapes agree, scores finite and in [0, 1]). An entry that fails is moved under
+`quarantine/` (kept for inspection), logged and counted in `stats`; the reader keeps going. A
+result committed after its request was retired is deleted and counted. Claims are leases written with compare-and-swap (`if_equal` on the storage
 generation): a lease that is not renewed expires and another worker takes the request over. The
 result manifest is created with "only if absent", so two workers never both commit a request.
 """
@@ -25,8 +35,11 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
+import re
 import shutil
+import stat
 import time
 import uuid
 
@@ -40,6 +53,140 @@ _NO_VALUE = b"\x02"  # tensorstore's storage generation of a missing key
 
 def _sha(data: bytes) -> str:
   return hashlib.sha256(data).hexdigest()
+
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+_SHA = re.compile(r"[0-9a-f]{64}")
+
+
+class InvalidEntry(ValueError):
+  """An exchange entry that does not match its schema (says which field and why)."""
+
+
+def safe_name(name, what: str = "name") -> str:
+  """`name` if it is one plain path component (no '/', no '..', not absolute, no leading dot);
+  raises InvalidEntry otherwise."""
+  if not isinstance(name, str) or not _NAME.fullmatch(name):
+    raise InvalidEntry(f"{what} {name!r} is not a plain file name ([A-Za-z0-9._-], no leading "
+                       "dot, at most 200 characters)")
+  return name
+
+
+def _need(cond: bool, msg: str):
+  if not cond:
+    raise InvalidEntry(msg)
+
+
+def _is_int(v, lo: int | None = 0) -> bool:
+  return isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
+
+
+def _is_num(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _json_object(data: bytes) -> dict:
+  try:
+    doc = json.loads(data)
+  except ValueError as e:
+    raise InvalidEntry(f"not valid JSON ({e})") from None
+  _need(isinstance(doc, dict), f"not a JSON object but {type(doc).__name__}")
+  return doc
+
+
+def check_weights_manifest(doc: dict, version: int) -> dict:
+  _need(doc.get("version") == version and _is_int(doc.get("version")),
+        f"version {doc.get('version')!r} is not {version}")
+  _need(_is_int(doc.get("step")), f"step {doc.get('step')!r} is not an integer >= 0")
+  files = doc.get("files")
+  _need(isinstance(files, dict) and files, "files must be a non-empty object")
+  for name, meta in files.items():
+    safe_name(name, "weights file")
+    _need(name != "manifest.json", "files must not list manifest.json")
+    _need(isinstance(meta, dict) and _is_int(meta.get("size"))
+          and isinstance(meta.get("sha256"), str) and bool(_SHA.fullmatch(meta["sha256"])),
+          f"file {name!r} needs an integer size >= 0 and a hex sha256")
+  return doc
+
+
+def check_request(body: dict, rid: str) -> dict:
+  _need(body.get("id") == rid, f"id {body.get('id')!r} is not {rid!r}")
+  prompts = body.get("prompts")
+  _need(isinstance(prompts, list) and prompts and all(
+      isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompts),
+        "prompts must be a non-empty list of non-empty token-id lists")
+  _need(_is_int(body.get("n"), 1), f"n {body.get('n')!r} is not an integer >= 1")
+  _need(isinstance(body.get("sampling"), dict)
+        and _is_int(body["sampling"].get("max_new_tokens"), 1),
+        "sampling.max_new_tokens must be an integer >= 1")
+  for key in ("temperature", "top_p"):
+    v = body["sampling"].get(key, 1.0)
+    _need(_is_num(v) and v >= 0, f"sampling.{key} {v!r} is not a finite number >= 0")
+  meta = body.get("meta")
+  _need(isinstance(meta, list) and len(meta) == len(prompts) and all(
+      isinstance(m, dict) for m in meta), "meta must be one object per prompt")
+  _need(_is_int(body.get("min_version", 0)), "min_version must be an integer >= 0")
+  _need(body.get("max_version") is None or _is_int(body["max_version"]),
+        "max_version must be null or an integer >= 0")
+  _need(body.get("routing") is None or isinstance(body["routing"], dict),
+        "routing must be an object")
+  return body
+
+
+def check_lease(doc: dict) -> dict:
+  _need(isinstance(doc.get("worker"), str), "worker must be a string")
+  _need(_is_int(doc.get("attempt")), "attempt must be an integer >= 0")
+  _need(_is_num(doc.get("expires")), "expires must be a finite number")
+  return doc
+
+
+def check_result_manifest(doc: dict, rid: str) -> dict:
+  _need(doc.get("request_id") == rid, f"request_id {doc.get('request_id')!r} is not {rid!r}")
+  worker = safe_name(doc.get("worker"), "worker")
+  _need(_is_int(doc.get("attempt")), "attempt must be an integer >= 0")
+  want_key = f"results/{rid}/data-{doc['attempt']}-{worker}.npz"
+  _need(doc.get("data_key") == want_key, f"data_key {doc.get('data_key')!r} is not {want_key!r}")
+  _need(_is_int(doc.get("size")), "size must be an integer >= 0")
+  _need(isinstance(doc.get("sha256"), str) and bool(_SHA.fullmatch(doc["sha256"])),
+        "sha256 must be 64 hex digits")
+  _need(_is_int(doc.get("policy_version")), "policy_version must be an integer >= 0")
+  mm = doc.get("probe_mismatch")
+  _need(mm is None or (isinstance(mm, dict) and all(_is_num(mm.get(k)) and mm[k] >= 0
+                                                    for k in ("max", "mean"))),
+        "probe_mismatch must be null or {max, mean} finite numbers >= 0")
+  vs = doc.get("verifier_stats", {})
+  _need(isinstance(vs, dict) and all(isinstance(k, str) and _is_int(v) for k, v in vs.items()),
+        "verifier_stats must map names to integers >= 0")
+  return doc
+
+
+RESULT_ARRAYS = {"tokens": "i", "logprobs": "f", "lengths": "i", "stopped": "b", "scores": "f",
+                 "verifier_failed": "b"}
+
+
+def check_result_arrays(arrays: dict, rows: int | None = None) -> dict:
+  """A rollout result: tokens/logprobs [R, N], lengths/stopped/scores/verifier_failed [R];
+  lengths in [0, N], log-probs finite over each response, scores finite and in [0, 1]."""
+  for key, kind in RESULT_ARRAYS.items():
+    a = arrays.get(key)
+    _need(a is not None, f"array {key!r} is missing")
+    _need(a.dtype.kind == kind or (kind == "i" and a.dtype.kind == "u"),
+          f"array {key!r} has dtype {a.dtype}, want kind {kind!r}")
+  tok, lp = arrays["tokens"], arrays["logprobs"]
+  _need(tok.ndim == 2 and lp.shape == tok.shape, f"tokens {tok.shape} and logprobs {lp.shape} "
+        "must be the same [rows, slots]")
+  r, width = tok.shape
+  _need(rows is None or r == rows, f"{r} rows, the request asks for {rows}")
+  for key in ("lengths", "stopped", "scores", "verifier_failed"):
+    _need(arrays[key].shape == (r,), f"array {key!r} has shape {arrays[key].shape}, want ({r},)")
+  lengths = arrays["lengths"]
+  _need(bool(((lengths >= 0) & (lengths <= width)).all()), f"lengths outside [0, {width}]")
+  live = np.arange(width)[None, :] < lengths[:, None]
+  _need(bool(np.isfinite(lp[live]).all()), "log-probs are not finite")
+  s = arrays["scores"]
+  good = np.isfinite(s) & (s >= 0) & (s <= 1)
+  _need(bool(good.all()), f"scores must be finite and in [0, 1], got {s[~good][:3].tolist()}")
+  return arrays
 
 
 def _normalise(url: str) -> str:
@@ -56,28 +203,58 @@ def open_kvstore(url: str) -> ts.KvStore:
 _CHUNK_BYTES = 1 << 20
 
 
-def _copy_hashed(src: str, dest: str) -> tuple[int, str]:
-  """Copies `src` to `dest` (a temp name, then rename) and sha256s the bytes on the way; returns
-  (size, sha256). Each chunk is hashed while it is in cache and written from the same buffer, so
-  the file is read once (an in-kernel copy plus a separate hash read it twice; with the direct
-  manifest write, publishing went from ~0.48 to ~0.56 of a raw copy's speed: bench/RESULTS.md)."""
+def _open_regular(path: str) -> int:
+  """A read fd on `path` if it is a regular file and not a symlink (raises OSError otherwise)."""
+  fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+  if not stat.S_ISREG(os.fstat(fd).st_mode):
+    os.close(fd)
+    raise OSError(f"{path} is not a regular file")
+  return fd
+
+
+def _copy_hashed(src: str, dest: str, expect: tuple[int, str] | None = None
+                 ) -> tuple[int, str] | None:
+  """Copies `src` to `dest` under a temp name and sha256s the bytes on the way; renames it into
+  place (and returns (size, sha256)) only if it matches `expect`, else removes it and returns
+  None. Never follows a symlink at `src`. Each chunk is hashed while it is in cache and written
+  from the same buffer, so the file is read once (an in-kernel copy plus a separate hash read it
+  twice; publishing went from ~0.48 to ~0.56 of a raw copy's speed: bench/RESULTS.md)."""
   os.makedirs(os.path.dirname(dest), exist_ok=True)
   tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
   digest, buf = hashlib.sha256(), bytearray(_CHUNK_BYTES)
   view, size = memoryview(buf), 0
   try:
-    with open(src, "rb", buffering=0) as f, open(tmp, "wb", buffering=0) as out:
+    with open(_open_regular(src), "rb", buffering=0) as f, open(tmp, "xb", buffering=0) as out:
       while n := f.readinto(buf):
         digest.update(view[:n])
         done = 0
         while done < n:
           done += out.write(view[done:n])
         size += n
+        if expect is not None and size > expect[0]:
+          break  # longer than the manifest says: no need to read the rest
+    got = (size, digest.hexdigest())
+    if expect is not None and got != tuple(expect):
+      os.remove(tmp)
+      return None
     os.replace(tmp, dest)
   except BaseException:
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+  return got
+
+
+def _hash_file(path: str) -> tuple[int, str] | None:
+  """(size, sha256) of a regular file (not a symlink), None if it cannot be read."""
+  digest, size = hashlib.sha256(), 0
+  try:
+    with open(_open_regular(path), "rb", buffering=0) as f:
+      while chunk := f.read(_CHUNK_BYTES):
+        digest.update(chunk)
+        size += len(chunk)
+  except OSError:
+    return None
   return size, digest.hexdigest()
 
 
@@ -162,6 +339,14 @@ class Exchange:
     self.stats[f"skipped_{what}"] += 1
     log.warning("exchange: skipping %s %s: %s", what, key, why)
 
+  def _quarantine(self, what: str, key: str, data: bytes | None, why: str):
+    """Moves a malformed entry to quarantine/<key> (kept for inspection) and counts it."""
+    self.stats[f"quarantined_{what}"] += 1
+    log.warning("exchange: quarantined %s %s: %s", what, key, why)
+    if data is not None:
+      self._write(f"quarantine/{key}", data)
+    self._write(key, None)
+
   # ---------------------------------------------------------------- weights
   def publish_weights(self, version: int, step: int, src_dir: str) -> dict:
     """Copies every file of `src_dir` to weights/v<version>/ (files in parallel, each hashed
@@ -173,6 +358,11 @@ class Exchange:
     if not names:
       raise ValueError(f"publish_weights: {src_dir} holds no files; give it a saved model "
                        "directory (safetensors + config.json)")
+    for n in names:
+      try:
+        safe_name(n, "file")
+      except InvalidEntry as e:
+        raise ValueError(f"publish_weights: {src_dir}: {e}; rename or remove it") from None
 
     def put(name: str) -> tuple[int, str]:
       path = os.path.join(src_dir, name)
@@ -210,42 +400,67 @@ class Exchange:
     return self._versions(committed=True)
 
   def weights_manifest(self, version: int) -> dict | None:
+    """The version's manifest, schema-checked; a malformed one is quarantined (None)."""
     key = f"weights/v{version:08d}/manifest.json"
     data, _ = self._read(key)
+    if data is None:
+      return None
     try:
-      return json.loads(data) if data is not None else None
-    except ValueError:
-      self._skip("weights", key, "manifest is not valid JSON")
+      return check_weights_manifest(_json_object(data), version)
+    except InvalidEntry as e:
+      self._quarantine("weights", key, data, str(e))
       return None
 
+  def _verified_cache(self, dest_dir: str, manifest: dict) -> bool:
+    """True when `dest_dir` holds exactly the manifest's files with their sizes and sha256."""
+    try:
+      names = set(os.listdir(dest_dir)) - {"manifest.json"}
+    except OSError:
+      return False
+    if names != set(manifest["files"]):
+      return False
+    got = _pool().map(lambda n: _hash_file(os.path.join(dest_dir, n)), sorted(names))
+    return all(g == (manifest["files"][n]["size"], manifest["files"][n]["sha256"])
+               for n, g in zip(sorted(names), got))
+
   def fetch_weights(self, version: int, dest_dir: str) -> str | None:
-    """Verified copy of version `version` in `dest_dir` (written atomically); None if corrupt."""
+    """Verified copy of version `version` in `dest_dir` (written atomically); None if corrupt.
+
+    A copy already in `dest_dir` is hashed again before it is reused (a cache is local disk
+    that anything may have changed); one that does not match is replaced."""
     manifest = self.weights_manifest(version)
     if manifest is None:
       return None
-    cached = os.path.join(dest_dir, "manifest.json")
-    if os.path.isfile(cached):
-      with open(cached) as f:
-        if json.load(f).get("files") == manifest["files"]:
-          return dest_dir
-      # The same version number from another run (a reused cache dir): replace it.
-      shutil.rmtree(dest_dir, ignore_errors=True)
+    if os.path.lexists(dest_dir):
+      if not os.path.islink(dest_dir) and self._verified_cache(dest_dir, manifest):
+        return dest_dir
+      # Another run's version of that number, or a damaged copy: replace it.
+      self.stats["cache_replaced"] += 1
+      if os.path.islink(dest_dir):
+        os.remove(dest_dir)
+      else:
+        shutil.rmtree(dest_dir, ignore_errors=True)
     tmp = f"{dest_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
+    prefix = f"weights/v{version:08d}/"
+    root = os.path.realpath(os.path.join(self.local_root, prefix)) if self.local_root else None
 
     def get(name: str, meta: dict) -> bool:
-      key = f"weights/v{version:08d}/{name}"
-      dest = os.path.join(tmp, name)
+      key = prefix + name
+      dest = os.path.join(tmp, name)  # `name` is one plain component (checked)
+      want = (meta["size"], meta["sha256"])
       if self.local_root is not None:  # the bytes written are the bytes verified
         src = os.path.join(self.local_root, key)
-        if not os.path.isfile(src):
+        if os.path.realpath(os.path.dirname(src)) != root.rstrip("/"):
+          return False  # the version directory is a symlink to elsewhere
+        try:
+          return _copy_hashed(src, dest, want) is not None
+        except OSError:
           return False
-        return _copy_hashed(src, dest) == (meta["size"], meta["sha256"])
       data, _ = self._read(key)
-      if data is None or len(data) != meta["size"] or _sha(data) != meta["sha256"]:
+      if data is None or (len(data), _sha(data)) != want:
         return False
-      with open(dest, "wb") as f:
-        f.write(data)
+      _write_file(dest, data)
       return True
 
     items = list(manifest["files"].items())
@@ -253,16 +468,17 @@ class Exchange:
     if not all(ok):
       shutil.rmtree(tmp, ignore_errors=True)
       bad = [name for (name, _), good in zip(items, ok) if not good]
-      self._skip("weights", f"weights/v{version:08d}/{bad[0]}",
-                 "missing, truncated or checksum mismatch")
+      self._skip("weights", prefix + bad[0], "missing, truncated, a symlink or checksum mismatch")
       return None
     with open(os.path.join(tmp, "manifest.json"), "w") as f:
       json.dump(manifest, f)
     os.makedirs(os.path.dirname(os.path.abspath(dest_dir)), exist_ok=True)
     try:
       os.rename(tmp, dest_dir)
-    except OSError:  # another process fetched it first
-      pass
+    except OSError:  # another process fetched it first: use theirs only if it verifies
+      shutil.rmtree(tmp, ignore_errors=True)
+      if not self._verified_cache(dest_dir, manifest):
+        return None
     return dest_dir
 
   def latest_weights(self, dest_root: str, min_version: int = 0) -> tuple[int, str] | None:
@@ -300,8 +516,8 @@ class Exchange:
   # ---------------------------------------------------------------- requests
   def put_request(self, request: dict, request_id: str | None = None) -> str:
     """Writes a request; `request` holds prompts, n, sampling, min_version, per-prompt meta."""
-    rid = request_id or uuid.uuid4().hex
-    body = dict(request, id=rid)
+    rid = safe_name(request_id or uuid.uuid4().hex, "request id")
+    body = check_request(dict(request, id=rid), rid)
     raw = json.dumps(body, sort_keys=True)
     self._write(f"requests/{rid}.json", json.dumps({"body": body, "sha256": _sha(raw.encode())
                                                     }).encode())
@@ -313,46 +529,68 @@ class Exchange:
     if data is None:
       return None
     try:
-      doc = json.loads(data)
-      body = doc["body"]
-      ok = _sha(json.dumps(body, sort_keys=True).encode()) == doc["sha256"]
-    except (ValueError, KeyError, TypeError):
+      doc = _json_object(data)
+      body = doc.get("body")
+      _need(isinstance(body, dict), "body must be an object")
+      ok = _sha(json.dumps(body, sort_keys=True).encode()) == doc.get("sha256")
+    except InvalidEntry:
       ok = False
-    if not ok:
+    if not ok:  # a half-written or torn request: skipped (its writer may still be writing it)
       self._skip("request", key, "truncated or checksum mismatch")
       return None
-    return body
+    try:
+      return check_request(body, rid)
+    except InvalidEntry as e:
+      self._quarantine("request", key, data, str(e))
+      return None
 
   def request_ids(self) -> list[str]:
-    return [k[len("requests/"):-len(".json")] for k in self._list("requests/")
-            if k.endswith(".json")]
+    out = []
+    for k in self._list("requests/"):
+      rid = k[len("requests/"):-len(".json")] if k.endswith(".json") else None
+      if rid is not None and _NAME.fullmatch(rid):
+        out.append(rid)
+    return out
+
+  def has_request(self, rid: str) -> bool:
+    return self._read(f"requests/{rid}.json")[0] is not None
 
   def is_committed(self, rid: str) -> bool:
     return self._read(f"results/{rid}/manifest.json")[0] is not None
 
+  def _lease(self, rid: str) -> tuple[dict | None, bytes]:
+    """(lease, generation); a malformed lease counts as expired (attempt kept when readable)."""
+    key = f"leases/{rid}.json"
+    data, gen = self._read(key)
+    if data is None:
+      return None, gen
+    try:
+      return check_lease(_json_object(data)), gen
+    except InvalidEntry as e:
+      self.stats["corrupt_lease"] += 1
+      log.warning("exchange: lease %s is malformed (%s); treating it as expired", key, e)
+      return {"worker": "", "attempt": 0, "expires": 0.0}, gen
+
   def claim(self, worker: str, skip: set[str] | None = None) -> Claim | None:
     """Leases the first open request (no result yet, no live lease); None when there is none."""
+    safe_name(worker, "worker id")
     for rid in self.request_ids():
       if (skip and rid in skip) or self.is_committed(rid):
         continue
       lease_key = f"leases/{rid}.json"
-      data, gen = self._read(lease_key)
+      lease, gen = self._lease(rid)
       attempt = 0
-      if data is not None:
-        try:
-          lease = json.loads(data)
-          if lease["expires"] > time.time():
-            continue  # someone holds it
-          attempt = lease["attempt"] + 1
-        except (ValueError, KeyError):
-          attempt = 1  # a corrupt lease counts as expired
+      if lease is not None:
+        if lease["expires"] > time.time():
+          continue  # someone holds it
+        attempt = lease["attempt"] + 1
       request = self._load_request(rid)
       if request is None:
         continue
-      lease = {"worker": worker, "attempt": attempt, "expires": time.time() + self.lease_seconds}
+      new = {"worker": worker, "attempt": attempt, "expires": time.time() + self.lease_seconds}
       # `gen` is the lease's generation, or the "no value" one when there is none: either way
       # the write succeeds only if nobody claimed it since we read it.
-      new_gen = self._write(lease_key, json.dumps(lease).encode(), if_equal=gen)
+      new_gen = self._write(lease_key, json.dumps(new).encode(), if_equal=gen)
       if new_gen:  # b"" means another worker won the race
         if attempt:
           self.stats["reclaimed"] += 1
@@ -360,7 +598,7 @@ class Exchange:
     return None
 
   def heartbeat(self, claim: Claim) -> bool:
-    """Renews the lease; False when it was lost (expired and taken over)."""
+    """Renews the lease; False when it was lost (expired and taken over, or retired)."""
     lease = {"worker": claim.worker, "attempt": claim.attempt,
              "expires": time.time() + self.lease_seconds}
     gen = self._write(f"leases/{claim.request_id}.json", json.dumps(lease).encode(),
@@ -372,8 +610,14 @@ class Exchange:
 
   # ---------------------------------------------------------------- results
   def commit_result(self, claim: Claim, arrays: dict[str, np.ndarray], meta: dict) -> bool:
-    """Data first, then the manifest only if none exists; False if another worker committed."""
+    """Data first, then the manifest only if none exists; False (and nothing left behind) if
+    another worker committed, the lease was lost, or the request was retired meanwhile."""
     rid = claim.request_id
+    if not self.heartbeat(claim) or not self.has_request(rid):
+      self.stats["commit_after_retire"] += 1  # retired, or taken over after our lease expired
+      log.warning("exchange: %s lost its lease on %s (retired or taken over); not committing",
+                  claim.worker, rid)
+      return False
     data = encode_arrays(arrays)
     data_key = f"results/{rid}/data-{claim.attempt}-{claim.worker}.npz"
     self._write(data_key, data)
@@ -385,28 +629,35 @@ class Exchange:
       self._write(data_key, None)
       self.stats["lost_commit_race"] += 1
       return False
+    if not self.has_request(rid):  # retired between our check and the commit: orphaned
+      self._delete_prefix(f"results/{rid}/")
+      self.stats["commit_after_retire"] += 1
+      return False
     self._write(f"leases/{rid}.json", None)
     return True
 
-  def read_result(self, rid: str) -> tuple[dict, dict[str, np.ndarray]] | None:
-    """(manifest, arrays) of a committed, verified result; None if absent or corrupt."""
+  def read_result(self, rid: str, rows: int | None = None
+                  ) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """(manifest, arrays) of a committed, verified result (`rows`: the rows the request asked
+    for); None if absent, corrupt (skipped) or malformed (quarantined)."""
     key = f"results/{rid}/manifest.json"
     data, _ = self._read(key)
     if data is None:
       return None
     try:
-      manifest = json.loads(data)
-      blob, _ = self._read(manifest["data_key"])
-    except (ValueError, KeyError, TypeError):
-      self._skip("result", key, "manifest is not valid")
+      manifest = check_result_manifest(_json_object(data), rid)
+    except InvalidEntry as e:
+      self._quarantine("result", key, data, str(e))
       return None
+    blob, _ = self._read(manifest["data_key"])
     if blob is None or len(blob) != manifest["size"] or _sha(blob) != manifest["sha256"]:
       self._skip("result", key, "data missing, truncated or checksum mismatch")
       return None
     try:
-      return manifest, decode_arrays(blob)
-    except (ValueError, OSError) as e:
-      self._skip("result", key, f"undecodable data: {e}")
+      return manifest, check_result_arrays(decode_arrays(blob), rows)
+    except Exception as e:  # noqa: BLE001 - hostile bytes may fail to decode in any way
+      self._quarantine("result", manifest["data_key"], blob, f"malformed data: {e}")
+      self._write(key, None)
       return None
 
   def retire(self, rid: str):

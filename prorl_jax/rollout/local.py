@@ -13,8 +13,10 @@ log = logging.getLogger(__name__)
 class LocalWorkers:
   """Worker processes on this machine, restarted when they die, stopped on exit."""
 
-  def __init__(self, url: str, count: int, engine: str, log_dir: str):
+  def __init__(self, url: str, count: int, engine: str, log_dir: str,
+               unsandboxed_code: bool = False):
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
+    self.unsandboxed_code = unsandboxed_code
     self.procs: list[subprocess.Popen] = []
     self.restarts = 0
     os.makedirs(log_dir, exist_ok=True)
@@ -30,7 +32,8 @@ class LocalWorkers:
         [sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={self.url}",
          f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
          "--exit_with_parent",
-         f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}"],
+         f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
+         *(["--unsandboxed_code"] if self.unsandboxed_code else [])],
         stdout=out, stderr=subprocess.STDOUT, env=env)
 
   def check(self) -> str:

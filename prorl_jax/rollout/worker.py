@@ -24,9 +24,9 @@ from typing import Protocol
 
 import numpy as np
 
-from prorl_jax.rewards import code as code_reward
+from prorl_jax.rewards import sandbox
 from prorl_jax.rewards.pool import VerifierPool
-from prorl_jax.rollout.exchange import Claim, Exchange
+from prorl_jax.rollout.exchange import Claim, Exchange, InvalidEntry, safe_name
 from prorl_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger("prorl_jax.worker")
@@ -128,6 +128,7 @@ class Worker:
     path = self.ex.fetch_weights(version, os.path.join(self.cache_dir, f"v{version:08d}"))
     if path is None:
       return False
+    self.prune_cache(keep={version, self.version})
     t0 = time.time()
     self.engine.load(path)
     self.tokenizer = load_tokenizer(path)
@@ -135,6 +136,18 @@ class Worker:
     self.mismatch = self.check_probe(path)
     log.info("worker %s: loaded weights v%d in %.2fs", self.id, version, time.time() - t0)
     return True
+
+  def prune_cache(self, keep: set[int]):
+    """Removes cached weight versions other than `keep` (the newest and the loaded one) and
+    leftovers of interrupted fetches."""
+    for name in os.listdir(self.cache_dir) if os.path.isdir(self.cache_dir) else []:
+      path = os.path.join(self.cache_dir, name)
+      is_version = name[:1] == "v" and name[1:].isdigit()
+      if (is_version and int(name[1:]) not in keep) or (name[:1] == "v" and ".tmp-" in name):
+        if os.path.islink(path) or not os.path.isdir(path):
+          os.remove(path)
+        else:
+          shutil.rmtree(path, ignore_errors=True)
 
   def check_probe(self, path: str) -> dict | None:
     """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
@@ -238,18 +251,25 @@ def main(argv=None):
   ap.add_argument("--verifier_processes", type=int, default=1)
   ap.add_argument("--verifier_timeout", type=float, default=30.0,
                   help="hard wall-clock kill of one verification, seconds")
+  ap.add_argument("--unsandboxed_code", action="store_true",
+                  help="run code rewards WITHOUT the bubblewrap sandbox (trusted data only)")
   ap.add_argument("--exit_with_parent", action="store_true",
                   help="stop when the process that started this worker dies (local workers)")
   args = ap.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   wid = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+  try:
+    safe_name(wid, "--worker_id")
+  except InvalidEntry as e:
+    ap.error(str(e))
   own_cache = not args.cache_dir  # a fresh directory per process, removed on exit
   cache = args.cache_dir or tempfile.mkdtemp(prefix="prorl_worker_")
-  status = code_reward.sandbox_status()
-  if not status["network_blocked"]:
-    log.warning("!!! code sandbox: no network namespace on this machine (root=%s); code "
-                "verification runs WITH network access: %s", status["root"], status)
-  pool = VerifierPool(args.verifier_processes, args.verifier_timeout)
+  sandbox.allow_unsandboxed(args.unsandboxed_code)
+  line = sandbox.describe()
+  (log.warning if args.unsandboxed_code or "unavailable" in line else log.info)(
+      "worker %s: %s", wid, line)
+  pool = VerifierPool(args.verifier_processes, args.verifier_timeout,
+                      unsandboxed_code=args.unsandboxed_code)
   worker = Worker(Exchange(args.exchange, args.lease_seconds), make_engine(args.engine), cache,
                   wid, args.poll_seconds, pool)
   if args.exit_with_parent:

@@ -1,0 +1,376 @@
+"""Runs untrusted Python programs under bubblewrap (`bwrap`), one fresh sandbox per run.
+
+Per run: new user, PID, IPC, UTS, network, mount and cgroup namespaces; nested user namespaces
+disabled; `--die-with-parent` and a new session. The root file system holds only what the
+interpreter needs, read-only: `/usr` (the system Python and its stdlib) and the `/bin`, `/lib*`
+links, plus the interpreter's own prefix when it lives elsewhere. No host working directory,
+run directory, exchange, data, `/etc`, `/run`, `/var` or `/sys`. `/proc` is the sandbox's own
+PID namespace; `/dev` is a minimal read-only device set; `/tmp` (the work dir) and `/dev/shm`
+are private tmpfs mounts with a size cap. As root, each run also gets a host uid of its own
+(allocated under a lock, never shared by two live sandboxes); not as root, the sandbox runs in
+an unprivileged user namespace of the calling user. Inside, a small runner sets rlimits (CPU,
+address space, processes, file size, open files, no core dumps) before the program's first
+line, so the process limit counts only the sandbox's own processes.
+
+The program's pid 1 is bubblewrap's reaper: when the program exits, or its time is up and the
+sandbox is killed, the kernel kills every process left in the namespace; stdout and stderr are
+pipes, read until every process holding them is gone. stdout is read up to a cap; a program
+that writes more is stopped and its run marked `output_overflow`, never compared on a prefix.
+
+`check()` probes once per process that the sandbox works and isolates (only loopback, only its
+own processes, not root, host paths invisible); `run()` raises `SandboxUnavailable` with one
+line naming the fix when it does not. `allow_unsandboxed()` is the explicit opt-out for trusted
+data: programs then run as plain subprocesses with the same rlimits and no isolation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import functools
+import json
+import logging
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: "
+                "`dnf install bubblewrap`)")
+USERNS_HINT = ("enable unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`"
+               "; on Ubuntu 24.04+ also `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`)"
+               " or run the rollout worker as root")
+
+LIMITS = {
+    "cpu_s": 5,                  # RLIMIT_CPU
+    "mem_bytes": 1 << 30,        # RLIMIT_AS, per process
+    "nproc": 32,                 # RLIMIT_NPROC, processes + threads inside this sandbox
+    "fsize_bytes": 8 << 20,      # RLIMIT_FSIZE, per file written
+    "nofile": 64,                # RLIMIT_NOFILE
+    "tmpfs_bytes": 32 << 20,     # /tmp (the work dir), all files together
+    "shm_bytes": 8 << 20,        # /dev/shm
+    "stdout_bytes": 1 << 20,     # read cap of stdout; more is an `output_overflow` failure
+    "stderr_bytes": 64 << 10,    # kept of stderr (the rest is read and dropped)
+}
+_RLIMITS = (("RLIMIT_CPU", "cpu_s"), ("RLIMIT_AS", "mem_bytes"), ("RLIMIT_NPROC", "nproc"),
+            ("RLIMIT_FSIZE", "fsize_bytes"), ("RLIMIT_NOFILE", "nofile"))
+
+# Host uids for sandboxes when running as root: one per live sandbox, taken under a lock file.
+UID_BASE, UID_COUNT = 1_900_000_000, 4096
+_UID_LOCK_DIR = "/run/prorl_sandbox"
+INNER_UID = 1000  # the uid the program sees
+
+RESULT_MARK = "\n__PRORL_RESULT__"
+
+# Runs first inside the sandbox: reads the job from an inherited fd, sets the rlimits, then runs
+# the program in this interpreter (stdin/stdout programs as __main__; function-call tasks import
+# the program as a module, call the function and print its JSON result after RESULT_MARK).
+_RUNNER = r"""
+import json, os, resource, sys
+cfg = json.loads(sys.argv[1])
+with os.fdopen(cfg["fd"], "rb") as f:
+    job = json.loads(f.read())
+for name, val in cfg["rlimits"]:
+    resource.setrlimit(getattr(resource, name), (val, val))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+sys.argv = ["solution.py"]
+code, fn_name, mark = job["code"], job["fn_name"], cfg["mark"]
+del cfg, job["code"]
+ns = {"__name__": "__main__" if fn_name is None else "solution", "__builtins__": __builtins__}
+exec(compile(code, "solution.py", "exec"), ns)
+if fn_name is not None:
+    fn = ns.get(fn_name)
+    if fn is None:
+        for v in list(ns.values()):
+            if isinstance(v, type) and hasattr(v, fn_name):
+                fn = getattr(v(), fn_name)
+                break
+    if fn is None:
+        raise SystemExit("no function " + repr(fn_name) + " in the program")
+    out = fn(*job["args"])
+    def plain(o):
+        if isinstance(o, (set, frozenset)):
+            return sorted(o, key=repr)
+        if isinstance(o, (bytes, bytearray)):
+            return o.decode("utf-8", "replace")
+        return repr(o)
+    text = json.dumps(out, default=plain)
+    sys.stdout.flush()
+    sys.stdout.write(mark + text)
+    sys.stdout.flush()
+"""
+
+
+class SandboxUnavailable(RuntimeError):
+  """bubblewrap or a kernel feature it needs is missing; the message says what to install."""
+
+
+@dataclasses.dataclass
+class RunResult:
+  stdout: str
+  stderr: str
+  returncode: int | None
+  timed_out: bool = False
+  output_overflow: bool = False
+  seconds: float = 0.0
+
+  @property
+  def ok(self) -> bool:
+    return self.returncode == 0 and not self.timed_out and not self.output_overflow
+
+
+_UNSANDBOXED = {"on": False}
+
+
+def allow_unsandboxed(on: bool = True):
+  """The explicit opt-out for trusted data: programs run without isolation (rlimits only)."""
+  if on and not _UNSANDBOXED["on"]:
+    log.warning("!!! code rewards run WITHOUT a sandbox (unsandboxed_code is set): programs see "
+                "this machine, its files and its network; use only with trusted data")
+  _UNSANDBOXED["on"] = bool(on)
+
+
+def unsandboxed() -> bool:
+  return _UNSANDBOXED["on"]
+
+
+@functools.lru_cache(maxsize=1)
+def python() -> str:
+  """The interpreter that runs programs: $PRORL_SANDBOX_PYTHON, else the system python3."""
+  for cand in (os.environ.get("PRORL_SANDBOX_PYTHON"), "/usr/bin/python3",
+               "/usr/local/bin/python3", shutil.which("python3"), sys.executable):
+    if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+      return cand
+  raise SandboxUnavailable("no python3 interpreter to run programs with; set "
+                           "PRORL_SANDBOX_PYTHON")
+
+
+@functools.lru_cache(maxsize=1)
+def _root_fs_args() -> tuple[str, ...]:
+  """Read-only mounts: /usr, the top-level links into it, and the interpreter's prefix."""
+  args = ["--ro-bind", "/usr", "/usr"]
+  for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    if os.path.islink(top):
+      args += ["--symlink", os.readlink(top), top]
+    elif os.path.isdir(top):
+      args += ["--ro-bind", top, top]
+  exe = os.path.realpath(python())
+  if not exe.startswith("/usr/"):
+    prefix = subprocess.run([exe, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    args += ["--ro-bind", prefix, prefix]
+  return tuple(args)
+
+
+def _bwrap_argv(lim: dict) -> list[str]:
+  return ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+          "--new-session", "--clearenv", "--uid", str(INNER_UID), "--gid", str(INNER_UID),
+          "--hostname", "sandbox", *_root_fs_args(), "--proc", "/proc", "--dev", "/dev",
+          "--size", str(int(lim["shm_bytes"])), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
+          "--size", str(int(lim["tmpfs_bytes"])), "--tmpfs", "/tmp", "--remount-ro", "/",
+          "--chdir", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+          "--setenv", "LANG", "C.UTF-8", "--"]
+
+
+@contextlib.contextmanager
+def _host_uid():
+  """As root: a host uid that no other live sandbox holds (flock on a per-uid file, released
+  when this run ends or this process dies). Not as root: None (the caller's own uid)."""
+  if os.geteuid() != 0:
+    yield None
+    return
+  os.makedirs(_UID_LOCK_DIR, mode=0o700, exist_ok=True)
+  start = random.randrange(UID_COUNT)
+  for k in range(UID_COUNT):
+    uid = UID_BASE + (start + k) % UID_COUNT
+    fd = os.open(os.path.join(_UID_LOCK_DIR, f"uid-{uid}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      os.close(fd)
+      continue
+    try:
+      yield uid
+    finally:
+      os.close(fd)
+    return
+  raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use")
+
+
+def _payload_fd(job: dict) -> int:
+  fd = os.memfd_create("prorl-job", 0)  # not inheritable until pass_fds hands it over
+  data = json.dumps(job).encode()
+  view = memoryview(data)
+  while view:
+    view = view[os.write(fd, view):]
+  os.lseek(fd, 0, os.SEEK_SET)
+  return fd
+
+
+def run(code: str, *, stdin: bytes = b"", timeout_s: float, fn_name: str | None = None,
+        args: list | None = None, limits: dict | None = None) -> RunResult:
+  """Runs `code` in a fresh sandbox: as a stdin/stdout program, or (`fn_name`) imports it and
+  prints `fn_name(*args)` as JSON after RESULT_MARK. Kills it after `timeout_s` wall seconds."""
+  lim = dict(LIMITS, **(limits or {}))
+  if not unsandboxed():
+    err = check()
+    if err:
+      raise SandboxUnavailable(err)
+  fd = _payload_fd({"code": code, "fn_name": fn_name, "args": args or []})
+  cfg = json.dumps({"fd": fd, "mark": RESULT_MARK,
+                    "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]})
+  cmd = [python(), "-I", "-S", "-c", _RUNNER, cfg]
+  try:
+    with _host_uid() as uid:
+      if unsandboxed():
+        with tempfile.TemporaryDirectory(prefix="prorl_unsandboxed_") as cwd:
+          return _communicate(cmd, cwd, None, (fd,), stdin, timeout_s, lim)
+      return _communicate(_bwrap_argv(lim) + cmd, "/", uid, (fd,), stdin, timeout_s, lim)
+  finally:
+    os.close(fd)
+
+
+def _communicate(cmd, cwd, uid, pass_fds, stdin: bytes, timeout_s: float,
+                 lim: dict) -> RunResult:
+  t0 = time.monotonic()
+  ids = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+  proc = subprocess.Popen(cmd, cwd=cwd, env={}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True, **ids)
+  out, err = bytearray(), bytearray()
+  caps = {proc.stdout.fileno(): (out, int(lim["stdout_bytes"])),
+          proc.stderr.fileno(): (err, int(lim["stderr_bytes"]))}
+  timed_out = overflow = killed = False
+  pending = memoryview(stdin)
+  sel = selectors.DefaultSelector()
+  for f in (proc.stdout, proc.stderr):
+    os.set_blocking(f.fileno(), False)
+    sel.register(f, selectors.EVENT_READ)
+  if pending:
+    os.set_blocking(proc.stdin.fileno(), False)
+    sel.register(proc.stdin, selectors.EVENT_WRITE)
+  else:
+    proc.stdin.close()
+  deadline = t0 + timeout_s
+  grace = None  # after a kill: how long to wait for the pipes to close
+  try:
+    while sel.get_map():
+      now = time.monotonic()
+      if not killed and now >= deadline:
+        timed_out = True
+      if (timed_out or overflow) and not killed:
+        _kill(proc, uid is None)
+        killed, grace = True, now + 10.0
+      if grace is not None and now > grace:
+        break  # a process outlived the kill: reported below, never waited on forever
+      wait = (grace if killed else deadline) - now
+      for key, _ in sel.select(max(0.0, min(wait, 1.0))):
+        f = key.fileobj
+        if f is proc.stdin:
+          try:
+            pending = pending[os.write(f.fileno(), pending[:1 << 16]):]
+          except (BrokenPipeError, OSError):
+            pending = pending[:0]
+          if not pending:
+            sel.unregister(f)
+            f.close()
+          continue
+        chunk = os.read(f.fileno(), 1 << 16)
+        if not chunk:
+          sel.unregister(f)
+          continue
+        buf, cap = caps[f.fileno()]
+        room = cap - len(buf)
+        if room > 0:
+          buf += chunk[:room]
+        if len(chunk) > room and f is proc.stdout:
+          overflow = True
+  finally:
+    sel.close()
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+      if not f.closed:
+        f.close()
+    if proc.poll() is None:
+      _kill(proc, uid is None)
+    proc.wait()
+  return RunResult(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                   proc.returncode, timed_out, overflow, time.monotonic() - t0)
+
+
+def _kill(proc: subprocess.Popen, group: bool):
+  """bwrap's death kills the namespace (--die-with-parent); unsandboxed, the process group."""
+  try:
+    if group:
+      os.killpg(proc.pid, signal.SIGKILL)
+    else:
+      proc.kill()
+  except (ProcessLookupError, PermissionError):
+    pass
+
+
+# What a sandboxed probe must see: only loopback, its own few processes, a non-root uid, an empty
+# /tmp, none of the host's paths, and no way to make a user namespace.
+_PROBE = r"""
+import ctypes, json, os, socket
+res = {"ifaces": [n for _, n in socket.if_nameindex()], "uid": os.getuid(),
+       "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+       "tmp": os.listdir("/tmp"), "root": sorted(os.listdir("/")), "cwd": os.getcwd()}
+res["userns"] = ctypes.CDLL(None).unshare(0x10000000) == 0  # CLONE_NEWUSER
+print(json.dumps(res))
+"""
+_ALLOWED_TOP = {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr"}
+
+
+@functools.lru_cache(maxsize=1)
+def check() -> str | None:
+  """None when the sandbox works and isolates here; else one line that says what to do."""
+  if shutil.which("bwrap") is None:
+    return f"code rewards need the bubblewrap sandbox (`bwrap` not found): {INSTALL_HINT}"
+  try:
+    with _host_uid() as uid:
+      res = _communicate(_bwrap_argv(LIMITS) + [python(), "-I", "-S", "-c", _PROBE], "/", uid,
+                         (), b"", 30.0, LIMITS)
+  except (OSError, subprocess.SubprocessError, SandboxUnavailable) as e:
+    return f"the bubblewrap sandbox cannot start ({e}): {INSTALL_HINT}"
+  if res.returncode != 0:
+    why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+    hint = USERNS_HINT if "namespace" in why or "Operation not permitted" in why else INSTALL_HINT
+    return f"the bubblewrap sandbox cannot start ({why}): {hint}"
+  try:
+    got = json.loads(res.stdout)
+  except ValueError:
+    return f"the sandbox probe printed no result ({res.stdout[:80]!r}); {INSTALL_HINT}"
+  problems = []
+  if got["ifaces"] != ["lo"]:
+    problems.append(f"network interfaces {got['ifaces']} (want only lo)")
+  if got["uid"] == 0:
+    problems.append("runs as root")
+  if len(got["pids"]) > 3:
+    problems.append(f"sees {len(got['pids'])} processes")
+  if got["tmp"] or got["cwd"] != "/tmp":
+    problems.append("no private /tmp work dir")
+  if set(got["root"]) - _ALLOWED_TOP:
+    problems.append(f"sees host paths {sorted(set(got['root']) - _ALLOWED_TOP)}")
+  if got["userns"]:
+    problems.append("can create user namespaces")
+  if problems:
+    return f"the bubblewrap sandbox does not isolate here: {'; '.join(problems)}"
+  return None
+
+
+def describe() -> str:
+  """One line for start-up logs: how code rewards run on this machine."""
+  if unsandboxed():
+    return "code rewards: UNSANDBOXED (explicit opt-out; trusted data only)"
+  err = check()
+  if err:
+    return f"code rewards: unavailable: {err}"
+  who = "a fresh host uid per run" if os.geteuid() == 0 else "an unprivileged user namespace"
+  return f"code rewards: bubblewrap sandbox ({who}; interpreter {python()})"
