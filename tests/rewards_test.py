@@ -27,6 +27,16 @@ def test_math(response, ref, want):
   assert math.score(response, ref).value == want
 
 
+def test_math_huge_correct_answer_and_timeouts_are_marked():
+  big = math.score("<think>x</think>\\boxed{10^{10000000}}", "10^{10000000}", timeout_s=2)
+  assert big.value == 1.0 and not big.failed
+  t0 = time.time()
+  slow = math.score("<think>x</think>\\boxed{9^{9^{9^9}}}", "3", timeout_s=1)
+  assert slow.failed and "timed out" in slow.reason and time.time() - t0 < 10
+  deep = math.score("\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "2", timeout_s=1)
+  assert deep.failed and deep.value == 0.0
+
+
 def test_math_adversarial_answers_return_within_the_timeout():
   pool = VerifierPool(processes=1, timeout_s=8.0)
   try:
@@ -88,21 +98,22 @@ def listener():
   srv.close()
 
 
-def test_sandbox_isolation_is_available_here():
-  status = code.sandbox_status()
-  assert status["network_blocked"], status  # otherwise say so loudly: see VerifierPool
-
-
 def test_hostile_code_is_contained(tmp_path, listener):
   port, hits = listener
   outside = tmp_path / "outside.txt"
-  os.environ["PRORL_TEST_SECRET"] = "s3cret"
+  secret = f"s3cret-{os.getpid()}"
+  host_file = tmp_path / "expected.txt"  # the expected output, on the host
+  host_file.write_text(secret)
   hostile = {
+      "read host file": f"print(open({str(host_file)!r}).read())",
       "infinite loop": "while True:\n  pass",
       "fork bomb": "import os\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    pass",
       "memory bomb": "x = []\nwhile True:\n  x.append(bytearray(10**8))",
       "write outside": f"open({str(outside)!r}, 'w').write('pwned')\nprint(3)",
-      "parent env": "import os\nprint(open(f'/proc/{os.getppid()}/environ').read())",
+      "parent env": "import os\nfor p in [os.getppid(), 1] + list(range(2, 400)):\n  try:\n"
+                    "    e = open(f'/proc/{p}/environ').read()\n  except OSError:\n    continue\n"
+                    "  if 'PRORL_TEST_SECRET' in e:\n"
+                    "    print(e.split('PRORL_TEST_SECRET=')[1].split('\\0')[0])",
       "socket": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
                 "print(3)",
       "kill parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)",
@@ -110,7 +121,7 @@ def test_hostile_code_is_contained(tmp_path, listener):
       "os.system": f"import os\nos.system('echo pwned > {outside}')\nprint(3)",
       "exit before tests": "import sys\nsys.exit(0)",
   }
-  spec = {"inputs": ["1 2\n"], "outputs": ["7\n"]}  # no hostile program prints 7
+  spec = {"inputs": ["1 2\n"], "outputs": [secret]}  # only a program that escaped prints it
   for name, src in hostile.items():
     t0 = time.time()
     s = code.score(_py(src), spec, time_budget_s=3.0)
@@ -119,7 +130,65 @@ def test_hostile_code_is_contained(tmp_path, listener):
     assert time.time() - t0 < 15, name
   assert not outside.exists()
   assert hits == []  # no connection reached the listener
-  assert os.environ["PRORL_TEST_SECRET"] == "s3cret"  # and we are alive
+  # the checks above can fail: the same "read host file" program, unsandboxed, passes
+  code.sandbox.allow_unsandboxed(True)
+  try:
+    leaked = code.score(_py(hostile["read host file"]), spec, time_budget_s=3.0)
+  finally:
+    code.sandbox.allow_unsandboxed(False)
+  assert leaked.value == 1.0
+
+
+# ------------------------------------------------------------------------------ code comparison
+@pytest.mark.parametrize("got,want,same", [
+    ("3\n", "3\n", True),
+    ("3", "3\n\n", True),                      # trailing blank lines
+    ("1 2  3 \n", "1 2 3", True),              # spacing
+    ("1\n2\n3\n", "1 2 3", True),              # line breaks are whitespace
+    ("0.3333333", "0.333333333", True),        # decimals within 1e-6
+    ("0.334", "0.333", False),
+    ("3", "3.0", True),
+    ("3", "4", False),
+    ("10", "1e1", True),
+    ("1 2", "1 2 3", False),                   # a missing token
+    ("YES", "yes", False),                     # case matters
+    ("nan", "nan", True),                      # equal strings
+    ("inf", "1e309", False),
+])
+def test_stdout_comparison(got, want, same):
+  assert code.same_stdout(got, want) is same
+
+
+@pytest.mark.parametrize("got,want,same", [
+    ([1, 2], [[1, 2]], True),                  # APPS wraps a list return value in a list
+    ([1, 2], [1, 2], True),
+    (3, [3], True),
+    ([[1, 2], [3]], [[1, 2], [3]], True),      # a tuple of lists arrives as JSON lists
+    ([1, 2], [[2, 1]], False),
+    (0.1 + 0.2, [0.3], True),
+    (0.31, [0.3], False),
+    (True, [1], False),                        # a bool is not a number
+    (1, [True], False),
+    ("abc", ["abc"], True),
+    ("abc", ["abd"], False),
+    ({"a": [1.0]}, [{"a": [1]}], True),
+    (None, [None], True),
+    (None, [0], False),
+])
+def test_function_call_comparison(got, want, same):
+  assert code._returned_value_matches(got, want) is same
+
+
+def test_function_call_tasks_returning_tuples_lists_and_floats():
+  tup = {"fn_name": "pair", "inputs": [[1, 2], [3, 4]], "outputs": [[[1, 2]], [[3, 4]]]}
+  assert code.score(_py("def pair(a, b):\n  return (a, b)"), tup).value == 1.0
+  assert code.score(_py("def pair(a, b):\n  return [a, b]"), tup).value == 1.0
+  assert code.score(_py("def pair(a, b):\n  return (b, a)"), tup).value == 0.0
+  avg = {"fn_name": "mean", "inputs": [[[1, 2]]], "outputs": [[1.5]]}
+  assert code.score(_py("def mean(xs):\n  return sum(xs) / len(xs) + 1e-9"), avg).value == 1.0
+  assert code.score(_py("def mean(xs):\n  return 1"), avg).value == 0.0
+  sets = {"fn_name": "uniq", "inputs": [[[3, 1, 3]]], "outputs": [[[1, 3]]]}
+  assert code.score(_py("def uniq(xs):\n  return set(xs)"), sets).value == 1.0
 
 
 # ---------------------------------------------------------------------------------------- puzzles
