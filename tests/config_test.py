@@ -125,3 +125,41 @@ def test_unknown_field_is_rejected():
     c.algo.clip_hgih = 0.3
   with pytest.raises(ConfigError, match="algo.clip_hgih is not a config field"):
     validate(c)
+
+
+def _float_keys(cfg, prefix=""):
+  for key in cfg.keys():
+    v = cfg[key]
+    if hasattr(v, "keys"):
+      yield from _float_keys(v, f"{prefix}{key}.")
+    elif isinstance(v, float):
+      yield f"{prefix}{key}"
+
+
+FLOAT_KEYS = sorted(_float_keys(base_config()))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+def test_nan_and_inf_are_rejected_for_every_float_key(key, value):
+  c = base_config()
+  section, name = key.rsplit(".", 1) if "." in key else ("", key)
+  node = c
+  for part in filter(None, section.split(".")):
+    node = node[part]
+  node[name] = value
+  with pytest.raises(ConfigError, match=f"{key.replace('.', '[.]')} must be a finite number"):
+    validate(c)
+
+
+def test_float_keys_cover_the_known_nan_traps():
+  assert {"optim.lr", "rollout.timeout_s", "algo.clip_high", "algo.kl_coef"} <= set(FLOAT_KEYS)
+
+
+def test_reward_routing_must_name_a_verifier():
+  c = base_config()
+  c.data.reward_routing = "my_math:math,my_code:kode"
+  with pytest.raises(ConfigError, match="'my_code:kode' names no verifier; the verifiers are: "):
+    validate(c)
+  c.data.reward_routing = "my_math:math,my_code:code"
+  validate(c)

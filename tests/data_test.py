@@ -86,3 +86,20 @@ def test_reasoning_gym_procedural_source(tok):
                          use_chat_template=False)
   assert len(src.items) == 5 and src.items[0]["data_source"] == "reasoning_gym"
   assert src.items[0]["extra"]["entry"]["answer"] == src.items[0]["reference"]
+
+
+def test_an_unroutable_data_source_names_file_row_and_value(tmp_path, tok):
+  path = _write(tmp_path / "a.jsonl", [_row(0), _row(1, src="mystery_set")])
+  with pytest.raises(data.DataError, match=r"a.jsonl: row 2: no verifier for data_source "
+                     r"'mystery_set'.*data.reward_routing"):
+    data.JsonlSource([path], tok, max_prompt_len=64)
+  src = data.JsonlSource([path], tok, max_prompt_len=64, routing={"mystery_set": "math"})
+  assert src.verifiers == {"chain_sum", "math"}
+  bad_val = _write(tmp_path / "val.jsonl", [_row(0, src="nope")])
+  with pytest.raises(data.DataError, match="val.jsonl: row 1: no verifier for data_source 'nope'"):
+    data.make_sources(tok, train_files=[_write(tmp_path / "t.jsonl", [_row(0)])],
+                      val_files=[bad_val], weights=None, max_prompt_len=64, seed=0, heldout=1)
+  blend, _ = data.make_sources(tok, train_files=[path], val_files=[], weights=None,
+                               max_prompt_len=64, seed=0, heldout=1,
+                               routing={"mystery_set": "code"})
+  assert blend.verifiers == {"chain_sum", "code"}

@@ -214,3 +214,199 @@ def test_two_worker_processes_commit_each_request_exactly_once(tmp_path):
   done = outs[0] + outs[1]
   assert sorted(done) == [f"r{i:03d}" for i in range(30)]  # every request, once
   assert all(ex.read_result(f"r{i:03d}") is not None for i in range(30))
+
+
+# ------------------------------------------------------------------ forged and malformed entries
+def _publish_one(ex, tmp_path, version=1, payload=b"real weights"):
+  src = tmp_path / f"src{version}"
+  src.mkdir(exist_ok=True)
+  (src / "model.safetensors").write_bytes(payload)
+  (src / "config.json").write_text("{}")
+  return ex.publish_weights(version, step=version, src_dir=str(src))
+
+
+def _sha(data: bytes) -> str:
+  import hashlib
+
+  return hashlib.sha256(data).hexdigest()
+
+
+def test_forged_manifest_names_write_nothing_outside_the_cache(ex, tmp_path):
+  _publish_one(ex, tmp_path, 1)
+  target = tmp_path / "escape.txt"
+  absolute = tmp_path / "absolute.txt"
+  payload = b"pwned"
+  for name in (f"../../../{target.name}", str(absolute), "sub/../../x", ".hidden", "a\x00b"):
+    forged = {"version": 2, "step": 2, "time": 0,
+              "files": {name: {"size": len(payload), "sha256": _sha(payload)},
+                        "config.json": {"size": 2, "sha256": _sha(b"{}")}}}
+    ex._write("weights/v00000002/config.json", b"{}")
+    ex._write("weights/v00000002/manifest.json", json.dumps(forged).encode())
+    cache = tmp_path / "cache" / "sub" / "deeper"
+    assert ex.fetch_weights(2, str(cache / "v00000002")) is None
+    v, _ = ex.latest_weights(str(cache))
+    assert v == 1  # the forged version is passed over, the real one served
+  assert not target.exists() and not absolute.exists()
+  assert not list(tmp_path.rglob("escape.txt")) and not list(tmp_path.rglob("x"))
+  assert ex.stats["quarantined_weights"] == 5
+  assert ex.weight_versions() == [1]  # the forged manifest is out of the way, kept aside
+  assert ex._read("quarantine/weights/v00000002/manifest.json")[0] is not None
+
+
+def test_bytes_with_a_wrong_hash_never_become_visible(ex, tmp_path):
+  _publish_one(ex, tmp_path, 1)
+  good = ex.weights_manifest(1)
+  bad = dict(good, version=2, files=dict(good["files"]))
+  bad["files"]["model.safetensors"] = {"size": 12, "sha256": "0" * 64}
+  for name in good["files"]:
+    ex._write(f"weights/v00000002/{name}", b"real weights" if "model" in name else b"{}")
+  ex._write("weights/v00000002/manifest.json", json.dumps(bad).encode())
+  cache = tmp_path / "cache"
+  assert ex.fetch_weights(2, str(cache / "v00000002")) is None
+  assert not cache.exists() or list(cache.iterdir()) == []  # no temp dir or file left behind
+  assert ex.stats["skipped_weights"] == 1
+
+
+def test_symlinks_in_a_local_store_are_never_followed(tmp_path):
+  ex = Exchange(f"file://{tmp_path}/exchange")
+  _publish_one(ex, tmp_path, 1)
+  secret = tmp_path / "host-secret.txt"
+  secret.write_bytes(b"host secret")
+  root = tmp_path / "exchange" / "weights"
+  # v2: a weight file that is a symlink to a host file, listed with that file's hash
+  (root / "v00000002").mkdir()
+  os.symlink(secret, root / "v00000002" / "model.safetensors")
+  (root / "v00000002" / "manifest.json").write_text(json.dumps(
+      {"version": 2, "step": 2, "files": {"model.safetensors": {
+          "size": len(b"host secret"), "sha256": _sha(b"host secret")}}}))
+  # v3: the whole version directory is a symlink to a directory elsewhere
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  (elsewhere / "model.safetensors").write_bytes(b"host secret")
+  (elsewhere / "manifest.json").write_text(json.dumps(
+      {"version": 3, "step": 3, "files": {"model.safetensors": {
+          "size": len(b"host secret"), "sha256": _sha(b"host secret")}}}))
+  os.symlink(elsewhere, root / "v00000003")
+  cache = tmp_path / "cache"
+  for v in (2, 3):
+    assert ex.fetch_weights(v, str(cache / f"v{v:08d}")) is None
+  assert ex.latest_weights(str(cache))[0] == 1
+  assert not any(p.read_bytes() == b"host secret" for p in cache.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("doc", [
+    [], "manifest", {"version": 1}, {"version": 1, "step": 0, "files": "model"},
+    {"version": 1, "step": 0, "files": {"model.safetensors": {"size": "big", "sha256": "x"}}},
+    {"version": 7, "step": 0, "files": {"m": {"size": 1, "sha256": "0" * 64}}},
+    {"version": 1, "step": -1, "files": {"m": {"size": 1, "sha256": "0" * 64}}},
+    {"version": 1, "step": 0, "files": {"m": {"size": True, "sha256": "0" * 64}}},
+])
+def test_a_weights_manifest_of_the_wrong_structure_is_quarantined(ex, tmp_path, doc):
+  ex._write("weights/v00000001/manifest.json", json.dumps(doc).encode())
+  assert ex.weights_manifest(1) is None
+  assert ex.latest_weights(str(tmp_path / "cache")) is None  # no crash
+  assert ex.stats["quarantined_weights"] == 1 and ex.weight_versions() == []
+
+
+@pytest.mark.parametrize("lease", [b"[1, 2]", b'{"expires": "soon"}', b'"x"',
+                                   b'{"worker": "w", "attempt": -3, "expires": 1e300}',
+                                   b'{"worker": "w", "attempt": 0, "expires": NaN}'])
+def test_a_malformed_lease_counts_as_expired(ex, lease):
+  _req(ex, 0)
+  ex._write("leases/r000.json", lease)
+  c = ex.claim("w")
+  assert c is not None and c.request_id == "r000"
+  assert ex.stats["corrupt_lease"] == 1
+
+
+def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
+  import hashlib
+
+  for bad_body in ({"id": "r000", "prompts": "hello", "n": 2},
+                   {"id": "r000", "prompts": [[1]], "n": 0, "sampling": {}, "meta": [{}]},
+                   {"id": "other", "prompts": [[1]], "n": 1,
+                    "sampling": {"max_new_tokens": 1}, "meta": [{}]}):
+    raw = json.dumps(bad_body, sort_keys=True).encode()
+    ex._write("requests/r000.json", json.dumps(
+        {"body": bad_body, "sha256": hashlib.sha256(raw).hexdigest()}).encode())
+    _req(ex, 1)
+    c = ex.claim("w")
+    assert c is not None and c.request_id == "r001"
+    ex.retire("r001")
+  assert ex.stats["quarantined_request"] == 3
+  with pytest.raises(ValueError, match="plain file name"):
+    _req_id = "../escape"
+    ex.put_request({"prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1},
+                    "meta": [{}]}, request_id=_req_id)
+
+
+@pytest.mark.parametrize("change", [
+    {"scores": np.array([np.nan, 1.0], np.float32)},
+    {"scores": np.array([-0.5, 1.0], np.float32)},
+    {"scores": np.array([1.5, 1.0], np.float32)},
+    {"scores": np.array([1.0], np.float32)},
+    {"lengths": np.array([4, 3], np.int32)},
+    {"logprobs": np.array([[0.0, np.inf, 0.0], [0.0] * 3], np.float32)},
+    {"verifier_failed": np.array([0.0, 1.0])},
+    {"tokens": None},
+])
+def test_a_result_with_bad_arrays_is_quarantined(ex, change):
+  _req(ex, 0)
+  arrays = {k: v for k, v in dict(_arrays(), **change).items() if v is not None}
+  assert ex.commit_result(ex.claim("w"), arrays, {"policy_version": 0})
+  assert ex.read_result("r000", rows=2) is None
+  assert ex.stats["quarantined_result"] == 1 and not ex.is_committed("r000")
+
+
+def test_a_result_of_the_wrong_row_count_or_manifest_is_rejected(ex):
+  _req(ex, 0)
+  assert ex.commit_result(ex.claim("w"), _arrays(rows=2), {"policy_version": 0})
+  assert ex.read_result("r000", rows=2) is not None
+  assert ex.read_result("r000", rows=4) is None  # the request asked for 4 rows
+  ex.retire("r000")
+  _req(ex, 1)
+  assert ex.commit_result(ex.claim("w"), _arrays(), {"policy_version": 0})
+  m = json.loads(ex._read("results/r001/manifest.json")[0])
+  for forged in (dict(m, data_key="../../weights/v00000001/model.safetensors"),
+                 dict(m, policy_version="latest"), dict(m, probe_mismatch={"max": "nan"}),
+                 dict(m, request_id="r000"), [m]):
+    ex._write("results/r001/manifest.json", json.dumps(forged).encode())
+    assert ex.read_result("r001") is None
+  assert ex.stats["quarantined_result"] == 6
+
+
+def test_a_commit_after_retire_is_ignored_and_counted(ex):
+  _req(ex, 0)
+  c = ex.claim("w")
+  ex.retire("r000")  # the trainer gave up on it
+  assert not ex.commit_result(c, _arrays(), {"policy_version": 0})
+  assert ex._list("results/") == [] and ex.stats["commit_after_retire"] == 1
+
+
+def test_a_cached_copy_is_hashed_again_before_reuse(tmp_path):
+  ex = Exchange(f"file://{tmp_path}/exchange")
+  _publish_one(ex, tmp_path, 1, payload=b"the real weights")
+  cache = tmp_path / "cache"
+  v, path = ex.latest_weights(str(cache))
+  with open(os.path.join(path, "model.safetensors"), "r+b") as f:  # same size, other bytes
+    f.write(b"THE")
+  v, path = ex.latest_weights(str(cache))
+  assert open(os.path.join(path, "model.safetensors"), "rb").read() == b"the real weights"
+  assert ex.stats["cache_replaced"] == 1
+  (cache / "v00000001" / "extra.bin").write_bytes(b"x")  # a file the manifest does not list
+  assert ex.fetch_weights(1, str(cache / "v00000001")) is not None
+  assert ex.stats["cache_replaced"] == 2 and not (cache / "v00000001" / "extra.bin").exists()
+
+
+def test_the_worker_cache_keeps_the_newest_two_versions(tmp_path):
+  from prorl_jax.rollout.worker import Worker
+
+  ex = Exchange(f"file://{tmp_path}/exchange")
+  cache = tmp_path / "cache"
+  w = Worker(ex, engine=None, cache_dir=str(cache), worker_id="w", pool=object())
+  for v in range(1, 5):
+    _publish_one(ex, tmp_path, v, payload=f"weights {v}".encode())
+    ex.fetch_weights(v, str(cache / f"v{v:08d}"))
+  (cache / "v00000005.tmp-abcd1234").mkdir()  # an interrupted fetch
+  w.prune_cache(keep={4, 3})
+  assert sorted(os.listdir(cache)) == ["v00000003", "v00000004"]

@@ -443,7 +443,9 @@ class Exchange:
     tmp = f"{dest_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
     prefix = f"weights/v{version:08d}/"
-    root = os.path.realpath(os.path.join(self.local_root, prefix)) if self.local_root else None
+    # Where the version's files must really be: a symlinked directory on the way resolves
+    # elsewhere and is refused.
+    root = os.path.join(os.path.realpath(self.local_root), prefix) if self.local_root else None
 
     def get(name: str, meta: dict) -> bool:
       key = prefix + name
