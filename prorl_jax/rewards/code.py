@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 
 from prorl_jax.rewards import Score, sandbox
 
@@ -91,30 +90,30 @@ def _fail_reason(res: sandbox.RunResult) -> str:
   return last[0][:120]
 
 
-def _run_one(code: str, spec: dict, inp, want, timeout_s: float) -> tuple[bool, str]:
-  """(passed, reason) of one test case."""
-  cap = {"stdout_bytes": max(sandbox.LIMITS["stdout_bytes"], 2 * len(json.dumps(want)) + 4096)}
+def _case(spec: dict, inp, want) -> dict:
+  """One test as a sandbox case; its stdout cap leaves room for twice the expected output."""
+  cap = max(sandbox.LIMITS["stdout_bytes"], 2 * len(json.dumps(want)) + 4096)
   if spec.get("fn_name"):
     args = json.loads(inp) if isinstance(inp, str) else inp
-    if not isinstance(args, list):
-      args = [args]
-    res = sandbox.run(code, timeout_s=timeout_s, fn_name=str(spec["fn_name"]), args=args,
-                      limits=cap)
-    if not res.ok:
-      return False, _fail_reason(res)
-    parts = res.stdout.rsplit(sandbox.RESULT_MARK, 1)
-    if len(parts) != 2:
-      return False, "no return value"
-    try:
-      got = json.loads(parts[1])
-    except ValueError:
-      return False, "return value is not JSON"
-    return _returned_value_matches(got, want), "wrong"
-  stdin = inp if isinstance(inp, str) else "\n".join(map(str, inp))
-  res = sandbox.run(code, stdin=stdin.encode(), timeout_s=timeout_s, limits=cap)
+    return {"args": args if isinstance(args, list) else [args], "stdout_bytes": cap}
+  return {"stdin": inp if isinstance(inp, str) else "\n".join(map(str, inp)),
+          "stdout_bytes": cap}
+
+
+def _judge(spec: dict, res: sandbox.RunResult, want) -> tuple[bool, str]:
+  """(passed, reason) of one test case's run."""
   if not res.ok:
     return False, _fail_reason(res)
-  return same_stdout(res.stdout, want), "wrong"
+  if not spec.get("fn_name"):
+    return same_stdout(res.stdout, want), "wrong"
+  parts = res.stdout.rsplit(sandbox.RESULT_MARK, 1)
+  if len(parts) != 2:
+    return False, "no return value"
+  try:
+    got = json.loads(parts[1])
+  except ValueError:
+    return False, "return value is not JSON"
+  return _returned_value_matches(got, want), "wrong"
 
 
 def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, **_) -> Score:
@@ -137,18 +136,19 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
   n = len(spec["inputs"])
   if n == 0:
     return Score(0.0, "test spec has no tests", failed=True)
-  passed, reasons, deadline = 0, [], time.monotonic() + time_budget_s
-  for inp, want in zip(spec["inputs"], spec["outputs"]):
-    left = deadline - time.monotonic()
-    if left <= 0:
-      reasons.append("timeout (total budget)")
-      break
-    try:
-      ok, why = _run_one(code, spec, inp, want, left)
-    except sandbox.SandboxUnavailable as e:
-      return Score(0.0, str(e), failed=True)
+  cases = [_case(spec, inp, want) for inp, want in zip(spec["inputs"], spec["outputs"])]
+  try:  # one sandbox for all of this response's tests; they share the time budget
+    runs = sandbox.run_cases(code, cases, timeout_s=time_budget_s,
+                             fn_name=str(spec["fn_name"]) if spec.get("fn_name") else None)
+  except sandbox.SandboxUnavailable as e:
+    return Score(0.0, str(e), failed=True)
+  passed, reasons = 0, []
+  for res, want in zip(runs, spec["outputs"]):
+    ok, why = _judge(spec, res, want)
     passed += ok
     if not ok:
       reasons.append(why)
+  if len(runs) < n:
+    reasons.append("timeout (total budget)")
   reason = f"{passed}/{n} tests passed" + (f"; first failure: {reasons[0]}" if reasons else "")
   return Score(passed / n, reason)

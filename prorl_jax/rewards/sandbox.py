@@ -25,6 +25,7 @@ data: programs then run as plain subprocesses with the same rlimits and no isola
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import fcntl
@@ -70,23 +71,46 @@ INNER_UID = 1000  # the uid the program sees
 
 RESULT_MARK = "\n__PRORL_RESULT__"
 
-# Runs first inside the sandbox: reads the job from an inherited fd, sets the rlimits, then runs
-# the program in this interpreter (stdin/stdout programs as __main__; function-call tasks import
-# the program as a module, call the function and print its JSON result after RESULT_MARK).
+# Runs first inside the sandbox. Reads the job from an inherited fd, sets the rlimits, compiles
+# the program once, then runs each test case in a forked child: stdin/stdout/stderr on pipes of
+# its own (nothing else inherited), stdin/stdout programs as __main__, function-call tasks as a
+# module whose function's JSON result follows RESULT_MARK on stdout. Between cases every other
+# process in the sandbox is killed. One JSON line per case goes to the runner's stdout: exit
+# code, timeout/overflow flags, stdout and the head of stderr (base64).
 _RUNNER = r"""
-import json, os, resource, sys
+import base64, json, os, resource, selectors, signal, sys, time, traceback
 cfg = json.loads(sys.argv[1])
 with os.fdopen(cfg["fd"], "rb") as f:
     job = json.loads(f.read())
 for name, val in cfg["rlimits"]:
     resource.setrlimit(getattr(resource, name), (val, val))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+out_fd = os.dup(1)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1):
+    os.dup2(null, fd)
 sys.argv = ["solution.py"]
-code, fn_name, mark = job["code"], job["fn_name"], cfg["mark"]
-del cfg, job["code"]
-ns = {"__name__": "__main__" if fn_name is None else "solution", "__builtins__": __builtins__}
-exec(compile(code, "solution.py", "exec"), ns)
-if fn_name is not None:
+deadline = time.monotonic() + cfg["timeout_s"]
+fn_name, mark = job["fn_name"], cfg["mark"]
+try:
+    code = compile(job.pop("code"), "solution.py", "exec")
+    compile_error = None
+except BaseException:
+    code, compile_error = None, traceback.format_exc()
+
+def plain(o):
+    if isinstance(o, (set, frozenset)):
+        return sorted(o, key=repr)
+    if isinstance(o, (bytes, bytearray)):
+        return o.decode("utf-8", "replace")
+    return repr(o)
+
+def child(case):
+    ns = {"__name__": "__main__" if fn_name is None else "solution",
+          "__builtins__": __builtins__}
+    exec(code, ns)
+    if fn_name is None:
+        return
     fn = ns.get(fn_name)
     if fn is None:
         for v in list(ns.values()):
@@ -95,17 +119,123 @@ if fn_name is not None:
                 break
     if fn is None:
         raise SystemExit("no function " + repr(fn_name) + " in the program")
-    out = fn(*job["args"])
-    def plain(o):
-        if isinstance(o, (set, frozenset)):
-            return sorted(o, key=repr)
-        if isinstance(o, (bytes, bytearray)):
-            return o.decode("utf-8", "replace")
-        return repr(o)
-    text = json.dumps(out, default=plain)
+    text = json.dumps(fn(*case["args"]), default=plain)
     sys.stdout.flush()
     sys.stdout.write(mark + text)
-    sys.stdout.flush()
+
+def run_case(case):
+    pipes = [os.pipe() for _ in range(3)]
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.setsid()
+            for i, (r, w) in enumerate(pipes):
+                os.dup2(r if i == 0 else w, i)
+            os.closerange(3, 1 << 16)
+            try:
+                child(case)
+                status = 0
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, (int, type(None))):
+                    sys.stderr.write(str(e.code) + "\n")
+            except BaseException:
+                traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(status & 255)
+    for i, (r, w) in enumerate(pipes):
+        os.close(r if i == 0 else w)  # the child's ends
+    stdin_w, out_r, err_r = pipes[0][1], pipes[1][0], pipes[2][0]
+    data = memoryview(case["stdin"].encode())
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    caps = {out_r: case["stdout_cap"], err_r: cfg["stderr_cap"]}
+    sel = selectors.DefaultSelector()
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    if data:
+        os.set_blocking(stdin_w, False)
+        sel.register(stdin_w, selectors.EVENT_WRITE)
+    else:
+        os.close(stdin_w)
+    timed_out = overflow = exited = False
+    t0 = time.monotonic()
+    pidfd = os.pidfd_open(pid)  # readable once the child exits (its daemons may hold the pipes)
+    sel.register(pidfd, selectors.EVENT_READ)
+
+    def take(fd):
+        chunk = os.read(fd, 1 << 16)
+        if chunk:
+            buf = bufs[fd]
+            room = caps[fd] - len(buf)
+            buf += chunk[:max(room, 0)]
+            return len(chunk) > room and fd == out_r
+        sel.unregister(fd)
+        os.close(fd)
+        return False
+
+    while not (exited or overflow):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        for key, _ in sel.select(min(left, 1.0)):
+            fd = key.fileobj
+            if fd == pidfd:
+                exited = True
+            elif fd == stdin_w:
+                try:
+                    data = data[os.write(fd, data[:1 << 16]):]
+                except OSError:
+                    data = data[:0]
+                if not data:
+                    sel.unregister(fd)
+                    os.close(fd)
+            else:
+                overflow = take(fd) or overflow
+    if exited:  # what the child wrote before it exited is in the pipes: read it all
+        for fd in (out_r, err_r):
+            try:
+                while fd in sel.get_map() and not overflow:
+                    overflow = take(fd) or overflow
+            except BlockingIOError:
+                pass
+    for fd in list(sel.get_map()):
+        sel.unregister(fd)
+        os.close(fd)
+    sel.close()
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if cfg["isolated"]:  # every process of this sandbox but us and its init
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    code_ = os.waitstatus_to_exitcode(status)
+    return {"returncode": code_, "timed_out": timed_out, "overflow": overflow,
+            "seconds": time.monotonic() - t0,
+            "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
+            "stderr": base64.b64encode(bytes(bufs[err_r])).decode()}
+
+for case in job["cases"]:
+    if compile_error is not None:
+        res = {"returncode": 1, "timed_out": False, "overflow": False, "stdout": "",
+               "stderr": base64.b64encode(compile_error.encode()).decode()}
+    elif time.monotonic() >= deadline:
+        break
+    else:
+        res = run_case(case)
+    line = memoryview((json.dumps(res) + "\n").encode())
+    while line:
+        line = line[os.write(out_fd, line):]
+    if res["timed_out"]:
+        break
 """
 
 
@@ -215,27 +345,61 @@ def _payload_fd(job: dict) -> int:
   return fd
 
 
-def run(code: str, *, stdin: bytes = b"", timeout_s: float, fn_name: str | None = None,
-        args: list | None = None, limits: dict | None = None) -> RunResult:
-  """Runs `code` in a fresh sandbox: as a stdin/stdout program, or (`fn_name`) imports it and
-  prints `fn_name(*args)` as JSON after RESULT_MARK. Kills it after `timeout_s` wall seconds."""
+def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | None = None,
+              limits: dict | None = None) -> list[RunResult]:
+  """Runs `code` once per case in one fresh sandbox; all cases share `timeout_s` wall seconds.
+
+  A case is {"stdin": str} (a stdin/stdout program) or {"args": [...]} (with `fn_name`: the
+  program is imported and `fn_name(*args)` printed as JSON after RESULT_MARK), optionally with
+  "stdout_bytes" (its stdout cap). Returns one RunResult per case that ran, in order: fewer when
+  the time ran out (the last one then says `timed_out`) or the program killed the runner."""
   lim = dict(LIMITS, **(limits or {}))
   if not unsandboxed():
     err = check()
     if err:
       raise SandboxUnavailable(err)
-  fd = _payload_fd({"code": code, "fn_name": fn_name, "args": args or []})
-  cfg = json.dumps({"fd": fd, "mark": RESULT_MARK,
+  job_cases = [{"stdin": c.get("stdin", ""), "args": c.get("args", []),
+                "stdout_cap": int(c.get("stdout_bytes", lim["stdout_bytes"]))} for c in cases]
+  fd = _payload_fd({"code": code, "fn_name": fn_name, "cases": job_cases})
+  cfg = json.dumps({"fd": fd, "mark": RESULT_MARK, "timeout_s": timeout_s,
+                    "isolated": not unsandboxed(), "stderr_cap": int(lim["stderr_bytes"]),
                     "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]})
   cmd = [python(), "-I", "-S", "-c", _RUNNER, cfg]
+  # The runner's report: every case's output in base64 plus its JSON framing.
+  report_cap = sum(4 * (c["stdout_cap"] + lim["stderr_bytes"]) // 3 + 1024 for c in job_cases)
+  host_lim = dict(lim, stdout_bytes=report_cap)
   try:
     with _host_uid() as uid:
       if unsandboxed():
         with tempfile.TemporaryDirectory(prefix="prorl_unsandboxed_") as cwd:
-          return _communicate(cmd, cwd, None, (fd,), stdin, timeout_s, lim)
-      return _communicate(_bwrap_argv(lim) + cmd, "/", uid, (fd,), stdin, timeout_s, lim)
+          res = _communicate(cmd, cwd, None, (fd,), b"", timeout_s + 5.0, host_lim)
+      else:
+        res = _communicate(_bwrap_argv(lim) + cmd, "/", uid, (fd,), b"", timeout_s + 5.0,
+                           host_lim)
   finally:
     os.close(fd)
+  out = []
+  for line in res.stdout.splitlines()[:len(cases)]:
+    try:
+      r = json.loads(line)
+      out.append(RunResult(
+          base64.b64decode(r["stdout"]).decode("utf-8", "replace"),
+          base64.b64decode(r["stderr"]).decode("utf-8", "replace"), int(r["returncode"]),
+          bool(r["timed_out"]), bool(r["overflow"]), float(r.get("seconds", 0.0))))
+    except (ValueError, KeyError, TypeError):
+      break  # a torn last line: the runner was killed mid-write
+  if len(out) < len(cases) and not (out and out[-1].timed_out):
+    why = "the time budget ran out" if res.timed_out else (
+        f"the sandbox runner stopped (exit {res.returncode}): {res.stderr.strip()[-200:]}")
+    out.append(RunResult("", why, None, timed_out=res.timed_out))
+  return out
+
+
+def run(code: str, *, stdin: bytes = b"", timeout_s: float, fn_name: str | None = None,
+        args: list | None = None, limits: dict | None = None) -> RunResult:
+  """One run of `code` in a fresh sandbox (see `run_cases`)."""
+  case = {"args": args or []} if fn_name else {"stdin": stdin.decode("utf-8", "replace")}
+  return run_cases(code, [case], timeout_s=timeout_s, fn_name=fn_name, limits=limits)[0]
 
 
 def _communicate(cmd, cwd, uid, pass_fds, stdin: bytes, timeout_s: float,
