@@ -3,9 +3,9 @@ verifier (a per-run network namespace, no PID/user/mount isolation), interleaved
 
   python bench/sandbox.py [--reps 30] [--baseline_rev 171b01a]
 
-Per program: wall seconds of one run with no isolation (the same runner, a plain subprocess),
-with the earlier verifier's `run_python` (loaded from git at `--baseline_rev`), and with the
-bubblewrap sandbox; the overhead is the sandbox's median minus the unsandboxed median. Then a
+Per program: wall seconds of one bare run (`python -I -S` as a plain subprocess, no limits),
+of the earlier verifier's `run_python` (loaded from git at `--baseline_rev`), and of the
+bubblewrap sandbox (`sandbox.run`); an overhead is a median minus the bare median. Then a
 16-answer group of code responses (4 stdin/stdout tests each) scored by the earlier
 `code.score` and by today's, interleaved; `group_ratio` = today ÷ earlier (median). The last
 line is one JSON object.
@@ -61,13 +61,10 @@ def _timed(fn) -> float:
   return time.perf_counter() - t0
 
 
-def run_unsandboxed(src, stdin):
-  sandbox.allow_unsandboxed(True)
-  try:
-    res = sandbox.run(src, stdin=stdin, timeout_s=30)
-  finally:
-    sandbox.allow_unsandboxed(False)
-  assert res.ok, res
+def run_bare(src, stdin):
+  res = subprocess.run([sandbox.python(), "-I", "-S", "-c", src], input=stdin,
+                       capture_output=True, timeout=30, check=False)
+  assert res.returncode == 0, res
 
 
 def run_baseline(base, src, stdin):
@@ -111,19 +108,19 @@ def main():
   base = load_baseline(args.baseline_rev)
   out = {"date": time.strftime("%Y-%m-%d"), "reps": args.reps, "programs": {}}
   for name, (src, stdin) in PROGRAMS.items():
-    t = {"unsandboxed": [], "baseline": [], "bwrap": []}
+    t = {"bare": [], "baseline": [], "bwrap": []}
     for _ in range(2):  # warm-up: page cache, interpreter files
-      run_unsandboxed(src, stdin)
+      run_bare(src, stdin)
       run_baseline(base, src, stdin)
       run_sandboxed(src, stdin)
     for _ in range(args.reps):  # interleaved, so machine noise hits all three alike
-      t["unsandboxed"].append(_timed(lambda: run_unsandboxed(src, stdin)))
+      t["bare"].append(_timed(lambda: run_bare(src, stdin)))
       t["baseline"].append(_timed(lambda: run_baseline(base, src, stdin)))
       t["bwrap"].append(_timed(lambda: run_sandboxed(src, stdin)))
     row = {k: stats(v) for k, v in t.items()}
     med = {k: statistics.median(v) for k, v in t.items()}
-    row["bwrap_overhead_ms"] = round(1e3 * (med["bwrap"] - med["unsandboxed"]), 2)
-    row["baseline_overhead_ms"] = round(1e3 * (med["baseline"] - med["unsandboxed"]), 2)
+    row["bwrap_overhead_ms"] = round(1e3 * (med["bwrap"] - med["bare"]), 2)
+    row["baseline_overhead_ms"] = round(1e3 * (med["baseline"] - med["bare"]), 2)
     out["programs"][name] = row
     print(name, json.dumps(row), flush=True)
   g = {"baseline": [], "bwrap": []}

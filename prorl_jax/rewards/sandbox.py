@@ -26,12 +26,14 @@ data: programs then run as plain subprocesses with the same rlimits and no isola
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import dataclasses
 import fcntl
 import functools
 import json
 import logging
+import marshal
 import os
 import random
 import selectors
@@ -71,17 +73,19 @@ INNER_UID = 1000  # the uid the program sees
 
 RESULT_MARK = "\n__PRORL_RESULT__"
 
-# Runs first inside the sandbox. Reads the job from an inherited fd, sets the rlimits, compiles
-# the program once, then runs each test case in a forked child: stdin/stdout/stderr on pipes of
-# its own (nothing else inherited), stdin/stdout programs as __main__, function-call tasks as a
-# module whose function's JSON result follows RESULT_MARK on stdout. Between cases every other
-# process in the sandbox is killed. One JSON line per case goes to the runner's stdout: exit
-# code, timeout/overflow flags, stdout and the head of stderr (base64).
+# Runs first inside the sandbox. Reads the job (marshal, from the host) from an inherited fd,
+# sets the rlimits, compiles the program once, then runs each test case in a forked child:
+# stdin/stdout/stderr on pipes of its own (nothing else inherited), stdin/stdout programs as
+# __main__, function-call tasks as a module whose function's JSON result follows RESULT_MARK on
+# stdout. Between cases every other process in the sandbox is killed. One line per case goes to
+# the runner's stdout: "exit timed_out overflow seconds stdout_b64 stderr_b64". Only built-in
+# modules are imported here (json, re and friends would double the start-up time).
 _RUNNER = r"""
-import base64, json, os, resource, selectors, signal, sys, time, traceback
-cfg = json.loads(sys.argv[1])
-with os.fdopen(cfg["fd"], "rb") as f:
-    job = json.loads(f.read())
+import binascii, marshal, os, resource, select, sys, time
+SIGKILL = 9  # the signal module imports enum and collections: 3-10 ms
+cfg = marshal.loads(binascii.a2b_hex(sys.argv[1]))
+with open(cfg["fd"], "rb") as f:
+    job = marshal.loads(f.read())
 for name, val in cfg["rlimits"]:
     resource.setrlimit(getattr(resource, name), (val, val))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -93,10 +97,9 @@ sys.argv = ["solution.py"]
 deadline = time.monotonic() + cfg["timeout_s"]
 fn_name, mark = job["fn_name"], cfg["mark"]
 try:
-    code = compile(job.pop("code"), "solution.py", "exec")
-    compile_error = None
-except BaseException:
-    code, compile_error = None, traceback.format_exc()
+    code, compile_error = compile(job.pop("code"), "solution.py", "exec"), None
+except BaseException as e:
+    code, compile_error = None, (type(e).__name__ + ": " + str(e) + "\n").encode()
 
 def plain(o):
     if isinstance(o, (set, frozenset)):
@@ -119,52 +122,59 @@ def child(case):
                 break
     if fn is None:
         raise SystemExit("no function " + repr(fn_name) + " in the program")
-    text = json.dumps(fn(*case["args"]), default=plain)
+    out = fn(*case["args"])
+    import json
+    text = json.dumps(out, default=plain)
     sys.stdout.flush()
     sys.stdout.write(mark + text)
+
+def run_child(case):
+    status = 1
+    try:
+        try:
+            child(case)
+            status = 0
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, (int, type(None))):
+                sys.stderr.write(str(e.code) + "\n")
+        except BaseException:
+            sys.excepthook(*sys.exc_info())
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status & 255)
 
 def run_case(case):
     pipes = [os.pipe() for _ in range(3)]
     pid = os.fork()
     if pid == 0:
-        status = 1
-        try:
-            os.setsid()
-            for i, (r, w) in enumerate(pipes):
-                os.dup2(r if i == 0 else w, i)
-            os.closerange(3, 1 << 16)
-            try:
-                child(case)
-                status = 0
-            except SystemExit as e:
-                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                if not isinstance(e.code, (int, type(None))):
-                    sys.stderr.write(str(e.code) + "\n")
-            except BaseException:
-                traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(status & 255)
+        os.setsid()
+        for i, (r, w) in enumerate(pipes):
+            os.dup2(r if i == 0 else w, i)
+        os.closerange(3, 1 << 16)
+        run_child(case)
     for i, (r, w) in enumerate(pipes):
         os.close(r if i == 0 else w)  # the child's ends
     stdin_w, out_r, err_r = pipes[0][1], pipes[1][0], pipes[2][0]
-    data = memoryview(case["stdin"].encode())
+    data = memoryview(case["stdin"])
     bufs = {out_r: bytearray(), err_r: bytearray()}
     caps = {out_r: case["stdout_cap"], err_r: cfg["stderr_cap"]}
-    sel = selectors.DefaultSelector()
+    poll = select.poll()
+    open_fds = {out_r, err_r}
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
+        poll.register(fd, select.POLLIN)
     if data:
         os.set_blocking(stdin_w, False)
-        sel.register(stdin_w, selectors.EVENT_WRITE)
+        poll.register(stdin_w, select.POLLOUT)
+        open_fds.add(stdin_w)
     else:
         os.close(stdin_w)
+    pidfd = os.pidfd_open(pid)  # readable once the child exits (its daemons may hold the pipes)
+    poll.register(pidfd, select.POLLIN)
     timed_out = overflow = exited = False
     t0 = time.monotonic()
-    pidfd = os.pidfd_open(pid)  # readable once the child exits (its daemons may hold the pipes)
-    sel.register(pidfd, selectors.EVENT_READ)
 
     def take(fd):
         chunk = os.read(fd, 1 << 16)
@@ -173,7 +183,8 @@ def run_case(case):
             room = caps[fd] - len(buf)
             buf += chunk[:max(room, 0)]
             return len(chunk) > room and fd == out_r
-        sel.unregister(fd)
+        poll.unregister(fd)
+        open_fds.discard(fd)
         os.close(fd)
         return False
 
@@ -182,8 +193,7 @@ def run_case(case):
         if left <= 0:
             timed_out = True
             break
-        for key, _ in sel.select(min(left, 1.0)):
-            fd = key.fileobj
+        for fd, ev in poll.poll(min(left, 1.0) * 1000):
             if fd == pidfd:
                 exited = True
             elif fd == stdin_w:
@@ -192,49 +202,48 @@ def run_case(case):
                 except OSError:
                     data = data[:0]
                 if not data:
-                    sel.unregister(fd)
+                    poll.unregister(fd)
+                    open_fds.discard(fd)
                     os.close(fd)
-            else:
+            elif fd in open_fds:
                 overflow = take(fd) or overflow
     if exited:  # what the child wrote before it exited is in the pipes: read it all
         for fd in (out_r, err_r):
             try:
-                while fd in sel.get_map() and not overflow:
+                while fd in open_fds and not overflow:
                     overflow = take(fd) or overflow
             except BlockingIOError:
                 pass
-    for fd in list(sel.get_map()):
-        sel.unregister(fd)
+    for fd in open_fds | {pidfd}:
         os.close(fd)
-    sel.close()
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, SIGKILL)
     except OSError:
         pass
     if cfg["isolated"]:  # every process of this sandbox but us and its init
         try:
-            os.kill(-1, signal.SIGKILL)
+            os.kill(-1, SIGKILL)
         except OSError:
             pass
     _, status = os.waitpid(pid, 0)
-    code_ = os.waitstatus_to_exitcode(status)
-    return {"returncode": code_, "timed_out": timed_out, "overflow": overflow,
-            "seconds": time.monotonic() - t0,
-            "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
-            "stderr": base64.b64encode(bytes(bufs[err_r])).decode()}
+    return (os.waitstatus_to_exitcode(status), timed_out, overflow, time.monotonic() - t0,
+            bytes(bufs[out_r]), bytes(bufs[err_r]))
+
+def b64(b):
+    return binascii.b2a_base64(b, newline=False).decode()
 
 for case in job["cases"]:
     if compile_error is not None:
-        res = {"returncode": 1, "timed_out": False, "overflow": False, "stdout": "",
-               "stderr": base64.b64encode(compile_error.encode()).decode()}
+        res = (1, False, False, 0.0, b"", compile_error)
     elif time.monotonic() >= deadline:
         break
     else:
         res = run_case(case)
-    line = memoryview((json.dumps(res) + "\n").encode())
+    line = "%d %d %d %.6f %s %s\n" % (res[0], res[1], res[2], res[3], b64(res[4]), b64(res[5]))
+    line = memoryview(line.encode())
     while line:
         line = line[os.write(out_fd, line):]
-    if res["timed_out"]:
+    if res[1]:
         break
 """
 
@@ -337,7 +346,7 @@ def _host_uid():
 
 def _payload_fd(job: dict) -> int:
   fd = os.memfd_create("prorl-job", 0)  # not inheritable until pass_fds hands it over
-  data = json.dumps(job).encode()
+  data = marshal.dumps(job)
   view = memoryview(data)
   while view:
     view = view[os.write(fd, view):]
@@ -358,12 +367,12 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
     err = check()
     if err:
       raise SandboxUnavailable(err)
-  job_cases = [{"stdin": c.get("stdin", ""), "args": c.get("args", []),
+  job_cases = [{"stdin": c.get("stdin", "").encode(), "args": c.get("args", []),
                 "stdout_cap": int(c.get("stdout_bytes", lim["stdout_bytes"]))} for c in cases]
   fd = _payload_fd({"code": code, "fn_name": fn_name, "cases": job_cases})
-  cfg = json.dumps({"fd": fd, "mark": RESULT_MARK, "timeout_s": timeout_s,
-                    "isolated": not unsandboxed(), "stderr_cap": int(lim["stderr_bytes"]),
-                    "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]})
+  cfg = marshal.dumps({"fd": fd, "mark": RESULT_MARK, "timeout_s": float(timeout_s),
+                       "isolated": not unsandboxed(), "stderr_cap": int(lim["stderr_bytes"]),
+                       "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]}).hex()
   cmd = [python(), "-I", "-S", "-c", _RUNNER, cfg]
   # The runner's report: every case's output in base64 plus its JSON framing.
   report_cap = sum(4 * (c["stdout_cap"] + lim["stderr_bytes"]) // 3 + 1024 for c in job_cases)
@@ -380,13 +389,13 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
     os.close(fd)
   out = []
   for line in res.stdout.splitlines()[:len(cases)]:
-    try:
-      r = json.loads(line)
+    try:  # the runner's report is parsed strictly: a program may have tampered with it
+      rc, timed_out, overflow, secs, sout, serr = line.split(" ")
       out.append(RunResult(
-          base64.b64decode(r["stdout"]).decode("utf-8", "replace"),
-          base64.b64decode(r["stderr"]).decode("utf-8", "replace"), int(r["returncode"]),
-          bool(r["timed_out"]), bool(r["overflow"]), float(r.get("seconds", 0.0))))
-    except (ValueError, KeyError, TypeError):
+          base64.b64decode(sout, validate=True).decode("utf-8", "replace"),
+          base64.b64decode(serr, validate=True).decode("utf-8", "replace"), int(rc),
+          timed_out == "1", overflow == "1", float(secs)))
+    except (ValueError, binascii.Error):
       break  # a torn last line: the runner was killed mid-write
   if len(out) < len(cases) and not (out and out[-1].timed_out):
     why = "the time budget ran out" if res.timed_out else (

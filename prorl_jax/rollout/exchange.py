@@ -21,9 +21,11 @@ temp name, renamed into place only when size and sha256 match; every JSON entry 
 manifest, request, lease, result manifest) is checked against its schema, and a result's arrays
 against theirs (shapes agree, scores finite and in [0, 1]). An entry that fails is moved under
 `quarantine/` (kept for inspection), logged and counted in `stats`; the reader keeps going. A
-result committed after its request was retired is deleted and counted. Claims are leases written with compare-and-swap (`if_equal` on the storage
-generation): a lease that is not renewed expires and another worker takes the request over. The
-result manifest is created with "only if absent", so two workers never both commit a request.
+result committed after its request was retired is deleted and counted.
+
+Claims are leases written with compare-and-swap (`if_equal` on the storage generation): a lease
+that is not renewed expires and another worker takes the request over. The result manifest is
+created with "only if absent", so two workers never both commit a request.
 """
 
 from __future__ import annotations
