@@ -362,8 +362,9 @@ def _data_fd(data: bytes, name: str) -> int:
 
 
 def _bwrap_argv(lim: dict, seccomp_fd: int) -> list[str]:
-  return ["bwrap", "--seccomp", str(seccomp_fd), "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-          "--new-session", "--clearenv", "--uid", str(INNER_UID), "--gid", str(INNER_UID),
+  return ["bwrap", "--seccomp", str(seccomp_fd), "--unshare-all", "--unshare-user",
+          "--disable-userns", "--die-with-parent", "--new-session", "--clearenv",
+          "--uid", str(INNER_UID), "--gid", str(INNER_UID),
           "--hostname", "sandbox", *_root_fs_args(), "--proc", "/proc", "--dev", "/dev",
           "--size", str(int(lim["shm_bytes"])), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
           "--size", str(int(lim["tmpfs_bytes"])), "--tmpfs", "/tmp", "--remount-ro", "/",
@@ -416,19 +417,19 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
                        "isolated": not unsandboxed(), "stderr_cap": int(lim["stderr_bytes"]),
                        "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]}).hex()
   cmd = [python(), "-I", "-S", "-c", _RUNNER, cfg]
-  # The runner's report: every case's output in base64 plus its JSON framing.
+  # The runner's report: every case's output and stderr in base64, one line per case.
   report_cap = sum(4 * (c["stdout_cap"] + lim["stderr_bytes"]) // 3 + 1024 for c in job_cases)
   host_lim = dict(lim, stdout_bytes=report_cap)
   try:
     if unsandboxed():
       with tempfile.TemporaryDirectory(prefix="prorl_unsandboxed_") as cwd:
-        res = _communicate(cmd, cwd, None, (fd,), b"", timeout_s + 5.0, host_lim)
+        res = _communicate(cmd, cwd, None, (fd,), timeout_s + 5.0, host_lim)
     else:
       sfd = _data_fd(_seccomp_filter(), "seccomp")
       try:
         with _host_uid() as uid:
-          res = _communicate(_bwrap_argv(lim, sfd) + cmd, "/", uid, (fd, sfd), b"",
-                             timeout_s + 5.0, host_lim)
+          res = _communicate(_bwrap_argv(lim, sfd) + cmd, "/", uid, (fd, sfd), timeout_s + 5.0,
+                             host_lim)
       finally:
         os.close(sfd)
   finally:
@@ -457,26 +458,21 @@ def run(code: str, *, stdin: bytes = b"", timeout_s: float, fn_name: str | None 
   return run_cases(code, [case], timeout_s=timeout_s, fn_name=fn_name, limits=limits)[0]
 
 
-def _communicate(cmd, cwd, uid, pass_fds, stdin: bytes, timeout_s: float,
-                 lim: dict) -> RunResult:
+def _communicate(cmd, cwd, uid, pass_fds, timeout_s: float, lim: dict) -> RunResult:
+  """Runs `cmd` (bwrap, or the bare runner) with no stdin; reads stdout up to its cap and
+  stderr; kills it at `timeout_s` or on overflow, then waits for every holder of the pipes."""
   t0 = time.monotonic()
   ids = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
-  proc = subprocess.Popen(cmd, cwd=cwd, env={}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+  proc = subprocess.Popen(cmd, cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True, **ids)
   out, err = bytearray(), bytearray()
   caps = {proc.stdout.fileno(): (out, int(lim["stdout_bytes"])),
           proc.stderr.fileno(): (err, int(lim["stderr_bytes"]))}
   timed_out = overflow = killed = False
-  pending = memoryview(stdin)
   sel = selectors.DefaultSelector()
   for f in (proc.stdout, proc.stderr):
     os.set_blocking(f.fileno(), False)
     sel.register(f, selectors.EVENT_READ)
-  if pending:
-    os.set_blocking(proc.stdin.fileno(), False)
-    sel.register(proc.stdin, selectors.EVENT_WRITE)
-  else:
-    proc.stdin.close()
   deadline = t0 + timeout_s
   grace = None  # after a kill: how long to wait for the pipes to close
   try:
@@ -492,15 +488,6 @@ def _communicate(cmd, cwd, uid, pass_fds, stdin: bytes, timeout_s: float,
       wait = (grace if killed else deadline) - now
       for key, _ in sel.select(max(0.0, min(wait, 1.0))):
         f = key.fileobj
-        if f is proc.stdin:
-          try:
-            pending = pending[os.write(f.fileno(), pending[:1 << 16]):]
-          except (BrokenPipeError, OSError):
-            pending = pending[:0]
-          if not pending:
-            sel.unregister(f)
-            f.close()
-          continue
         chunk = os.read(f.fileno(), 1 << 16)
         if not chunk:
           sel.unregister(f)
@@ -513,9 +500,8 @@ def _communicate(cmd, cwd, uid, pass_fds, stdin: bytes, timeout_s: float,
           overflow = True
   finally:
     sel.close()
-    for f in (proc.stdin, proc.stdout, proc.stderr):
-      if not f.closed:
-        f.close()
+    for f in (proc.stdout, proc.stderr):
+      f.close()
     if proc.poll() is None:
       _kill(proc, uid is None)
     proc.wait()
@@ -565,7 +551,7 @@ def check() -> str | None:
   try:
     with _host_uid() as uid:
       res = _communicate(_bwrap_argv(LIMITS, sfd) + [python(), "-I", "-S", "-c", _PROBE], "/",
-                         uid, (sfd,), b"", 30.0, LIMITS)
+                         uid, (sfd,), 30.0, LIMITS)
   except (OSError, subprocess.SubprocessError, SandboxUnavailable) as e:
     return f"the bubblewrap sandbox cannot start ({e}): {INSTALL_HINT}"
   finally:
