@@ -47,6 +47,7 @@ sandbox:
 
 venv: $(VENV)/.runtime-stamp
 venv-dev: $(VENV)/.dev-stamp
+venv-vllm: $(VVENV)/.stamp
 
 demo: $(VENV)/.runtime-stamp
 	$(BIN)/python -m prorl_jax.main --config=configs/tiny.py $(ARGS)

@@ -118,6 +118,7 @@ def base_config() -> ConfigDict:
   r.exchange = ""  # tensorstore kvstore URL; "" = <run_dir>/exchange
   r.timeout_s = 3600.0
   r.max_probe_mismatch = 0.0  # abort when a worker's probe max |Δlogp| exceeds this; 0 = off
+  r.worker_python = ""  # interpreter of local workers; "" = this one (jax), .venv-vllm's (vllm)
   r.unsandboxed_code = False  # True: local workers run code rewards WITHOUT the sandbox (trusted
   # data only; logged at every start)
 

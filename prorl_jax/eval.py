@@ -122,7 +122,7 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
 
   from prorl_jax import config as config_lib
   from prorl_jax import data
-  from prorl_jax.rollout.local import LocalWorkers
+  from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
   from prorl_jax.tokenizer import load_tokenizer
 
   config_lib.validate(cfg)
@@ -136,6 +136,8 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
                                heldout=cfg.eval.heldout)
   if not items:
     raise config_lib.ConfigError("no held-out items: set data.val_files")
+  python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
+  check_worker_python(python, cfg.rollout.engine)
   sampling = {"max_new_tokens": cfg.rollout.max_response_len, "temperature": cfg.eval.temperature,
               "top_p": cfg.eval.top_p, "top_k": 0}
   with tempfile.TemporaryDirectory() as tmp:
@@ -144,7 +146,7 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
     ex.publish_weights(0, 0, checkpoint)
     workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
                            os.path.join(tmp, "workers"),
-                           unsandboxed_code=cfg.rollout.unsandboxed_code)
+                           unsandboxed_code=cfg.rollout.unsandboxed_code, python=python)
     try:
       return evaluate(ex, items, samples=cfg.eval.samples, sampling=sampling, version=0,
                       ks=[int(k) for k in split(str(cfg.eval.pass_k))],
@@ -160,8 +162,14 @@ def main(argv):
 
   from absl import flags
 
+  from prorl_jax.config import ConfigError
+  from prorl_jax.rollout.local import WorkerFailure
+
   del argv
-  result = evaluate_checkpoint(flags.FLAGS.config, flags.FLAGS.checkpoint)
+  try:
+    result = evaluate_checkpoint(flags.FLAGS.config, flags.FLAGS.checkpoint)
+  except (ConfigError, WorkerFailure) as e:
+    raise SystemExit(f"error: {e}") from None
   text = json.dumps(result, indent=1)
   print(text)
   if flags.FLAGS.out:

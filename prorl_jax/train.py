@@ -28,7 +28,7 @@ from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rewards import sandbox
 from prorl_jax.rollout.exchange import Exchange, shard_bytes
-from prorl_jax.rollout.local import LocalWorkers
+from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 from prorl_jax.sharding import make_mesh
 
 log = logging.getLogger("prorl_jax.train")
@@ -385,6 +385,9 @@ def run(cfg) -> dict:
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   if primary:
     log.info("resolved config:\n%s", cfg)
+    if cfg.rollout.local_workers:  # before any heavy work: can the workers run at all?
+      check_worker_python(worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
+                          cfg.rollout.engine)
     resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   dist.barrier("base_model")
   r = Run(cfg)
@@ -414,7 +417,8 @@ def run(cfg) -> dict:
   if cfg.rollout.local_workers and primary:
     workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
                            os.path.join(cfg.run_dir, "workers"),
-                           unsandboxed_code=cfg.rollout.unsandboxed_code)
+                           unsandboxed_code=cfg.rollout.unsandboxed_code,
+                           python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python))
   summary = {}
   try:
     if r.host["pass@1_start"] is None and cfg.eval.every:

@@ -1,4 +1,10 @@
-"""Rollout workers started on this machine by the trainer (or the eval CLI)."""
+"""Rollout workers started on this machine by the trainer (or the eval CLI).
+
+Each worker runs with `python` (for vLLM: the interpreter of the vLLM environment, which has its
+own torch and transformers) and logs to `<log_dir>/worker<i>.log`. A worker that exits is
+restarted; one that exits `max_failures` times in a row without serving a request stops the run
+with `WorkerFailure`: one line with its exit status and the tail of its log.
+"""
 
 from __future__ import annotations
 
@@ -6,42 +12,123 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 log = logging.getLogger(__name__)
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The vLLM environments `launch/vllm_env.sh gpu` and `make venv-vllm` (CPU) build, in that order.
+VLLM_VENV_PYTHONS = tuple(os.path.join(PROJECT_ROOT, d, "bin", "python")
+                          for d in (".venv-vllm-gpu", ".venv-vllm"))
+SERVED_MARK = " served "  # what the worker logs after each committed request
+
+
+class WorkerFailure(RuntimeError):
+  """Local workers cannot run (an interpreter without the engine, a crash loop)."""
+
+
+def worker_python(engine: str, configured: str = "") -> str:
+  """The interpreter for local workers: `configured`, else the vLLM environment's for vLLM,
+  else this one."""
+  if configured:
+    return configured
+  if engine != "vllm":
+    return sys.executable
+  return next((p for p in VLLM_VENV_PYTHONS if os.path.isfile(p)), VLLM_VENV_PYTHONS[-1])
+
+
+def check_worker_python(python: str, engine: str, timeout_s: float = 600.0):
+  """Raises WorkerFailure (one line, with the fix) unless `python` can import the engine."""
+  module = "vllm" if engine == "vllm" else "jax"
+  fix = ("build the project's vLLM environment with `make venv-vllm` (CPU), or `pip install -r "
+         "requirements-vllm.txt` in a GPU environment, and point rollout.worker_python at its "
+         "python" if engine == "vllm" else
+         "install the project's requirements (`make venv`) or set rollout.worker_python")
+  if not os.path.isfile(python) or not os.access(python, os.X_OK):
+    raise WorkerFailure(f"rollout.worker_python={python!r} is not an executable Python; {fix}")
+  if module == "jax" and os.path.realpath(python) == os.path.realpath(sys.executable):
+    return  # the trainer's own interpreter, which runs jax already
+  try:
+    res = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True,
+                         timeout=timeout_s, env=dict(os.environ, PYTHONPATH=PROJECT_ROOT))
+  except subprocess.TimeoutExpired:
+    raise WorkerFailure(f"{python} took over {timeout_s:.0f}s to import {module}") from None
+  if res.returncode:
+    why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+    raise WorkerFailure(f"local workers with engine={engine} need {module}, but {python} "
+                        f"cannot import it ({why}); {fix}")
+
+
+def _tail(path: str, start: int, lines: int = 6) -> str:
+  try:
+    with open(path, "rb") as f:
+      f.seek(start)
+      text = f.read().decode("utf-8", "replace")
+  except OSError:
+    return ""
+  return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
 class LocalWorkers:
   """Worker processes on this machine, restarted when they die, stopped on exit."""
 
   def __init__(self, url: str, count: int, engine: str, log_dir: str,
-               unsandboxed_code: bool = False):
+               unsandboxed_code: bool = False, python: str | None = None,
+               max_failures: int = 3):
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
     self.unsandboxed_code = unsandboxed_code
+    self.python = python or worker_python(engine)
+    self.max_failures = max_failures
     self.procs: list[subprocess.Popen] = []
+    self.log_start: list[int] = []  # log offset where each worker's current life begins
+    self.failures = [0] * count  # exits in a row without a served request
     self.restarts = 0
     os.makedirs(log_dir, exist_ok=True)
     for i in range(count):
       self.procs.append(self._start(i))
 
+  def _log(self, i: int) -> str:
+    return os.path.join(self.log_dir, f"worker{i}.log")
+
   def _start(self, i):
     env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-         os.environ.get("PYTHONPATH", "")]))
-    out = open(os.path.join(self.log_dir, f"worker{i}.log"), "a")
-    return subprocess.Popen(
-        [sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={self.url}",
-         f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
-         "--exit_with_parent",
-         f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
-         *(["--unsandboxed_code"] if self.unsandboxed_code else [])],
-        stdout=out, stderr=subprocess.STDOUT, env=env)
+        [PROJECT_ROOT, os.environ.get("PYTHONPATH", "")]))
+    out = open(self._log(i), "a")
+    start = out.tell()
+    if i < len(self.log_start):
+      self.log_start[i] = start
+    else:
+      self.log_start.append(start)
+    try:
+      return subprocess.Popen(
+          [self.python, "-m", "prorl_jax.rollout.worker", f"--exchange={self.url}",
+           f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
+           "--exit_with_parent",
+           f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
+           *(["--unsandboxed_code"] if self.unsandboxed_code else [])],
+          stdout=out, stderr=subprocess.STDOUT, env=env)
+    except OSError as e:
+      raise WorkerFailure(f"cannot start a local worker with {self.python}: {e}; set "
+                          "rollout.worker_python") from None
+    finally:
+      out.close()
 
   def check(self) -> str:
+    """Restarts dead workers; raises WorkerFailure on a crash loop. Returns a status line."""
     for i, p in enumerate(self.procs):
-      if p.poll() is not None:
-        log.warning("local worker %d exited with %s; restarting it", i, p.returncode)
-        self.procs[i] = self._start(i)
-        self.restarts += 1
+      if p.poll() is None:
+        continue
+      served = SERVED_MARK in _tail(self._log(i), self.log_start[i], lines=10 ** 9)
+      self.failures[i] = 0 if served else self.failures[i] + 1
+      if self.failures[i] >= self.max_failures:
+        raise WorkerFailure(
+            f"local worker {i} exited {self.failures[i]} times in a row without serving a "
+            f"request (last exit status {p.returncode}); {self._log(i)} ends: "
+            f"{_tail(self._log(i), self.log_start[i])}")
+      log.warning("local worker %d exited with %s; restarting it", i, p.returncode)
+      time.sleep(min(2.0 ** self.failures[i] / 4, 2.0))  # no busy restart loop
+      self.procs[i] = self._start(i)
+      self.restarts += 1
     return f"(local workers alive: {sum(p.poll() is None for p in self.procs)}/{self.count})"
 
   def stop(self):
