@@ -142,6 +142,13 @@ def sources_for(cfg, tok):
                            heldout=cfg.eval.heldout, routing=routing_table(cfg))
 
 
+def record_run(cfg, model_path: str):
+  """RUN_DIR/config.json: the resolved config and the base model's directory (what `export`
+  and a resumed run read back)."""
+  with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
+    json.dump({"model_path": os.path.abspath(model_path), "config": cfg.to_dict()}, f, indent=1)
+
+
 def check_code_sandbox(cfg, verifiers: set[str]):
   """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
   run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
@@ -392,6 +399,8 @@ def run(cfg) -> dict:
   dist.barrier("base_model")
   r = Run(cfg)
   check_code_sandbox(cfg, r.source.verifiers)
+  if primary:
+    record_run(cfg, r.path)
   ckpt = Checkpointer(cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
                       cfg.checkpoint.keep,
                       cfg.checkpoint.async_save)

@@ -1,0 +1,109 @@
+"""`python -m prorl_jax.export CHECKPOINT OUT [--base=HF_DIR] [--dtype=bfloat16]`: an Orbax
+checkpoint step of a run as a Hugging Face directory (safetensors + config.json + tokenizer) that
+transformers and vLLM load.
+
+CHECKPOINT is a step directory (`RUN_DIR/checkpoints/220`), a checkpoints directory (its newest
+step) or a run directory (`RUN_DIR`: its `checkpoints/`). Only the policy's parameters are read
+(a partial restore: the optimizer state and the reference policy stay on disk). The architecture
+and tokenizer come from the model the run started from, recorded in `RUN_DIR/config.json`, or
+from `--base`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+RUN_RECORD = "config.json"  # written by the trainer into its run directory
+
+
+class ExportError(ValueError):
+  """A user-fixable problem with the arguments; printed as one line."""
+
+
+def find_step(path: str) -> str:
+  """The Orbax step directory that `path` names (a step, a checkpoints dir, or a run dir)."""
+  path = os.path.abspath(path)
+  if os.path.isdir(os.path.join(path, "state")):
+    return path
+  for ckpts in (path, os.path.join(path, "checkpoints")):
+    steps = [int(n) for n in os.listdir(ckpts) if n.isdigit()] if os.path.isdir(ckpts) else []
+    steps = [s for s in steps if os.path.isdir(os.path.join(ckpts, str(s), "state"))]
+    if steps:
+      return os.path.join(ckpts, str(max(steps)))
+  raise ExportError(f"{path} holds no Orbax checkpoint (want RUN_DIR, RUN_DIR/checkpoints or "
+                    "RUN_DIR/checkpoints/<step>)")
+
+
+def base_model_dir(step_dir: str, base: str | None) -> str:
+  """The HF directory of the run's starting model: `base`, else the run's record of it."""
+  if base:
+    if not os.path.isfile(os.path.join(base, "config.json")):
+      raise ExportError(f"--base={base!r} has no config.json; give the Hugging Face directory "
+                        "the run started from")
+    return base
+  run_dir = os.path.dirname(os.path.dirname(step_dir))  # RUN_DIR/checkpoints/<step>
+  record = os.path.join(run_dir, RUN_RECORD)
+  try:
+    with open(record) as f:
+      path = json.load(f)["model_path"]
+  except (OSError, ValueError, KeyError, TypeError):
+    raise ExportError(f"no record of the base model in {record}; pass --base=HF_DIR (the "
+                      "model the run started from)") from None
+  if not os.path.isfile(os.path.join(path, "config.json")):
+    raise ExportError(f"the run's base model {path!r} (from {record}) is gone; pass "
+                      "--base=HF_DIR")
+  return path
+
+
+def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfloat16") -> str:
+  """Writes the checkpoint's policy as a HF directory at `out`; returns the step directory."""
+  import jax
+  import numpy as np
+  import orbax.checkpoint as ocp
+
+  from prorl_jax.model import hf_weights, init_params, presets, save_hf
+
+  if dtype not in ("bfloat16", "float32", "float16"):
+    raise ExportError(f"--dtype must be bfloat16, float16 or float32, got {dtype!r}")
+  step_dir = find_step(checkpoint)
+  base = base_model_dir(step_dir, base)
+  cfg = presets.Qwen2Config.from_hf_dict(hf_weights.read_hf_config(base))
+  abstract = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
+  target = {"params": jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)}
+  args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
+  try:
+    restored = ocp.PyTreeCheckpointer().restore(
+        os.path.join(step_dir, "state"),
+        args=ocp.args.PyTreeRestore(item=target, restore_args=args, partial_restore=True))
+  except (ValueError, KeyError) as e:
+    raise ExportError(f"{step_dir} does not hold parameters of {base}'s architecture "
+                      f"({type(e).__name__}: {str(e)[:160]}); pass the right --base") from None
+  if os.path.exists(out) and os.listdir(out):
+    raise ExportError(f"{out} exists and is not empty; give a new directory")
+  save_hf(cfg, restored["params"], out, tokenizer_dir=base, dtype=dtype)
+  return step_dir
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(prog="python -m prorl_jax.export",
+                               description=__doc__.split("\n\n")[0])
+  ap.add_argument("checkpoint", help="RUN_DIR, RUN_DIR/checkpoints or a step directory in it")
+  ap.add_argument("out", help="the new Hugging Face directory")
+  ap.add_argument("--base", default=None,
+                  help="HF directory the run started from (default: RUN_DIR/config.json's)")
+  ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
+  args = ap.parse_args(argv)
+  try:
+    step_dir = export(args.checkpoint, args.out, args.base, args.dtype)
+  except ExportError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(f"wrote {args.out} from {step_dir} ({args.dtype})")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

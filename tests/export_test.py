@@ -1,0 +1,97 @@
+"""`python -m prorl_jax.export`: an Orbax checkpoint step as a HF directory transformers loads."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from prorl_jax import export, tiny_base
+from prorl_jax import train_step as ts
+from prorl_jax.checkpoint import Checkpointer
+from prorl_jax.model import forward, load_hf
+from prorl_jax.sharding import make_mesh
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  """A run directory with two checkpoints of a tiny model whose params moved off the base."""
+  root = tmp_path_factory.mktemp("run")
+  base = tiny_base.build(str(root / "base"))
+  cfg, params = load_hf(base)
+  tx = optax.adamw(1e-3)
+  ck = Checkpointer(str(root / "checkpoints"), keep=3, async_save=False)
+  states = {}
+  for step in (3, 5):
+    moved = jax.tree.map(lambda p, s=step: p + 0.01 * s, params)
+    states[step] = ts.create_train_state(cfg, tx, make_mesh(), jax.random.PRNGKey(0),
+                                         params=moved)
+    ck.save(step, states[step], {"step": step})
+  ck.close()
+  with open(root / "config.json", "w") as f:
+    json.dump({"model_path": base, "config": {}}, f)
+  return root, cfg, states
+
+
+def test_export_writes_the_newest_policy_that_transformers_loads(run_dir, tmp_path):
+  import torch
+  import transformers
+
+  root, cfg, states = run_dir
+  out = str(tmp_path / "hf")
+  assert export.main([str(root), out, "--dtype=float32"]) == 0
+  cfg2, got = load_hf(out)
+  for a, b in zip(jax.tree.leaves(states[5].params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # step 5, not 3 or the base
+  assert os.path.isfile(os.path.join(out, "tokenizer.json"))
+  hf = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32)
+  tokens = np.array([[1, 5, 7, 9, 2, 4]])
+  want = np.asarray(forward(cfg2, got, tokens))
+  with torch.no_grad():
+    ref = hf(torch.tensor(tokens)).logits.numpy()
+  np.testing.assert_allclose(want, ref, atol=1e-4)
+
+
+def test_export_of_a_named_step_in_bf16(run_dir, tmp_path):
+  root, _, states = run_dir
+  out = str(tmp_path / "hf")
+  assert export.main([str(root / "checkpoints" / "3"), out]) == 0
+  cfg, got = load_hf(out, dtype="float32")
+  want = jax.tree.map(lambda p: np.asarray(p.astype(jax.numpy.bfloat16), np.float32),
+                      states[3].params)
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(a, np.asarray(b))
+  import glob
+
+  import torch
+  from safetensors import safe_open
+
+  for path in glob.glob(os.path.join(out, "*.safetensors")):
+    with safe_open(path, framework="pt") as f:
+      assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["{tmp}/nothing", "{tmp}/out"], "holds no Orbax checkpoint"),
+    (["{root}", "{tmp}/out", "--base={tmp}"], "has no config.json"),
+    (["{root}", "{tmp}/out", "--dtype=int8"], "--dtype must be"),
+    (["{root}", "{root}"], "exists and is not empty"),
+])
+def test_export_errors_are_one_line(run_dir, tmp_path, capsys, args, msg):
+  root, _, _ = run_dir
+  (tmp_path / "nothing").mkdir()
+  argv = [a.format(tmp=tmp_path, root=root) for a in args]
+  assert export.main(argv) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: ") and msg in err and "\n" not in err
+
+
+def test_export_without_a_run_record_asks_for_the_base(run_dir, tmp_path, capsys):
+  root, _, _ = run_dir
+  ck = tmp_path / "elsewhere" / "checkpoints"
+  ck.parent.mkdir()
+  os.symlink(root / "checkpoints", ck)
+  assert export.main([str(ck), str(tmp_path / "out")]) == 2
+  assert "pass --base=HF_DIR" in capsys.readouterr().err
