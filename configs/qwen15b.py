@@ -5,7 +5,8 @@
 
 Variants: "" (the real run), "smoke" (8 prompts x 4 samples, 1024 response tokens, 3 steps).
 Get the base model with `huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B
---local-dir DIR` on a machine with internet, then pass DIR as model.path.
+--local-dir DIR` on a machine with internet, then pass DIR as model.path; build the training mix
+with `python -m prorl_jax.prepare --mix=prorl --out=data/prorl` (data.prepared).
 """
 
 from prorl_jax.config import base_config
@@ -16,6 +17,7 @@ def get_config(arg=None):
   c.run_dir = "runs/prorl_v2_qwen15b"
   c.total_steps = 3000
   c.model.path = ""  # required: DeepSeek-R1-Distill-Qwen-1.5B directory
+  c.data.prepared = "data/prorl"  # python -m prorl_jax.prepare --mix=prorl --out=data/prorl
   c.model.param_dtype = "float32"
   c.model.compute_dtype = "bfloat16"
   c.model.remat = "full"

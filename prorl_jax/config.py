@@ -123,6 +123,7 @@ def base_config() -> ConfigDict:
   # data only; logged at every start)
 
   c.data = d = ConfigDict()
+  d.prepared = ""  # a `python -m prorl_jax.prepare` output: its files, weights and val split
   d.train_files = ""  # comma-separated JSONL/Parquet files in the verl schema
   d.val_files = ""
   d.weights = ""  # comma-separated blend weights, same order as train_files

@@ -65,8 +65,35 @@ def parse_row(row, path: str, i: int) -> dict:
   rm = row.get("reward_model") or {}
   if not isinstance(rm, dict) or "ground_truth" not in rm:
     raise DataError(f"{where}: 'reward_model.ground_truth' is missing")
+  extra = row.get("extra_info") or {}
+  if isinstance(extra, str):  # prepared Parquet files keep it as JSON (keys differ by source)
+    try:
+      extra = json.loads(extra)
+    except ValueError:
+      raise DataError(f"{where}: 'extra_info' is a string but not JSON") from None
+  if not isinstance(extra, dict):
+    raise DataError(f"{where}: 'extra_info' must be an object")
   return {"messages": prompt, "data_source": row["data_source"],
-          "reference": rm["ground_truth"], "extra": row.get("extra_info") or {}}
+          "reference": rm["ground_truth"], "extra": extra}
+
+
+def prepared_files(directory: str) -> tuple[list[str], list[float], list[str]]:
+  """(train files, blend weights, validation files) of a `python -m prorl_jax.prepare` output:
+  the weights are the training rows per file, so the blend follows the mix's counts."""
+  path = os.path.join(directory, "manifest.json")
+  try:
+    with open(path) as f:
+      m = json.load(f)
+    train = [os.path.join(directory, rel) for rel in m["train_files"]]
+    weights = [float(w) for w in m["weights"]]
+    val = [os.path.join(directory, rel) for rel in m["val_files"]]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise DataError(f"data.prepared={directory!r}: no readable manifest.json ({e}); build it "
+                    "with python -m prorl_jax.prepare --mix=prorl --out=DIR") from None
+  for f in train + val:
+    if not os.path.isfile(f):
+      raise DataError(f"data.prepared={directory!r}: {f} listed in manifest.json is missing")
+  return train, weights, val
 
 
 class JsonlSource:

@@ -22,7 +22,7 @@ def main(argv):
   import jax
 
   from prorl_jax import config as config_lib
-  from prorl_jax import dist, train
+  from prorl_jax import data, dist, train
   from prorl_jax.rollout.local import WorkerFailure
 
   try:
@@ -35,7 +35,7 @@ def main(argv):
       jax.process_count(), jax.local_device_count(), jax.device_count(), jax.devices())
   try:
     train.run(_CONFIG.value)
-  except (config_lib.ConfigError, WorkerFailure) as e:
+  except (config_lib.ConfigError, data.DataError, WorkerFailure) as e:
     raise SystemExit(f"error: {e}") from None
 
 

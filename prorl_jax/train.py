@@ -130,14 +130,21 @@ class Run:
 
 
 def sources_for(cfg, tok):
-  """(training source, held-out items) for the config."""
-  if not cfg.data.train_files and not cfg.model.build_tiny:
-    raise config_lib.ConfigError("data.train_files is empty: pass JSONL/Parquet files in the "
-                                 "verl schema (--config.data.train_files=a.jsonl,b.parquet)")
+  """(training source, held-out items) for the config: `data.prepared` (a prepare output) or
+  `data.train_files` / `data.val_files` / `data.weights`, which override it when set."""
   split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
-  return data.make_sources(tok, train_files=split(cfg.data.train_files),
-                           val_files=split(cfg.data.val_files),
-                           weights=[float(w) for w in split(cfg.data.weights)] or None,
+  train, weights, val = split(cfg.data.train_files), \
+      [float(w) for w in split(cfg.data.weights)] or None, split(cfg.data.val_files)
+  if cfg.data.prepared:
+    p_train, p_weights, p_val = data.prepared_files(cfg.data.prepared)
+    if not train:
+      train, weights = p_train, weights or p_weights
+    val = val or p_val
+  if not train and not cfg.model.build_tiny:
+    raise config_lib.ConfigError("data.train_files is empty: pass data.prepared=DIR (python -m "
+                                 "prorl_jax.prepare --mix=prorl --out=DIR) or JSONL/Parquet "
+                                 "files in the verl schema (--config.data.train_files=a,b)")
+  return data.make_sources(tok, train_files=train, val_files=val, weights=weights,
                            max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
                            heldout=cfg.eval.heldout, routing=routing_table(cfg))
 
@@ -392,6 +399,8 @@ def run(cfg) -> dict:
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   if primary:
     log.info("resolved config:\n%s", cfg)
+    if cfg.data.prepared:  # before any heavy work: is the prepared mix there?
+      data.prepared_files(cfg.data.prepared)
     if cfg.rollout.local_workers:  # before any heavy work: can the workers run at all?
       check_worker_python(worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
                           cfg.rollout.engine)

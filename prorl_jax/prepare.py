@@ -1,0 +1,446 @@
+"""`python -m prorl_jax.prepare --mix=prorl --out=DIR`: the ProRL training mix as verl-schema
+Parquet files that `data.train_files` reads.
+
+Five domains (default counts as in ProRL; `--count DOMAIN=N` changes one):
+
+  math                   40,000  agentica-org/DeepScaleR-Preview-Dataset (problem, answer)
+  code                   24,000  PRIME-RL/Eurus-2-RL-Data, its coding rows (verl-like already)
+  stem                   25,000  EricLu/SCP-116K (domain, problem, matched_solution; the reference
+                                 is matched_solution's last \\boxed{}; CC BY-NC-SA 4.0)
+  logic                  37,000  Reasoning Gym, generated here (`--rg_tasks`, seeded)
+  instruction_following  10,000  nvidia/Llama-Nemotron-Post-Training-Dataset, RL /
+                                 instruction_following (input, args: IFEval instruction ids)
+
+Downloads go through Hugging Face `datasets` (`--revision NAME=SHA` pins one; the commit used is
+recorded either way); `--source NAME=PATH` reads a local JSONL / JSON / Parquet file or a
+directory of them instead (offline machines, tests). Every row is converted or counted as
+malformed with its reason; a source missing a column stops with one line naming the dataset,
+revision and column. Prompts are deduplicated across the mix (case and whitespace folded);
+`--val` rows per domain form `val.parquet`. `manifest.json` records per-source counts, dataset
+ids, revisions, licenses, and each output file's rows and sha256; `data.prepared=DIR` trains on
+it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from prorl_jax import rewards
+from prorl_jax.rewards.common import last_boxed
+
+BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+class Malformed(ValueError):
+  """A row that cannot become a training item; the message is the reason (counted)."""
+
+
+class PrepareError(ValueError):
+  """A user-fixable problem (a missing column, a bad flag); printed as one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  name: str  # the --source / --revision key
+  domain: str
+  dataset: str  # Hugging Face dataset id ("" = generated here)
+  columns: tuple[str, ...]  # required columns
+  convert: Callable[[dict], dict]
+  split: str = "train"
+  data_dir: str | None = None
+  license: str = ""
+
+
+def _user(text: str) -> list[dict]:
+  return [{"role": "user", "content": text}]
+
+
+def _text(row: dict, key: str) -> str:
+  v = row.get(key)
+  if not isinstance(v, str) or not v.strip():
+    raise Malformed(f"empty or non-text {key}")
+  return v.strip()
+
+
+def _verl(prompt: list[dict], data_source: str, truth: str, domain: str, extra: dict) -> dict:
+  rewards.verifier_name(data_source)  # every row is routed to a verifier (KeyError otherwise)
+  return {"data_source": data_source, "prompt": prompt, "ability": domain,
+          "reward_model": {"style": "rule", "ground_truth": truth}, "extra_info": extra}
+
+
+def convert_deepscaler(row: dict) -> dict:
+  problem, answer = _text(row, "problem"), row.get("answer")
+  if answer is None or not str(answer).strip():
+    raise Malformed("empty answer")
+  return _verl(_user(f"{problem} {BOXED_INSTRUCTION}"), "deepscaler", str(answer).strip(),
+               "math", {})
+
+
+CODE_SOURCES = ("codecontests", "apps", "taco", "codeforces")
+
+
+def convert_eurus_code(row: dict) -> dict:
+  if row.get("ability") != "code":
+    raise Malformed("not a coding row")
+  ds = row.get("data_source")
+  if ds not in CODE_SOURCES:
+    raise Malformed(f"code data_source {ds!r} has no verifier")
+  prompt = row.get("prompt")
+  if not (isinstance(prompt, list) and prompt and all(
+      isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt)):
+    raise Malformed("prompt is not a list of chat messages")
+  truth = (row.get("reward_model") or {}).get("ground_truth")
+  try:
+    tests = json.loads(truth) if isinstance(truth, str) else truth
+  except ValueError:
+    raise Malformed("test cases are not JSON") from None
+  if not (isinstance(tests, dict) and isinstance(tests.get("inputs"), list)
+          and isinstance(tests.get("outputs"), list) and tests["inputs"]
+          and len(tests["inputs"]) == len(tests["outputs"])):
+    raise Malformed("test cases need non-empty inputs and outputs of one length")
+  messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
+  return _verl(messages, ds, json.dumps(tests), "code", {})
+
+
+def convert_scp(row: dict) -> dict:
+  problem = _text(row, "problem")
+  answer = last_boxed(_text(row, "matched_solution"))
+  if not answer or not answer.strip():
+    raise Malformed("no \\boxed{} final answer in matched_solution")
+  if row.get("is_o1_solution_same_with_matched_solution") is False:
+    raise Malformed("o1 solution disagrees with matched_solution")
+  return _verl(_user(f"{problem} {BOXED_INSTRUCTION}"), "scp", answer.strip(), "stem",
+               {"subject": str(row.get("domain") or "")})
+
+
+# IFEval instruction ids -> the `ifeval` verifier's instruction types (kwargs renamed).
+IFEVAL_IDS: dict[str, tuple[str, dict[str, str]]] = {
+    "length_constraints:number_words": ("words", {"relation": "relation", "num_words": "num"}),
+    "length_constraints:number_sentences": ("sentences", {"relation": "relation",
+                                                          "num_sentences": "num"}),
+    "keywords:existence": ("keywords_include", {"keywords": "keywords"}),
+    "keywords:forbidden_words": ("keywords_exclude", {"forbidden_words": "keywords"}),
+    "keywords:frequency": ("keyword_frequency", {"keyword": "keyword", "frequency": "num",
+                                                 "relation": "relation"}),
+    "keywords:letter_frequency": ("letter_frequency", {"letter": "letter",
+                                                       "let_frequency": "num",
+                                                       "let_relation": "relation"}),
+    "detectable_format:json_format": ("json_format", {}),
+    "detectable_format:number_bullet_lists": ("markdown_bullets", {"num_bullets": "num"}),
+    "detectable_format:multiple_sections": ("sections", {"section_spliter": "splitter",
+                                                         "num_sections": "num"}),
+    "detectable_format:title": ("title", {}),
+    "change_case:english_lowercase": ("lowercase", {}),
+    "change_case:english_capital": ("uppercase", {}),
+    "change_case:capital_word_frequency": ("capital_words", {"capital_frequency": "num",
+                                                             "capital_relation": "relation"}),
+    "startend:end_checker": ("end_with", {"end_phrase": "phrase"}),
+    "startend:quotation": ("quotation", {}),
+    "punctuation:no_comma": ("no_commas", {}),
+    "detectable_content:number_placeholders": ("placeholders", {"num_placeholders": "num"}),
+    "detectable_content:postscript": ("postscript", {"postscript_marker": "marker"}),
+}
+
+
+def ifeval_instructions(ids: list, kwargs: list) -> list[dict]:
+  """IFEval `instruction_id_list` + `kwargs` -> the ifeval verifier's instructions."""
+  if not isinstance(ids, list) or not ids:
+    raise Malformed("no instruction ids")
+  kwargs = kwargs if isinstance(kwargs, list) else [{}] * len(ids)
+  if len(kwargs) != len(ids):
+    raise Malformed("instruction ids and kwargs differ in length")
+  out = []
+  for iid, kw in zip(ids, kwargs):
+    if iid not in IFEVAL_IDS:
+      raise Malformed(f"unsupported instruction {iid}")
+    kind, names = IFEVAL_IDS[iid]
+    kw = {k: v for k, v in (kw or {}).items() if v is not None}
+    missing = [k for k in names if k not in kw]
+    if missing:
+      raise Malformed(f"instruction {iid} lacks {missing[0]}")
+    out.append({"type": kind, **{names[k]: kw[k] for k in names}})
+  return out
+
+
+def convert_nemotron_if(row: dict) -> dict:
+  text = row.get("input")
+  if isinstance(text, list):  # chat messages: the last user turn
+    users = [m.get("content") for m in text if isinstance(m, dict) and m.get("role") == "user"]
+    text = users[-1] if users else None
+  if not isinstance(text, str) or not text.strip():
+    raise Malformed("empty input")
+  args = row.get("args")
+  if isinstance(args, str):
+    try:
+      args = json.loads(args)
+    except ValueError:
+      raise Malformed("args is not JSON") from None
+  if not isinstance(args, dict):
+    raise Malformed("args is not an object")
+  instructions = ifeval_instructions(args.get("instruction_id_list"), args.get("kwargs"))
+  return _verl(_user(text.strip()), "llama_nemotron_if", "", "instruction_following",
+               {"instructions": instructions})
+
+
+SOURCES = {s.name: s for s in (
+    Source("deepscaler", "math", "agentica-org/DeepScaleR-Preview-Dataset",
+           ("problem", "answer"), convert_deepscaler, license="MIT"),
+    Source("eurus_code", "code", "PRIME-RL/Eurus-2-RL-Data",
+           ("data_source", "prompt", "ability", "reward_model"), convert_eurus_code,
+           license="MIT"),
+    Source("scp", "stem", "EricLu/SCP-116K", ("domain", "problem", "matched_solution"),
+           convert_scp, license="CC BY-NC-SA 4.0 (non-commercial)"),
+    Source("nemotron_if", "instruction_following", "nvidia/Llama-Nemotron-Post-Training-Dataset",
+           ("input", "args"), convert_nemotron_if, split="instruction_following",
+           data_dir="RL", license="CC BY 4.0"),
+)}
+
+PRORL_MIX = {"math": 40_000, "code": 24_000, "stem": 25_000, "logic": 37_000,
+             "instruction_following": 10_000}
+DOMAIN_SOURCE = {"math": "deepscaler", "code": "eurus_code", "stem": "scp",
+                 "instruction_following": "nemotron_if", "logic": "reasoning_gym"}
+# Reasoning Gym tasks of the logic domain (the out-of-distribution evaluation tasks acre, boxnet
+# and game_of_life_halting are left out on purpose).
+RG_TASKS = ("arc_1d", "basic_arithmetic", "bitwise_arithmetic", "caesar_cipher",
+            "calendar_arithmetic", "chain_sum", "color_cube_rotation", "count_bits",
+            "countdown", "cryptarithm", "family_relationships", "futoshiki", "graph_color",
+            "knights_knaves", "largest_island", "letter_counting", "maze", "mini_sudoku",
+            "n_queens", "number_sequence", "number_sorting", "palindrome_generation",
+            "propositional_logic", "rotate_matrix", "self_reference", "shortest_path",
+            "spell_backward", "syllogism", "tower_of_hanoi", "word_ladder", "word_sorting",
+            "zebra_puzzles")
+
+
+def read_local(path: str) -> list[dict]:
+  """Rows of a JSONL / JSON / Parquet file, or of every such file in a directory (sorted)."""
+  if os.path.isdir(path):
+    files = sorted(f for ext in ("jsonl", "json", "parquet")
+                   for f in glob.glob(os.path.join(path, f"**/*.{ext}"), recursive=True))
+    if not files:
+      raise PrepareError(f"{path} holds no .jsonl, .json or .parquet files")
+    return [r for f in files for r in read_local(f)]
+  if not os.path.isfile(path):
+    raise PrepareError(f"{path}: no such file")
+  if path.endswith(".parquet"):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+  with open(path) as f:
+    if path.endswith(".json"):
+      doc = json.load(f)
+      return doc if isinstance(doc, list) else [doc]
+    rows = []
+    for i, line in enumerate(f, 1):
+      if line.strip():
+        try:
+          rows.append(json.loads(line))
+        except ValueError:
+          raise PrepareError(f"{path}: line {i} is not JSON") from None
+    return rows
+
+
+def download(src: Source, revision: str) -> tuple[list[dict], str]:
+  """(rows, resolved commit) of a Hugging Face dataset split, through `datasets`."""
+  try:
+    import datasets
+    from huggingface_hub import HfApi
+  except ImportError as e:
+    raise PrepareError(f"downloading {src.dataset} needs `datasets` ({e}); pip install "
+                       "datasets==5.2.0, or pass --source {src.name}=PATH") from None
+  try:
+    sha = HfApi().dataset_info(src.dataset, revision=revision).sha
+    ds = datasets.load_dataset(src.dataset, data_dir=src.data_dir, split=src.split,
+                               revision=sha)
+  except Exception as e:  # noqa: BLE001 - network, auth, missing split: one line, the fix
+    raise PrepareError(f"cannot download {src.dataset}@{revision} ({type(e).__name__}: "
+                       f"{str(e)[:200]}); check the network or pass --source "
+                       f"{src.name}=PATH") from None
+  return ds.to_list(), sha
+
+
+def normalise_prompt(prompt: list[dict]) -> str:
+  text = " ".join(m["content"] for m in prompt if m.get("role") != "system")
+  return re.sub(r"\s+", " ", text).strip().casefold()
+
+
+def _reasoning_gym_rows(count: int, tasks: tuple[str, ...], seed: int) -> list[dict]:
+  from prorl_jax.rewards import puzzles
+
+  rows = []
+  per = [count // len(tasks) + (i < count % len(tasks)) for i in range(len(tasks))]
+  for k, (task, n) in enumerate(zip(tasks, per)):
+    if n:
+      for r in puzzles.make_items(task, seed=seed + k, size=n):
+        r["extra_info"].pop("entry")  # the scorer regenerates it from task/seed/size/index
+        r["ability"] = "logic"
+        rows.append(r)
+  return rows
+
+
+def _write_parquet(rows: list[dict], path: str) -> dict:
+  """verl-schema rows as Parquet (extra_info as a JSON string: its keys differ per source)."""
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+
+  flat = [dict(r, extra_info=json.dumps(r["extra_info"], sort_keys=True)) for r in rows]
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  pq.write_table(pa.Table.from_pylist(flat), path)
+  with open(path, "rb") as f:
+    sha = hashlib.sha256(f.read()).hexdigest()
+  return {"rows": len(rows), "sha256": sha}
+
+
+def prepare(out: str, *, counts: dict[str, int], local: dict[str, str],
+            revisions: dict[str, str], val_per_domain: int, seed: int,
+            rg_tasks: tuple[str, ...] = RG_TASKS, log=print) -> dict:
+  """Builds the mix in `out`; returns the manifest (also written to out/manifest.json)."""
+  rng = np.random.RandomState(seed)
+  seen: set[str] = set()
+  manifest = {"mix": "prorl", "created": time.strftime("%Y-%m-%d %H:%M:%S"), "seed": seed,
+              "sources": {}, "files": {}, "train_files": [], "weights": [], "val_files": []}
+  val_rows = []
+  for domain, want in counts.items():
+    name = DOMAIN_SOURCE[domain]
+    t0 = time.time()
+    info = collections.OrderedDict()
+    if name == "reasoning_gym":
+      total = want + val_per_domain
+      rows = _reasoning_gym_rows(total, rg_tasks, seed)
+      info.update(dataset="reasoning_gym (generated)", revision=_rg_version(),
+                  tasks=list(rg_tasks), license="Apache-2.0")
+      converted, bad = rows, collections.Counter()
+    else:
+      src = SOURCES[name]
+      if name in local:
+        raw, revision = read_local(local[name]), f"local:{os.path.abspath(local[name])}"
+      else:
+        raw, revision = download(src, revisions.get(name, "main"))
+      info.update(dataset=src.dataset, revision=revision, split=src.split,
+                  license=src.license)
+      if raw:
+        missing = [c for c in src.columns if c not in raw[0]]
+        if missing:
+          raise PrepareError(f"{src.dataset}@{revision}: column {missing[0]!r} is missing "
+                             f"(columns: {', '.join(sorted(raw[0]))}); the dataset's schema "
+                             f"changed: pin an older --revision {name}=SHA or update "
+                             "prorl_jax/prepare.py")
+      converted, bad = [], collections.Counter()
+      for row in raw:
+        try:
+          converted.append(src.convert(row))
+        except Malformed as e:
+          bad[str(e)] += 1
+        except KeyError as e:  # a data_source without a verifier
+          bad[str(e.args[0]).split(";")[0]] += 1
+      info["rows_read"] = len(raw)
+    order = rng.permutation(len(converted))
+    kept, dups = [], 0
+    for i in order:
+      key = normalise_prompt(converted[i]["prompt"])
+      if key in seen:
+        dups += 1
+        continue
+      seen.add(key)
+      kept.append(converted[i])
+      if len(kept) == want + val_per_domain:
+        break
+    val, train = kept[:val_per_domain], kept[val_per_domain:]
+    for r in train + val:
+      r["extra_info"] = dict(r["extra_info"], domain=domain)
+    info.update(converted=len(converted), malformed=dict(bad.most_common()), duplicates=dups,
+                train=len(train), val=len(val), requested=want)
+    if len(train) < want:
+      info["short_by"] = want - len(train)
+    rel = f"train/{domain}.parquet"
+    manifest["files"][rel] = _write_parquet(train, os.path.join(out, rel))
+    manifest["train_files"].append(rel)
+    manifest["weights"].append(len(train))
+    manifest["sources"][domain] = info
+    val_rows += val
+    log(f"{domain}: {len(train)} train + {len(val)} val from {info['dataset']} "
+        f"({sum(bad.values())} malformed{': ' + _top(bad) if bad else ''}; {dups} duplicates; "
+        f"{time.time() - t0:.0f}s)")
+  manifest["files"]["val.parquet"] = _write_parquet(val_rows, os.path.join(out, "val.parquet"))
+  manifest["val_files"].append("val.parquet")
+  with open(os.path.join(out, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=1)
+  return manifest
+
+
+def _top(bad: collections.Counter) -> str:
+  return ", ".join(f"{n} {reason}" for reason, n in bad.most_common(3))
+
+
+def _rg_version() -> str:
+  try:
+    from importlib.metadata import version
+
+    return f"reasoning-gym=={version('reasoning-gym')}"
+  except Exception:  # noqa: BLE001
+    return "reasoning-gym"
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, str]:
+  out = {}
+  for item in items:
+    if "=" not in item:
+      raise PrepareError(f"{flag} takes NAME=VALUE, got {item!r}")
+    k, v = item.split("=", 1)
+    out[k.strip()] = v.strip()
+  return out
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(prog="python -m prorl_jax.prepare",
+                               description=__doc__.split("\n\n")[0])
+  ap.add_argument("--mix", required=True, choices=["prorl"], help="the training mix to build")
+  ap.add_argument("--out", required=True, help="output directory")
+  ap.add_argument("--source", action="append", default=[],
+                  help=f"NAME=PATH: read a source locally ({', '.join(SOURCES)})")
+  ap.add_argument("--revision", action="append", default=[], help="NAME=SHA: pin a dataset")
+  ap.add_argument("--count", action="append", default=[],
+                  help=f"DOMAIN=N training rows ({', '.join(PRORL_MIX)}; 0 drops one)")
+  ap.add_argument("--val", type=int, default=100, help="validation rows per domain")
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--rg_tasks", default=",".join(RG_TASKS), help="Reasoning Gym tasks")
+  args = ap.parse_args(argv)
+  try:
+    local = _pairs(args.source, "--source")
+    unknown = set(local) - set(SOURCES)
+    if unknown:
+      raise PrepareError(f"--source {sorted(unknown)[0]}: unknown source; the sources are "
+                         f"{', '.join(SOURCES)}")
+    counts = dict(PRORL_MIX)
+    for k, v in _pairs(args.count, "--count").items():
+      if k not in counts or not v.isdigit():
+        raise PrepareError(f"--count {k}={v}: want DOMAIN=N with DOMAIN one of "
+                           f"{', '.join(PRORL_MIX)}")
+      counts[k] = int(v)
+    counts = {k: v for k, v in counts.items() if v}
+    tasks = tuple(t for t in args.rg_tasks.split(",") if t)
+    manifest = prepare(args.out, counts=counts, local=local,
+                       revisions=_pairs(args.revision, "--revision"), val_per_domain=args.val,
+                       seed=args.seed, rg_tasks=tasks)
+  except PrepareError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  print(f"wrote {args.out}: {sum(manifest['weights'])} training rows in "
+        f"{len(manifest['train_files'])} files, {manifest['files']['val.parquet']['rows']} "
+        f"validation rows; train with --config.data.prepared={args.out}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
