@@ -3,7 +3,6 @@
 import json
 import os
 import socket
-import threading
 import time
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from prorl_jax import rewards
 from prorl_jax.rewards import code, ifeval, math, mcq, puzzles
 from prorl_jax.rewards.pool import VerifierPool
+from tests import socket_helpers
 
 
 # ---------------------------------------------------------------------------------------- math
@@ -78,23 +78,8 @@ def listener():
   srv = socket.socket()
   srv.bind(("127.0.0.1", 0))
   srv.listen(5)
-  hits, done = [], threading.Event()
-
-  def accept():
-    srv.settimeout(0.2)
-    while not done.is_set():
-      try:
-        c, _ = srv.accept()
-        hits.append(1)
-        c.close()
-      except OSError:
-        pass
-
-  t = threading.Thread(target=accept, daemon=True)
-  t.start()
-  yield srv.getsockname()[1], hits
-  done.set()
-  t.join()
+  with socket_helpers.counting([srv]) as hits:
+    yield srv.getsockname()[1], hits
   srv.close()
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from prorl_jax.rewards import code, sandbox
 from prorl_jax.rewards.pool import VerifierPool
+from tests import socket_helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IS_ROOT = os.geteuid() == 0
@@ -339,44 +340,25 @@ def test_disk_is_capped():
 def test_host_unix_sockets_are_unreachable():
   d = tempfile.mkdtemp(prefix="prorl-sock-")
   os.chmod(d, 0o755)
-  path = os.path.join(d, "service.sock")
-  hits = []
   servers = []
-  for addr in (path, "\0prorl-abstract-" + uuid.uuid4().hex[:8]):
+  for addr in (os.path.join(d, "service.sock"), "\0prorl-abstract-" + uuid.uuid4().hex[:8]):
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(addr)
     if not addr.startswith("\0"):
       os.chmod(addr, 0o777)
     srv.listen(5)
-    srv.settimeout(0.1)
     servers.append((srv, addr))
-
-  stop = threading.Event()
-
-  def accept():
-    while not stop.is_set():
-      for srv, _ in servers:
-        try:
-          c, _ = srv.accept()
-          hits.append(1)
-          c.close()
-        except OSError:
-          pass
-
-  t = threading.Thread(target=accept, daemon=True)
-  t.start()
   try:
-    attack = "import socket\nfor addr in %r:\n" % [a for _, a in servers] + (
-        "  s = socket.socket(socket.AF_UNIX)\n"
-        "  try:\n    s.connect(addr); print('connected')\n"
-        "  except OSError as e:\n    print('refused', e.errno)\n")
-    res = sandbox.run(attack, timeout_s=10)
-    assert res.ok and "connected" not in res.stdout and res.stdout.count("refused") == 2, res
-    time.sleep(0.3)
-    assert hits == []
+    with socket_helpers.counting([srv for srv, _ in servers]) as hits:
+      attack = "import socket\nfor addr in %r:\n" % [a for _, a in servers] + (
+          "  s = socket.socket(socket.AF_UNIX)\n"
+          "  try:\n    s.connect(addr); print('connected')\n"
+          "  except OSError as e:\n    print('refused', e.errno)\n")
+      res = sandbox.run(attack, timeout_s=10)
+      assert res.ok and "connected" not in res.stdout and res.stdout.count("refused") == 2, res
+      time.sleep(0.3)
+      assert hits == []
   finally:
-    stop.set()
-    t.join()
     for srv, _ in servers:
       srv.close()
     shutil.rmtree(d)
