@@ -1,5 +1,6 @@
 """The rollout worker as a real process on a real exchange directory."""
 
+import logging
 import os
 import shutil
 import signal
@@ -118,3 +119,15 @@ def test_sigterm_stops_an_idle_worker_cleanly(tmp_path, base):
     assert "stopped after 0 requests" in proc.stdout.read()
   finally:
     proc.kill()
+
+
+def test_a_worker_on_an_exchange_without_weights_says_so(tmp_path, caplog):
+  from prorl_jax.rollout.worker import Worker
+
+  url = f"file://{tmp_path}/typo"
+  w = Worker(Exchange(url), engine=None, cache_dir=str(tmp_path / "c"), worker_id="w",
+             poll_s=0.02, pool=object())
+  with caplog.at_level(logging.WARNING, logger="prorl_jax.worker"):
+    w.run(idle_exit_s=0.8, no_weights_warn_s=0.3)
+  warnings = [r.message for r in caplog.records if "no committed weights" in r.message]
+  assert 1 <= len(warnings) <= 3 and url in warnings[0] and "--exchange" in warnings[0]

@@ -79,8 +79,12 @@ class _Slot:
       self.proc.kill()
 
 
+DEFAULT_TIMEOUT_S = 30.0  # hard wall-clock kill of one verification (a code item runs all its
+# tests within code.score's own 5 s budget; math-verify's timeouts are 5 s per call)
+
+
 class VerifierPool:
-  def __init__(self, processes: int = 2, timeout_s: float = 10.0,
+  def __init__(self, processes: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S,
                routing: dict[str, str] | None = None, unsandboxed_code: bool = False):
     ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
     self.slots = [_Slot(ctx, unsandboxed_code) for _ in range(processes)]

@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from prorl_jax.rewards import sandbox
-from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.exchange import Claim, Exchange, InvalidEntry, safe_name
 from prorl_jax.tokenizer import load_tokenizer
 
@@ -207,14 +207,21 @@ class Worker:
   def _orphaned(self) -> bool:
     return self.parent_pid is not None and os.getppid() != self.parent_pid
 
-  def run(self, max_requests: int | None = None, idle_exit_s: float | None = None):
+  def run(self, max_requests: int | None = None, idle_exit_s: float | None = None,
+          no_weights_warn_s: float = 60.0):
     idle_since = time.time()
     backoff = self.poll_s
+    next_warning = time.time() + no_weights_warn_s
     while not self.stop.is_set():
       if self._orphaned():
         log.warning("worker %s: parent %d is gone; exiting", self.id, self.parent_pid)
         return
       self.maybe_reload()
+      if self.version < 0 and time.time() >= next_warning:
+        log.warning("worker %s: no committed weights on %s after %.0fs; is --exchange the "
+                    "trainer's rollout.exchange (default RUN_DIR/exchange)?", self.id,
+                    self.ex.url, time.time() - idle_since)
+        next_warning = time.time() + no_weights_warn_s
       claim = self.ex.claim(self.id) if self.version >= 0 else None
       if claim is None:
         if idle_exit_s is not None and time.time() - idle_since > idle_exit_s:
@@ -249,7 +256,7 @@ def main(argv=None):
   ap.add_argument("--max_requests", type=int, default=None)
   ap.add_argument("--idle_exit_seconds", type=float, default=None)
   ap.add_argument("--verifier_processes", type=int, default=1)
-  ap.add_argument("--verifier_timeout", type=float, default=30.0,
+  ap.add_argument("--verifier_timeout", type=float, default=DEFAULT_TIMEOUT_S,
                   help="hard wall-clock kill of one verification, seconds")
   ap.add_argument("--unsandboxed_code", action="store_true",
                   help="run code rewards WITHOUT the bubblewrap sandbox (trusted data only)")
