@@ -30,11 +30,20 @@ def test_math(response, ref, want):
 def test_math_huge_correct_answer_and_timeouts_are_marked():
   big = math.score("<think>x</think>\\boxed{10^{10000000}}", "10^{10000000}", timeout_s=2)
   assert big.value == 1.0 and not big.failed
-  t0 = time.time()
-  slow = math.score("<think>x</think>\\boxed{9^{9^{9^9}}}", "3", timeout_s=1)
-  assert slow.failed and "timed out" in slow.reason and time.time() - t0 < 10
-  deep = math.score("\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "2", timeout_s=1)
-  assert deep.failed and deep.value == 0.0
+  # math-verify's own timeout (a SIGALRM) or, if that one is lost, the pool's hard kill: either
+  # way a marked failure, never an unmarked 0
+  pool = VerifierPool(processes=1, timeout_s=8.0)
+  try:
+    t0 = time.time()
+    slow, deep = pool.score_many([
+        ("math", "<think>x</think>\\boxed{9^{9^{9^9}}}", "3", {"timeout_s": 1}),
+        ("math", "\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "2", {"timeout_s": 1})])
+    assert slow.failed and "time" in slow.reason and slow.value == 0.0
+    # parsed in time or not, depending on the machine: never a pass
+    assert deep.value == 0.0 and (deep.failed or deep.reason.startswith("wrong"))
+    assert time.time() - t0 < 30
+  finally:
+    pool.close()
 
 
 def test_math_adversarial_answers_return_within_the_timeout():

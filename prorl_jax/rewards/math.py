@@ -10,6 +10,8 @@ never a silent 0; an answer it cannot read at all is wrong.
 from __future__ import annotations
 
 import re
+import signal
+import threading
 
 from prorl_jax.rewards import Score
 from prorl_jax.rewards.common import after_think, last_boxed
@@ -19,6 +21,13 @@ _SPACE = re.compile(r"\s+|\$|\\[,;:! ]")
 
 def _plain(s: str) -> str:
   return _SPACE.sub("", s)
+
+
+def _cancel_alarm():
+  """math-verify times out with SIGALRM and can leave an alarm pending when a call finishes at
+  its deadline; the stray TimeoutException would then hit whatever runs next."""
+  if threading.current_thread() is threading.main_thread():
+    signal.alarm(0)
 
 
 def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
@@ -48,4 +57,6 @@ def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
                  failed=True)
   except Exception as e:  # noqa: BLE001 - a parser/sympy blow-up is the verifier's failure
     return Score(0.0, f"math-verify error: {type(e).__name__}: {str(e)[:80]}", failed=True)
+  finally:
+    _cancel_alarm()
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {boxed[:50]!r}")
