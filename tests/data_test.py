@@ -50,7 +50,7 @@ def test_malformed_rows_name_file_and_row(tmp_path, tok, bad, msg):
 
 
 def test_cursor_round_trip_continues_exactly(tmp_path, tok):
-  path = _write(tmp_path / "a.jsonl", [_row(i, n=1 + i % 5) for i in range(7)])
+  path = _write(tmp_path / "a.jsonl", [_row(i, src="math", n=1 + i % 5) for i in range(7)])
   make = lambda: data.Blend([data.JsonlSource([path], tok, max_prompt_len=16, seed=3),  # noqa: E731
                              data.ChainSumSource(tok, seed=5)], [0.5, 0.5], seed=1)
   a = make()
@@ -60,7 +60,8 @@ def test_cursor_round_trip_continues_exactly(tmp_path, tok):
   b = make()
   b.load_state(state)
   assert [it["uid"] for it in b.take(9)] == rest
-  assert {it["data_source"] for it in make().take(40)} == {"chain_sum"}
+  drawn = [it["data_source"] for it in make().take(40)]  # both sources serve, about evenly
+  assert set(drawn) == {"chain_sum", "math"} and 10 <= drawn.count("math") <= 30
 
 
 def test_heldout_prompts_are_excluded_from_training(tok):
