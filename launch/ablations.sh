@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The ablation grid on the CPU demo: one tiny run per ProRL component switched off, then a table
 # of final held-out pass@1 and entropy. Usage: launch/ablations.sh [RUN_ROOT] [extra --config flags]
+# (RUN_ROOT defaults to runs/ablations; DRY_RUN=1 prints the commands without running them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=${1:-runs/ablations}; shift || true
+source launch/common.sh
+root=runs/ablations
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then root=$1; shift; fi
 PY=${PY:-.venv/bin/python}
 declare -A grid=(
   [full]=""
@@ -16,16 +19,20 @@ declare -A grid=(
   [grpo]="--config.algo.estimator=grpo"
   [no_is_correction]="--config.algo.is_correction=none"
 )
-mkdir -p "$root"
 if [ ! -f "$root/base/config.json" ]; then  # one shared warm-started base model
-  echo "+ building the shared base model in $root/base"
-  $PY -c "from prorl_jax import demo_task; demo_task.build('$root/base')"
+  run mkdir -p "$root"
+  run "$PY" -c "from prorl_jax import demo_task; demo_task.build('$root/base')"
 fi
-for name in "${!grid[@]}"; do
-  cmd="$PY -m prorl_jax.main --config=configs/tiny.py --config.run_dir=$root/$name --config.model.path=$root/base ${grid[$name]} $*"
-  echo "+ $cmd"
-  $cmd > "$root/$name.log" 2>&1 || echo "  $name failed: see $root/$name.log"
+for name in $(printf '%s\n' "${!grid[@]}" | sort); do
+  # shellcheck disable=SC2206  # a grid entry is zero or one flag
+  cmd=("$PY" -m prorl_jax.main --config=configs/tiny.py "--config.run_dir=$root/$name"
+       "--config.model.path=$root/base" ${grid[$name]} "$@")
+  show "${cmd[@]}"
+  if [ "${DRY_RUN:-0}" != 1 ]; then
+    "${cmd[@]}" > "$root/$name.log" 2>&1 || echo "  $name failed: see $root/$name.log"
+  fi
 done
+if [ "${DRY_RUN:-0}" = 1 ]; then exit 0; fi
 $PY - "$root" <<'PYEOF'
 import json, os, sys
 root = sys.argv[1]

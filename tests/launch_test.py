@@ -81,3 +81,15 @@ def test_local_sh_trainer_with_two_external_workers(tmp_path, base):
   served = {w: r.stdout.count(f"worker local{w} served") + r.stderr.count(f"worker local{w} served")
             for w in (0, 1)}
   assert all(served.values()), served  # each round was split over both workers
+
+
+def test_ablations_dry_run_prints_the_grid_and_runs_nothing(tmp_path):
+  r = _sh("ablations.sh", {}, "--config.total_steps=3")  # a leading flag is not the run root
+  assert r.returncode == 0, r.stderr
+  runs = [x for x in r.stdout.splitlines() if "prorl_jax.main" in x]
+  assert len(runs) == 9 and all("--config.run_dir=runs/ablations/" in x for x in runs)
+  assert all(x.endswith("--config.total_steps=3") for x in runs)
+  r = _sh("ablations.sh", {}, str(tmp_path / "abl"), "--config.seed=1")
+  runs = [x for x in r.stdout.splitlines() if "prorl_jax.main" in x]
+  assert len(runs) == 9 and all(f"--config.run_dir={tmp_path}/abl/" in x for x in runs)
+  assert not (tmp_path / "abl").exists()  # DRY_RUN=1 ran nothing
