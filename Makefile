@@ -14,13 +14,17 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # torch first, exactly pinned: it takes the local CPU wheel so nothing pulls a CUDA build.
-$(VENV)/.dev-stamp: requirements.txt requirements-dev.txt | $(BIN)/python
+# The pinned requirement files are the lock; the project itself goes in editable, without deps,
+# for its console scripts (prorl-train, prorl-eval, prorl-worker, prorl-prepare, ...).
+$(VENV)/.dev-stamp: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@ $(VENV)/.runtime-stamp
 
-$(VENV)/.runtime-stamp: requirements.txt | $(BIN)/python
+$(VENV)/.runtime-stamp: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 # The vLLM-on-CPU rollout environment: its own venv (vLLM pins its own torch and transformers).

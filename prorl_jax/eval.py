@@ -177,7 +177,8 @@ def main(argv):
       f.write(text)
 
 
-if __name__ == "__main__":
+def cli():
+  """The `prorl-eval` console script (= python -m prorl_jax.eval)."""
   from absl import app, flags
   from ml_collections import config_flags
 
@@ -186,3 +187,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("out", "", "also write the JSON here")
   flags.mark_flags_as_required(["config", "checkpoint"])
   app.run(main)
+
+
+if __name__ == "__main__":
+  cli()

@@ -39,6 +39,11 @@ def main(argv):
     raise SystemExit(f"error: {e}") from None
 
 
-if __name__ == "__main__":
+def cli():
+  """The `prorl-train` console script."""
   flags.mark_flags_as_required(["config"])
   app.run(main)
+
+
+if __name__ == "__main__":
+  cli()

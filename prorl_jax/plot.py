@@ -56,7 +56,13 @@ def dashboard(run_dir: str, out: str | None = None) -> str:
   return out
 
 
-if __name__ == "__main__":
-  if len(sys.argv) != 2:
+def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  if len(argv) != 1:
     raise SystemExit("usage: python -m prorl_jax.plot RUN_DIR")
-  print(dashboard(sys.argv[1]))
+  print(dashboard(argv[0]))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
