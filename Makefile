@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export JAX_PLATFORMS ?= cpu
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test test-vllm bench lint venv venv-dev venv-vllm sandbox clean
+.PHONY: demo test test-vllm bench lint venv venv-dev venv-vllm venv-gpu venv-tpu sandbox clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,12 @@ sandbox:
 venv: $(VENV)/.runtime-stamp
 venv-dev: $(VENV)/.dev-stamp
 venv-vllm: $(VVENV)/.stamp
+
+# Accelerators: the CUDA (NVIDIA GPUs) or TPU build of the pinned jax, over the runtime venv.
+venv-gpu: $(VENV)/.runtime-stamp
+	$(BIN)/pip install -q -r requirements-gpu.txt
+venv-tpu: $(VENV)/.runtime-stamp
+	$(BIN)/pip install -q -r requirements-tpu.txt
 
 demo: $(VENV)/.runtime-stamp
 	$(BIN)/python -m prorl_jax.main --config=configs/tiny.py $(ARGS)

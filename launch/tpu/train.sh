@@ -7,7 +7,7 @@
 #     launch/tpu/train.sh [--config.x=...]
 #
 # TPU_NAME, ZONE    the TPU VM slice (required); REPO_DIR the checkout on every VM (default
-#                   ~/prorl_jax, same path everywhere, with `make venv` run on the TPU hosts and
+#                   ~/prorl_jax, same path everywhere, with `make venv-tpu` run on the TPU hosts and
 #                   `launch/vllm_env.sh gpu` on the GPU VMs)
 # EXCHANGE          gs:// URL (required); CKPT_DIR where Orbax writes checkpoints from every
 #                   host (default: gs://.../checkpoints beside the exchange); RUN_DIR the local run
