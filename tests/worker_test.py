@@ -13,7 +13,7 @@ import pytest
 
 from prorl_jax import tiny_base
 from prorl_jax.model import load_tokenizer
-from prorl_jax.rewards import chain_sum
+from prorl_jax.rewards import chain_sum, ifeval
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.tokenizer import prompt_ids
 
@@ -32,13 +32,19 @@ def _start(url, *extra):
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _request(ex, tok, rid, min_version=0, n=4):
+# Scores that vary over random text (a random model never writes a correct chain sum): the
+# fraction of these digits present in the response.
+DIGITS = [{"type": "letter_frequency", "letter": d, "relation": "at least", "num": 1}
+          for d in "123"]
+
+
+def _request(ex, tok, rid, min_version=0, n=4, meta=None):
   rng = np.random.RandomState(0)
   items = [chain_sum.make_item(rng) for _ in range(3)]
   return ex.put_request({
       "prompts": [prompt_ids(tok, it["prompt"]) for it in items], "n": n, "seed": 5,
       "sampling": {"max_new_tokens": 12, "temperature": 1.0}, "min_version": min_version,
-      "meta": [{"data_source": "chain_sum", "reference": it["answer"]} for it in items]},
+      "meta": meta or [{"data_source": "chain_sum", "reference": it["answer"]} for it in items]},
       request_id=rid), items
 
 
@@ -65,7 +71,8 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
   ex = Exchange(url)
   ex.publish_weights(0, step=0, src_dir=_with_probe(base, str(tmp_path / "probed")))
   tok = load_tokenizer(base)
-  rid, items = _request(ex, tok, "req0")
+  meta = [{"data_source": "ifeval", "reference": None, "extra": {"instructions": DIGITS}}] * 3
+  rid, items = _request(ex, tok, "req0", meta=meta)
   proc = _start(url, "--max_requests=1")
   try:
     assert proc.wait(timeout=180) == 0, proc.stdout.read()
@@ -77,8 +84,9 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
   assert arrays["tokens"].shape == (12, 12) and arrays["scores"].shape == (12,)
   for r in range(12):  # the worker's scores are the verifier's scores of the decoded text
     text = tok.decode(arrays["tokens"][r][:arrays["lengths"][r]])
-    expect = chain_sum.score(text, items[r // 4]["answer"]).value
-    assert arrays["scores"][r] == expect
+    expect = ifeval.score(text, None, instructions=DIGITS).value
+    assert arrays["scores"][r] == pytest.approx(expect)
+  assert len(set(arrays["scores"].tolist())) > 1  # not a comparison of zeros with zeros
   assert not arrays["verifier_failed"].any()
   assert np.all(arrays["logprobs"][arrays["tokens"] > 0] <= 0)
 
