@@ -258,7 +258,7 @@ def download(src: Source, revision: str) -> tuple[list[dict], str]:
     from huggingface_hub import HfApi
   except ImportError as e:
     raise PrepareError(f"downloading {src.dataset} needs `datasets` ({e}); pip install "
-                       "datasets==5.2.0, or pass --source {src.name}=PATH") from None
+                       f"datasets==4.8.5, or pass --source {src.name}=PATH") from None
   try:
     sha = HfApi().dataset_info(src.dataset, revision=revision).sha
     ds = datasets.load_dataset(src.dataset, data_dir=src.data_dir, split=src.split,
