@@ -11,7 +11,7 @@ LAYERS = {
     0: ["config", "datatypes", "dist", "sharding", "losses", "advantages", "shaping", "metrics",
         "rewards", "model.presets", "tokenizer", "__init__"],
     1: ["model.qwen2", "model.hf_weights", "model", "data", "checkpoint",
-        "rollout", "rollout.exchange"],
+        "rollout", "rollout.exchange", "rollout.entries"],
     2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
         "rollout.local",
         "tiny_base", "demo_task"],
@@ -20,7 +20,7 @@ LAYERS = {
     5: ["main"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.
-NO_JAX = ("rewards", "rollout.vllm_engine", "rollout.exchange", "tokenizer")
+NO_JAX = ("rewards", "rollout.vllm_engine", "rollout.exchange", "rollout.entries", "tokenizer")
 
 
 def _module_name(path: pathlib.Path) -> str:

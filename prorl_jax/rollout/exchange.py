@@ -13,15 +13,15 @@ Commit protocol: data first, a checksummed manifest last. A reader trusts only a
 verifies sizes and sha256; half-written or corrupt entries are skipped, logged and counted, never
 consumed.
 
-Nothing read from the store is trusted before it is checked (any process that can write the
-store is treated as hostile): every file name, request id and worker id must be one plain path
-component (letters, digits, `._-`, not starting with a dot), so no key or local path built from
-an entry can leave its directory; local copies never follow symlinks and are hashed under a
-temp name, renamed into place only when size and sha256 match; every JSON entry (weights
-manifest, request, lease, result manifest) is checked against its schema, and a result's arrays
-against theirs (shapes agree, scores finite and in [0, 1]). An entry that fails is moved under
-`quarantine/` (kept for inspection), logged and counted in `stats`; the reader keeps going. A
-result committed after its request was retired is deleted and counted.
+Nothing read from the store is trusted before it is checked (`rollout/entries.py`; any process
+that can write the store is treated as hostile): every file name, request id and worker id must
+be one plain path component (letters, digits, `._-`, not starting with a dot), so no key or
+local path built from an entry can leave its directory; local copies never follow symlinks and
+are hashed under a temp name, renamed into place only when size and sha256 match; every JSON
+entry (weights manifest, request, lease, result manifest) is checked against its schema, and a
+result's arrays against theirs (shapes agree, scores finite and in [0, 1]). An entry that fails
+is moved under `quarantine/` (kept for inspection), logged and counted in `stats`; the reader
+keeps going. A result committed after its request was retired is deleted and counted.
 
 Claims are leases written with compare-and-swap (`if_equal` on the storage generation): a lease
 that is not renewed expires and another worker takes the request over. The result manifest is
@@ -37,9 +37,7 @@ import hashlib
 import io
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import stat
 import time
@@ -48,6 +46,19 @@ import uuid
 import numpy as np
 import tensorstore as ts
 
+from prorl_jax.rollout.entries import (
+    InvalidEntry,
+    check_lease,
+    check_request,
+    check_result_arrays,
+    check_result_manifest,
+    check_weights_manifest,
+    is_plain_name,
+    parse_object,
+    require,
+    safe_name,
+)
+
 log = logging.getLogger(__name__)
 
 _NO_VALUE = b"\x02"  # tensorstore's storage generation of a missing key
@@ -55,140 +66,6 @@ _NO_VALUE = b"\x02"  # tensorstore's storage generation of a missing key
 
 def _sha(data: bytes) -> str:
   return hashlib.sha256(data).hexdigest()
-
-
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
-_SHA = re.compile(r"[0-9a-f]{64}")
-
-
-class InvalidEntry(ValueError):
-  """An exchange entry that does not match its schema (says which field and why)."""
-
-
-def safe_name(name, what: str = "name") -> str:
-  """`name` if it is one plain path component (no '/', no '..', not absolute, no leading dot);
-  raises InvalidEntry otherwise."""
-  if not isinstance(name, str) or not _NAME.fullmatch(name):
-    raise InvalidEntry(f"{what} {name!r} is not a plain file name ([A-Za-z0-9._-], no leading "
-                       "dot, at most 200 characters)")
-  return name
-
-
-def _need(cond: bool, msg: str):
-  if not cond:
-    raise InvalidEntry(msg)
-
-
-def _is_int(v, lo: int | None = 0) -> bool:
-  return isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
-
-
-def _is_num(v) -> bool:
-  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _json_object(data: bytes) -> dict:
-  try:
-    doc = json.loads(data)
-  except ValueError as e:
-    raise InvalidEntry(f"not valid JSON ({e})") from None
-  _need(isinstance(doc, dict), f"not a JSON object but {type(doc).__name__}")
-  return doc
-
-
-def check_weights_manifest(doc: dict, version: int) -> dict:
-  _need(doc.get("version") == version and _is_int(doc.get("version")),
-        f"version {doc.get('version')!r} is not {version}")
-  _need(_is_int(doc.get("step")), f"step {doc.get('step')!r} is not an integer >= 0")
-  files = doc.get("files")
-  _need(isinstance(files, dict) and files, "files must be a non-empty object")
-  for name, meta in files.items():
-    safe_name(name, "weights file")
-    _need(name != "manifest.json", "files must not list manifest.json")
-    _need(isinstance(meta, dict) and _is_int(meta.get("size"))
-          and isinstance(meta.get("sha256"), str) and bool(_SHA.fullmatch(meta["sha256"])),
-          f"file {name!r} needs an integer size >= 0 and a hex sha256")
-  return doc
-
-
-def check_request(body: dict, rid: str) -> dict:
-  _need(body.get("id") == rid, f"id {body.get('id')!r} is not {rid!r}")
-  prompts = body.get("prompts")
-  _need(isinstance(prompts, list) and prompts and all(
-      isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompts),
-        "prompts must be a non-empty list of non-empty token-id lists")
-  _need(_is_int(body.get("n"), 1), f"n {body.get('n')!r} is not an integer >= 1")
-  _need(isinstance(body.get("sampling"), dict)
-        and _is_int(body["sampling"].get("max_new_tokens"), 1),
-        "sampling.max_new_tokens must be an integer >= 1")
-  for key in ("temperature", "top_p"):
-    v = body["sampling"].get(key, 1.0)
-    _need(_is_num(v) and v >= 0, f"sampling.{key} {v!r} is not a finite number >= 0")
-  meta = body.get("meta")
-  _need(isinstance(meta, list) and len(meta) == len(prompts) and all(
-      isinstance(m, dict) for m in meta), "meta must be one object per prompt")
-  _need(_is_int(body.get("min_version", 0)), "min_version must be an integer >= 0")
-  _need(body.get("max_version") is None or _is_int(body["max_version"]),
-        "max_version must be null or an integer >= 0")
-  _need(body.get("routing") is None or isinstance(body["routing"], dict),
-        "routing must be an object")
-  return body
-
-
-def check_lease(doc: dict) -> dict:
-  _need(isinstance(doc.get("worker"), str), "worker must be a string")
-  _need(_is_int(doc.get("attempt")), "attempt must be an integer >= 0")
-  _need(_is_num(doc.get("expires")), "expires must be a finite number")
-  return doc
-
-
-def check_result_manifest(doc: dict, rid: str) -> dict:
-  _need(doc.get("request_id") == rid, f"request_id {doc.get('request_id')!r} is not {rid!r}")
-  worker = safe_name(doc.get("worker"), "worker")
-  _need(_is_int(doc.get("attempt")), "attempt must be an integer >= 0")
-  want_key = f"results/{rid}/data-{doc['attempt']}-{worker}.npz"
-  _need(doc.get("data_key") == want_key, f"data_key {doc.get('data_key')!r} is not {want_key!r}")
-  _need(_is_int(doc.get("size")), "size must be an integer >= 0")
-  _need(isinstance(doc.get("sha256"), str) and bool(_SHA.fullmatch(doc["sha256"])),
-        "sha256 must be 64 hex digits")
-  _need(_is_int(doc.get("policy_version")), "policy_version must be an integer >= 0")
-  mm = doc.get("probe_mismatch")
-  _need(mm is None or (isinstance(mm, dict) and all(_is_num(mm.get(k)) and mm[k] >= 0
-                                                    for k in ("max", "mean"))),
-        "probe_mismatch must be null or {max, mean} finite numbers >= 0")
-  vs = doc.get("verifier_stats", {})
-  _need(isinstance(vs, dict) and all(isinstance(k, str) and _is_int(v) for k, v in vs.items()),
-        "verifier_stats must map names to integers >= 0")
-  return doc
-
-
-RESULT_ARRAYS = {"tokens": "i", "logprobs": "f", "lengths": "i", "stopped": "b", "scores": "f",
-                 "verifier_failed": "b"}
-
-
-def check_result_arrays(arrays: dict, rows: int | None = None) -> dict:
-  """A rollout result: tokens/logprobs [R, N], lengths/stopped/scores/verifier_failed [R];
-  lengths in [0, N], log-probs finite over each response, scores finite and in [0, 1]."""
-  for key, kind in RESULT_ARRAYS.items():
-    a = arrays.get(key)
-    _need(a is not None, f"array {key!r} is missing")
-    _need(a.dtype.kind == kind or (kind == "i" and a.dtype.kind == "u"),
-          f"array {key!r} has dtype {a.dtype}, want kind {kind!r}")
-  tok, lp = arrays["tokens"], arrays["logprobs"]
-  _need(tok.ndim == 2 and lp.shape == tok.shape, f"tokens {tok.shape} and logprobs {lp.shape} "
-        "must be the same [rows, slots]")
-  r, width = tok.shape
-  _need(rows is None or r == rows, f"{r} rows, the request asks for {rows}")
-  for key in ("lengths", "stopped", "scores", "verifier_failed"):
-    _need(arrays[key].shape == (r,), f"array {key!r} has shape {arrays[key].shape}, want ({r},)")
-  lengths = arrays["lengths"]
-  _need(bool(((lengths >= 0) & (lengths <= width)).all()), f"lengths outside [0, {width}]")
-  live = np.arange(width)[None, :] < lengths[:, None]
-  _need(bool(np.isfinite(lp[live]).all()), "log-probs are not finite")
-  s = arrays["scores"]
-  good = np.isfinite(s) & (s >= 0) & (s <= 1)
-  _need(bool(good.all()), f"scores must be finite and in [0, 1], got {s[~good][:3].tolist()}")
-  return arrays
 
 
 def _normalise(url: str) -> str:
@@ -408,7 +285,7 @@ class Exchange:
     if data is None:
       return None
     try:
-      return check_weights_manifest(_json_object(data), version)
+      return check_weights_manifest(parse_object(data), version)
     except InvalidEntry as e:
       self._quarantine("weights", key, data, str(e))
       return None
@@ -533,9 +410,9 @@ class Exchange:
     if data is None:
       return None
     try:
-      doc = _json_object(data)
+      doc = parse_object(data)
       body = doc.get("body")
-      _need(isinstance(body, dict), "body must be an object")
+      require(isinstance(body, dict), "body must be an object")
       ok = _sha(json.dumps(body, sort_keys=True).encode()) == doc.get("sha256")
     except InvalidEntry:
       ok = False
@@ -552,7 +429,7 @@ class Exchange:
     out = []
     for k in self._list("requests/"):
       rid = k[len("requests/"):-len(".json")] if k.endswith(".json") else None
-      if rid is not None and _NAME.fullmatch(rid):
+      if rid is not None and is_plain_name(rid):
         out.append(rid)
     return out
 
@@ -569,7 +446,7 @@ class Exchange:
     if data is None:
       return None, gen
     try:
-      return check_lease(_json_object(data)), gen
+      return check_lease(parse_object(data)), gen
     except InvalidEntry as e:
       self.stats["corrupt_lease"] += 1
       log.warning("exchange: lease %s is malformed (%s); treating it as expired", key, e)
@@ -649,7 +526,7 @@ class Exchange:
     if data is None:
       return None
     try:
-      manifest = check_result_manifest(_json_object(data), rid)
+      manifest = check_result_manifest(parse_object(data), rid)
     except InvalidEntry as e:
       self._quarantine("result", key, data, str(e))
       return None
