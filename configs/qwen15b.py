@@ -1,4 +1,4 @@
-"""The ProRL v2 run on DeepSeek-R1-Distill-Qwen-1.5B (ALGORITHM.md decision table).
+"""The ProRL v2 run on DeepSeek-R1-Distill-Qwen-1.5B (the recipe's defaults).
 
   python -m prorl_jax.main --config=configs/qwen15b.py --config.model.path=/models/r1-distill-1.5b
   python -m prorl_jax.main --config=configs/qwen15b.py:smoke ...   # same shapes, tiny batch

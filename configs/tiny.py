@@ -1,4 +1,4 @@
-"""The CPU demo: the whole ProRL v2 loop on a ~1M-parameter Qwen2 (DEMO-NOTES.md).
+"""The CPU demo: the whole ProRL v2 loop on a ~1M-parameter Qwen2 .
 
   python -m prorl_jax.main --config=configs/tiny.py [--config.run_dir=DIR]
 """
@@ -31,7 +31,7 @@ def get_config(arg=None):
   c.algo.ref_reset_every = 55
   c.eval.every = 55
   c.eval.samples = 1
-  c.eval.temperature = 1.0  # sampled pass@1, as in DEMO-NOTES.md
+  c.eval.temperature = 1.0  # sampled pass@1
   c.eval.top_p = 1.0
   c.checkpoint.every = 55
   c.metrics.tensorboard = False

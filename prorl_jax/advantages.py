@@ -1,4 +1,4 @@
-"""Advantage estimators (ALGORITHM.md §1.4), as pure array functions.
+"""Advantage estimators, as pure array functions.
 
 Legend: P prompts, N responses per prompt, B = P·N sequences (prompt-major: all N responses of
 prompt 0, then prompt 1, ...), T response tokens. `mask_BxT` is 1 on valid response tokens.

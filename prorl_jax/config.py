@@ -1,6 +1,6 @@
 """Every config key with its default, and `validate(cfg)`.
 
-`base_config()` is the one home of every default (ALGORITHM.md's decision table for `algo.*`);
+`base_config()` is the one home of every default (the ProRL v2 recipe for `algo.*`);
 `configs/*.py` start from it and change values. `validate` runs first in `train.run` and rejects a
 bad value with one line naming the field and the allowed range. Library code never reads a config:
 `train.py` unpacks it into explicit keyword arguments.
@@ -28,7 +28,7 @@ ENGINES = ("jax", "vllm")
 
 
 def base_config() -> ConfigDict:
-  """All keys with their defaults: the ProRL v2 recipe (ALGORITHM.md decision table)."""
+  """All keys with their defaults: the ProRL v2 recipe."""
   c = ConfigDict()
   c.run_dir = "runs/prorl"
   c.seed = 0

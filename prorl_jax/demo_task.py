@@ -1,6 +1,6 @@
 """The CPU demo's base model: tiny Qwen2 + a short supervised warm start on chain sums.
 
-Kept short on purpose (DEMO-NOTES.md): RL needs room, and groups that are all correct carry no
+Kept short on purpose: RL needs room, and groups that are all correct carry no
 signal. Built once into `<run_dir>/base` as an ordinary HF directory.
 """
 

@@ -1,7 +1,7 @@
 """Token log-probs, the clipped surrogate, KL estimators, importance weights, aggregation.
 
-ALGORITHM.md §1.2, §1.3, §1.5, §1.9, §1.10, equation by equation. Pure array functions: no model,
-no config. Legend: B sequences, T tokens, D hidden, V vocabulary, C a sequence chunk.
+Equation by equation, as pure array functions: no model, no config. Legend: B sequences,
+T tokens, D hidden, V vocabulary, C a sequence chunk.
 Every per-token input is aligned with `mask_BxT` (1 on valid response tokens).
 """
 
@@ -60,7 +60,7 @@ def token_logprobs(hidden_BxTxD, head_DxV, targets_BxT, temperature: float = 1.0
 
 def aggregate(x_BxT, mask_BxT, mode: str = "token-mean", *, num_tokens=None, num_seqs=None,
               norm_const=None):
-  """The four loss aggregation modes (ALGORITHM.md §1.3).
+  """The four loss aggregation modes.
 
   `num_tokens` / `num_seqs` are the *global* counts of the mini-batch: pass them when this call
   sees one micro-batch, so that the micro-batch losses sum to the full-batch loss. Without them
@@ -107,7 +107,7 @@ def kl_penalty(logp_BxT, ref_logp_BxT, kind: str = "k2", clamp: float = 10.0):
 
 def importance_weights(old_logp_BxT, gen_logp_BxT, mask_BxT, mode: str = "icepop", *,
                        cap: float = 2.0, low: float = 0.5, high: float = 5.0, num_tokens=None):
-  """Engine/trainer mismatch weights w = exp(ℓold − ℓgen), stop-gradient (ALGORITHM.md §1.9).
+  """Engine/trainer mismatch weights w = exp(ℓold − ℓgen), stop-gradient.
 
   none: 1. tis: min(w, cap). icepop: w·1[low ≤ w ≤ high]. Returns (w_BxT, metrics); the mean
   metrics divide by `num_tokens` (the mini-batch's global count) when given.

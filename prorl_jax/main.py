@@ -1,6 +1,6 @@
 """Entry point: `python -m prorl_jax.main --config=configs/qwen15b.py [--config.algo.x=...]`.
 
-Thin on purpose (STYLE.md §2.1): flags, logging of the process/device layout, then `train.run`.
+Thin on purpose: flags, logging of the process/device layout, then `train.run`.
 """
 
 import logging

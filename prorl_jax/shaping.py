@@ -1,4 +1,4 @@
-"""Reward shaping and dynamic sampling (ALGORITHM.md §1.6, §1.7), host-side numpy.
+"""Reward shaping and dynamic sampling, host-side numpy.
 
 Shaping acts on scalar scores per response; dynamic sampling filters prompt groups on the *raw*
 (unshaped) scores. The length-penalty schedule and the carry-over buffer keep their state in

@@ -1,6 +1,6 @@
 """`run(cfg)`: the only reader of the config. Sets up the run and drives the RL loop.
 
-One RL step (DESIGN.md): prompts -> exchange requests -> scored results (within
+One RL step: prompts -> exchange requests -> scored results (within
 `rollout.max_staleness`) -> dynamic-sampling filter with refill and carry-over -> shaping ->
 advantages -> old/ref log-probs -> mini-batch updates -> publish weights v+1 -> metrics ->
 checkpoint -> validation -> reference reset when due.

@@ -3,7 +3,7 @@
 Pure functions, jitted once with in/out shardings and donation on any (data, fsdp, tensor) mesh.
 A mini-batch of B sequences is split into M micro-batches (gradient accumulation with
 `lax.scan`); the loss normaliser is the global token (and sequence) count of the whole
-mini-batch, fixed before accumulation, so M never changes the update (ALGORITHM.md §1.3).
+mini-batch, fixed before accumulation, so M never changes the update.
 
 Batch layout (all [B, T], prompt left-padded then response right-padded, T = prompt + response):
   tokens      int32 token ids

@@ -1,4 +1,4 @@
-"""Import layering (STYLE.md §3): a module may import only its own or lower layers."""
+"""Import layering: a module may import only its own or lower layers."""
 
 import ast
 import pathlib

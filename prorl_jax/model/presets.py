@@ -132,7 +132,7 @@ def r1_distill_qwen_1p5b(**kw) -> Qwen2Config:
 
 
 def tiny(vocab_size: int = 32, **kw) -> Qwen2Config:
-  """The CPU demo's ~1M-parameter model (DEMO-NOTES.md)."""
+  """The CPU demo's ~1M-parameter model."""
   base = dict(vocab_size=vocab_size, hidden_size=128, intermediate_size=512, num_layers=4,
               num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=10000.0,
               tie_word_embeddings=True, max_position_embeddings=512)

@@ -29,7 +29,7 @@ def _registry() -> dict[str, Verifier]:
           "ifeval": ifeval.score, "stem": mcq.score, "mcq": mcq.score}
 
 
-# The ProRL data sources (ALGORITHM.md §3.1) -> verifier; extend with data.reward_routing.
+# The ProRL data sources -> verifier; extend with data.reward_routing.
 DEFAULT_ROUTING = {
     "deepscaler": "math", "math": "math", "aime": "math", "amc": "math",
     "codecontests": "code", "apps": "code", "codeforces": "code", "taco": "code",

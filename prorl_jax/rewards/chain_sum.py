@@ -1,4 +1,4 @@
-"""The CPU demo's task: running sums of 3-6 one-digit numbers (DEMO-NOTES.md).
+"""The CPU demo's task: running sums of 3-6 one-digit numbers.
 
 Prompt `4+7+2+9=`; a good completion writes the partial sums then the answer:
 `11,13,22<answer>22</answer>`. Binary reward: the integer inside the last <answer> tag equals

