@@ -15,7 +15,7 @@ def get_config(arg=None):
   c.model.compute_dtype = "float32"
   c.model.remat = "dots"  # on XLA:CPU too: 25% faster updates than "none" (fewer big buffers)
   c.optim.lr = 1e-4  # measured at 150 steps: +11.7 held-out points vs +10.4 at 3e-5, +7.1 at 2e-4
-  # 256 samples a step as 64 prompts x 4 rather than 32 x 8 (session 3, seeds 0 and 1: +18.5 and
+  # 256 samples a step as 64 prompts x 4 rather than 32 x 8 (seeds 0 and 1: +18.5 and
   # +19.1 held-out points against +14.7 and +13.6; 16 x 16 gave +10.6 and +6.4): on this task
   # more distinct prompts per update beat better per-prompt baselines.
   c.rollout.n = 4
