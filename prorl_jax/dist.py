@@ -13,9 +13,10 @@ Open MPI, TPU pod slices, ...). With neither, the run is single-process.
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import os
-import pickle
 
 import jax
 import numpy as np
@@ -55,21 +56,61 @@ def multi() -> bool:
   return jax.process_count() > 1
 
 
-def broadcast(obj=None):
-  """The primary's `obj` (any picklable value) on every process; the others pass anything.
+def _encode(obj, arrays: list):
+  """Plain data -> JSON-able tree; arrays (and numpy scalars) go to `arrays` by index."""
+  if obj is None or isinstance(obj, (bool, int, float, str)):
+    return obj
+  if isinstance(obj, (np.ndarray, np.generic)):
+    arrays.append(np.asarray(obj))
+    return {"a": len(arrays) - 1, "scalar": isinstance(obj, np.generic)}
+  if isinstance(obj, (list, tuple)):
+    items = [_encode(x, arrays) for x in obj]
+    return {"t": items} if isinstance(obj, tuple) else {"l": items}
+  if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
+    return {"d": {k: _encode(v, arrays) for k, v in obj.items()}}
+  raise TypeError(f"dist.broadcast sends plain data (None, bool, int, float, str, numpy arrays "
+                  f"and scalars, lists, tuples, str-keyed dicts), not {type(obj).__name__}")
 
-  pickle is safe here: the bytes are made in memory by process 0 of the same job and travel only
-  through JAX's own collectives (never through storage or a socket this code opens), and the
-  payload (scored groups: nested dicts/lists/tuples of numpy arrays) has no plain-data codec.
-  """
+
+def _decode(tree, arrays: dict):
+  if not isinstance(tree, dict):
+    return tree
+  if "a" in tree:
+    a = arrays[f"arr_{tree['a']}"]
+    return a[()] if tree["scalar"] else a
+  if "t" in tree:
+    return tuple(_decode(x, arrays) for x in tree["t"])
+  if "l" in tree:
+    return [_decode(x, arrays) for x in tree["l"]]
+  return {k: _decode(v, arrays) for k, v in tree["d"].items()}
+
+
+def pack(obj) -> bytes:
+  """`obj` as bytes: a JSON tree (8-byte length first), then its arrays as an .npz."""
+  arrays: list = []
+  head = json.dumps(_encode(obj, arrays)).encode()
+  buf = io.BytesIO()
+  np.savez(buf, *arrays)
+  return len(head).to_bytes(8, "little") + head + buf.getvalue()
+
+
+def unpack(data: bytes):
+  n = int.from_bytes(data[:8], "little")
+  with np.load(io.BytesIO(data[8 + n:]), allow_pickle=False) as z:
+    arrays = {k: z[k] for k in z.files}
+  return _decode(json.loads(data[8:8 + n]), arrays)
+
+
+def broadcast(obj=None):
+  """The primary's `obj` (plain data: see `pack`) on every process; the others pass anything."""
   if not multi():
     return obj
   from jax.experimental import multihost_utils as mu
 
-  data = np.frombuffer(pickle.dumps(obj), np.uint8) if is_primary() else np.zeros(0, np.uint8)
+  data = np.frombuffer(pack(obj), np.uint8) if is_primary() else np.zeros(0, np.uint8)
   size = int(mu.broadcast_one_to_all(np.asarray([data.size], np.int64))[0])
   buf = data if is_primary() else np.zeros(size, np.uint8)
-  return pickle.loads(np.asarray(mu.broadcast_one_to_all(buf)).tobytes())
+  return unpack(np.asarray(mu.broadcast_one_to_all(buf)).tobytes())
 
 
 def barrier(name: str) -> None:

@@ -1,0 +1,35 @@
+"""The bytes `dist.broadcast` sends between trainer processes: plain data, no pickle."""
+
+import math
+
+import numpy as np
+import pytest
+
+from prorl_jax import dist
+
+
+def test_pack_round_trips_types_and_values_exactly():
+  obj = ([{"uid": "s1:0", "tokens": np.arange(6, dtype=np.int32).reshape(2, 3),
+           "raw_scores": np.array([1.0, 0.0], np.float32), "policy_version": 3,
+           "stopped": np.array([True, False])}],
+         {"verifier/code/scored": 16, "mismatch/probe_max": np.float32(0.25), "note": None,
+          "nan": float("nan"), "ok": True, "pair": (1, [2.5, "x"])})
+  got = dist.unpack(dist.pack(obj))
+  assert isinstance(got, tuple) and isinstance(got[0], list) and isinstance(got[1]["pair"], tuple)
+  g, info = got[0][0], got[1]
+  assert g["uid"] == "s1:0" and g["policy_version"] == 3 and type(g["policy_version"]) is int
+  for k in ("tokens", "raw_scores", "stopped"):
+    assert g[k].dtype == obj[0][0][k].dtype and np.array_equal(g[k], obj[0][0][k])
+  assert type(info["mismatch/probe_max"]) is np.float32 and info["mismatch/probe_max"] == 0.25
+  assert info["note"] is None and info["ok"] is True and math.isnan(info["nan"])
+  assert info["pair"] == (1, [2.5, "x"]) and info["verifier/code/scored"] == 16
+  assert dist.unpack(dist.pack(None)) is None and dist.unpack(dist.pack({})) == {}
+
+
+def test_pack_refuses_what_is_not_plain_data():
+  with pytest.raises(TypeError, match="not set"):
+    dist.pack({"a": {1, 2}})
+  with pytest.raises(TypeError, match="not dict"):
+    dist.pack({1: "int key"})
+  with pytest.raises(TypeError, match="not object"):
+    dist.pack([object()])
