@@ -6,6 +6,7 @@ In-loop validation calls `evaluate`, through the same exchange and workers as tr
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import time
 from math import comb
@@ -70,10 +71,11 @@ def wait_for_results(ex: Exchange, rids: list[str], *, timeout_s: float, what: s
   return done
 
 
-def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, version: int,
-             ks: list[int], timeout_s: float, tag: str, chunk: int = 1024, seed: int = 0,
-             on_idle=None) -> dict:
-  """pass@1 (mean over samples) and pass@k per data source and overall."""
+def collect(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, version: int,
+            timeout_s: float, tag: str, chunk: int = 1024, seed: int = 0, on_idle=None
+            ) -> dict[str, np.ndarray]:
+  """Samples `samples` responses per item from weights `version` and scores them:
+  {"scores", "failed" (the verifier failed), "lengths"}, each [len(items), samples]."""
   rids, rows = [], {}
   for c in range(0, len(items), chunk):
     part = items[c:c + chunk]
@@ -86,31 +88,65 @@ def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, v
         request_id=f"{tag}-c{c // chunk:04d}"))
   results = wait_for_results(ex, rids, timeout_s=timeout_s, what=f"evaluation {tag}",
                              on_idle=on_idle, rows=rows)
-  per_source = collections.defaultdict(list)
-  failed = 0
+  out = {"scores": [], "failed": [], "lengths": []}
   for c, rid in enumerate(rids):
     _, arrays = results[rid]
-    part = items[c * chunk:(c + 1) * chunk]
-    scores = arrays["scores"].reshape(len(part), samples)
-    failed += int(arrays["verifier_failed"].sum())
-    for it, s in zip(part, scores):
-      per_source[it["data_source"]].append(s)
+    n = len(items[c * chunk:(c + 1) * chunk])
+    out["scores"].append(arrays["scores"].reshape(n, samples).astype(np.float64))
+    out["failed"].append(arrays["verifier_failed"].reshape(n, samples).astype(bool))
+    out["lengths"].append(arrays["lengths"].reshape(n, samples).astype(np.int64))
     ex.retire(rid)
-  out = {"verifier_failures": failed}
-  all_scores = []
-  for src, rows in sorted(per_source.items()):
-    s = np.stack(rows)
-    all_scores.append(s)
-    out[f"{src}/pass@1"] = float(s.mean())
-    for k in ks:
-      if k > 1:
-        out[f"{src}/pass@{k}"] = float(np.mean([pass_at_k(samples, int((r >= 1).sum()), k)
-                                               for r in s]))
-  s = np.concatenate(all_scores)
-  out["pass@1"] = float(s.mean())
+  return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def group_key(item: dict) -> str:
+  """What an item is reported under: its benchmark (prepared suites), else its data source."""
+  return str(item.get("extra", {}).get("benchmark") or item["data_source"])
+
+
+def summarize(scores: np.ndarray, failed: np.ndarray, *, continuous, ks: list[int]) -> dict:
+  """One benchmark's numbers from its [prompts, samples] scores. pass@1 is the mean over
+  samples of a binary score (score == 1), or of the score itself for `continuous` verifiers;
+  pass@k (unbiased, k > 1) counts score == 1 as a success. Samples whose verifier failed are
+  left out and counted. `continuous`: one flag, or one per prompt."""
+  ok = ~failed
+  binary = scores >= 1.0
+  cont = np.broadcast_to(np.asarray(continuous, bool), scores.shape[:1])
+  per_prompt = [(s[m] if c else b[m].astype(np.float64))
+                for s, b, m, c in zip(scores, binary, ok, cont) if m.any()]
+  out = {"prompts": int(scores.shape[0]), "samples": int(scores.shape[1]),
+         "verifier_failures": int(failed.sum()),
+         "pass@1": float(np.mean([p.mean() for p in per_prompt])) if per_prompt else None}
   for k in ks:
     if k > 1:
-      out[f"pass@{k}"] = float(np.mean([pass_at_k(samples, int((r >= 1).sum()), k) for r in s]))
+      vals = [pass_at_k(int(m.sum()), int((b & m).sum()), k)
+              for b, m in zip(binary, ok) if m.sum() >= k]
+      out[f"pass@{k}"] = float(np.mean(vals)) if vals else None
+  return out
+
+
+def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, version: int,
+             ks: list[int], timeout_s: float, tag: str, chunk: int = 1024, seed: int = 0,
+             on_idle=None, routing: dict[str, str] | None = None) -> dict:
+  """pass@1 and pass@k per benchmark (or data source) and overall (see `summarize`)."""
+  from prorl_jax import rewards
+
+  got = collect(ex, items, samples=samples, sampling=sampling, version=version,
+                timeout_s=timeout_s, tag=tag, chunk=chunk, seed=seed, on_idle=on_idle)
+  groups = collections.defaultdict(list)
+  for i, it in enumerate(items):
+    groups[group_key(it)].append(i)
+  out = {"verifier_failures": int(got["failed"].sum())}
+  for name, idx in sorted(groups.items()):
+    cont = rewards.continuous(items[idx[0]]["data_source"], routing)
+    res = summarize(got["scores"][idx], got["failed"][idx], continuous=cont, ks=ks)
+    for k, v in res.items():
+      if k.startswith("pass@") and v is not None:
+        out[f"{name}/{k}"] = v
+  cont = [rewards.continuous(it["data_source"], routing) for it in items]
+  for k, v in summarize(got["scores"], got["failed"], continuous=cont, ks=ks).items():
+    if k.startswith("pass@") and v is not None:
+      out[k] = v
   return out
 
 
@@ -156,24 +192,72 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
       workers.stop()
 
 
-def main(argv):
-  """`python -m prorl_jax.eval --config=configs/tiny.py --checkpoint=HF_DIR [--out=FILE]`."""
-  import json
-
+def _suite_config():
+  """The suite's rollout settings: --config when given, else vLLM workers as the real run."""
   from absl import flags
 
-  from prorl_jax.config import ConfigError
+  from prorl_jax.config import base_config
+
+  cfg = flags.FLAGS.config
+  if cfg is None:
+    cfg = base_config()
+    cfg.rollout.engine = "vllm"
+  return cfg
+
+
+def _domain_counts(items: list[str]) -> dict[str, int]:
+  from prorl_jax.evalsuite import DEFAULT_SAMPLES, SuiteError
+
+  out = {}
+  for item in items:
+    k, _, v = item.partition("=")
+    if k not in DEFAULT_SAMPLES or not v.isdigit() or int(v) < 1:
+      raise SuiteError(f"--samples {item}: want DOMAIN=N with N >= 1 and DOMAIN one of "
+                       f"{', '.join(DEFAULT_SAMPLES)}")
+    out[k] = int(v)
+  return out
+
+
+def main(argv):
+  """`python -m prorl_jax.eval --config=configs/tiny.py --checkpoint=HF_DIR [--out=FILE]`, or
+  `python -m prorl_jax.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=DIR`."""
+  from absl import flags
+
+  from prorl_jax import config as config_lib
+  from prorl_jax.export import ExportError
+  from prorl_jax.prepare import PrepareError
   from prorl_jax.rollout.local import WorkerFailure
 
   del argv
+  F = flags.FLAGS
   try:
-    result = evaluate_checkpoint(flags.FLAGS.config, flags.FLAGS.checkpoint)
-  except (ConfigError, WorkerFailure) as e:
+    if F.suite:
+      from prorl_jax import evalsuite
+
+      if not (F.data and F.checkpoint and F.out):
+        raise config_lib.ConfigError("--suite needs --data=DIR (prepare --suite output), "
+                                     "--checkpoint=MODEL and --out=DIR")
+      cfg = _suite_config()
+      config_lib.validate(cfg)
+      report = evalsuite.run_suite(
+          cfg, data_dir=F.data, checkpoint=F.checkpoint, out_dir=F.out,
+          max_response_len=F.max_response_len, samples=_domain_counts(F.samples),
+          temperature=F.temperature, top_p=F.top_p, max_prompt_len=F.max_prompt_len,
+          benchmarks=[b for b in F.benchmarks.split(",") if b] or None,
+          references=F.references or evalsuite.REFERENCES)
+      print(evalsuite.report_markdown(report))
+      print(f"wrote {F.out}/report.json, report.md and report.png")
+      return
+    if F.config is None or not F.checkpoint:
+      raise config_lib.ConfigError("give --config=FILE and --checkpoint=HF_DIR (held-out set "
+                                   "of the config), or --suite=prorl-eval --data=DIR")
+    result = evaluate_checkpoint(F.config, F.checkpoint)
+  except (config_lib.ConfigError, WorkerFailure, PrepareError, ExportError, ValueError) as e:
     raise SystemExit(f"error: {e}") from None
   text = json.dumps(result, indent=1)
   print(text)
-  if flags.FLAGS.out:
-    with open(flags.FLAGS.out, "w") as f:
+  if F.out:
+    with open(F.out, "w") as f:
       f.write(text)
 
 
@@ -183,9 +267,23 @@ def cli():
   from ml_collections import config_flags
 
   config_flags.DEFINE_config_file("config", None, "config file", lock_config=True)
-  flags.DEFINE_string("checkpoint", None, "a HF model directory (e.g. a published version)")
-  flags.DEFINE_string("out", "", "also write the JSON here")
-  flags.mark_flags_as_required(["config", "checkpoint"])
+  flags.DEFINE_string("checkpoint", None, "a HF model directory; with --suite also an Orbax "
+                      "checkpoint (RUN_DIR or a step) or EXCHANGE@VERSION")
+  flags.DEFINE_string("out", "", "the JSON file (held-out evaluation) or the report "
+                      "directory (--suite)")
+  flags.DEFINE_string("suite", "", "prorl-eval: every benchmark of --data")
+  flags.DEFINE_string("data", "", "a `python -m prorl_jax.prepare --suite` output directory")
+  flags.DEFINE_integer("max_response_len", 32768, "response token budget (--suite)")
+  flags.DEFINE_integer("max_prompt_len", 4096, "longer prompts are left out, counted (--suite)")
+  flags.DEFINE_float("temperature", 0.6, "sampling temperature (--suite)")
+  flags.DEFINE_float("top_p", 0.95, "nucleus sampling (--suite)")
+  flags.DEFINE_multi_string("samples", [], "DOMAIN=N samples per prompt (--suite; default "
+                            "math/code/stem 16, instruction_following/logic 4)")
+  flags.DEFINE_string("benchmarks", "", "comma-separated subset of the suite (--suite)")
+  flags.DEFINE_string("references", "", "published numbers to print beside ours (JSON; "
+                      "default: the package's reference_numbers.json)")
+  flags.register_validator("suite", lambda s: s in ("", "prorl-eval"),
+                           message="--suite takes prorl-eval")
   app.run(main)
 
 

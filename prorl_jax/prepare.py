@@ -61,6 +61,8 @@ class Source:
   split: str = "train"
   data_dir: str | None = None
   license: str = ""
+  config: str | None = None  # the dataset's configuration (subset) name
+  data_files: tuple[str, ...] | None = None  # files of the dataset repository to read
 
 
 def _user(text: str) -> list[dict]:
@@ -261,13 +263,45 @@ def download(src: Source, revision: str) -> tuple[list[dict], str]:
                        f"datasets==4.8.5, or pass --source {src.name}=PATH") from None
   try:
     sha = HfApi().dataset_info(src.dataset, revision=revision).sha
-    ds = datasets.load_dataset(src.dataset, data_dir=src.data_dir, split=src.split,
-                               revision=sha)
+    ds = datasets.load_dataset(src.dataset, src.config, data_dir=src.data_dir,
+                               data_files=list(src.data_files) if src.data_files else None,
+                               split=src.split, revision=sha)
   except Exception as e:  # noqa: BLE001 - network, auth, missing split: one line, the fix
     raise PrepareError(f"cannot download {src.dataset}@{revision} ({type(e).__name__}: "
                        f"{str(e)[:200]}); check the network or pass --source "
                        f"{src.name}=PATH") from None
   return ds.to_list(), sha
+
+
+def load_source(src: Source, local: dict[str, str], revisions: dict[str, str]
+                ) -> tuple[list[dict], collections.Counter, dict]:
+  """(converted rows, malformed reasons counted, provenance) of one source: read locally or
+  downloaded, its columns checked (a missing one stops with one line), every row converted."""
+  if src.name in local:
+    raw, revision = read_local(local[src.name]), f"local:{os.path.abspath(local[src.name])}"
+  else:
+    raw, revision = download(src, revisions.get(src.name, "main"))
+  info = {"dataset": src.dataset, "revision": revision, "split": src.split,
+          "license": src.license}
+  if src.config:
+    info["config"] = src.config
+  if raw:
+    missing = [c for c in src.columns if c not in raw[0]]
+    if missing:
+      raise PrepareError(f"{src.dataset}@{revision}: column {missing[0]!r} is missing "
+                         f"(columns: {', '.join(sorted(raw[0]))}); the dataset's schema "
+                         f"changed: pin an older --revision {src.name}=SHA or update "
+                         "prorl_jax/prepare.py")
+  converted, bad = [], collections.Counter()
+  for row in raw:
+    try:
+      converted.append(src.convert(row))
+    except Malformed as e:
+      bad[str(e)] += 1
+    except KeyError as e:  # a data_source without a verifier
+      bad[str(e.args[0]).split(";")[0]] += 1
+  info["rows_read"] = len(raw)
+  return converted, bad, info
 
 
 def normalise_prompt(prompt: list[dict]) -> str:
@@ -322,29 +356,8 @@ def prepare(out: str, *, counts: dict[str, int], local: dict[str, str],
                   tasks=list(rg_tasks), license="Apache-2.0")
       converted, bad = rows, collections.Counter()
     else:
-      src = SOURCES[name]
-      if name in local:
-        raw, revision = read_local(local[name]), f"local:{os.path.abspath(local[name])}"
-      else:
-        raw, revision = download(src, revisions.get(name, "main"))
-      info.update(dataset=src.dataset, revision=revision, split=src.split,
-                  license=src.license)
-      if raw:
-        missing = [c for c in src.columns if c not in raw[0]]
-        if missing:
-          raise PrepareError(f"{src.dataset}@{revision}: column {missing[0]!r} is missing "
-                             f"(columns: {', '.join(sorted(raw[0]))}); the dataset's schema "
-                             f"changed: pin an older --revision {name}=SHA or update "
-                             "prorl_jax/prepare.py")
-      converted, bad = [], collections.Counter()
-      for row in raw:
-        try:
-          converted.append(src.convert(row))
-        except Malformed as e:
-          bad[str(e)] += 1
-        except KeyError as e:  # a data_source without a verifier
-          bad[str(e.args[0]).split(";")[0]] += 1
-      info["rows_read"] = len(raw)
+      converted, bad, more = load_source(SOURCES[name], local, revisions)
+      info.update(more)
     order = rng.permutation(len(converted))
     kept, dups = [], 0
     for i in order:
@@ -403,25 +416,52 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
+  from prorl_jax import suite as suite_lib
+
   ap = argparse.ArgumentParser(prog="python -m prorl_jax.prepare",
-                               description=__doc__.split("\n\n")[0])
-  ap.add_argument("--mix", required=True, choices=["prorl"], help="the training mix to build")
+                               description="Builds the ProRL training mix (--mix=prorl) or "
+                               "evaluation suite (--suite=prorl-eval) as verl-schema Parquet.")
+  what = ap.add_mutually_exclusive_group(required=True)
+  what.add_argument("--mix", choices=["prorl"], help="the training mix to build")
+  what.add_argument("--suite", choices=[suite_lib.SUITE], help="the evaluation suite to build")
   ap.add_argument("--out", required=True, help="output directory")
   ap.add_argument("--source", action="append", default=[],
-                  help=f"NAME=PATH: read a source locally ({', '.join(SOURCES)})")
+                  help=f"NAME=PATH: read a source locally (mix: {', '.join(SOURCES)}; suite: "
+                  f"{', '.join(suite_lib.SOURCES)})")
   ap.add_argument("--revision", action="append", default=[], help="NAME=SHA: pin a dataset")
   ap.add_argument("--count", action="append", default=[],
-                  help=f"DOMAIN=N training rows ({', '.join(PRORL_MIX)}; 0 drops one)")
-  ap.add_argument("--val", type=int, default=100, help="validation rows per domain")
+                  help=f"mix: DOMAIN=N training rows ({', '.join(PRORL_MIX)}; 0 drops one)")
+  ap.add_argument("--val", type=int, default=100, help="mix: validation rows per domain")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--rg_tasks", default=",".join(RG_TASKS), help="Reasoning Gym tasks")
+  ap.add_argument("--benchmarks", default=",".join(suite_lib.BENCHMARKS),
+                  help="suite: the benchmarks to build")
+  ap.add_argument("--rg_per_task", type=int, default=100,
+                  help="suite: held-out Reasoning Gym items per task")
+  ap.add_argument("--lcb_from", default=suite_lib.LCB_WINDOW[0],
+                  help="suite: LiveCodeBench problems dated on or after (YYYY-MM-DD)")
+  ap.add_argument("--lcb_to", default=suite_lib.LCB_WINDOW[1],
+                  help="suite: ... and before (YYYY-MM-DD)")
   args = ap.parse_args(argv)
+  known = suite_lib.SOURCES if args.suite else SOURCES
   try:
     local = _pairs(args.source, "--source")
-    unknown = set(local) - set(SOURCES)
+    unknown = set(local) - set(known)
     if unknown:
       raise PrepareError(f"--source {sorted(unknown)[0]}: unknown source; the sources are "
-                         f"{', '.join(SOURCES)}")
+                         f"{', '.join(known)}")
+    tasks = tuple(t for t in args.rg_tasks.split(",") if t)
+    revisions = _pairs(args.revision, "--revision")
+    if args.suite:
+      if not (suite_lib.is_valid_date(args.lcb_from) and suite_lib.is_valid_date(args.lcb_to)):
+        raise PrepareError("--lcb_from / --lcb_to take dates as YYYY-MM-DD")
+      m = suite_lib.prepare_suite(
+          args.out, local=local, revisions=revisions, rg_tasks=tasks,
+          benchmarks=tuple(b for b in args.benchmarks.split(",") if b),
+          rg_per_task=args.rg_per_task, lcb_window=(args.lcb_from, args.lcb_to))
+      print(f"wrote {args.out}: {len(m['benchmarks'])} benchmarks; evaluate with python -m "
+            f"prorl_jax.eval --suite={args.suite} --data={args.out} --checkpoint=MODEL")
+      return 0
     counts = dict(PRORL_MIX)
     for k, v in _pairs(args.count, "--count").items():
       if k not in counts or not v.isdigit():
@@ -429,10 +469,8 @@ def main(argv=None) -> int:
                            f"{', '.join(PRORL_MIX)}")
       counts[k] = int(v)
     counts = {k: v for k, v in counts.items() if v}
-    tasks = tuple(t for t in args.rg_tasks.split(",") if t)
-    manifest = prepare(args.out, counts=counts, local=local,
-                       revisions=_pairs(args.revision, "--revision"), val_per_domain=args.val,
-                       seed=args.seed, rg_tasks=tasks)
+    manifest = prepare(args.out, counts=counts, local=local, revisions=revisions,
+                       val_per_domain=args.val, seed=args.seed, rg_tasks=tasks)
   except PrepareError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

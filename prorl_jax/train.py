@@ -372,7 +372,8 @@ def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
   return eval_lib.evaluate(ex, run.heldout, samples=c.eval.samples,
                            sampling=_sampling(c, eval_mode=True), version=run.host["version"],
                            ks=ks, timeout_s=c.rollout.timeout_s, tag=tag, seed=c.seed,
-                           on_idle=workers.check if workers else None)
+                           on_idle=workers.check if workers else None,
+                           routing=routing_table(c))
 
 
 def reset_due(run: Run, step: int) -> str | None:

@@ -35,7 +35,17 @@ DEFAULT_ROUTING = {
     "codecontests": "code", "apps": "code", "codeforces": "code", "taco": "code",
     "primeintellect": "code", "reasoning_gym": "reasoning_gym", "ifeval": "ifeval",
     "llama_nemotron_if": "ifeval", "scp": "stem", "gpqa": "stem",
+    "humanevalplus": "code", "livecodebench": "code",
 }
+
+# Verifiers whose score is a judgement in [0, 1] (reported as a mean); the others' benchmarks
+# report pass@1, the mean over samples of score == 1.
+CONTINUOUS = ("ifeval", "reasoning_gym")
+
+
+def continuous(data_source: str, table: dict[str, str] | None = None) -> bool:
+  """Is the data source's score continuous (mean score) rather than pass/fail (pass@1)?"""
+  return verifier_name(data_source, table) in CONTINUOUS
 
 
 def verifier_names() -> list[str]:

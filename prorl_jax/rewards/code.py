@@ -8,6 +8,7 @@ way each format means them:
 - function-call tasks (`"fn_name"`): each input is the argument list; the returned value (as
   JSON: tuples are lists) matches the expected one recursively with the same number tolerance,
   and an expected value wrapped in a one-element list (APPS's convention) matches either way.
+A `"preamble"` (the task's own imports, e.g. HumanEval's) runs before the solution.
 
 Score = fraction of tests passed; all tests share one wall-clock budget (5 s by default). A run
 that writes more stdout than the cap (the larger of 1 MiB and twice the expected output) fails
@@ -133,6 +134,8 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
   code = extract_code(response)
   if code is None:
     return Score(0.0, "no ```python block")
+  if spec.get("preamble"):  # the task's own imports (HumanEval's prompt), before the solution
+    code = f"{spec['preamble']}\n{code}"
   n = len(spec["inputs"])
   if n == 0:
     return Score(0.0, "test spec has no tests", failed=True)

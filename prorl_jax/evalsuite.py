@@ -1,0 +1,308 @@
+"""`python -m prorl_jax.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=OUT`: the
+paper's evaluation of one model on every benchmark of a `prepare --suite` output.
+
+MODEL is a Hugging Face directory, an Orbax checkpoint (RUN_DIR, RUN_DIR/checkpoints or one
+step: exported to OUT/model-step-N first) or a published version (EXCHANGE@VERSION, e.g.
+runs/x/exchange@12). Sampling as the paper evaluates: temperature 0.6, top-p 0.95, 16 samples per
+prompt for math, code and STEM (pass@1 = mean over samples of score == 1), 4 for instruction
+following and Reasoning Gym (the mean continuous score); the response budget is a flag (the
+paper: 32K tokens). Each finished benchmark is cached in OUT/benchmarks/NAME.json with every
+sample's score, keyed by the model's files, the benchmark file's sha256 and the settings, so a
+rerun does only what is missing. OUT/report.json, report.md (one table per domain, our column
+beside the published numbers) and report.png (bars) are written at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from prorl_jax import suite as suite_lib
+
+DEFAULT_SAMPLES = {"math": 16, "code": 16, "stem": 16, "instruction_following": 4, "logic": 4}
+REFERENCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_numbers.json")
+DOMAIN_TITLES = {"math": "Math", "code": "Code", "stem": "STEM",
+                 "instruction_following": "Instruction following", "logic": "Logic puzzles"}
+
+
+class SuiteError(ValueError):
+  """A user-fixable problem (a model path, a flag); printed as one line."""
+
+
+def resolve_model(checkpoint: str, out_dir: str) -> tuple[str, str]:
+  """(HF directory, label) of MODEL; Orbax steps are exported, versions fetched, once."""
+  from prorl_jax import export
+
+  if os.path.isfile(os.path.join(checkpoint, "config.json")):
+    return os.path.abspath(checkpoint), os.path.abspath(checkpoint)
+  if "@" in checkpoint and not os.path.exists(checkpoint):
+    from prorl_jax.rollout.exchange import Exchange
+
+    url, version = checkpoint.rsplit("@", 1)
+    if not version.isdigit():
+      raise SuiteError(f"--checkpoint={checkpoint!r}: a published version is EXCHANGE@N")
+    dest = os.path.join(out_dir, f"model-v{version}")
+    path = Exchange(url if "://" in url else f"file://{os.path.abspath(url)}").fetch_weights(
+        int(version), dest)
+    if path is None:
+      raise SuiteError(f"--checkpoint={checkpoint!r}: version {version} is not published on "
+                       f"{url}")
+    return path, checkpoint
+  try:
+    step_dir = export.find_step(checkpoint)
+  except (export.ExportError, OSError) as e:
+    raise SuiteError(f"--checkpoint={checkpoint!r} is neither a Hugging Face directory nor a "
+                     f"checkpoint nor EXCHANGE@VERSION ({e})") from None
+  dest = os.path.join(out_dir, f"model-step-{os.path.basename(step_dir)}")
+  if not os.path.isfile(os.path.join(dest, "config.json")):
+    export.export(step_dir, dest)
+  return dest, step_dir
+
+
+def model_identity(model_dir: str) -> list:
+  """What names a model's weights for the cache: its files' names, sizes and mtimes."""
+  return sorted((n, os.path.getsize(os.path.join(model_dir, n)),
+                 int(os.path.getmtime(os.path.join(model_dir, n))))
+                for n in os.listdir(model_dir) if os.path.isfile(os.path.join(model_dir, n)))
+
+
+def _fingerprint(*parts) -> str:
+  return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _write_json(path: str, obj) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False) as f:
+    json.dump(obj, f)
+  os.replace(f.name, path)
+
+
+def _read_cache(path: str, key: str) -> dict | None:
+  try:
+    with open(path) as f:
+      got = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return got if isinstance(got, dict) and got.get("key") == key else None
+
+
+def run_suite(cfg, *, data_dir: str, checkpoint: str, out_dir: str, max_response_len: int,
+              samples: dict[str, int] | None = None, temperature: float = 0.6,
+              top_p: float = 0.95, max_prompt_len: int = 4096,
+              benchmarks: list[str] | None = None, references: str = REFERENCES,
+              log=print) -> dict:
+  """Evaluates every (selected) benchmark, caching each; writes and returns the report."""
+  from prorl_jax import data, rewards
+  from prorl_jax import eval as eval_lib
+  from prorl_jax.tokenizer import load_tokenizer
+
+  manifest = suite_lib.read_manifest(data_dir)
+  names = benchmarks or list(manifest["benchmarks"])
+  unknown = [n for n in names if n not in manifest["benchmarks"]]
+  if unknown:
+    raise SuiteError(f"--benchmarks {unknown[0]}: not in {data_dir} (it has "
+                     f"{', '.join(manifest['benchmarks'])})")
+  samples = dict(DEFAULT_SAMPLES, **(samples or {}))
+  os.makedirs(out_dir, exist_ok=True)
+  model_dir, label = resolve_model(checkpoint, out_dir)
+  tok = load_tokenizer(model_dir)
+  settings = {"temperature": temperature, "top_p": top_p, "max_response_len": max_response_len,
+              "max_prompt_len": max_prompt_len, "seed": int(cfg.seed)}
+  ident = model_identity(model_dir)
+  results, runner = {}, None
+  try:
+    for i, name in enumerate(names, 1):
+      b = manifest["benchmarks"][name]
+      n_samples = samples[b["domain"]]
+      key = _fingerprint(ident, manifest["files"][b["file"]]["sha256"], n_samples, settings)
+      cache = os.path.join(out_dir, "benchmarks", f"{name}.json")
+      got = _read_cache(cache, key)
+      if got is not None:
+        results[name] = got
+        log(f"[{i}/{len(names)}] {name}: cached, pass@1 {_pct(got['summary']['pass@1'])}")
+        continue
+      src = data.JsonlSource([os.path.join(data_dir, b["file"])], tok,
+                             max_prompt_len=max_prompt_len, seed=cfg.seed)
+      items = src.items
+      log(f"[{i}/{len(names)}] {name}: {len(items)} prompts x {n_samples} samples"
+          + (f" ({src.dropped_too_long} over {max_prompt_len} prompt tokens left out)"
+             if src.dropped_too_long else ""))
+      if runner is None:
+        runner = _Runner(cfg, model_dir)
+      t0 = time.time()
+      got = eval_lib.collect(
+          runner.ex, items, samples=n_samples, version=0, timeout_s=cfg.rollout.timeout_s,
+          tag=f"suite-{name}", seed=cfg.seed, on_idle=runner.workers.check,
+          sampling={"max_new_tokens": max_response_len, "temperature": temperature,
+                    "top_p": top_p, "top_k": 0})
+      cont = rewards.continuous(items[0]["data_source"])
+      summary = eval_lib.summarize(got["scores"], got["failed"], continuous=cont, ks=[])
+      summary.update(metric="mean score" if cont else "pass@1",
+                     dropped_too_long=src.dropped_too_long,
+                     response_tokens_mean=float(got["lengths"].mean()),
+                     truncated=float((got["lengths"] >= max_response_len).mean()),
+                     seconds=round(time.time() - t0, 1))
+      if name.startswith("reasoning_gym"):
+        summary["tasks"] = _per_task(items, got, cont)
+      results[name] = {"key": key, "benchmark": name, "domain": b["domain"],
+                       "summary": summary, "uids": [it["uid"] for it in items],
+                       "scores": got["scores"].tolist(),
+                       "verifier_failed": got["failed"].astype(int).tolist(),
+                       "lengths": got["lengths"].tolist()}
+      _write_json(cache, results[name])
+      log(f"[{i}/{len(names)}] {name}: {summary['metric']} {_pct(summary['pass@1'])} "
+          f"({summary['verifier_failures']} verifier failures, {summary['seconds']:.0f}s)")
+  finally:
+    if runner is not None:
+      runner.close()
+  report = build_report(results, manifest, label=label, settings=settings, samples=samples,
+                        references=load_references(references))
+  write_report(report, out_dir)
+  return report
+
+
+class _Runner:
+  """A private exchange with the model published as version 0, and local workers on it."""
+
+  def __init__(self, cfg, model_dir: str):
+    from prorl_jax.rollout.exchange import Exchange
+    from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
+
+    python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
+    check_worker_python(python, cfg.rollout.engine)
+    self.tmp = tempfile.TemporaryDirectory(prefix="prorl_suite_")
+    url = f"file://{self.tmp.name}/exchange"
+    self.ex = Exchange(url)
+    self.ex.publish_weights(0, 0, model_dir)
+    self.workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
+                                os.path.join(self.tmp.name, "workers"),
+                                unsandboxed_code=cfg.rollout.unsandboxed_code, python=python)
+
+  def close(self):
+    self.workers.stop()
+    self.tmp.cleanup()
+
+
+def _per_task(items: list[dict], got: dict, cont: bool) -> dict:
+  from prorl_jax import eval as eval_lib
+
+  by_task: dict[str, list[int]] = {}
+  for i, it in enumerate(items):
+    by_task.setdefault(str(it["extra"].get("task", "?")), []).append(i)
+  return {t: eval_lib.summarize(got["scores"][idx], got["failed"][idx], continuous=cont,
+                                ks=[])["pass@1"] for t, idx in sorted(by_task.items())}
+
+
+def _pct(v) -> str:
+  return "n/a" if v is None else f"{100 * v:.2f}"
+
+
+def load_references(path: str) -> dict:
+  """The published numbers to print beside ours: {"columns": {id: {label, source}},
+  "numbers": {benchmark: {id: percent or null}}}."""
+  try:
+    with open(path) as f:
+      ref = json.load(f)
+    assert isinstance(ref["columns"], dict) and isinstance(ref["numbers"], dict)
+  except (OSError, ValueError, KeyError, AssertionError, TypeError) as e:
+    raise SuiteError(f"--references={path}: not a reference-numbers file ({e}); see "
+                     f"{REFERENCES} for the format") from None
+  return ref
+
+
+def build_report(results: dict, manifest: dict, *, label: str, settings: dict,
+                 samples: dict, references: dict) -> dict:
+  domains: dict[str, list[str]] = {}
+  for name, r in results.items():
+    domains.setdefault(r["domain"], []).append(name)
+  table = {}
+  for domain in [d for d in suite_lib.DOMAINS if d in domains] + sorted(
+      set(domains) - set(suite_lib.DOMAINS)):
+    rows = []
+    for name in domains[domain]:
+      s = results[name]["summary"]
+      rows.append({"benchmark": name, "ours": None if s["pass@1"] is None else
+                   100 * s["pass@1"], "metric": s["metric"], "prompts": s["prompts"],
+                   "samples": s["samples"], "verifier_failures": s["verifier_failures"],
+                   "dropped_too_long": s.get("dropped_too_long", 0),
+                   "reference": {c: references["numbers"].get(name, {}).get(c)
+                                 for c in references["columns"]}})
+    vals = [r["ours"] for r in rows if r["ours"] is not None]
+    table[domain] = {"rows": rows, "average": float(np.mean(vals)) if vals else None}
+  return {"model": label, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+          "settings": dict(settings, samples=samples), "domains": table,
+          "reference_columns": references["columns"],
+          "benchmarks": {n: r["summary"] for n, r in results.items()},
+          "data": {"suite": manifest.get("suite"), "sources": manifest.get("sources", {})}}
+
+
+def _fmt(v) -> str:
+  return "—" if v is None else f"{v:.2f}"
+
+
+def report_markdown(report: dict) -> str:
+  cols = report["reference_columns"]
+  st = report["settings"]
+  lines = [f"# Evaluation of {report['model']}", "",
+           f"{report['created']}; temperature {st['temperature']}, top-p {st['top_p']}, "
+           f"up to {st['max_response_len']} response tokens; samples per prompt: "
+           + ", ".join(f"{d} {n}" for d, n in st["samples"].items()) + ". "
+           "Math, code and STEM: pass@1 (mean over samples of a fully correct answer); "
+           "instruction following and logic: the mean score. Percent.", ""]
+  head = ["Benchmark"] + [c["label"] for c in cols.values()] + ["This model"]
+  for domain, t in report["domains"].items():
+    lines += [f"## {DOMAIN_TITLES.get(domain, domain)}", "", "| " + " | ".join(head) + " |",
+              "|" + "---|" * len(head)]
+    for r in t["rows"]:
+      note = []
+      if r["verifier_failures"]:
+        note.append(f"{r['verifier_failures']} verifier failures")
+      if r["dropped_too_long"]:
+        note.append(f"{r['dropped_too_long']} prompts too long")
+      lines.append("| " + " | ".join(
+          [r["benchmark"]] + [_fmt(r["reference"][c]) for c in cols]
+          + [_fmt(r["ours"]) + (f" ({'; '.join(note)})" if note else "")]) + " |")
+    refs = [[r["reference"][c] for r in t["rows"]] for c in cols]
+    avg = [_fmt(float(np.mean(v))) if all(x is not None for x in v) else "—" for v in refs]
+    lines += ["| **average** | " + " | ".join(avg + [_fmt(t["average"])]) + " |", ""]
+  lines += ["Published numbers (— where the source gives none or it is not transcribed):", ""]
+  lines += [f"- {c['label']}: {c['source']}" for c in cols.values()]
+  return "\n".join(lines) + "\n"
+
+
+def report_png(report: dict, path: str) -> None:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  rows = [r for t in report["domains"].values() for r in t["rows"]]
+  cols = list(report["reference_columns"].items())
+  series = [(c["label"], [r["reference"][cid] for r in rows]) for cid, c in cols]
+  series.append(("This model", [r["ours"] for r in rows]))
+  x = np.arange(len(rows))
+  width = 0.8 / len(series)
+  fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(rows)), 4.5))
+  for k, (name, vals) in enumerate(series):
+    ax.bar(x + (k - (len(series) - 1) / 2) * width,
+           [np.nan if v is None else v for v in vals], width, label=name)
+  ax.set_xticks(x, [r["benchmark"] for r in rows], rotation=45, ha="right")
+  ax.set_ylabel("pass@1 / mean score (%)")
+  ax.set_ylim(0, 100)
+  ax.legend(fontsize=8)
+  ax.set_title(f"{os.path.basename(str(report['model']).rstrip('/'))}")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_report(report: dict, out_dir: str) -> None:
+  _write_json(os.path.join(out_dir, "report.json"), report)
+  with open(os.path.join(out_dir, "report.md"), "w") as f:
+    f.write(report_markdown(report))
+  report_png(report, os.path.join(out_dir, "report.png"))

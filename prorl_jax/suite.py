@@ -1,0 +1,364 @@
+"""`python -m prorl_jax.prepare --suite=prorl-eval --out=DIR`: the ProRL evaluation suite, one
+verl-schema Parquet file per benchmark, plus `manifest.json` (dataset ids, revisions, counts,
+malformed rows by reason, sha256 of every file).
+
+  benchmark            domain                 source (Hugging Face dataset id)
+  aime24               math                   HuggingFaceH4/aime_2024
+  aime25               math                   math-ai/aime25
+  amc                  math                   AI-MO/aimo-validation-amc
+  math500              math                   HuggingFaceH4/MATH-500
+  minerva              math                   math-ai/minervamath
+  olympiadbench        math                   Hothan/OlympiadBench (OE_TO_maths_en_COMP)
+  apps, codecontests,  code                   PRIME-RL/Eurus-2-RL-Data, validation split, by
+  codeforces, taco                            data_source
+  humanevalplus        code                   evalplus/humanevalplus (its inputs/results table
+                                              becomes function-call tests)
+  livecodebench        code                   livecodebench/code_generation_lite, problems
+                                              dated in [--lcb_from, --lcb_to)
+  gpqa_diamond         stem                   Idavidrein/gpqa (gpqa_diamond; gated: accept its
+                                              terms and log in first), choices shuffled per
+                                              question with a fixed seed
+  ifeval               instruction_following  google/IFEval
+  reasoning_gym        logic                  Reasoning Gym, 100 held-out items per training task
+  reasoning_gym_ood    logic                  Reasoning Gym acre, boxnet, game_of_life_halting
+
+Every row carries `extra_info.benchmark`; `python -m prorl_jax.eval --suite=prorl-eval` reads
+the manifest. A row that cannot be scored (an IFEval instruction the verifier does not know, a
+test table that is not data) is counted by reason in the manifest and in the log, never dropped
+in silence.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import dataclasses
+import hashlib
+import json
+import os
+import pickletools
+import re
+import time
+import zlib
+from typing import Callable
+
+import numpy as np
+
+from prorl_jax import prepare as P
+from prorl_jax.prepare import Malformed, PrepareError, Source
+
+SUITE = "prorl-eval"
+MATH_INSTRUCTION = P.BOXED_INSTRUCTION
+LCB_WINDOW = ("2024-08-01", "2025-02-01")
+RG_HELDOUT_SEED = 1_000_003  # Reasoning Gym seeds of the held-out items (training uses 0..)
+RG_OOD_TASKS = ("acre", "boxnet", "game_of_life_halting")
+
+
+def _answer(v) -> str:
+  """A reference answer as text: 142.0 -> "142", ["$3$"] -> "3", "$x$" -> "x"."""
+  if isinstance(v, list):
+    v = ", ".join(_answer(x) for x in v)
+  if isinstance(v, float) and v.is_integer():
+    v = int(v)
+  text = str(v).strip() if v is not None else ""
+  text = text.strip("$").strip()
+  if not text:
+    raise Malformed("empty answer")
+  return text
+
+
+def math_converter(problem: str, answer: str, data_source: str) -> Callable[[dict], dict]:
+  def convert(row: dict) -> dict:
+    q = P._text(row, problem)
+    return P._verl(P._user(f"{q} {MATH_INSTRUCTION}"), data_source, _answer(row.get(answer)),
+                   "math", {})
+  return convert
+
+
+def _code_budget(n_tests: int) -> float:
+  """Wall seconds for all of a response's tests (under the verifier pool's 30 s limit)."""
+  return float(min(25.0, 5.0 + 0.25 * n_tests))
+
+
+def _code_row(prompt: str, data_source: str, tests: dict) -> dict:
+  try:
+    truth = json.dumps(tests, allow_nan=False)
+  except (TypeError, ValueError):
+    raise Malformed("test values are not plain data") from None
+  return P._verl(P._user(prompt), data_source, truth, "code",
+                 {"time_budget_s": _code_budget(len(tests["inputs"]))})
+
+
+def _check_body(test: str) -> dict[str, object]:
+  """The literal assignments inside HumanEval+'s `def check(candidate)` (parsed, never run)."""
+  try:
+    tree = ast.parse(test)
+  except SyntaxError:
+    raise Malformed("test code does not parse") from None
+  out = {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.FunctionDef) and node.name == "check":
+      for st in node.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(
+            st.targets[0], ast.Name):
+          try:
+            out[st.targets[0].id] = ast.literal_eval(st.value)
+          except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out[st.targets[0].id] = None
+  return out
+
+
+def convert_humanevalplus(row: dict) -> dict:
+  prompt, entry = P._text(row, "prompt"), P._text(row, "entry_point")
+  body = _check_body(P._text(row, "test"))
+  inputs = body.get("inputs")
+  outputs = body.get("results", body.get("exp_out"))
+  if not (isinstance(inputs, list) and isinstance(outputs, list) and inputs
+          and len(inputs) == len(outputs)):
+    raise Malformed("tests are not a literal inputs/results table")
+  imports = "\n".join(line for line in prompt.splitlines()
+                      if line.startswith(("import ", "from ")))
+  text = ("Complete the following Python function. Write the whole function (with any imports "
+          f"it needs) in one ```python code block.\n\n```python\n{prompt.rstrip()}\n```")
+  tests = {"fn_name": entry, "inputs": [list(i) for i in inputs], "outputs": outputs}
+  if imports:
+    tests["preamble"] = imports
+  return _code_row(text, "humanevalplus", tests)
+
+
+_PICKLE_STR_OPS = {"PROTO", "FRAME", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8",
+                   "MEMOIZE", "STOP"}
+
+
+def _pickled_text(data: bytes) -> str:
+  """The one string a pickle holds, read from its opcodes (nothing is executed); any other
+  pickle is malformed."""
+  texts, ops = [], pickletools.genops(data)
+  while True:
+    try:
+      op, arg, _ = next(ops)
+    except StopIteration:
+      break
+    except ValueError:
+      raise Malformed("private tests are not a readable pickle") from None
+    if op.name not in _PICKLE_STR_OPS:
+      raise Malformed(f"private tests hold a pickled {op.name}, not text")
+    if isinstance(arg, str):
+      texts.append(arg)
+  if len(texts) != 1:
+    raise Malformed("private tests are not one pickled string")
+  return texts[0]
+
+
+def lcb_tests(text: str) -> list:
+  """LiveCodeBench test cases: JSON, or base64(zlib(pickle(JSON text)))."""
+  if not text:
+    return []
+  if text.lstrip().startswith("["):
+    return json.loads(text)
+  try:
+    raw = zlib.decompress(base64.b64decode(text, validate=True))
+  except (ValueError, zlib.error):
+    raise Malformed("private tests are neither JSON nor base64/zlib data") from None
+  text = _pickled_text(raw)
+  try:
+    return json.loads(text)
+  except ValueError:
+    raise Malformed("private tests are not JSON") from None
+
+
+def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> dict:
+  date = str(row.get("contest_date") or "")[:10]
+  if not window[0] <= date < window[1]:
+    raise Malformed(f"contest date outside [{window[0]}, {window[1]})")
+  question = P._text(row, "question_content")
+  try:
+    meta = json.loads(row.get("metadata") or "{}")
+    cases = json.loads(row.get("public_test_cases") or "[]")
+  except ValueError:
+    raise Malformed("metadata or public tests are not JSON") from None
+  cases = cases + lcb_tests(row.get("private_test_cases") or "")
+  if not cases:
+    raise Malformed("no test cases")
+  fn = meta.get("func_name") if isinstance(meta, dict) else None
+  starter = (row.get("starter_code") or "").strip()
+  try:
+    if fn:
+      inputs = [[json.loads(a) for a in c["input"].split("\n") if a.strip()] for c in cases]
+      outputs = [json.loads(c["output"]) for c in cases]
+    else:
+      inputs = [c["input"] for c in cases]
+      outputs = [c["output"] for c in cases]
+  except (KeyError, TypeError, AttributeError, ValueError):
+    raise Malformed("test cases lack input/output text") from None
+  if fn and starter:
+    how = (f"Complete this starter code (the method `{fn}` is called with each test's "
+           f"arguments):\n```python\n{starter}\n```")
+  else:
+    how = "Read the input from stdin and write the answer to stdout."
+  text = (f"Solve the following programming problem in Python.\n\n{question}\n\n{how}\n"
+          "Put your complete solution in one ```python code block.")
+  tests = {"inputs": inputs, "outputs": outputs}
+  if fn:
+    tests["fn_name"] = fn
+  return _code_row(text, "livecodebench", tests)
+
+
+def convert_gpqa(row: dict) -> dict:
+  question = P._text(row, "Question")
+  right = P._text(row, "Correct Answer")
+  wrong = [P._text(row, f"Incorrect Answer {i}") for i in (1, 2, 3)]
+  seed = int.from_bytes(hashlib.sha256(question.encode()).digest()[:4], "little")
+  order = np.random.RandomState(seed).permutation(4)
+  choices = [([right] + wrong)[i] for i in order]
+  key = "ABCD"[int(np.where(order == 0)[0][0])]
+  lines = "\n".join(f"{k}) {c}" for k, c in zip("ABCD", choices))
+  text = (f"{question}\n\n{lines}\n\nThink step by step, then give the letter of the correct "
+          "choice within \\boxed{}.")
+  return P._verl(P._user(text), "gpqa", key, "stem", {})
+
+
+def convert_ifeval(row: dict) -> dict:
+  text = P._text(row, "prompt")
+  instructions = P.ifeval_instructions(row.get("instruction_id_list"), row.get("kwargs"))
+  return P._verl(P._user(text), "ifeval", "", "instruction_following",
+                 {"instructions": instructions})
+
+
+def convert_prime_val(row: dict) -> dict:
+  return P.convert_eurus_code(row)
+
+
+SOURCES = {s.name: s for s in (
+    Source("aime24", "math", "HuggingFaceH4/aime_2024", ("problem", "answer"),
+           math_converter("problem", "answer", "aime"), license="MIT"),
+    Source("aime25", "math", "math-ai/aime25", ("problem", "answer"),
+           math_converter("problem", "answer", "aime"), split="test"),
+    Source("amc", "math", "AI-MO/aimo-validation-amc", ("problem", "answer"),
+           math_converter("problem", "answer", "amc"), license="Apache-2.0"),
+    Source("math500", "math", "HuggingFaceH4/MATH-500", ("problem", "answer"),
+           math_converter("problem", "answer", "math"), split="test", license="MIT"),
+    Source("minerva", "math", "math-ai/minervamath", ("question", "answer"),
+           math_converter("question", "answer", "math"), split="test"),
+    Source("olympiadbench", "math", "Hothan/OlympiadBench", ("question", "final_answer"),
+           math_converter("question", "final_answer", "math"), config="OE_TO_maths_en_COMP",
+           license="Apache-2.0"),
+    Source("prime_val", "code", "PRIME-RL/Eurus-2-RL-Data",
+           ("data_source", "prompt", "ability", "reward_model"), convert_prime_val,
+           split="validation", license="MIT"),
+    Source("humanevalplus", "code", "evalplus/humanevalplus",
+           ("task_id", "prompt", "entry_point", "test"), convert_humanevalplus, split="test",
+           license="Apache-2.0"),
+    Source("livecodebench", "code", "livecodebench/code_generation_lite",
+           ("question_content", "public_test_cases", "private_test_cases", "metadata",
+            "contest_date"), convert_livecodebench,
+           data_files=("test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl",
+                       "test5.jsonl"), license="CC BY 4.0"),
+    Source("gpqa_diamond", "stem", "Idavidrein/gpqa",
+           ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",
+            "Incorrect Answer 3"), convert_gpqa, config="gpqa_diamond", license="CC BY 4.0"),
+    Source("ifeval", "instruction_following", "google/IFEval",
+           ("prompt", "instruction_id_list", "kwargs"), convert_ifeval, license="Apache-2.0"),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+  name: str
+  domain: str
+  source: str  # a SOURCES key, or "reasoning_gym"
+  data_source: str | None = None  # keep only the source's rows of this data_source
+
+
+BENCHMARKS = {b.name: b for b in (
+    Benchmark("aime24", "math", "aime24"), Benchmark("aime25", "math", "aime25"),
+    Benchmark("amc", "math", "amc"), Benchmark("math500", "math", "math500"),
+    Benchmark("minerva", "math", "minerva"), Benchmark("olympiadbench", "math", "olympiadbench"),
+    Benchmark("apps", "code", "prime_val", "apps"),
+    Benchmark("codecontests", "code", "prime_val", "codecontests"),
+    Benchmark("codeforces", "code", "prime_val", "codeforces"),
+    Benchmark("taco", "code", "prime_val", "taco"),
+    Benchmark("humanevalplus", "code", "humanevalplus"),
+    Benchmark("livecodebench", "code", "livecodebench"),
+    Benchmark("gpqa_diamond", "stem", "gpqa_diamond"),
+    Benchmark("ifeval", "instruction_following", "ifeval"),
+    Benchmark("reasoning_gym", "logic", "reasoning_gym"),
+    Benchmark("reasoning_gym_ood", "logic", "reasoning_gym_ood"),
+)}
+DOMAINS = ("math", "code", "stem", "instruction_following", "logic")
+
+
+def prepare_suite(out: str, *, local: dict[str, str], revisions: dict[str, str],
+                  benchmarks: tuple[str, ...] = tuple(BENCHMARKS), rg_per_task: int = 100,
+                  rg_tasks: tuple[str, ...] = P.RG_TASKS,
+                  lcb_window: tuple[str, str] = LCB_WINDOW, log=print) -> dict:
+  """Writes one Parquet file per benchmark and out/manifest.json; returns the manifest."""
+  unknown = [b for b in benchmarks if b not in BENCHMARKS]
+  if unknown:
+    raise PrepareError(f"--benchmarks {unknown[0]}: unknown; the suite's benchmarks are "
+                       f"{', '.join(BENCHMARKS)}")
+  manifest = {"suite": SUITE, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "benchmarks": {}, "sources": {}, "files": {}}
+  loaded: dict[str, tuple[list[dict], dict]] = {}
+  for name in benchmarks:
+    b = BENCHMARKS[name]
+    t0 = time.time()
+    if b.source.startswith("reasoning_gym"):
+      tasks = RG_OOD_TASKS if b.source == "reasoning_gym_ood" else rg_tasks
+      rows = P._reasoning_gym_rows(rg_per_task * len(tasks), tasks, RG_HELDOUT_SEED)
+      manifest["sources"][b.source] = {"dataset": "reasoning_gym (generated)",
+                                       "revision": P._rg_version(), "tasks": list(tasks),
+                                       "per_task": rg_per_task, "seed": RG_HELDOUT_SEED}
+    else:
+      if b.source not in loaded:
+        src = SOURCES[b.source]
+        if b.source == "livecodebench":
+          src = dataclasses.replace(
+              src, convert=lambda r: convert_livecodebench(r, lcb_window))
+        converted, bad, info = P.load_source(src, local, revisions)
+        info.update(converted=len(converted), malformed=dict(bad.most_common()))
+        if b.source == "livecodebench":
+          info["window"] = list(lcb_window)
+        manifest["sources"][b.source] = info
+        loaded[b.source] = converted, info
+        if bad:
+          log(f"{b.source}: {sum(bad.values())} rows not usable: {P._top(bad)}")
+      rows, info = loaded[b.source]
+      if b.data_source:
+        rows = [r for r in rows if r["data_source"] == b.data_source]
+    rows = [dict(r, ability=b.domain, extra_info=dict(r["extra_info"], benchmark=name))
+            for r in rows]
+    if not rows:
+      raise PrepareError(f"{name}: no usable rows from {b.source} (see the counts above); "
+                         "check --source / --revision")
+    rel = f"{name}.parquet"
+    manifest["files"][rel] = P._write_parquet(rows, os.path.join(out, rel))
+    manifest["benchmarks"][name] = {"domain": b.domain, "file": rel, "rows": len(rows),
+                                    "source": b.source}
+    log(f"{name}: {len(rows)} prompts ({time.time() - t0:.0f}s)")
+  with open(os.path.join(out, "manifest.json"), "w") as f:
+    json.dump(manifest, f, indent=1)
+  return manifest
+
+
+def read_manifest(directory: str) -> dict:
+  """The suite manifest of a `prepare --suite` output; one line naming the fix otherwise."""
+  path = os.path.join(directory, "manifest.json")
+  try:
+    with open(path) as f:
+      m = json.load(f)
+    benches = m["benchmarks"]
+    assert m.get("suite") == SUITE and isinstance(benches, dict)
+  except (OSError, ValueError, KeyError, AssertionError) as e:
+    raise PrepareError(f"{directory}: not an evaluation suite ({type(e).__name__}: {e}); build "
+                       f"it with python -m prorl_jax.prepare --suite={SUITE} --out="
+                       f"{directory}") from None
+  for name, b in benches.items():
+    if not os.path.isfile(os.path.join(directory, b["file"])):
+      raise PrepareError(f"{directory}: {b['file']} of benchmark {name} is missing; rerun "
+                         "prepare --suite")
+  return m
+
+
+def is_valid_date(s: str) -> bool:
+  return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", s))
