@@ -1,0 +1,102 @@
+"""`eval --suite`: pass@1 by hand, and the suite end to end on the tiny model with fixture
+benchmark files (real workers, real verifiers), cached on a rerun."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from prorl_jax import evalsuite, prepare, tiny_base
+from prorl_jax.eval import summarize
+from tests.suite_test import FIXTURES, _write_sources
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_pass_at_1_is_the_mean_of_binary_scores_without_failed_samples():
+  scores = np.array([[1.0, 0.5, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.2, 0.2]])
+  failed = np.array([[False, False, False, True], [False] * 4, [True, True, True, True]])
+  got = summarize(scores, failed, continuous=False, ks=[2])
+  # prompt 0: samples 1, 0.5, 1 -> 2/3 correct; prompt 1: 1/4; prompt 2: no usable sample.
+  assert got["pass@1"] == pytest.approx((2 / 3 + 1 / 4) / 2)
+  # pass@2: prompt 0 (n=3, c=2): 1; prompt 1 (n=4, c=1): 1 - C(3,2)/C(4,2) = 0.5.
+  assert got["pass@2"] == pytest.approx(0.75)
+  assert got["verifier_failures"] == 5 and got["prompts"] == 3 and got["samples"] == 4
+  cont = summarize(scores, failed, continuous=True, ks=[])
+  assert cont["pass@1"] == pytest.approx(((1 + 0.5 + 1) / 3 + 0.25) / 2)
+  mixed = summarize(scores[:2], failed[:2], continuous=[True, False], ks=[])
+  assert mixed["pass@1"] == pytest.approx((2.5 / 3 + 0.25) / 2)
+
+
+def test_markdown_report_puts_published_numbers_beside_ours():
+  refs = evalsuite.load_references(evalsuite.REFERENCES)
+  results = {"aime24": {"domain": "math", "summary": {
+      "pass@1": 0.25, "metric": "pass@1", "prompts": 30, "samples": 16,
+      "verifier_failures": 2, "dropped_too_long": 0}}}
+  rep = evalsuite.build_report(results, {"suite": "prorl-eval"}, label="m", settings={
+      "temperature": 0.6, "top_p": 0.95, "max_response_len": 32768, "max_prompt_len": 4096,
+      "seed": 0}, samples=evalsuite.DEFAULT_SAMPLES, references=refs)
+  md = evalsuite.report_markdown(rep)
+  assert "| aime24 | 28.80 | — | — | 25.00 (2 verifier failures) |" in md
+  assert "## Math" in md and "DeepSeek-R1-Distill-Qwen-1.5B" in md
+
+
+def test_bad_reference_file_is_one_line(tmp_path):
+  p = tmp_path / "r.json"
+  p.write_text("[1]")
+  with pytest.raises(evalsuite.SuiteError, match="not a reference-numbers file"):
+    evalsuite.load_references(str(p))
+
+
+def _eval(args, timeout=600):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  return subprocess.run([sys.executable, "-m", "prorl_jax.eval", "--suite=prorl-eval",
+                         "--config=configs/tiny.py"] + args, cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_suite_end_to_end_on_the_tiny_model(tmp_path):
+  data = tmp_path / "suite"
+  benches = "aime24,gpqa_diamond,ifeval,reasoning_gym"
+  assert prepare.main(["--suite=prorl-eval", f"--out={data}", f"--benchmarks={benches}",
+                       "--rg_per_task=3", "--rg_tasks=basic_arithmetic"]
+                      + _write_sources(tmp_path, FIXTURES)) == 0
+  base = tiny_base.build(str(tmp_path / "base"))
+  out = tmp_path / "report"
+  args = [f"--data={data}", f"--checkpoint={base}", f"--out={out}", "--max_response_len=8",
+          "--samples=math=16", "--samples=stem=16", "--samples=instruction_following=8",
+          "--samples=logic=2", "--max_prompt_len=1024"]
+  proc = _eval(args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rep = json.loads((out / "report.json").read_text())
+  assert list(rep["domains"]) == ["math", "stem", "instruction_following", "logic"]
+  assert set(rep["reference_columns"]) == {"r1_distill_1.5b", "prorl_v1", "prorl_v2"}
+  rows = {r["benchmark"]: r for t in rep["domains"].values() for r in t["rows"]}
+  assert set(rows) == set(benches.split(","))
+  assert rows["aime24"]["reference"]["r1_distill_1.5b"] == 28.8
+  for name, row in rows.items():
+    rec = json.loads((out / "benchmarks" / f"{name}.json").read_text())
+    s, f = np.array(rec["scores"]), np.array(rec["verifier_failed"], bool)
+    assert s.shape[1] == row["samples"] == {"aime24": 16, "gpqa_diamond": 16, "ifeval": 8,
+                                            "reasoning_gym": 2}[name]
+    per_prompt = [(v[~m] if name in ("ifeval", "reasoning_gym") else (v[~m] >= 1.0))
+                  for v, m in zip(s, f)]
+    assert row["ours"] == pytest.approx(100 * np.mean([p.mean() for p in per_prompt])), name
+  assert rows["gpqa_diamond"]["prompts"] == 4 and rows["reasoning_gym"]["prompts"] == 3
+  assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert "| aime24 | 28.80 |" in (out / "report.md").read_text()
+  again = _eval(args, timeout=300)  # every benchmark cached: no worker starts
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.count(": cached, pass@1") == 4
+  assert json.loads((out / "report.json").read_text())["domains"] == rep["domains"]
+
+
+def test_unknown_checkpoint_is_one_line(tmp_path):
+  proc = _eval([f"--data={tmp_path}", f"--checkpoint={tmp_path / 'nope'}", f"--out={tmp_path}"],
+               timeout=120)
+  assert proc.returncode != 0
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+  assert "not an evaluation suite" in proc.stderr
