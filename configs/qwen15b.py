@@ -3,10 +3,14 @@
   python -m prorl_jax.main --config=configs/qwen15b.py --config.model.path=/models/r1-distill-1.5b
   python -m prorl_jax.main --config=configs/qwen15b.py:smoke ...   # same shapes, tiny batch
 
-Variants: "" (the real run), "smoke" (8 prompts x 4 samples, 1024 response tokens, 3 steps).
+Variants: "" (the real run), "smoke" (2 steps of 8 prompts x 4 samples, 1024 response tokens,
+no in-loop validation: the whole pipeline on any model, a tiny one on a CPU included).
 Get the base model with `huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B
 --local-dir DIR` on a machine with internet, then pass DIR as model.path; build the training mix
-with `python -m prorl_jax.prepare --mix=prorl --out=data/prorl` (data.prepared).
+with `python -m prorl_jax.prepare --mix=prorl --out=data/prorl` (data.prepared) and the
+evaluation suite with `python -m prorl_jax.prepare --suite=prorl-eval --out=data/prorl-eval`
+(in-loop validation on AIME24, Codeforces, GPQA-Diamond, IFEval and Reasoning Gym graph_color,
+at most 64 prompts each, at the evaluation's temperature 0.6 / top-p 0.95).
 """
 
 from prorl_jax.config import base_config
@@ -28,18 +32,24 @@ def get_config(arg=None):
   c.rollout.max_prompt_len = 1024
   c.rollout.max_response_len = 8192
   c.rollout.engine = "vllm"
+  c.data.val_suite = "data/prorl-eval"  # python -m prorl_jax.prepare --suite=prorl-eval
+  c.data.val_benchmarks = "aime24,codeforces,gpqa_diamond,ifeval,reasoning_gym/graph_color"
+  c.eval.max_prompts = 64
   c.eval.every = 50
+  c.eval.temperature = 0.6
+  c.eval.top_p = 0.95
   c.eval.samples = 4
   c.eval.pass_k = "1,4"
   c.checkpoint.every = 10
   if arg == "smoke":
-    c.total_steps = 3
+    c.total_steps = 2
     c.rollout.n = 4
     c.rollout.prompts_per_step = 8
     c.rollout.mini_batch_prompts = 4
     c.rollout.micro_batch_size = 4
     c.rollout.max_response_len = 1024
     c.eval.every = 0
+    c.data.val_suite = c.data.val_benchmarks = ""
   elif arg:
     raise ValueError(f"unknown variant {arg!r} of configs/qwen15b.py; use '' or 'smoke'")
   return c

@@ -126,6 +126,10 @@ def base_config() -> ConfigDict:
   d.prepared = ""  # a `python -m prorl_jax.prepare` output: its files, weights and val split
   d.train_files = ""  # comma-separated JSONL/Parquet files in the verl schema
   d.val_files = ""
+  # In-loop validation on benchmarks of a `prepare --suite` output (overrides val_files):
+  # "NAME" or "NAME/TASK" (one Reasoning Gym task), comma-separated; eval.max_prompts caps each.
+  d.val_suite = ""
+  d.val_benchmarks = ""
   d.weights = ""  # comma-separated blend weights, same order as train_files
   d.chat_template = True
   d.reward_routing = ""  # extra data_source -> verifier pairs, "src:verifier,src2:verifier"
@@ -137,6 +141,8 @@ def base_config() -> ConfigDict:
   e.samples = 4
   e.pass_k = "1"
   e.heldout = 1000  # held-out prompts of a procedural task (the demo)
+  e.max_prompts = 0  # per validation benchmark (data.val_benchmarks); 0 = all, else a fixed
+  # seeded subset
 
   c.checkpoint = k = ConfigDict()
   k.every = 10
@@ -228,6 +234,10 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _range(cfg, "eval.top_p", 0, 1, lo_open=True)
   _range(cfg, "eval.samples", 1, integer=True)
   _range(cfg, "eval.heldout", 1, integer=True)
+  _range(cfg, "eval.max_prompts", 0, integer=True)
+  if bool(cfg.data.val_suite) != bool(cfg.data.val_benchmarks.strip(", ")):
+    _fail("data.val_suite (a prepare --suite output) and data.val_benchmarks (its benchmarks "
+          "to validate on) go together")
   ks = [s for s in str(cfg.eval.pass_k).split(",") if s.strip()]
   if not ks or not all(s.strip().isdigit() and 1 <= int(s) <= cfg.eval.samples for s in ks):
     _fail(f"eval.pass_k must be comma-separated integers in [1, eval.samples={cfg.eval.samples}], "

@@ -360,5 +360,38 @@ def read_manifest(directory: str) -> dict:
   return m
 
 
+def validation_items(tok, directory: str, specs: list[str], *, max_prompts: int,
+                     max_prompt_len: int, seed: int, routing=None) -> tuple[list[dict], set]:
+  """(items, verifier names) of the in-loop validation blend: each spec is a benchmark of the
+  suite at `directory`, or BENCHMARK/TASK for one Reasoning Gym task; at most `max_prompts`
+  per spec (a seeded subset; 0 = all)."""
+  from prorl_jax.data import DataError, JsonlSource
+
+  try:
+    m = read_manifest(directory)
+  except PrepareError as e:
+    raise DataError(f"data.val_suite: {e}") from None
+  items, verifiers = [], set()
+  for spec in specs:
+    name, _, task = spec.partition("/")
+    if name not in m["benchmarks"]:
+      raise DataError(f"data.val_benchmarks: {name!r} is not in {directory} (it has "
+                      f"{', '.join(m['benchmarks'])})")
+    src = JsonlSource([os.path.join(directory, m["benchmarks"][name]["file"])], tok,
+                      max_prompt_len=max_prompt_len, seed=seed, routing=routing)
+    got = [it for it in src.items if not task or it["extra"].get("task") == task]
+    if not got:
+      raise DataError(f"data.val_benchmarks: {spec!r} has no prompts within "
+                      f"max_prompt_len={max_prompt_len}")
+    if max_prompts and len(got) > max_prompts:
+      keep = np.sort(np.random.RandomState(seed).permutation(len(got))[:max_prompts])
+      got = [got[i] for i in keep]
+    for it in got:
+      it["extra"] = dict(it["extra"], benchmark=spec)
+    items += got
+    verifiers |= src.verifiers
+  return items, verifiers
+
+
 def is_valid_date(s: str) -> bool:
   return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", s))

@@ -144,9 +144,18 @@ def sources_for(cfg, tok):
     raise config_lib.ConfigError("data.train_files is empty: pass data.prepared=DIR (python -m "
                                  "prorl_jax.prepare --mix=prorl --out=DIR) or JSONL/Parquet "
                                  "files in the verl schema (--config.data.train_files=a,b)")
-  return data.make_sources(tok, train_files=train, val_files=val, weights=weights,
-                           max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
-                           heldout=cfg.eval.heldout, routing=routing_table(cfg))
+  blend, heldout = data.make_sources(tok, train_files=train, val_files=val, weights=weights,
+                                     max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
+                                     heldout=cfg.eval.heldout, routing=routing_table(cfg))
+  if cfg.data.val_suite:
+    from prorl_jax import suite
+
+    heldout, verifiers = suite.validation_items(
+        tok, cfg.data.val_suite, split(cfg.data.val_benchmarks),
+        max_prompts=cfg.eval.max_prompts, max_prompt_len=cfg.rollout.max_prompt_len,
+        seed=cfg.seed, routing=routing_table(cfg))
+    blend.verifiers = set(blend.verifiers) | verifiers  # the run needs these verifiers too
+  return blend, heldout
 
 
 def record_run(cfg, model_path: str):
@@ -402,6 +411,13 @@ def run(cfg) -> dict:
     log.info("resolved config:\n%s", cfg)
     if cfg.data.prepared:  # before any heavy work: is the prepared mix there?
       data.prepared_files(cfg.data.prepared)
+    if cfg.data.val_suite:  # ... and the validation suite?
+      from prorl_jax import suite
+
+      try:
+        suite.read_manifest(cfg.data.val_suite)
+      except suite.PrepareError as e:
+        raise data.DataError(f"data.val_suite: {e}") from None
     if cfg.rollout.local_workers:  # before any heavy work: can the workers run at all?
       check_worker_python(worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
                           cfg.rollout.engine)
