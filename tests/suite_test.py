@@ -220,3 +220,43 @@ def test_unknown_benchmark_and_bad_dates_are_one_line_errors(tmp_path, capsys):
   assert prepare.main(["--suite=prorl-eval", f"--out={tmp_path}", "--lcb_from=2024/08/01"]) == 2
   assert "YYYY-MM-DD" in capsys.readouterr().err
   assert not os.path.exists(tmp_path / "manifest.json")
+
+
+def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_path):
+  from prorl_jax import config as config_lib
+  from prorl_jax import tiny_base
+  from prorl_jax.data import DataError
+  from prorl_jax.train import sources_for
+
+  out, _ = built
+  tok = tiny_base.build_tokenizer(str(tmp_path / "tok"))
+  items, verifiers = suite.validation_items(
+      tok, str(out), ["aime24", "gpqa_diamond", "reasoning_gym_ood/boxnet"], max_prompts=3,
+      max_prompt_len=4096, seed=0)
+  by = {}
+  for it in items:
+    by.setdefault(it["extra"]["benchmark"], []).append(it)
+  assert {k: len(v) for k, v in by.items()} == {"aime24": 1, "gpqa_diamond": 3,
+                                                "reasoning_gym_ood/boxnet": 2}
+  assert {it["extra"]["task"] for it in by["reasoning_gym_ood/boxnet"]} == {"boxnet"}
+  assert verifiers == {"math", "stem", "reasoning_gym"}
+  again, _ = suite.validation_items(tok, str(out), ["gpqa_diamond"], max_prompts=3,
+                                    max_prompt_len=4096, seed=0)
+  assert [it["uid"] for it in again] == [it["uid"] for it in by["gpqa_diamond"]]
+  with pytest.raises(DataError, match="'aime26' is not in"):
+    suite.validation_items(tok, str(out), ["aime26"], max_prompts=0, max_prompt_len=4096,
+                           seed=0)
+  with pytest.raises(DataError, match="'reasoning_gym/nope' has no prompts"):
+    suite.validation_items(tok, str(out), ["reasoning_gym/nope"], max_prompts=0,
+                           max_prompt_len=4096, seed=0)
+  # the trainer's held-out set is the blend, and the run knows it needs the code sandbox
+  cfg = config_lib.base_config()
+  cfg.data.train_files = str(out / "aime24.parquet")
+  cfg.data.val_suite, cfg.data.val_benchmarks = str(out), "aime24,apps"
+  cfg.rollout.max_prompt_len = 4096
+  blend, heldout = sources_for(cfg, tok)
+  assert sorted({it["extra"]["benchmark"] for it in heldout}) == ["aime24", "apps"]
+  assert "code" in blend.verifiers
+  cfg.data.val_benchmarks = ""
+  with pytest.raises(config_lib.ConfigError, match="go together"):
+    config_lib.validate(cfg)
