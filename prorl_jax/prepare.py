@@ -153,6 +153,16 @@ IFEVAL_IDS: dict[str, tuple[str, dict[str, str]]] = {
     "punctuation:no_comma": ("no_commas", {}),
     "detectable_content:number_placeholders": ("placeholders", {"num_placeholders": "num"}),
     "detectable_content:postscript": ("postscript", {"postscript_marker": "marker"}),
+    "language:response_language": ("language", {"language": "language"}),
+    "length_constraints:number_paragraphs": ("divided_paragraphs", {"num_paragraphs": "num"}),
+    "length_constraints:nth_paragraph_first_word": (
+        "nth_paragraph_first_word", {"num_paragraphs": "num", "nth_paragraph": "nth",
+                                     "first_word": "word"}),
+    "detectable_format:constrained_response": ("constrained_response", {}),
+    "detectable_format:number_highlighted_sections": ("highlighted_sections",
+                                                      {"num_highlights": "num"}),
+    "combination:two_responses": ("two_responses", {}),
+    "combination:repeat_prompt": ("repeat_prompt", {"prompt_to_repeat": "prompt"}),
 }
 
 

@@ -64,7 +64,7 @@ def _nemotron_if(n):
                     "kwargs": [{}, {}]},
            "category": "instruction following", "license": "cc-by-4.0"} for i in range(n)]
   rows.append({"input": "Answer in French.", "args": json.dumps(
-      {"instruction_id_list": ["language:response_language"], "kwargs": [{"language": "fr"}]})})
+      {"instruction_id_list": ["detectable_format:emoji_only"], "kwargs": [{}]})})
   return rows
 
 
@@ -121,7 +121,7 @@ def test_malformed_rows_are_counted_by_reason(prepared):
   assert m["sources"]["stem"]["malformed"] == {
       "no \\boxed{} final answer in matched_solution": 1}
   assert m["sources"]["instruction_following"]["malformed"] == {
-      "unsupported instruction language:response_language": 1}
+      "unsupported instruction detectable_format:emoji_only": 1}
 
 
 def test_every_row_routes_to_its_verifier_and_a_correct_answer_scores_1(prepared):
@@ -203,3 +203,47 @@ def test_ifeval_ids_map_to_the_verifiers_checks():
   assert ifeval.score("tea time", None, instructions=got).value == 0.0
   with pytest.raises(prepare.Malformed, match="lacks num_words"):
     prepare.ifeval_instructions(["length_constraints:number_words"], [{"relation": "at least"}])
+
+
+IFEVAL_25 = (
+    "keywords:existence", "keywords:frequency", "keywords:forbidden_words",
+    "keywords:letter_frequency", "language:response_language",
+    "length_constraints:number_sentences", "length_constraints:number_paragraphs",
+    "length_constraints:number_words", "length_constraints:nth_paragraph_first_word",
+    "detectable_content:number_placeholders", "detectable_content:postscript",
+    "detectable_format:number_bullet_lists", "detectable_format:constrained_response",
+    "detectable_format:number_highlighted_sections", "detectable_format:multiple_sections",
+    "detectable_format:json_format", "detectable_format:title", "combination:two_responses",
+    "combination:repeat_prompt", "startend:end_checker", "change_case:capital_word_frequency",
+    "change_case:english_capital", "change_case:english_lowercase", "punctuation:no_comma",
+    "startend:quotation")
+
+
+def test_every_ifeval_instruction_type_is_supported():
+  assert set(prepare.IFEVAL_IDS) == set(IFEVAL_25)
+
+
+@pytest.mark.parametrize("iid,kwargs,good,bad", [
+    ("language:response_language", {"language": "fr"},
+     "Je pense que la réponse est simple et je vais l'expliquer en français.",
+     "I think the answer is simple and I will explain it in English."),
+    ("length_constraints:number_paragraphs", {"num_paragraphs": 3},
+     "one\n***\ntwo\n***\nthree", "one\n***\n\n***\nthree"),
+    ("length_constraints:nth_paragraph_first_word",
+     {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "tea"},
+     "Coffee is fine.\n\n\"Tea, however, is better.", "Coffee is fine.\n\nWater is better."),
+    ("detectable_format:constrained_response", {}, "Thinking... My answer is maybe.",
+     "My answer is probably."),
+    ("detectable_format:number_highlighted_sections", {"num_highlights": 2},
+     "a *first* and **second** part", "only *one* here"),
+    ("combination:two_responses", {}, "first answer\n******\nsecond answer",
+     "same\n******\nsame"),
+    ("combination:repeat_prompt", {"prompt_to_repeat": "Write a poem."},
+     "write a poem. Roses are red.", "A poem: roses are red."),
+])
+def test_the_ifeval_checks_by_example(iid, kwargs, good, bad):
+  from prorl_jax.rewards import ifeval
+
+  ins = prepare.ifeval_instructions([iid], [dict(kwargs, unused=None)])
+  assert ifeval.score(good, None, instructions=ins).value == 1.0
+  assert ifeval.score(bad, None, instructions=ins).value == 0.0

@@ -93,7 +93,7 @@ FIXTURES = {
         {"key": 1, "prompt": "Write a story without commas.",
          "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
         {"key": 2, "prompt": "Answer in French.",
-         "instruction_id_list": ["language:response_language"], "kwargs": [{"language": "fr"}]}],
+         "instruction_id_list": ["detectable_format:emoji_only"], "kwargs": [{}]}],
 }
 
 
@@ -157,7 +157,8 @@ def test_malformed_rows_are_counted_by_reason(built):
   src = m["sources"]
   assert src["amc"]["malformed"] == {"empty answer": 1}
   assert src["humanevalplus"]["malformed"] == {"tests are not a literal inputs/results table": 1}
-  assert src["ifeval"]["malformed"] == {"unsupported instruction language:response_language": 1}
+  assert src["ifeval"]["malformed"] == {
+      "unsupported instruction detectable_format:emoji_only": 1}
   lcb = src["livecodebench"]["malformed"]
   assert lcb == {"contest date outside [2024-08-01, 2025-02-01)": 1,
                  "private tests hold a pickled GLOBAL, not text": 1}

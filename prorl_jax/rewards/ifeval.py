@@ -9,6 +9,14 @@ satisfied (strict). Types (args):
   title (a <<title>> present), lowercase, uppercase, capital_words (relation, num)
   start_with (phrase), end_with (phrase), no_commas, quotation (whole text quoted)
   placeholders (num: at least this many [placeholders]), postscript (marker, e.g. "P.S.")
+  language (language: ISO 639-1 code, detected with langdetect)
+  divided_paragraphs (num: exactly this many paragraphs between `***` dividers, none empty)
+  nth_paragraph_first_word (num paragraphs split by blank lines, the nth starting with word)
+  constrained_response (one of "My answer is yes.", "... no.", "... maybe.")
+  highlighted_sections (num: at least this many *highlighted* spans)
+  two_responses (two different, non-empty responses separated by ******)
+  repeat_prompt (prompt: the response starts with it, word for word)
+These are IFEval's 25 instruction types.
 """
 
 from __future__ import annotations
@@ -55,6 +63,35 @@ def _json(t):
     return False
 
 
+def _language(t: str, language: str) -> bool:
+  import langdetect
+
+  langdetect.DetectorFactory.seed = 0  # langdetect samples: fixed for repeatable scores
+  try:
+    return langdetect.detect(t) == language
+  except langdetect.LangDetectException:  # no letters to judge by
+    return False
+
+
+def _divided_paragraphs(t: str, num: int) -> bool:
+  parts = [p.strip() for p in re.split(r"\s?\*\*\*\s?", t.strip())]
+  return all(parts) and len(parts) == num
+
+
+def _nth_paragraph_first_word(t: str, num: int, nth: int, word: str) -> bool:
+  parts = [p for p in re.split(r"\n\n", t) if p.strip()]
+  if len(parts) != num or not 1 <= nth <= num:
+    return False
+  first = re.split(r"\s+", parts[nth - 1].strip(), maxsplit=1)[0]
+  return first.strip("\"'.,;:!?*()[]{}").lower() == word.lower()
+
+
+def _two_responses(t: str) -> bool:
+  parts = t.split("******")
+  return len(parts) == 2 and all(p.strip() for p in parts) and (
+      parts[0].strip() != parts[1].strip())
+
+
 CHECKS: dict[str, Callable[..., bool]] = {
     "words": lambda t, relation, num: _compare(len(_words(t)), relation, num),
     "sentences": lambda t, relation, num: _compare(len(_sentences(t)), relation, num),
@@ -83,6 +120,15 @@ CHECKS: dict[str, Callable[..., bool]] = {
     "placeholders": lambda t, num: len(re.findall(r"\[[^\]]+\]", t)) >= num,
     "postscript": lambda t, marker: re.search(
         r"^\s*" + re.escape(marker), t, re.M | re.I) is not None,
+    "language": _language,
+    "divided_paragraphs": _divided_paragraphs,
+    "nth_paragraph_first_word": _nth_paragraph_first_word,
+    "constrained_response": lambda t: any(
+        f"My answer is {a}." in t for a in ("yes", "no", "maybe")),
+    "highlighted_sections": lambda t, num: len(
+        [h for h in re.findall(r"\*\*?([^\n*]+)\*\*?", t) if h.strip()]) >= num,
+    "two_responses": _two_responses,
+    "repeat_prompt": lambda t, prompt: t.strip().lower().startswith(prompt.strip().lower()),
 }
 
 
