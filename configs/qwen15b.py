@@ -1,7 +1,8 @@
-"""The ProRL v2 run on DeepSeek-R1-Distill-Qwen-1.5B (the recipe's defaults).
+"""The ProRL v2 run on DeepSeek-R1-Distill-Qwen-1.5B. The recipe is the base config's defaults
+(`python -m prorl_jax.config` lists them); this file sets only what is particular to the run.
 
   python -m prorl_jax.main --config=configs/qwen15b.py --config.model.path=/models/r1-distill-1.5b
-  python -m prorl_jax.main --config=configs/qwen15b.py:smoke ...   # same shapes, tiny batch
+  python -m prorl_jax.main --config=configs/qwen15b.py:smoke ...   # same pipeline, tiny batch
 
 Variants: "" (the real run), "smoke" (2 steps of 8 prompts x 4 samples, 1024 response tokens,
 no in-loop validation: the whole pipeline on any model, a tiny one on a CPU included).
@@ -10,7 +11,7 @@ Get the base model with `huggingface-cli download deepseek-ai/DeepSeek-R1-Distil
 with `python -m prorl_jax.prepare --mix=prorl --out=data/prorl` (data.prepared) and the
 evaluation suite with `python -m prorl_jax.prepare --suite=prorl-eval --out=data/prorl-eval`
 (in-loop validation on AIME24, Codeforces, GPQA-Diamond, IFEval and Reasoning Gym graph_color,
-at most 64 prompts each, at the evaluation's temperature 0.6 / top-p 0.95).
+at most 64 prompts each, 4 samples at the evaluation's temperature 0.6 / top-p 0.95).
 """
 
 from prorl_jax.config import base_config
@@ -19,28 +20,13 @@ from prorl_jax.config import base_config
 def get_config(arg=None):
   c = base_config()
   c.run_dir = "runs/prorl_v2_qwen15b"
-  c.total_steps = 3000
-  c.model.path = ""  # required: DeepSeek-R1-Distill-Qwen-1.5B directory
-  c.data.prepared = "data/prorl"  # python -m prorl_jax.prepare --mix=prorl --out=data/prorl
-  c.model.param_dtype = "float32"
-  c.model.compute_dtype = "bfloat16"
-  c.model.remat = "full"
-  c.rollout.n = 16
-  c.rollout.prompts_per_step = 512
-  c.rollout.mini_batch_prompts = 64
-  c.rollout.micro_batch_size = 8
-  c.rollout.max_prompt_len = 1024
-  c.rollout.max_response_len = 8192
-  c.rollout.engine = "vllm"
-  c.data.val_suite = "data/prorl-eval"  # python -m prorl_jax.prepare --suite=prorl-eval
+  c.model.path = ""  # required: the DeepSeek-R1-Distill-Qwen-1.5B directory
+  c.data.prepared = "data/prorl"
+  c.data.val_suite = "data/prorl-eval"
   c.data.val_benchmarks = "aime24,codeforces,gpqa_diamond,ifeval,reasoning_gym/graph_color"
   c.eval.max_prompts = 64
-  c.eval.every = 50
-  c.eval.temperature = 0.6
-  c.eval.top_p = 0.95
-  c.eval.samples = 4
   c.eval.pass_k = "1,4"
-  c.checkpoint.every = 10
+  c.rollout.engine = "vllm"
   if arg == "smoke":
     c.total_steps = 2
     c.rollout.n = 4

@@ -27,133 +27,185 @@ ATTENTION_IMPLS = ("auto", "xla", "cudnn")
 ENGINES = ("jax", "vllm")
 
 
-def base_config() -> ConfigDict:
-  """All keys with their defaults: the ProRL v2 recipe."""
+# Every config key: (default, one-line meaning), the one home of both: `base_config()` builds
+# the ConfigDict from it, `python -m prorl_jax.config` lists it, docs/config.md is made from it.
+FIELDS: dict = {
+    "run_dir": ("runs/prorl", "where checkpoints, metrics, logs and the local exchange go"),
+    "seed": (0, "seed of data order, sampling and initialisation"),
+    "total_steps": (3000, "RL steps to train for (a resumed run continues to this count)"),
+    "model": {
+        "path": ("", "HF directory of the base model: config.json, *.safetensors, tokenizer"),
+        "param_dtype": ("float32", "dtype of the master weights: float32 | bfloat16"),
+        "compute_dtype": ("bfloat16", "dtype of activations and matmuls: float32 | bfloat16"),
+        "remat": ("full", "per-layer rematerialisation: none | full (least memory) | dots"),
+        "attention_impl": ("auto", "auto (cuDNN fused attention on NVIDIA GPUs with 16-bit "
+                           "compute, else XLA) | xla | cudnn"),
+        "build_tiny": (False, "build the CPU demo's tiny base model into run_dir/base when "
+                       "model.path is empty"),
+        "memory_fraction": (0.0, "share of accelerator memory JAX takes (0 = JAX's default, or "
+                            "what a local vLLM worker on the same GPU leaves)"),
+    },
+    "mesh": {
+        "data": (1, "data-parallel replicas of the trainer"),
+        "fsdp": (-1, "fully-sharded axis; -1 = every device left after data and tensor"),
+        "tensor": (1, "tensor-parallel axis"),
+    },
+    "dist": {
+        "coordinator": ("", "host:port of process 0 of a multi-host trainer; \"\" = single "
+                        "process unless dist.auto"),
+        "num_processes": (1, "trainer processes (with dist.coordinator)"),
+        "process_id": (0, "this trainer process's index (with dist.coordinator)"),
+        "auto": (False, "let jax.distributed detect SLURM / Open MPI / TPU pod slices"),
+        "timeout_s": (300.0, "seconds to wait for every trainer process to join"),
+    },
+    "optim": {
+        "lr": (1e-6, "AdamW learning rate"),
+        "warmup_steps": (0, "linear warm-up steps; 0 = constant learning rate"),
+        "weight_decay": (0.01, "AdamW decoupled weight decay"),
+        "b1": (0.9, "AdamW beta1"),
+        "b2": (0.999, "AdamW beta2"),
+        "eps": (1e-8, "AdamW epsilon"),
+        "grad_clip": (1.0, "global gradient-norm clip"),
+    },
+    "algo": {
+        "estimator": ("reinforce_pp_baseline", "advantage estimator: reinforce_pp_baseline | "
+                      "reinforce_pp | grpo | rloo | dr_grpo"),
+        "adv_whiten_unbiased": (False, "Bessel-corrected batch variance in advantage "
+                                "whitening (verl's)"),
+        "adv_boost": (0.0, "added to the advantage of responses with score >= 1; 0 = off"),
+        "clip_low": (0.2, "PPO ratio clip below: 1 - clip_low"),
+        "clip_high": (0.28, "PPO ratio clip above: 1 + clip_high (clip-higher)"),
+        "dual_clip": (0.0, "dual-clip constant c > 1 for negative advantages; 0 = off"),
+        "log_ratio_clamp": (20.0, "clamp of the log importance ratio before exp"),
+        "loss_agg": ("token-mean", "loss aggregation: token-mean | seq-mean-token-mean | "
+                     "seq-mean-token-sum | seq-mean-token-sum-norm"),
+        "loss_agg_norm": (0.0, "the constant of seq-mean-token-sum-norm; 0 = max response "
+                          "length"),
+        "kl_kind": ("k2", "KL estimator to the reference policy: k1 | k2 | k3"),
+        "kl_coef": (1e-4, "weight of the KL loss term; 0 = no KL"),
+        "kl_clamp": (10.0, "clamp of the per-token KL estimate"),
+        "kl_in_reward": (False, "put -kl_coef*k1 into the token reward instead (reinforce_pp)"),
+        "entropy_coef": (0.0, "entropy bonus weight; 0 = off"),
+        "is_correction": ("icepop", "rollout/trainer mismatch correction: none | tis | icepop"),
+        "tis_cap": (2.0, "truncated importance sampling cap (is_correction=tis)"),
+        "icepop_low": (0.5, "icepop: tokens with ratio below this get no gradient"),
+        "icepop_high": (5.0, "icepop: tokens with ratio above this get no gradient"),
+        "dynamic_sampling": (True, "drop prompts whose samples all score the same and refill"),
+        "max_gen_rounds": (10, "refill rounds per step before training on what there is; "
+                           "0 = never give up"),
+        "truncation_penalty": (0.1, "score multiplier for responses cut at the length limit; "
+                               "1.0 = off"),
+        "length_penalty": ("scheduled", "cosine length penalty: off | always | scheduled"),
+        "length_penalty_min": (0.5, "cosine length penalty: multiplier at the longest length"),
+        "length_penalty_max": (1.0, "cosine length penalty: multiplier at the shortest length"),
+        "length_penalty_on_steps": (100, "scheduled: steps with the penalty on per cycle"),
+        "length_penalty_off_steps": (500, "scheduled: steps with it off per cycle"),
+        "overlong_buffer": (0, "DAPO soft overlong penalty buffer in tokens; 0 = off"),
+        "overlong_factor": (1.0, "DAPO soft overlong penalty at the length limit"),
+        "ref_reset_every": (400, "reset the reference policy (and KL) every N steps; 0 = never "
+                            "on a schedule"),
+        "ref_reset_kl_spike": (0.0, "also reset when KL to the reference exceeds this; 0 = off"),
+        "ref_reset_stall_evals": (0, "also reset after N validations without improvement; "
+                                  "0 = off"),
+        "ref_reset_optimizer": (False, "a reset also re-initialises the optimizer state"),
+        "epochs": (1, "passes over each step's batch"),
+    },
+    "rollout": {
+        "n": (16, "samples per prompt (the group of the baseline)"),
+        "prompts_per_step": (512, "prompts per RL step (after dynamic sampling)"),
+        "mini_batch_prompts": (64, "prompts per optimizer update"),
+        "micro_batch_size": (8, "sequences per gradient-accumulation micro-batch"),
+        "max_prompt_len": (1024, "longer prompts are left out (counted)"),
+        "max_response_len": (8192, "response token budget"),
+        "temperature": (1.0, "sampling temperature of training rollouts"),
+        "top_p": (1.0, "nucleus sampling of training rollouts"),
+        "top_k": (0, "top-k sampling of training rollouts; 0 = off"),
+        "max_staleness": (0, "policy versions a rollout may lag; 0 = on-policy"),
+        "engine": ("jax", "rollout engine of local workers: jax | vllm"),
+        "local_workers": (1, "workers the trainer starts itself; 0 = external workers only"),
+        "external_workers": (0, "workers started elsewhere (launch/*) on the same exchange"),
+        "exchange": ("", "tensorstore kvstore URL of the exchange; \"\" = run_dir/exchange"),
+        "timeout_s": (3600.0, "seconds to wait for rollouts before stopping the run"),
+        "max_probe_mismatch": (0.0, "stop when a worker's probe max |dlogp| exceeds this; "
+                               "0 = off"),
+        "worker_python": ("", "interpreter of local workers; \"\" = this one (jax), the vLLM "
+                          "environment's (vllm)"),
+        "unsandboxed_code": (False, "local workers run code rewards WITHOUT the sandbox "
+                             "(trusted data only)"),
+    },
+    "vllm": {
+        "gpu_memory_utilization": (0.5, "share of GPU memory vLLM takes (weights + KV cache)"),
+        "tensor_parallel": (1, "GPUs per vLLM engine"),
+        "max_num_seqs": (256, "sequences vLLM batches at once"),
+        "prefix_caching": (True, "share the KV cache of a prompt among its n samples"),
+        "enforce_eager": ("auto", "auto (eager on CPUs, CUDA graphs on GPUs) | true | false"),
+    },
+    "data": {
+        "prepared": ("", "a `python -m prorl_jax.prepare --mix` output: files, weights, val "
+                     "split"),
+        "train_files": ("", "comma-separated JSONL/Parquet files in the verl schema (overrides "
+                        "prepared)"),
+        "val_files": ("", "comma-separated held-out files (overrides prepared's val split)"),
+        "val_suite": ("", "a `prepare --suite` output to validate on (with val_benchmarks)"),
+        "val_benchmarks": ("", "its benchmarks, comma-separated: NAME or NAME/TASK (one "
+                           "Reasoning Gym task)"),
+        "weights": ("", "comma-separated blend weights, same order as train_files"),
+        "chat_template": (True, "wrap prompts in the tokenizer's chat template (else raw "
+                          "text)"),
+        "reward_routing": ("", "extra data_source -> verifier pairs, "
+                           "\"src:verifier,src2:verifier\""),
+    },
+    "eval": {
+        "every": (50, "validate every N steps; 0 = never"),
+        "temperature": (0.6, "validation sampling temperature; 0 = greedy"),
+        "top_p": (0.95, "validation nucleus sampling"),
+        "samples": (4, "validation samples per prompt"),
+        "pass_k": ("1", "comma-separated k of the reported pass@k"),
+        "heldout": (1000, "held-out prompts of the demo's procedural task"),
+        "max_prompts": (0, "prompts per validation benchmark (a seeded subset); 0 = all"),
+    },
+    "checkpoint": {
+        "every": (10, "save every N steps (and at the end); 0 = only at the end"),
+        "dir": ("", "Orbax directory; \"\" = run_dir/checkpoints; any path, e.g. gs://..."),
+        "keep": (3, "checkpoints kept"),
+        "async_save": (True, "save in the background while training goes on"),
+    },
+    "metrics": {
+        "tensorboard": (True, "also write TensorBoard event files"),
+        "wandb_project": ("", "also log to this Weights & Biases project"),
+    },
+}
+
+
+def _build(fields: dict) -> ConfigDict:
   c = ConfigDict()
-  c.run_dir = "runs/prorl"
-  c.seed = 0
-  c.total_steps = 3000
-
-  c.model = m = ConfigDict()
-  m.path = ""  # HF directory: config.json + safetensors + tokenizer files
-  m.param_dtype = "float32"  # master weights
-  m.compute_dtype = "bfloat16"
-  m.remat = "full"  # per-layer rematerialisation policy
-  # auto: cuDNN fused attention on NVIDIA GPUs with a 16-bit compute dtype, else XLA | xla | cudnn
-  m.attention_impl = "auto"
-  m.build_tiny = False  # the CPU demo builds its own tiny base model in run_dir
-
-  c.mesh = ConfigDict()
-  c.mesh.data = 1
-  c.mesh.fsdp = -1  # -1: all devices left over after data and tensor
-  c.mesh.tensor = 1
-
-  # Multi-host trainer (prorl_jax/dist.py): explicit coordinator flags, or JAX's own detection.
-  c.dist = ConfigDict()
-  c.dist.coordinator = ""  # host:port of process 0; "" = single process unless dist.auto
-  c.dist.num_processes = 1
-  c.dist.process_id = 0
-  c.dist.auto = False  # jax.distributed.initialize() detects SLURM / Open MPI / TPU pod slices
-  c.dist.timeout_s = 300.0  # how long to wait for every process to join
-
-  c.optim = o = ConfigDict()
-  o.lr = 1e-6
-  o.warmup_steps = 0  # 0 = constant learning rate
-  o.weight_decay = 0.01
-  o.b1 = 0.9
-  o.b2 = 0.999
-  o.eps = 1e-8
-  o.grad_clip = 1.0
-
-  c.algo = a = ConfigDict()
-  a.estimator = "reinforce_pp_baseline"
-  a.adv_whiten_unbiased = False  # True: verl's Bessel-corrected batch variance
-  a.adv_boost = 0.0  # +boost to the advantage of responses with score >= 1 (unofficial [FK] 0.1)
-  a.clip_low = 0.2
-  a.clip_high = 0.28
-  a.dual_clip = 0.0  # 0 = off; otherwise the constant c > 1
-  a.log_ratio_clamp = 20.0
-  a.loss_agg = "token-mean"
-  a.loss_agg_norm = 0.0  # C of seq-mean-token-sum-norm; 0 = max response length
-  a.kl_kind = "k2"
-  a.kl_coef = 1e-4  # 0 = no KL term
-  a.kl_clamp = 10.0
-  a.kl_in_reward = False  # True: -beta*k1 goes into the token reward (reinforce_pp)
-  a.entropy_coef = 0.0
-  a.is_correction = "icepop"
-  a.tis_cap = 2.0
-  a.icepop_low = 0.5
-  a.icepop_high = 5.0
-  a.dynamic_sampling = True
-  a.max_gen_rounds = 10  # 0 = never give up refilling
-  a.truncation_penalty = 0.1  # score multiplier for responses cut at the length limit; 1.0 = off
-  a.length_penalty = "scheduled"
-  a.length_penalty_min = 0.5
-  a.length_penalty_max = 1.0
-  a.length_penalty_on_steps = 100
-  a.length_penalty_off_steps = 500
-  a.overlong_buffer = 0  # DAPO soft overlong buffer length in tokens; 0 = off
-  a.overlong_factor = 1.0
-  a.ref_reset_every = 400  # 0 = never on a schedule
-  a.ref_reset_kl_spike = 0.0  # reset when KL to ref exceeds this; 0 = off
-  a.ref_reset_stall_evals = 0  # reset after this many validations without improvement; 0 = off
-  a.ref_reset_optimizer = False  # True: also re-initialise the optimizer (ProRL v1)
-  a.epochs = 1
-
-  c.rollout = r = ConfigDict()
-  r.n = 16
-  r.prompts_per_step = 512
-  r.mini_batch_prompts = 64
-  r.micro_batch_size = 8  # sequences per gradient-accumulation micro-batch
-  r.max_prompt_len = 1024
-  r.max_response_len = 8192
-  r.temperature = 1.0
-  r.top_p = 1.0
-  r.top_k = 0  # 0 = off
-  r.max_staleness = 0  # 0 = on-policy
-  r.engine = "jax"
-  r.local_workers = 1  # 0 = external workers serve the exchange
-  r.external_workers = 0  # workers started elsewhere (launch/*): each round's prompts are split
-  # into local_workers + external_workers requests so every worker gets a share
-  r.exchange = ""  # tensorstore kvstore URL; "" = <run_dir>/exchange
-  r.timeout_s = 3600.0
-  r.max_probe_mismatch = 0.0  # abort when a worker's probe max |Δlogp| exceeds this; 0 = off
-  r.worker_python = ""  # interpreter of local workers; "" = this one (jax), .venv-vllm's (vllm)
-  r.unsandboxed_code = False  # True: local workers run code rewards WITHOUT the sandbox (trusted
-  # data only; logged at every start)
-
-  c.data = d = ConfigDict()
-  d.prepared = ""  # a `python -m prorl_jax.prepare` output: its files, weights and val split
-  d.train_files = ""  # comma-separated JSONL/Parquet files in the verl schema
-  d.val_files = ""
-  # In-loop validation on benchmarks of a `prepare --suite` output (overrides val_files):
-  # "NAME" or "NAME/TASK" (one Reasoning Gym task), comma-separated; eval.max_prompts caps each.
-  d.val_suite = ""
-  d.val_benchmarks = ""
-  d.weights = ""  # comma-separated blend weights, same order as train_files
-  d.chat_template = True
-  d.reward_routing = ""  # extra data_source -> verifier pairs, "src:verifier,src2:verifier"
-
-  c.eval = e = ConfigDict()
-  e.every = 50  # 0 = never
-  e.temperature = 0.6
-  e.top_p = 0.95
-  e.samples = 4
-  e.pass_k = "1"
-  e.heldout = 1000  # held-out prompts of a procedural task (the demo)
-  e.max_prompts = 0  # per validation benchmark (data.val_benchmarks); 0 = all, else a fixed
-  # seeded subset
-
-  c.checkpoint = k = ConfigDict()
-  k.every = 10
-  k.dir = ""  # "" = <run_dir>/checkpoints; any Orbax path, e.g. gs://bucket/run/checkpoints
-  k.keep = 3
-  k.async_save = True
-
-  c.metrics = x = ConfigDict()
-  x.tensorboard = True
-  x.wandb_project = ""
+  for key, spec in fields.items():
+    c[key] = _build(spec) if isinstance(spec, dict) else spec[0]
   return c
+
+
+def base_config() -> ConfigDict:
+  """All keys with their defaults: the ProRL v2 recipe (see FIELDS)."""
+  return _build(FIELDS)
+
+
+def describe(path: str) -> str:
+  """The one-line meaning of a config key ("algo.clip_high")."""
+  node = FIELDS
+  for part in path.split("."):
+    node = node[part]
+  return node[1]
+
+
+def flat(cfg, prefix: str = "", fields: dict = FIELDS) -> dict:
+  """{"a.b": value} of every leaf of a config, in FIELDS' order."""
+  out = {}
+  for k, spec in fields.items():
+    if isinstance(spec, dict):
+      out.update(flat(cfg[k], f"{prefix}{k}.", spec))
+    else:
+      out[f"{prefix}{k}"] = cfg[k]
+  return out
 
 
 class ConfigError(ValueError):
@@ -250,6 +302,11 @@ def validate(cfg: ConfigDict) -> ConfigDict:
             f"{', '.join(rewards.verifier_names())}")
   _range(cfg, "checkpoint.every", 0, integer=True)
   _range(cfg, "checkpoint.keep", 1, integer=True)
+  _range(cfg, "model.memory_fraction", 0, 1, hi_open=True)
+  _range(cfg, "vllm.gpu_memory_utilization", 0, 1, lo_open=True)
+  _range(cfg, "vllm.tensor_parallel", 1, integer=True)
+  _range(cfg, "vllm.max_num_seqs", 1, integer=True)
+  _in(cfg, "vllm.enforce_eager", ("auto", "true", "false"))
   return cfg
 
 
@@ -336,3 +393,56 @@ def _check_keys(known, cfg, prefix):
       if not isinstance(cfg[key], ConfigDict):
         _fail(f"{prefix}{key} must be a section, got {cfg[key]!r}")
       _check_keys(known[key], cfg[key], f"{prefix}{key}.")
+
+
+def vllm_options(cfg) -> dict:
+  """The vLLM engine's options from the config (what a worker's --vllm_options carries)."""
+  v = cfg.vllm
+  return {"gpu_memory_utilization": float(v.gpu_memory_utilization),
+          "tensor_parallel_size": int(v.tensor_parallel), "max_num_seqs": int(v.max_num_seqs),
+          "enable_prefix_caching": bool(v.prefix_caching), "enforce_eager": v.enforce_eager}
+
+
+def _value(v) -> str:
+  return repr(v) if isinstance(v, str) else str(v)
+
+
+def listing(cfg=None, markdown: bool = False) -> str:
+  """Every key with its value (of `cfg`), default and meaning: a text table or Markdown."""
+  base = flat(base_config())
+  now = flat(cfg) if cfg is not None else base
+  if markdown:
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{k}` | `{_value(d)}` | {describe(k)} |" for k, d in base.items()]
+    return "\n".join(lines) + "\n"
+  width = max(map(len, base))
+  lines = []
+  for k, d in base.items():
+    v = now.get(k, d)
+    changed = "" if v == d else f"   (default {_value(d)})"
+    lines.append(f"{k:<{width}}  {_value(v)}{changed}\n{'':<{width}}  # {describe(k)}")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  """`python -m prorl_jax.config [--config=FILE[:variant]] [--markdown]`: every key."""
+  from absl import flags
+
+  del argv
+  print(listing(flags.FLAGS.config, markdown=flags.FLAGS.markdown), end="")
+
+
+def cli():
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  from prorl_jax import cli as cli_lib
+
+  config_flags.DEFINE_config_file("config", None, "a config file (its values are listed beside "
+                                  "the defaults)", lock_config=True)
+  flags.DEFINE_boolean("markdown", False, "a Markdown table of keys, defaults and meanings")
+  app.run(main, flags_parser=cli_lib.parse_flags)
+
+
+if __name__ == "__main__":
+  cli()

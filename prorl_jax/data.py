@@ -207,17 +207,17 @@ class Blend:
 
 def make_sources(tok, *, train_files: list[str], val_files: list[str],
                  weights: list[float] | None, max_prompt_len: int, seed: int,
-                 heldout: int, routing: dict[str, str] | None = None
-                 ) -> tuple[Blend, list[dict]]:
+                 heldout: int, routing: dict[str, str] | None = None,
+                 use_chat_template: bool = True) -> tuple[Blend, list[dict]]:
   """(training source, held-out items): dataset files, or the demo's procedural chain sums with
   `heldout` held-out prompts (the first 1,000 held-out prompts never appear in training)."""
   if train_files:
-    srcs = [JsonlSource([f], tok, max_prompt_len=max_prompt_len, seed=seed + i, routing=routing)
-            for i, f in enumerate(train_files)]
+    srcs = [JsonlSource([f], tok, max_prompt_len=max_prompt_len, seed=seed + i, routing=routing,
+                        use_chat_template=use_chat_template) for i, f in enumerate(train_files)]
     val = []
     if val_files:
       val_src = JsonlSource(val_files, tok, max_prompt_len=max_prompt_len, seed=seed,
-                            routing=routing)
+                            routing=routing, use_chat_template=use_chat_template)
       srcs[0].verifiers |= val_src.verifiers  # the run needs the held-out set's verifiers too
       val = val_src.items
     return Blend(srcs, weights, seed=seed), val

@@ -157,7 +157,6 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
   import tempfile
 
   from prorl_jax import config as config_lib
-  from prorl_jax import data
   from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
   from prorl_jax.tokenizer import load_tokenizer
 
@@ -165,13 +164,12 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
   if not os.path.isfile(os.path.join(checkpoint, "config.json")):
     raise config_lib.ConfigError(f"--checkpoint={checkpoint!r} is not a HF model directory")
   tok = load_tokenizer(checkpoint)
-  split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
-  _, items = data.make_sources(tok, train_files=split(cfg.data.train_files),
-                               val_files=split(cfg.data.val_files), weights=None,
-                               max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
-                               heldout=cfg.eval.heldout)
+  from prorl_jax.sources import routing_table, sources_for
+
+  _, items = sources_for(cfg, tok)  # the trainer's own held-out set
   if not items:
-    raise config_lib.ConfigError("no held-out items: set data.val_files")
+    raise config_lib.ConfigError("no held-out items: set data.val_files, data.prepared or "
+                                 "data.val_suite")
   python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
   check_worker_python(python, cfg.rollout.engine)
   sampling = {"max_new_tokens": cfg.rollout.max_response_len, "temperature": cfg.eval.temperature,
@@ -182,10 +180,12 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
     ex.publish_weights(0, 0, checkpoint)
     workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
                            os.path.join(tmp, "workers"),
-                           unsandboxed_code=cfg.rollout.unsandboxed_code, python=python)
+                           unsandboxed_code=cfg.rollout.unsandboxed_code, python=python,
+                           vllm_options=config_lib.vllm_options(cfg))
     try:
       return evaluate(ex, items, samples=cfg.eval.samples, sampling=sampling, version=0,
-                      ks=[int(k) for k in split(str(cfg.eval.pass_k))],
+                      ks=[int(k) for k in str(cfg.eval.pass_k).split(",") if k.strip()],
+                      routing=routing_table(cfg),
                       timeout_s=cfg.rollout.timeout_s, tag="eval", seed=cfg.seed,
                       on_idle=workers.check)
     finally:

@@ -170,6 +170,7 @@ class _Runner:
   """A private exchange with the model published as version 0, and local workers on it."""
 
   def __init__(self, cfg, model_dir: str):
+    from prorl_jax import config as config_lib
     from prorl_jax.rollout.exchange import Exchange
     from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 
@@ -181,7 +182,8 @@ class _Runner:
     self.ex.publish_weights(0, 0, model_dir)
     self.workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
                                 os.path.join(self.tmp.name, "workers"),
-                                unsandboxed_code=cfg.rollout.unsandboxed_code, python=python)
+                                unsandboxed_code=cfg.rollout.unsandboxed_code, python=python,
+                                vllm_options=config_lib.vllm_options(cfg))
 
   def close(self):
     self.workers.stop()

@@ -1,6 +1,7 @@
 """Entry point: `python -m prorl_jax.main --config=configs/qwen15b.py [--config.algo.x=...]`.
 
-Thin on purpose: flags, logging of the process/device layout, then `train.run`.
+Thin on purpose: flags, logging of the process/device layout, then `train.run`. A problem the
+user can fix ends in one line (exit status 2); `--debug` shows the traceback.
 """
 
 import logging
@@ -9,8 +10,12 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/tiny.py",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "config file, e.g. configs/tiny.py or configs/qwen15b.py:smoke; list its "
+    "keys with python -m prorl_jax.config --config=FILE", lock_config=True)
+_ACCEPT = flags.DEFINE_boolean(
+    "accept_config_changes", False, "resume a run whose config changed (the differences are "
+    "logged and recorded in RUN_DIR/config.json)")
 
 
 def main(argv):
@@ -19,30 +24,32 @@ def main(argv):
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save step at INFO
-  import jax
-
+  from prorl_jax import cli, data
   from prorl_jax import config as config_lib
-  from prorl_jax import data, dist, train
   from prorl_jax.rollout.local import WorkerFailure
 
-  try:
+  user = (config_lib.ConfigError, data.DataError, WorkerFailure)
+  with cli.user_errors(*user):
     config_lib.validate(_CONFIG.value)
-  except config_lib.ConfigError as e:
-    raise SystemExit(f"error: {e}") from None
-  dist.initialize(_CONFIG.value.dist)  # before anything touches a device
+  import jax
+
+  from prorl_jax import dist, train
+
+  with cli.user_errors(*user):
+    dist.initialize(_CONFIG.value.dist)  # before anything touches a device
   logging.getLogger("prorl_jax").info(
       "process %d/%d, %d local / %d global devices: %s", jax.process_index(),
       jax.process_count(), jax.local_device_count(), jax.device_count(), jax.devices())
-  try:
-    train.run(_CONFIG.value)
-  except (config_lib.ConfigError, data.DataError, WorkerFailure) as e:
-    raise SystemExit(f"error: {e}") from None
+  with cli.user_errors(*user):
+    train.run(_CONFIG.value, accept_config_changes=_ACCEPT.value)
 
 
 def cli():
   """The `prorl-train` console script."""
+  from prorl_jax import cli as cli_lib
+
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  app.run(main, flags_parser=cli_lib.parse_flags)
 
 
 if __name__ == "__main__":

@@ -63,13 +63,23 @@ class MetricWriter:
       self.wandb.log(nums, step=step)
 
   def progress(self, step: int, start_step: int, msg: str):
+    """A progress bar redrawn in place on a terminal; one line per step elsewhere (logs)."""
     done = step - start_step
     rate = (time.time() - self.t0) / max(done, 1)
     eta = rate * max(self.total - step, 0)
+    if not sys.stdout.isatty():
+      sys.stdout.write(f"step {step}/{self.total} {msg} ({rate:.1f} s/step, eta {eta:.0f}s)\n")
+      sys.stdout.flush()
+      return
     width = 20
     filled = int(width * step / max(self.total, 1))
     sys.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] step {step}/{self.total} "
                      f"{msg} eta {eta:5.0f}s ")
+    sys.stdout.flush()
+
+  def say(self, line: str):
+    """A line for people (validation results): on a fresh line even after a progress bar."""
+    sys.stdout.write(("\n" if sys.stdout.isatty() else "") + line + "\n")
     sys.stdout.flush()
 
   def close(self):
@@ -89,6 +99,9 @@ class NullWriter:
     pass
 
   def progress(self, step: int, start_step: int, msg: str):
+    pass
+
+  def say(self, line: str):
     pass
 
   def close(self):

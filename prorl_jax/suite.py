@@ -361,7 +361,8 @@ def read_manifest(directory: str) -> dict:
 
 
 def validation_items(tok, directory: str, specs: list[str], *, max_prompts: int,
-                     max_prompt_len: int, seed: int, routing=None) -> tuple[list[dict], set]:
+                     max_prompt_len: int, seed: int, routing=None,
+                     use_chat_template: bool = True) -> tuple[list[dict], set]:
   """(items, verifier names) of the in-loop validation blend: each spec is a benchmark of the
   suite at `directory`, or BENCHMARK/TASK for one Reasoning Gym task; at most `max_prompts`
   per spec (a seeded subset; 0 = all)."""
@@ -378,7 +379,8 @@ def validation_items(tok, directory: str, specs: list[str], *, max_prompts: int,
       raise DataError(f"data.val_benchmarks: {name!r} is not in {directory} (it has "
                       f"{', '.join(m['benchmarks'])})")
     src = JsonlSource([os.path.join(directory, m["benchmarks"][name]["file"])], tok,
-                      max_prompt_len=max_prompt_len, seed=seed, routing=routing)
+                      max_prompt_len=max_prompt_len, seed=seed, routing=routing,
+                      use_chat_template=use_chat_template)
     got = [it for it in src.items if not task or it["extra"].get("task") == task]
     if not got:
       raise DataError(f"data.val_benchmarks: {spec!r} has no prompts within "

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import tempfile
 import time
 
@@ -24,12 +25,14 @@ from prorl_jax import data, dist, rl_step, shaping
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
+from prorl_jax.export import RUN_RECORD
 from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rewards import sandbox
 from prorl_jax.rollout.exchange import Exchange, shard_bytes
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 from prorl_jax.sharding import make_mesh
+from prorl_jax.sources import routing_table, sources_for
 
 log = logging.getLogger("prorl_jax.train")
 
@@ -80,9 +83,24 @@ class Run:
     self.cfg = cfg
     c = cfg
     self.path = resolve_model_path(c)
-    self.tok = load_tokenizer(self.path)
+    try:
+      self.tok = load_tokenizer(self.path)
+    except (OSError, ValueError) as e:
+      raise config_lib.ConfigError(f"model.path={self.path!r}: cannot load its tokenizer "
+                                   f"({type(e).__name__}: {str(e)[:200]})") from None
     self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
-    self.mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+    # The data and the mesh before the weights: their errors come before any heavy work.
+    self.source, self.heldout = sources_for(c, self.tok)
+    # Prompts longer than rollout.max_prompt_len, dropped when the files were read (logged).
+    self.dropped_too_long = sum(getattr(s, "dropped_too_long", 0) for s in self.source.sources)
+    if self.dropped_too_long:
+      log.warning("%d training prompts are longer than rollout.max_prompt_len=%d and were "
+                  "dropped", self.dropped_too_long, c.rollout.max_prompt_len)
+    check_code_sandbox(c, self.source.verifiers)
+    try:
+      self.mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+    except ValueError as e:  # the mesh does not fit the devices
+      raise config_lib.ConfigError(str(e)) from None
     self.model_cfg, params = load_hf(self.path, dtype=c.model.param_dtype, mesh=self.mesh,
                                      compute_dtype=c.model.compute_dtype, remat=c.model.remat,
                                      attention_impl=attention_impl(c.model))
@@ -101,12 +119,6 @@ class Run:
                                         micro_batches=loss_config(c).micro_batches)
     self.reset_ref = ts.jit_reset_reference(self.model_cfg, self.tx, self.mesh,
                                             c.algo.ref_reset_optimizer)
-    self.source, self.heldout = sources_for(c, self.tok)
-    # Prompts longer than rollout.max_prompt_len, dropped when the files were read (logged).
-    self.dropped_too_long = sum(getattr(s, "dropped_too_long", 0) for s in self.source.sources)
-    if self.dropped_too_long:
-      log.warning("%d training prompts are longer than rollout.max_prompt_len=%d and were "
-                  "dropped", self.dropped_too_long, c.rollout.max_prompt_len)
     rng = np.random.RandomState(c.seed)
     probe_items = self.heldout[:2] or [self.source.sources[0].items[0]]
     self.probe_tokens = [
@@ -129,40 +141,79 @@ class Run:
     self.host = host
 
 
-def sources_for(cfg, tok):
-  """(training source, held-out items) for the config: `data.prepared` (a prepare output) or
-  `data.train_files` / `data.val_files` / `data.weights`, which override it when set."""
-  split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
-  train, weights, val = split(cfg.data.train_files), \
-      [float(w) for w in split(cfg.data.weights)] or None, split(cfg.data.val_files)
-  if cfg.data.prepared:
-    p_train, p_weights, p_val = data.prepared_files(cfg.data.prepared)
-    if not train:
-      train, weights = p_train, weights or p_weights
-    val = val or p_val
-  if not train and not cfg.model.build_tiny:
-    raise config_lib.ConfigError("data.train_files is empty: pass data.prepared=DIR (python -m "
-                                 "prorl_jax.prepare --mix=prorl --out=DIR) or JSONL/Parquet "
-                                 "files in the verl schema (--config.data.train_files=a,b)")
-  blend, heldout = data.make_sources(tok, train_files=train, val_files=val, weights=weights,
-                                     max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
-                                     heldout=cfg.eval.heldout, routing=routing_table(cfg))
-  if cfg.data.val_suite:
-    from prorl_jax import suite
-
-    heldout, verifiers = suite.validation_items(
-        tok, cfg.data.val_suite, split(cfg.data.val_benchmarks),
-        max_prompts=cfg.eval.max_prompts, max_prompt_len=cfg.rollout.max_prompt_len,
-        seed=cfg.seed, routing=routing_table(cfg))
-    blend.verifiers = set(blend.verifiers) | verifiers  # the run needs these verifiers too
-  return blend, heldout
+# Keys a resumed run may change without --accept_config_changes: how long and where it runs,
+# not what it learns.
+OPERATIONAL_KEYS = ("total_steps", "rollout.timeout_s", "rollout.local_workers",
+                    "rollout.external_workers", "rollout.worker_python", "rollout.exchange",
+                    "checkpoint.keep", "checkpoint.async_save", "metrics.tensorboard",
+                    "metrics.wandb_project", "dist.coordinator", "dist.num_processes",
+                    "dist.process_id", "dist.auto", "dist.timeout_s", "eval.every")
 
 
-def record_run(cfg, model_path: str):
-  """RUN_DIR/config.json: the resolved config and the base model's directory (what `export`
-  and a resumed run read back)."""
-  with open(os.path.join(cfg.run_dir, "config.json"), "w") as f:
-    json.dump({"model_path": os.path.abspath(model_path), "config": cfg.to_dict()}, f, indent=1)
+def _recorded(cfg) -> dict | None:
+  try:
+    with open(os.path.join(cfg.run_dir, RUN_RECORD)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def config_changes(cfg) -> list[str]:
+  """"key: old -> new" for each learning-relevant key that differs from the run's record."""
+  rec = _recorded(cfg)
+  if rec is None or "config" not in rec:
+    return []
+  old = _flat(rec["config"])
+  new = _flat(cfg.to_dict())
+  return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
+          if old.get(k) != new.get(k) and k not in OPERATIONAL_KEYS]
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def latest_local_step(cfg) -> int | None:
+  """The newest checkpoint step in a local checkpoint directory (None: none, or not local)."""
+  d = cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints")
+  if "://" in d or not os.path.isdir(d):
+    return None
+  steps = [int(n) for n in os.listdir(d) if n.isdigit()]
+  return max(steps) if steps else None
+
+
+def has_checkpoint(cfg) -> bool:
+  return latest_local_step(cfg) is not None
+
+
+def check_resume_config(cfg, accept: bool) -> list[str]:
+  """A run that resumes must learn as it did: a changed config stops it, in one line listing the
+  differences, unless `accept` (then they are logged and recorded)."""
+  changes = config_changes(cfg) if has_checkpoint(cfg) else []
+  if changes and not accept:
+    raise config_lib.ConfigError(
+        f"{cfg.run_dir} was trained with another config ({'; '.join(changes)}); resume with "
+        "--accept_config_changes to go on with the new values, or use another run_dir")
+  for c in changes:
+    log.warning("resuming with a changed config: %s", c)
+  return changes
+
+
+def record_run(cfg, model_path: str, changes: list[str] | None = None):
+  """RUN_DIR/config.json: the resolved config, the base model's directory (what `export` and a
+  resumed run read back) and the accepted config changes of earlier resumes."""
+  rec = _recorded(cfg) or {}
+  history = rec.get("accepted_changes", []) + ([{"time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                                 "changes": changes}] if changes else [])
+  with open(os.path.join(cfg.run_dir, RUN_RECORD), "w") as f:
+    json.dump({"model_path": os.path.abspath(model_path), "config": cfg.to_dict(),
+               "accepted_changes": history}, f, indent=1)
 
 
 def check_code_sandbox(cfg, verifiers: set[str]):
@@ -220,11 +271,6 @@ def publish(run: Run, ex: Exchange | None, version: int):
                 tmp)
     ex.publish_weights(version, int(run.state.step), tmp)
   ex.prune_weights(keep=2)
-
-
-def routing_table(cfg) -> dict[str, str]:
-  pairs = [p.split(":") for p in cfg.data.reward_routing.split(",") if p.strip()]
-  return {k.strip(): v.strip() for k, v in pairs}
 
 
 def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
@@ -400,15 +446,32 @@ def reset_due(run: Run, step: int) -> str | None:
   return None
 
 
-def run(cfg) -> dict:
+def _val_line(step: int, val: dict) -> str:
+  """One line of a validation's results, rounded: overall and per benchmark (pass@1)."""
+  parts = [f"pass@1 {val['pass@1']:.4f}"] if "pass@1" in val else []
+  parts += [f"{k[:-len('/pass@1')]} {v:.4f}" for k, v in sorted(val.items())
+            if k.endswith("/pass@1")]
+  fails = val.get("verifier_failures", 0)
+  return (f"validation at step {step}: " + " | ".join(parts)
+          + (f" ({fails} verifier failures)" if fails else ""))
+
+
+def run(cfg, accept_config_changes: bool = False) -> dict:
   t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
   config_lib.validate(cfg)
   dist.initialize(cfg.dist)
   primary = dist.is_primary()
   os.makedirs(cfg.run_dir, exist_ok=True)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+  changes = []
   if primary:
-    log.info("resolved config:\n%s", cfg)
+    log.info("run %s: its config goes to %s", cfg.run_dir, os.path.join(cfg.run_dir, RUN_RECORD))
+    changes = check_resume_config(cfg, accept_config_changes)
+    last = latest_local_step(cfg)
+    if last is not None and last >= cfg.total_steps and jax.process_count() == 1:
+      print(f"{cfg.run_dir} is finished: step {last} of total_steps={cfg.total_steps}; raise "
+            "--config.total_steps to train on", flush=True)
+      return {"finished": True, "steps": last}
     if cfg.data.prepared:  # before any heavy work: is the prepared mix there?
       data.prepared_files(cfg.data.prepared)
     if cfg.data.val_suite:  # ... and the validation suite?
@@ -424,9 +487,8 @@ def run(cfg) -> dict:
     resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   dist.barrier("base_model")
   r = Run(cfg)
-  check_code_sandbox(cfg, r.source.verifiers)
   if primary:
-    record_run(cfg, r.path)
+    record_run(cfg, r.path, changes)
   ckpt = Checkpointer(cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
                       cfg.checkpoint.keep,
                       cfg.checkpoint.async_save)
@@ -439,6 +501,14 @@ def run(cfg) -> dict:
     r.load_host(host)
     writer.truncate_after(step0)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, r.host["version"])
+    if step0 >= cfg.total_steps:
+      ckpt.close()
+      writer.close()
+      msg = (f"{cfg.run_dir} is finished: step {step0} of total_steps={cfg.total_steps}; "
+             "raise --config.total_steps to train on")
+      if primary:
+        print(msg, flush=True)
+      return {"finished": True, "steps": step0}
   url = cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange")
   ex = Exchange(url, lease_seconds=60) if primary else None  # only the primary talks to it
   if primary:
@@ -453,7 +523,8 @@ def run(cfg) -> dict:
     workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
                            os.path.join(cfg.run_dir, "workers"),
                            unsandboxed_code=cfg.rollout.unsandboxed_code,
-                           python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python))
+                           python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
+                           vllm_options=config_lib.vllm_options(cfg))
   summary = {}
   try:
     if r.host["pass@1_start"] is None and cfg.eval.every:
@@ -461,8 +532,7 @@ def run(cfg) -> dict:
                            if primary else None)
       r.host["pass@1_start"] = val.get("pass@1")
       writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="validation")
-      if primary:
-        print(f"held-out pass@1 at start: {val.get('pass@1')}", flush=True)
+      writer.say(_val_line(r.host["step"], val))
     first = r.host["step"]
     last_val = None  # (step, validation) of the newest in-loop validation
     for step in range(first + 1, cfg.total_steps + 1):
@@ -498,6 +568,7 @@ def run(cfg) -> dict:
         last_val = (step, val)
         r.host["val_history"].append(val_metric)
         writer.write(step, {f"val/{k}": v for k, v in val.items()}, event="validation")
+        writer.say(_val_line(step, val))
       why = reset_due(r, step)
       if why:
         r.state = r.reset_ref(r.state)
@@ -506,8 +577,8 @@ def run(cfg) -> dict:
                      event=f"reference_reset_{why}")
       if cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == cfg.total_steps):
         ckpt.save(step, r.state, r.host_state(), val_metric)
-    if primary:
-      print("", flush=True)
+    if primary and sys.stdout.isatty():
+      print(flush=True)  # past the progress bar
     if cfg.eval.every:
       if last_val and last_val[0] == r.host["step"]:  # the last step was just validated
         val = last_val[1]

@@ -8,14 +8,14 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 
 LAYERS = {
-    0: ["config", "datatypes", "dist", "sharding", "losses", "advantages", "shaping", "metrics",
-        "rewards", "model.presets", "tokenizer", "__init__"],
+    0: ["config", "cli", "datatypes", "dist", "sharding", "losses", "advantages", "shaping",
+        "metrics", "rewards", "model.presets", "tokenizer", "__init__"],
     1: ["model.qwen2", "model.hf_weights", "model", "data", "checkpoint",
         "rollout", "rollout.exchange", "rollout.entries"],
     2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
         "rollout.local",
         "tiny_base", "demo_task"],
-    3: ["eval", "plot", "export", "prepare"],
+    3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources"],
     4: ["train", "rl_step"],
     5: ["main"],
 }

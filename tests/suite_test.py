@@ -227,7 +227,7 @@ def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_pat
   from prorl_jax import config as config_lib
   from prorl_jax import tiny_base
   from prorl_jax.data import DataError
-  from prorl_jax.train import sources_for
+  from prorl_jax.sources import sources_for
 
   out, _ = built
   tok = tiny_base.build_tokenizer(str(tmp_path / "tok"))

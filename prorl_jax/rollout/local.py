@@ -8,6 +8,7 @@ with `WorkerFailure`: one line with its exit status and the tail of its log.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -74,9 +75,10 @@ class LocalWorkers:
 
   def __init__(self, url: str, count: int, engine: str, log_dir: str,
                unsandboxed_code: bool = False, python: str | None = None,
-               max_failures: int = 3):
+               max_failures: int = 3, vllm_options: dict | None = None):
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
     self.unsandboxed_code = unsandboxed_code
+    self.vllm_options = vllm_options or {}
     self.python = python or worker_python(engine)
     self.max_failures = max_failures
     self.procs: list[subprocess.Popen] = []
@@ -105,7 +107,9 @@ class LocalWorkers:
            f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
            "--exit_with_parent",
            f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
-           *(["--unsandboxed_code"] if self.unsandboxed_code else [])],
+           *(["--unsandboxed_code"] if self.unsandboxed_code else []),
+           *([f"--vllm_options={json.dumps(self.vllm_options)}"]
+             if self.engine == "vllm" and self.vllm_options else [])],
           stdout=out, stderr=subprocess.STDOUT, env=env)
     except OSError as e:
       raise WorkerFailure(f"cannot start a local worker with {self.python}: {e}; set "

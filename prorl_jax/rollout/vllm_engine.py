@@ -47,13 +47,35 @@ def read_probe(path: str) -> dict | None:
     return json.load(fh)
 
 
+def eager(setting, on_cpu: bool) -> bool:
+  """enforce_eager: "auto" = only on CPUs (CUDA graphs on GPUs), else the given true/false."""
+  if isinstance(setting, bool):
+    return setting
+  if str(setting).lower() == "auto":
+    return on_cpu
+  return str(setting).lower() == "true"
+
+
+def _on_cpu() -> bool:
+  from vllm.platforms import current_platform
+
+  return bool(current_platform.is_cpu())
+
+
 class VllmEngine:
+  """`llm_kwargs` go to vllm.LLM (gpu_memory_utilization, tensor_parallel_size, max_num_seqs,
+  enable_prefix_caching, enforce_eager="auto" | true | false, ...)."""
+
   def __init__(self, **llm_kwargs):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    self.llm_kwargs = dict(dtype="auto", enforce_eager=True, seed=0, max_model_len=None,
-                           skip_tokenizer_init=True)
+    self.llm_kwargs = dict(dtype="auto", enforce_eager="auto", seed=0, max_model_len=None,
+                           skip_tokenizer_init=True, enable_prefix_caching=True)
     self.llm_kwargs.update(llm_kwargs)
+    on_cpu = _on_cpu()
+    self.llm_kwargs["enforce_eager"] = eager(self.llm_kwargs["enforce_eager"], on_cpu)
+    if on_cpu:  # the CPU build sizes its KV cache by VLLM_CPU_KVCACHE_SPACE, not by GPU share
+      self.llm_kwargs.pop("gpu_memory_utilization", None)
     self.llm = None
     self.path = None
     self.recreated = 0

@@ -12,6 +12,7 @@ seed, min_version, meta: [{data_source, reference}, ...] (one per prompt)}.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -79,13 +80,13 @@ class JaxEngine:
                     weights=self.weights)
 
 
-def make_engine(name: str) -> Engine:
+def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
   if name == "jax":
     return JaxEngine()
   if name == "vllm":
     from prorl_jax.rollout.vllm_engine import VllmEngine
 
-    return VllmEngine()
+    return VllmEngine(**(vllm_options or {}))
   raise ValueError(f"unknown engine {name!r}; use jax or vllm")
 
 
@@ -260,6 +261,9 @@ def main(argv=None):
                   help="hard wall-clock kill of one verification, seconds")
   ap.add_argument("--unsandboxed_code", action="store_true",
                   help="run code rewards WITHOUT the bubblewrap sandbox (trusted data only)")
+  ap.add_argument("--vllm_options", default="{}",
+                  help="JSON object of vLLM engine options (gpu_memory_utilization, "
+                  "tensor_parallel_size, max_num_seqs, enable_prefix_caching, enforce_eager)")
   ap.add_argument("--exit_with_parent", action="store_true",
                   help="stop when the process that started this worker dies (local workers)")
   args = ap.parse_args(argv)
@@ -269,6 +273,11 @@ def main(argv=None):
     safe_name(wid, "--worker_id")
   except InvalidEntry as e:
     ap.error(str(e))
+  try:
+    vllm_options = json.loads(args.vllm_options)
+    assert isinstance(vllm_options, dict)
+  except (ValueError, AssertionError):
+    ap.error(f"--vllm_options must be a JSON object, got {args.vllm_options!r}")
   own_cache = not args.cache_dir  # a fresh directory per process, removed on exit
   cache = args.cache_dir or tempfile.mkdtemp(prefix="prorl_worker_")
   sandbox.allow_unsandboxed(args.unsandboxed_code)
@@ -277,7 +286,8 @@ def main(argv=None):
       "worker %s: %s", wid, line)
   pool = VerifierPool(args.verifier_processes, args.verifier_timeout,
                       unsandboxed_code=args.unsandboxed_code)
-  worker = Worker(Exchange(args.exchange, args.lease_seconds), make_engine(args.engine), cache,
+  worker = Worker(Exchange(args.exchange, args.lease_seconds),
+                  make_engine(args.engine, vllm_options), cache,
                   wid, args.poll_seconds, pool)
   if args.exit_with_parent:
     worker.parent_pid = os.getppid()

@@ -1,0 +1,107 @@
+"""One error path for the command lines: a failure the user can fix ends in one line on stderr
+that says what to fix, exit status 2, no traceback (`--debug` or PRORL_DEBUG=1 shows it).
+
+`parse_flags` is the absl flags parser of the config-file CLIs (prorl-train, prorl-eval): it
+checks `--config=FILE[:variant]` and every `--config.a.b=value` override against the config's
+fields before absl loads anything, naming the closest field for a typo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import glob
+import os
+import re
+import sys
+
+USAGE_EXIT = 2
+
+
+def debug_on(argv: list[str] | None = None) -> bool:
+  argv = sys.argv if argv is None else argv
+  return os.environ.get("PRORL_DEBUG", "") not in ("", "0") or "--debug" in argv
+
+
+def fail(msg: str) -> None:
+  """Prints `error: msg` (one line) and exits with status 2."""
+  print("error: " + " ".join(str(msg).split()), file=sys.stderr)
+  sys.exit(USAGE_EXIT)
+
+
+@contextlib.contextmanager
+def user_errors(*types: type[BaseException]):
+  """Turns the listed exception types (user-fixable problems) into `fail(...)`; with --debug
+  or PRORL_DEBUG=1 they propagate with their traceback."""
+  try:
+    yield
+  except types as e:
+    if debug_on():
+      raise
+    fail(str(e))
+
+
+def _fields(cfg, prefix="") -> dict[str, object]:
+  out = {}
+  for k, v in cfg.items():
+    if hasattr(v, "items"):
+      out[f"{prefix}{k}"] = v
+      out.update(_fields(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def check_config_args(argv: list[str]) -> None:
+  """Fails in one line on a missing config file or an override of a field that does not exist
+  (naming the closest field)."""
+  from prorl_jax.config import base_config
+
+  fields = None
+  for arg in argv[1:]:
+    m = re.match(r"--config=([^:]*)", arg)
+    if m:
+      path = m.group(1)
+      if not os.path.isfile(path):
+        here = sorted(glob.glob("configs/*.py"))
+        fail(f"--config={path}: no such file" + (f"; the configs here are: {', '.join(here)}"
+                                                 if here else ""))
+      continue
+    m = re.match(r"--config\.([^=]+)", arg)
+    if m:
+      key = m.group(1)
+      fields = fields if fields is not None else _fields(base_config())
+      if key not in fields:
+        near = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+        fail(f"--config.{key} is not a config field" + (
+            f"; did you mean --config.{near[0]}?" if near else
+            "; list them with python -m prorl_jax.config"))
+      if hasattr(fields[key], "items") and "=" in arg:
+        fail(f"--config.{key} is a section; set one of its fields, e.g. --config.{key}."
+             f"{next(iter(fields[key]))}=...")
+
+
+def _last_line(text: str) -> str:
+  """The line that says what went wrong in absl's and ml_collections' messages (which may
+  embed a traceback): the exception line at the end, else the whole text on one line."""
+  lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+  if any(ln.startswith("Traceback") for ln in lines):
+    last = lines[-1]
+    return re.sub(r"^[A-Za-z_.]*(Error|Exception): ", "", last)
+  return " ".join(lines)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl `flags_parser` with one-line errors (see the module docstring)."""
+  from absl import flags
+
+  argv = [a for a in argv if a != "--debug"]
+  if not debug_on(argv + sys.argv):
+    check_config_args(argv)
+  try:
+    return flags.FLAGS(argv)
+  except (flags.Error, OSError, ValueError, AttributeError, KeyError, TypeError) as e:
+    if debug_on(sys.argv):
+      raise
+    fail(_last_line(str(e)))
+  return []
