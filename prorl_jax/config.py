@@ -413,7 +413,8 @@ def listing(cfg=None, markdown: bool = False) -> str:
   now = flat(cfg) if cfg is not None else base
   if markdown:
     lines = ["| key | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{k}` | `{_value(d)}` | {describe(k)} |" for k, d in base.items()]
+    lines += [f"| `{k}` | `{_value(d)}` | {describe(k).replace('|', chr(92) + '|')} |"
+              for k, d in base.items()]
     return "\n".join(lines) + "\n"
   width = max(map(len, base))
   lines = []

@@ -223,14 +223,17 @@ def main(argv):
   `python -m prorl_jax.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=DIR`."""
   from absl import flags
 
+  from prorl_jax import cli
   from prorl_jax import config as config_lib
+  from prorl_jax.data import DataError
   from prorl_jax.export import ExportError
   from prorl_jax.prepare import PrepareError
   from prorl_jax.rollout.local import WorkerFailure
 
   del argv
   F = flags.FLAGS
-  try:
+  with cli.user_errors(config_lib.ConfigError, WorkerFailure, PrepareError, ExportError,
+                       DataError, ValueError):
     if F.suite:
       from prorl_jax import evalsuite
 
@@ -252,8 +255,6 @@ def main(argv):
       raise config_lib.ConfigError("give --config=FILE and --checkpoint=HF_DIR (held-out set "
                                    "of the config), or --suite=prorl-eval --data=DIR")
     result = evaluate_checkpoint(F.config, F.checkpoint)
-  except (config_lib.ConfigError, WorkerFailure, PrepareError, ExportError, ValueError) as e:
-    raise SystemExit(f"error: {e}") from None
   text = json.dumps(result, indent=1)
   print(text)
   if F.out:
@@ -284,7 +285,9 @@ def cli():
                       "default: the package's reference_numbers.json)")
   flags.register_validator("suite", lambda s: s in ("", "prorl-eval"),
                            message="--suite takes prorl-eval")
-  app.run(main)
+  from prorl_jax import cli as cli_lib
+
+  app.run(main, flags_parser=cli_lib.parse_flags)
 
 
 if __name__ == "__main__":

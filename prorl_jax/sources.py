@@ -3,8 +3,43 @@ reward routing table, from `data.*` (prepared mix, files, a validation suite).""
 
 from __future__ import annotations
 
+import os
+
 from prorl_jax import config as config_lib
 from prorl_jax import data
+
+
+def _split(s: str) -> list[str]:
+  return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def precheck(cfg) -> None:
+  """What can be checked before any heavy work (the model load, the demo's base model build):
+  the files the data keys name exist, the blend weights match them, the prepared mix and the
+  validation suite are readable. Raises DataError with one line."""
+  train, val = _split(cfg.data.train_files), _split(cfg.data.val_files)
+  if cfg.data.prepared:
+    p_train, _, p_val = data.prepared_files(cfg.data.prepared)
+    train, val = train or p_train, val or p_val
+  for key, files in (("data.train_files", train), ("data.val_files", val)):
+    for f in files:
+      if "://" not in f and not os.path.exists(f):
+        raise data.DataError(f"{key}: {f}: no such file")
+  weights = _split(cfg.data.weights)
+  if weights and len(weights) != len(train):
+    raise data.DataError(f"data.weights has {len(weights)} values for {len(train)} training "
+                         "files; give one weight per file, in the same order")
+  try:
+    [float(w) for w in weights]
+  except ValueError:
+    raise data.DataError(f"data.weights must be numbers, got {cfg.data.weights!r}") from None
+  if cfg.data.val_suite:
+    from prorl_jax import suite
+
+    try:
+      suite.read_manifest(cfg.data.val_suite)
+    except suite.PrepareError as e:
+      raise data.DataError(f"data.val_suite: {e}") from None
 
 
 def sources_for(cfg, tok):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import data, dist, rl_step, shaping
+from prorl_jax import dist, rl_step, shaping
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
@@ -32,7 +32,7 @@ from prorl_jax.rewards import sandbox
 from prorl_jax.rollout.exchange import Exchange, shard_bytes
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 from prorl_jax.sharding import make_mesh
-from prorl_jax.sources import routing_table, sources_for
+from prorl_jax.sources import precheck, routing_table, sources_for
 
 log = logging.getLogger("prorl_jax.train")
 
@@ -472,15 +472,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       print(f"{cfg.run_dir} is finished: step {last} of total_steps={cfg.total_steps}; raise "
             "--config.total_steps to train on", flush=True)
       return {"finished": True, "steps": last}
-    if cfg.data.prepared:  # before any heavy work: is the prepared mix there?
-      data.prepared_files(cfg.data.prepared)
-    if cfg.data.val_suite:  # ... and the validation suite?
-      from prorl_jax import suite
-
-      try:
-        suite.read_manifest(cfg.data.val_suite)
-      except suite.PrepareError as e:
-        raise data.DataError(f"data.val_suite: {e}") from None
+    precheck(cfg)  # before any heavy work: are the data files there?
     if cfg.rollout.local_workers:  # before any heavy work: can the workers run at all?
       check_worker_python(worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
                           cfg.rollout.engine)
