@@ -403,6 +403,22 @@ def vllm_options(cfg) -> dict:
           "enable_prefix_caching": bool(v.prefix_caching), "enforce_eager": v.enforce_eager}
 
 
+def jax_memory_fraction(cfg) -> float | None:
+  """The share of accelerator memory the trainer's JAX may take (XLA_PYTHON_CLIENT_MEM_FRACTION):
+  `model.memory_fraction` when set; with local vLLM workers on the trainer's GPUs what they
+  leave (1 − workers × vllm.gpu_memory_utilization − 5 %); else None (JAX's default)."""
+  if cfg.model.memory_fraction:
+    return float(cfg.model.memory_fraction)
+  if cfg.rollout.engine != "vllm" or not cfg.rollout.local_workers:
+    return None
+  left = 1.0 - cfg.rollout.local_workers * cfg.vllm.gpu_memory_utilization - 0.05
+  if left < 0.1:
+    _fail(f"{cfg.rollout.local_workers} local vLLM workers x vllm.gpu_memory_utilization="
+          f"{cfg.vllm.gpu_memory_utilization} leave the trainer {max(left, 0):.0%} of the GPU; "
+          "lower vllm.gpu_memory_utilization or run the workers elsewhere (external workers)")
+  return round(left, 3)
+
+
 def _value(v) -> str:
   return repr(v) if isinstance(v, str) else str(v)
 

@@ -5,6 +5,7 @@ user can fix ends in one line (exit status 2); `--debug` shows the traceback.
 """
 
 import logging
+import os
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -31,6 +32,10 @@ def main(argv):
   user = (config_lib.ConfigError, data.DataError, WorkerFailure)
   with cli.user_errors(*user):
     config_lib.validate(_CONFIG.value)
+    fraction = config_lib.jax_memory_fraction(_CONFIG.value)
+  if fraction is not None and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
+    # before JAX starts: trainer and local vLLM workers share the GPUs (an explicit env wins)
+    os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(fraction)
   import jax
 
   from prorl_jax import dist, train

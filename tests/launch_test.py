@@ -29,8 +29,30 @@ def test_slurm_prints_trainer_and_worker_steps():
   assert len(lines) == 2
   assert "--nodelist=n3\\,n4" in lines[0] and "prorl_jax.rollout.worker" in lines[0]
   assert "--engine=vllm" in lines[0] and "--exchange=/shared/x/exchange" in lines[0]
+  # one worker per GPU (8 by default), each seeing its own GPU
+  assert "--ntasks-per-node=8" in lines[0] and "CUDA_VISIBLE_DEVICES" in lines[0]
+  assert "SLURM_LOCALID" in lines[0]
+  assert '"tensor_parallel_size": 1' in lines[0].replace("\\", "")
+  assert "--config.rollout.external_workers=16" in lines[1]
   assert "--nodelist=n1\\,n2" in lines[1] and "--config.dist.auto=True" in lines[1]
   assert "--config.rollout.local_workers=0" in lines[1] and lines[1].endswith("kl_coef=0")
+
+
+def test_slurm_worker_gpus_do_not_overlap():
+  """The script's own per-task wrapper, run for each local task id: disjoint GPU sets."""
+  import shlex
+
+  r = _sh("slurm/train.sbatch", dict(SLURM, TP="2", GPUS_PER_NODE="8"))
+  assert r.returncode == 0, r.stderr
+  line = [x for x in r.stdout.splitlines() if x.startswith("+ srun")][0]
+  assert "--ntasks-per-node=4" in line
+  args = shlex.split(line[2:])
+  wrapper = args[args.index("-c") + 1]
+  seen = [subprocess.run(["bash", "-c", wrapper, "worker", "bash", "-c",
+                          "echo $CUDA_VISIBLE_DEVICES"],
+                         env=dict(os.environ, SLURM_LOCALID=str(k), TP="2"),
+                         capture_output=True, text=True).stdout.strip() for k in range(4)]
+  assert seen == ["0,1", "2,3", "4,5", "6,7"]
 
 
 def test_tpu_prints_gcloud_commands():

@@ -1,6 +1,7 @@
 """Local rollout workers: the worker interpreter is checked before any work, and a crash loop
 stops the run in one line with the tail of the worker's log."""
 
+import json
 import os
 import stat
 import sys
@@ -78,9 +79,46 @@ def test_the_trainer_refuses_a_vllm_worker_python_before_loading_anything(tmp_pa
        "--config.rollout.engine=vllm", f"--config.rollout.worker_python={sys.executable}",
        f"--config.run_dir={tmp_path}/run"], cwd=root, capture_output=True, text=True,
       timeout=300, env=dict(os.environ, PYTHONPATH=root))
-  assert res.returncode == 1
+  assert res.returncode == 2
   err = [line for line in res.stderr.splitlines() if line.startswith("error:")]
   assert len(err) == 1 and "cannot import it" in err[0] and "make venv-vllm" in err[0], res.stderr
   assert "Traceback" not in res.stderr
   assert not os.path.exists(tmp_path / "run" / "base")  # the demo's base model was never built
   assert time.time() - t0 < 120
+
+
+def test_vllm_workers_get_the_configs_engine_options(tmp_path):
+  from prorl_jax import config as config_lib
+
+  cfg = config_lib.base_config()
+  cfg.vllm.tensor_parallel = 2
+  cfg.vllm.enforce_eager = "false"
+  py = _fake_python(tmp_path, 'echo "ARGS: $*"; sleep 30')
+  workers = LocalWorkers("file:///x", 1, "vllm", str(tmp_path / "logs"), python=py,
+                         vllm_options=config_lib.vllm_options(cfg))
+  try:
+    log = os.path.join(tmp_path, "logs", "worker0.log")
+    t0 = time.time()
+    while "ARGS" not in open(log).read() and time.time() - t0 < 10:
+      time.sleep(0.05)
+    args = open(log).read()
+    opts = json.loads(args.split("--vllm_options=", 1)[1].split(" --")[0].strip())
+    assert opts == {"gpu_memory_utilization": 0.5, "tensor_parallel_size": 2,
+                    "max_num_seqs": 256, "enable_prefix_caching": True, "enforce_eager": "false"}
+  finally:
+    workers.stop()
+
+
+def test_trainer_memory_share_leaves_room_for_local_vllm_workers():
+  from prorl_jax import config as config_lib
+
+  cfg = config_lib.base_config()
+  assert config_lib.jax_memory_fraction(cfg) is None  # JAX engine: JAX's own default
+  cfg.rollout.engine = "vllm"
+  cfg.vllm.gpu_memory_utilization = 0.3
+  assert config_lib.jax_memory_fraction(cfg) == 0.65
+  cfg.rollout.local_workers = 3
+  with pytest.raises(config_lib.ConfigError, match="leave the trainer 5% of the GPU"):
+    config_lib.jax_memory_fraction(cfg)
+  cfg.model.memory_fraction = 0.4
+  assert config_lib.jax_memory_fraction(cfg) == 0.4
