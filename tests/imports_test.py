@@ -15,7 +15,7 @@ LAYERS = {
     2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
         "rollout.local",
         "tiny_base", "demo_task"],
-    3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources"],
+    3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources", "run_record"],
     4: ["train", "rl_step"],
     5: ["main"],
 }

@@ -220,7 +220,9 @@ IFEVAL_25 = (
 
 
 def test_every_ifeval_instruction_type_is_supported():
-  assert set(prepare.IFEVAL_IDS) == set(IFEVAL_25)
+  from prorl_jax.rewards import ifeval
+
+  assert set(ifeval.IFEVAL_IDS) == set(IFEVAL_25)
 
 
 @pytest.mark.parametrize("iid,kwargs,good,bad", [

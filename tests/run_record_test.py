@@ -8,7 +8,7 @@ import os
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax import train
+from prorl_jax import run_record, train
 from prorl_jax.metrics import MetricWriter
 
 
@@ -23,7 +23,7 @@ def _cfg(tmp_path, **algo):
 def _started(cfg, step: int):
   """A run directory as the trainer leaves it: its record and a checkpoint step directory."""
   os.makedirs(os.path.join(cfg.run_dir, "checkpoints", str(step), "state"))
-  train.record_run(cfg, "/models/base")
+  run_record.record_run(cfg, "/models/base")
 
 
 def test_a_changed_config_is_refused_with_its_differences(tmp_path):
@@ -31,7 +31,7 @@ def test_a_changed_config_is_refused_with_its_differences(tmp_path):
   new = _cfg(tmp_path, clip_high=0.3, kl_coef=0.0)
   new.total_steps = 9000  # how long it runs is not a change of what it learns
   with pytest.raises(config_lib.ConfigError) as e:
-    train.check_resume_config(new, accept=False)
+    run_record.check_resume_config(new, accept=False)
   msg = str(e.value)
   assert "algo.clip_high: 0.28 -> 0.3" in msg and "algo.kl_coef: 0.0001 -> 0.0" in msg
   assert "total_steps" not in msg and "--accept_config_changes" in msg and "\n" not in msg
@@ -40,20 +40,20 @@ def test_a_changed_config_is_refused_with_its_differences(tmp_path):
 def test_accepted_changes_are_recorded(tmp_path):
   _started(_cfg(tmp_path), 5)
   new = _cfg(tmp_path, clip_high=0.3)
-  changes = train.check_resume_config(new, accept=True)
+  changes = run_record.check_resume_config(new, accept=True)
   assert changes == ["algo.clip_high: 0.28 -> 0.3"]
-  train.record_run(new, "/models/base", changes)
+  run_record.record_run(new, "/models/base", changes)
   rec = json.load(open(os.path.join(new.run_dir, "config.json")))
   assert rec["config"]["algo"]["clip_high"] == 0.3
   assert rec["accepted_changes"][0]["changes"] == changes
-  assert train.check_resume_config(new, accept=False) == []  # the record is the new config
+  assert run_record.check_resume_config(new, accept=False) == []  # the record is the new config
 
 
 def test_a_fresh_run_directory_has_nothing_to_compare(tmp_path):
   cfg = _cfg(tmp_path)
   os.makedirs(cfg.run_dir)
-  train.record_run(_cfg(tmp_path, clip_high=0.5), "/m")  # a record but no checkpoint yet
-  assert train.check_resume_config(cfg, accept=False) == []
+  run_record.record_run(_cfg(tmp_path, clip_high=0.5), "/m")  # a record but no checkpoint yet
+  assert run_record.check_resume_config(cfg, accept=False) == []
 
 
 def test_a_finished_run_says_so_and_leaves_its_summary(tmp_path, capsys):

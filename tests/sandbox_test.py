@@ -234,14 +234,23 @@ def test_the_program_sees_no_host_process_path_or_file(tmp_path):
 
 
 def _as_nobody_env() -> tuple[str, dict]:
-  """A world-readable copy of the sandbox module (stdlib + pyseccomp) for a non-root process."""
+  """A world-readable copy of the sandbox modules (stdlib + pyseccomp) for a non-root process:
+  `import sandbox` there is prorl_jax.rewards.sandbox."""
   import pyseccomp
 
   d = tempfile.mkdtemp(prefix="prorl-nobody-")
-  os.chmod(d, 0o755)
-  for src in (os.path.join(ROOT, "prorl_jax", "rewards", "sandbox.py"), pyseccomp.__file__):
-    shutil.copy(src, d)
-    os.chmod(os.path.join(d, os.path.basename(src)), 0o644)
+  for rel in ("prorl_jax/__init__.py", "prorl_jax/rewards/__init__.py",
+              "prorl_jax/rewards/sandbox.py", "prorl_jax/rewards/sandbox_runner.py"):
+    os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
+    shutil.copy(os.path.join(ROOT, rel), os.path.join(d, rel))
+  shutil.copy(pyseccomp.__file__, d)
+  with open(os.path.join(d, "sandbox.py"), "w") as f:
+    f.write("from prorl_jax.rewards.sandbox import *  # noqa\n"
+            "from prorl_jax.rewards.sandbox import allow_unsandboxed, check, run  # noqa\n")
+  for root, dirs, files in os.walk(d):
+    os.chmod(root, 0o755)
+    for name in files:
+      os.chmod(os.path.join(root, name), 0o644)
   return d, {"PATH": "/usr/bin:/bin"}
 
 

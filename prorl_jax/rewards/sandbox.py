@@ -47,6 +47,8 @@ import sys
 import tempfile
 import time
 
+from prorl_jax.rewards.sandbox_runner import RUNNER
+
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: "
@@ -93,179 +95,6 @@ INNER_UID = 1000  # the uid the program sees
 
 RESULT_MARK = "\n__PRORL_RESULT__"
 
-# Runs first inside the sandbox. Reads the job (marshal, from the host) from an inherited fd,
-# sets the rlimits, compiles the program once, then runs each test case in a forked child:
-# stdin/stdout/stderr on pipes of its own (nothing else inherited), stdin/stdout programs as
-# __main__, function-call tasks as a module whose function's JSON result follows RESULT_MARK on
-# stdout. Between cases every other process in the sandbox is killed. One line per case goes to
-# the runner's stdout: "exit timed_out overflow seconds stdout_b64 stderr_b64". Only built-in
-# modules are imported here (json, re and friends would double the start-up time).
-_RUNNER = r"""
-import binascii, marshal, os, resource, select, sys, time
-SIGKILL = 9  # the signal module imports enum and collections: 3-10 ms
-cfg = marshal.loads(binascii.a2b_hex(sys.argv[1]))
-with open(cfg["fd"], "rb") as f:
-    job = marshal.loads(f.read())
-for name, val in cfg["rlimits"]:
-    resource.setrlimit(getattr(resource, name), (val, val))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-out_fd = os.dup(1)
-null = os.open(os.devnull, os.O_RDWR)
-for fd in (0, 1):
-    os.dup2(null, fd)
-sys.argv = ["solution.py"]
-deadline = time.monotonic() + cfg["timeout_s"]
-fn_name, mark = job["fn_name"], cfg["mark"]
-try:
-    code, compile_error = compile(job.pop("code"), "solution.py", "exec"), None
-except BaseException as e:
-    code, compile_error = None, (type(e).__name__ + ": " + str(e) + "\n").encode()
-
-def plain(o):
-    if isinstance(o, (set, frozenset)):
-        return sorted(o, key=repr)
-    if isinstance(o, (bytes, bytearray)):
-        return o.decode("utf-8", "replace")
-    return repr(o)
-
-def child(case):
-    ns = {"__name__": "__main__" if fn_name is None else "solution",
-          "__builtins__": __builtins__}
-    exec(code, ns)
-    if fn_name is None:
-        return
-    fn = ns.get(fn_name)
-    if fn is None:
-        for v in list(ns.values()):
-            if isinstance(v, type) and hasattr(v, fn_name):
-                fn = getattr(v(), fn_name)
-                break
-    if fn is None:
-        raise SystemExit("no function " + repr(fn_name) + " in the program")
-    out = fn(*case["args"])
-    import json
-    text = json.dumps(out, default=plain)
-    sys.stdout.flush()
-    sys.stdout.write(mark + text)
-
-def run_child(case):
-    status = 1
-    try:
-        try:
-            child(case)
-            status = 0
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            if not isinstance(e.code, (int, type(None))):
-                sys.stderr.write(str(e.code) + "\n")
-        except BaseException:
-            sys.excepthook(*sys.exc_info())
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(status & 255)
-
-def run_case(case):
-    pipes = [os.pipe() for _ in range(3)]
-    pid = os.fork()
-    if pid == 0:
-        os.setsid()
-        for i, (r, w) in enumerate(pipes):
-            os.dup2(r if i == 0 else w, i)
-        os.closerange(3, 1 << 16)
-        run_child(case)
-    for i, (r, w) in enumerate(pipes):
-        os.close(r if i == 0 else w)  # the child's ends
-    stdin_w, out_r, err_r = pipes[0][1], pipes[1][0], pipes[2][0]
-    data = memoryview(case["stdin"])
-    bufs = {out_r: bytearray(), err_r: bytearray()}
-    caps = {out_r: case["stdout_cap"], err_r: cfg["stderr_cap"]}
-    poll = select.poll()
-    open_fds = {out_r, err_r}
-    for fd in (out_r, err_r):
-        os.set_blocking(fd, False)
-        poll.register(fd, select.POLLIN)
-    if data:
-        os.set_blocking(stdin_w, False)
-        poll.register(stdin_w, select.POLLOUT)
-        open_fds.add(stdin_w)
-    else:
-        os.close(stdin_w)
-    pidfd = os.pidfd_open(pid)  # readable once the child exits (its daemons may hold the pipes)
-    poll.register(pidfd, select.POLLIN)
-    timed_out = overflow = exited = False
-    t0 = time.monotonic()
-
-    def take(fd):
-        chunk = os.read(fd, 1 << 16)
-        if chunk:
-            buf = bufs[fd]
-            room = caps[fd] - len(buf)
-            buf += chunk[:max(room, 0)]
-            return len(chunk) > room and fd == out_r
-        poll.unregister(fd)
-        open_fds.discard(fd)
-        os.close(fd)
-        return False
-
-    while not (exited or overflow):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        for fd, ev in poll.poll(min(left, 1.0) * 1000):
-            if fd == pidfd:
-                exited = True
-            elif fd == stdin_w:
-                try:
-                    data = data[os.write(fd, data[:1 << 16]):]
-                except OSError:
-                    data = data[:0]
-                if not data:
-                    poll.unregister(fd)
-                    open_fds.discard(fd)
-                    os.close(fd)
-            elif fd in open_fds:
-                overflow = take(fd) or overflow
-    if exited:  # what the child wrote before it exited is in the pipes: read it all
-        for fd in (out_r, err_r):
-            try:
-                while fd in open_fds and not overflow:
-                    overflow = take(fd) or overflow
-            except BlockingIOError:
-                pass
-    for fd in open_fds | {pidfd}:
-        os.close(fd)
-    try:
-        os.killpg(pid, SIGKILL)
-    except OSError:
-        pass
-    if cfg["isolated"]:  # every process of this sandbox but us and its init
-        try:
-            os.kill(-1, SIGKILL)
-        except OSError:
-            pass
-    _, status = os.waitpid(pid, 0)
-    return (os.waitstatus_to_exitcode(status), timed_out, overflow, time.monotonic() - t0,
-            bytes(bufs[out_r]), bytes(bufs[err_r]))
-
-def b64(b):
-    return binascii.b2a_base64(b, newline=False).decode()
-
-for case in job["cases"]:
-    if compile_error is not None:
-        res = (1, False, False, 0.0, b"", compile_error)
-    elif time.monotonic() >= deadline:
-        break
-    else:
-        res = run_case(case)
-    line = "%d %d %d %.6f %s %s\n" % (res[0], res[1], res[2], res[3], b64(res[4]), b64(res[5]))
-    line = memoryview(line.encode())
-    while line:
-        line = line[os.write(out_fd, line):]
-    if res[1]:
-        break
-"""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -416,7 +245,7 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
   cfg = marshal.dumps({"fd": fd, "mark": RESULT_MARK, "timeout_s": float(timeout_s),
                        "isolated": not unsandboxed(), "stderr_cap": int(lim["stderr_bytes"]),
                        "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]}).hex()
-  cmd = [python(), "-I", "-S", "-c", _RUNNER, cfg]
+  cmd = [python(), "-I", "-S", "-c", RUNNER, cfg]
   # The runner's report: every case's output and stderr in base64, one line per case.
   report_cap = sum(4 * (c["stdout_cap"] + lim["stderr_bytes"]) // 3 + 1024 for c in job_cases)
   host_lim = dict(lim, stdout_bytes=report_cap)
