@@ -16,7 +16,7 @@ LAYERS = {
         "rollout.local",
         "tiny_base", "demo_task"],
     3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources", "run_record"],
-    4: ["train", "rl_step"],
+    4: ["train", "rl_step", "step"],
     5: ["main"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.

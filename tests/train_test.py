@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from prorl_jax.train import admissible
+from prorl_jax.step import admissible
 from tests.loop_helpers import finish, metrics, params_hash, start
 
 
