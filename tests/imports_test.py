@@ -15,7 +15,8 @@ LAYERS = {
     2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
         "rollout.local",
         "tiny_base", "demo_task"],
-    3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources", "run_record"],
+    3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources", "run_record",
+        "hub"],
     4: ["train", "rl_step", "step"],
     5: ["main"],
 }
