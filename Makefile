@@ -74,6 +74,7 @@ bench: $(VENV)/.dev-stamp
 
 lint: $(VENV)/.dev-stamp
 	$(BIN)/ruff check prorl_jax tests configs bench
+	$(BIN)/ruff format --check prorl_jax tests configs bench
 
 clean:
 	rm -rf $(VENV) $(VVENV) runs .pytest_cache

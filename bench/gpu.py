@@ -42,16 +42,28 @@ def stage_matmul(args):
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.bfloat16)
   f = jax.jit(lambda x, y: x @ y)
   t = median_time(lambda: f(a, a).block_until_ready(), 10)
-  return {"devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
-          "matmul_bf16_tflops": round(2 * n ** 3 / t / 1e12, 1)}
+  return {
+    "devices": [str(d) for d in jax.devices()],
+    "jax": jax.__version__,
+    "matmul_bf16_tflops": round(2 * n**3 / t / 1e12, 1),
+  }
 
 
 def _small_cfg(impl):
   from prorl_jax.model import presets
-  return presets.Qwen2Config(vocab_size=1024, hidden_size=256, intermediate_size=512,
-                             num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64,
-                             param_dtype="float32", compute_dtype="bfloat16",
-                             attention_impl=impl)
+
+  return presets.Qwen2Config(
+    vocab_size=1024,
+    hidden_size=256,
+    intermediate_size=512,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=64,
+    param_dtype="float32",
+    compute_dtype="bfloat16",
+    attention_impl=impl,
+  )
 
 
 def stage_parity(args):
@@ -74,16 +86,21 @@ def stage_parity(args):
     out[impl] = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), -1))
   real = mask.astype(bool)
   diff = np.abs(out["xla"] - out["cudnn"])[real]  # [real tokens, vocab]
-  return {"max_abs_logprob_diff": float(diff.max()), "mean_abs_logprob_diff": float(diff.mean()),
-          "finite": bool(np.isfinite(out["cudnn"][real]).all())}
+  return {
+    "max_abs_logprob_diff": float(diff.max()),
+    "mean_abs_logprob_diff": float(diff.mean()),
+    "finite": bool(np.isfinite(out["cudnn"][real]).all()),
+  }
 
 
 def _big_cfg(impl, args, remat="full"):
   from prorl_jax.model import presets
+
   if args.smoke:
     return _small_cfg(impl).replace(remat=remat)
-  return presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16",
-                                      remat=remat, attention_impl=impl)
+  return presets.r1_distill_qwen_1p5b(
+    param_dtype="float32", compute_dtype="bfloat16", remat=remat, attention_impl=impl
+  )
 
 
 def stage_train(args, impl, remat="full"):
@@ -103,9 +120,12 @@ def stage_train(args, impl, remat="full"):
   mask = np.ones((b, t), np.int32)
   loss_mask = mask.copy()
   loss_mask[:, : t // 4] = 0  # a prompt, then the response
-  batch = {"tokens": rng.randint(0, cfg.vocab_size, (b, t)).astype(np.int32),
-           "attn_mask": mask, "loss_mask": loss_mask,
-           "adv": rng.randn(b, t).astype(np.float32)}
+  batch = {
+    "tokens": rng.randint(0, cfg.vocab_size, (b, t)).astype(np.int32),
+    "attn_mask": mask,
+    "loss_mask": loss_mask,
+    "adv": rng.randn(b, t).astype(np.float32),
+  }
   for k in ("old_logp", "ref_logp", "gen_logp"):
     batch[k] = np.full((b, t), -np.log(cfg.vocab_size), np.float32)
   batch = jax.device_put(batch)
@@ -125,26 +145,42 @@ def stage_train(args, impl, remat="full"):
   mem = {}
   try:
     stats = jax.devices()[0].memory_stats() or {}
-    mem = {"peak_gib": round(stats.get("peak_bytes_in_use", 0) / 2 ** 30, 1)}
+    mem = {"peak_gib": round(stats.get("peak_bytes_in_use", 0) / 2**30, 1)}
   except Exception:  # noqa: BLE001 - not every backend reports memory
     pass
-  return {"attention_impl": impl, "remat": remat, "params": cfg.num_params, "batch": [b, t],
-          "micro_batches": micro, "compile_s": round(compile_s, 1), "step_s": round(dt, 3),
-          "tokens_per_s": round(b * t / dt), "model_tflops": round(flops / dt / 1e12, 1),
-          "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3),
-          "loss_finite": bool(np.isfinite(metrics.get("actor/loss", np.nan))),
-          "grad_norm": float(metrics.get("actor/grad_norm", np.nan)),
-          "skipped": int(metrics.get("actor/skipped", 1)), **mem}
+  return {
+    "attention_impl": impl,
+    "remat": remat,
+    "params": cfg.num_params,
+    "batch": [b, t],
+    "micro_batches": micro,
+    "compile_s": round(compile_s, 1),
+    "step_s": round(dt, 3),
+    "tokens_per_s": round(b * t / dt),
+    "model_tflops": round(flops / dt / 1e12, 1),
+    "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3),
+    "loss_finite": bool(np.isfinite(metrics.get("actor/loss", np.nan))),
+    "grad_norm": float(metrics.get("actor/grad_norm", np.nan)),
+    "skipped": int(metrics.get("actor/skipped", 1)),
+    **mem,
+  }
 
 
 def _hf_config(cfg):
   import transformers
+
   return transformers.Qwen2Config(
-      vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-      intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
-      num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-      head_dim=cfg.head_dim, tie_word_embeddings=cfg.tie_word_embeddings,
-      rope_theta=cfg.rope_theta, attn_implementation="sdpa")
+    vocab_size=cfg.vocab_size,
+    hidden_size=cfg.hidden_size,
+    intermediate_size=cfg.intermediate_size,
+    num_hidden_layers=cfg.num_layers,
+    num_attention_heads=cfg.num_heads,
+    num_key_value_heads=cfg.num_kv_heads,
+    head_dim=cfg.head_dim,
+    tie_word_embeddings=cfg.tie_word_embeddings,
+    rope_theta=cfg.rope_theta,
+    attn_implementation="sdpa",
+  )
 
 
 def stage_torch(args):
@@ -157,8 +193,7 @@ def stage_torch(args):
   with torch.device(dev):
     model = transformers.Qwen2ForCausalLM(_hf_config(cfg)).train()
   model.gradient_checkpointing_enable()
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01,
-                          fused=dev == "cuda")
+  opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=dev == "cuda")
   ids = torch.randint(0, cfg.vocab_size, (b, t), device=dev)
   mb = b // micro
 
@@ -166,7 +201,7 @@ def stage_torch(args):
     opt.zero_grad(set_to_none=True)
     for i in range(micro):
       with torch.autocast(dev, dtype=torch.bfloat16):
-        loss = model(input_ids=ids[i * mb:(i + 1) * mb], labels=ids[i * mb:(i + 1) * mb]).loss
+        loss = model(input_ids=ids[i * mb : (i + 1) * mb], labels=ids[i * mb : (i + 1) * mb]).loss
       (loss / micro).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
@@ -175,8 +210,12 @@ def stage_torch(args):
 
   dt = median_time(run, args.steps)
   flops = model_flops_per_token(cfg, t) * b * t
-  return {"torch": torch.__version__, "step_s": round(dt, 3), "tokens_per_s": round(b * t / dt),
-          "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3)}
+  return {
+    "torch": torch.__version__,
+    "step_s": round(dt, 3),
+    "tokens_per_s": round(b * t / dt),
+    "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3),
+  }
 
 
 def _sampler_shape(args, batch=None):
@@ -198,14 +237,25 @@ def stage_sampler_jax(args, batch=None):
   sp = jax_sampler.SamplingParams(max_new_tokens=n, temperature=1.0)
   t0 = time.perf_counter()
   weights = jax_sampler.prepare(cfg, params)  # once per weight version, as the worker does
-  gen = lambda seed: jax_sampler.generate(cfg, params, prompts, sp, seed=seed,  # noqa: E731
-                                          weights=weights)
+  gen = lambda seed: jax_sampler.generate(
+    cfg,
+    params,
+    prompts,
+    sp,
+    seed=seed,  # noqa: E731
+    weights=weights,
+  )
   gen(0)
   first_s = time.perf_counter() - t0
   jt = median_time(lambda: gen(1), 2)
   out = gen(2)
-  return {"batch": b, "prompt": p, "new_tokens": n, "first_call_s": round(first_s, 1),
-          "tokens_per_s": round(int(out["lengths"].sum()) / jt)}
+  return {
+    "batch": b,
+    "prompt": p,
+    "new_tokens": n,
+    "first_call_s": round(first_s, 1),
+    "tokens_per_s": round(int(out["lengths"].sum()) / jt),
+  }
 
 
 def stage_sampler_hf(args, batch=None):
@@ -221,14 +271,28 @@ def stage_sampler_hf(args, batch=None):
 
   def hf():
     with torch.no_grad():
-      model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                     top_p=1.0, top_k=0, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+      model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        pad_token_id=0,
+      )
     if dev == "cuda":
       torch.cuda.synchronize()
 
   ht = median_time(hf, 1)
-  return {"torch": torch.__version__, "batch": b, "prompt": p, "new_tokens": n,
-          "tokens_per_s": round(b * n / ht)}
+  return {
+    "torch": torch.__version__,
+    "batch": b,
+    "prompt": p,
+    "new_tokens": n,
+    "tokens_per_s": round(b * n / ht),
+  }
 
 
 def _ratios(rows):
@@ -244,7 +308,8 @@ def _ratios(rows):
     peer = rows.get(name.replace("sampler_jax", "sampler_hf"), {})
     if name.startswith("sampler_jax") and "tokens_per_s" in row and "tokens_per_s" in peer:
       out[name.replace("sampler_jax", "sampler_ratio_vs_hf_generate")] = round(
-          row["tokens_per_s"] / peer["tokens_per_s"], 2)
+        row["tokens_per_s"] / peer["tokens_per_s"], 2
+      )
   return out
 
 
@@ -265,11 +330,15 @@ def main():
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   start = time.time()
-  stages = {"matmul": stage_matmul, "parity": stage_parity,
-            "train_cudnn": lambda a: stage_train(a, "cudnn"),
-            "train_xla": lambda a: stage_train(a, "xla"),
-            "torch": stage_torch, "sampler_jax": stage_sampler_jax,
-            "sampler_hf": stage_sampler_hf}
+  stages = {
+    "matmul": stage_matmul,
+    "parity": stage_parity,
+    "train_cudnn": lambda a: stage_train(a, "cudnn"),
+    "train_xla": lambda a: stage_train(a, "xla"),
+    "torch": stage_torch,
+    "sampler_jax": stage_sampler_jax,
+    "sampler_hf": stage_sampler_hf,
+  }
   log = os.path.join(args.out, "gpu.jsonl")
   for name in args.stages.split(","):
     if time.time() - start > args.budget_s:
@@ -281,7 +350,7 @@ def main():
         if not opt:
           row = {"stage": name, **stages[base](args)}
         elif base.startswith("train_"):
-          row = {"stage": name, **stage_train(args, base[len("train_"):], opt)}
+          row = {"stage": name, **stage_train(args, base[len("train_") :], opt)}
         else:
           row = {"stage": name, **stages[base](args, int(opt))}
       except Exception as e:  # noqa: BLE001 - report and go on to the next stage

@@ -28,8 +28,16 @@ sys.path.insert(0, ROOT)
 from benchutil import median_time  # noqa: E402
 
 B, PROMPT, NEW = 8, 32, 128
-KW = dict(vocab_size=2048, hidden_size=256, intermediate_size=1024, num_layers=4, num_heads=4,
-          num_kv_heads=2, head_dim=64, tie_word_embeddings=False)
+KW = dict(
+  vocab_size=2048,
+  hidden_size=256,
+  intermediate_size=1024,
+  num_layers=4,
+  num_heads=4,
+  num_kv_heads=2,
+  head_dim=64,
+  tie_word_embeddings=False,
+)
 
 
 def make_model(path):
@@ -50,8 +58,11 @@ def bench_jax(cfg, params, prompts):
 
   sp = SamplingParams(max_new_tokens=NEW, temperature=1.0)
   weights = prepare(cfg, params)  # as the worker does once per weight version
-  return B * NEW / median_time(lambda: generate(cfg, params, prompts, sp, seed=0, weights=weights),
-                               reps=7)
+  return (
+    B
+    * NEW
+    / median_time(lambda: generate(cfg, params, prompts, sp, seed=0, weights=weights), reps=7)
+  )
 
 
 def bench_hf(path, prompts):
@@ -64,9 +75,17 @@ def bench_hf(path, prompts):
 
   def run():
     with torch.no_grad():
-      model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                     top_k=0, top_p=1.0, max_new_tokens=NEW, min_new_tokens=NEW,
-                     pad_token_id=0)
+      model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=NEW,
+        min_new_tokens=NEW,
+        pad_token_id=0,
+      )
 
   return B * NEW / median_time(run)
 
@@ -83,8 +102,12 @@ def bench_torch_matmuls(path):
   mats = []
   for layer in model.model.layers:
     a, m = layer.self_attn, layer.mlp
-    mats.append([p.weight.T.contiguous() for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj,
-                                                   m.gate_proj, m.up_proj, m.down_proj)])
+    mats.append(
+      [
+        p.weight.T.contiguous()
+        for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)
+      ]
+    )
   head = model.lm_head.weight.T.contiguous()
   x0 = torch.randn(B, head.shape[0])
 
@@ -133,8 +156,9 @@ def bench_vllm(path, prompts):
     return None
   with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
     f.write(VLLM_CHILD)
-  res = subprocess.run([py, f.name, path, json.dumps(prompts), str(NEW)], capture_output=True,
-                       text=True, timeout=900)
+  res = subprocess.run(
+    [py, f.name, path, json.dumps(prompts), str(NEW)], capture_output=True, text=True, timeout=900
+  )
   os.unlink(f.name)
   for line in res.stdout.splitlines():
     if line.startswith("RESULT"):
@@ -201,12 +225,16 @@ def main():
     vllm = bench_vllm(path, prompts)
     out["vllm_cpu_tokens_per_s"] = round(vllm, 1) if vllm else None
     pub, fetch, raw = bench_publish(path)
-    out.update({"publish_mb_per_s": round(pub, 1), "fetch_verify_mb_per_s": round(fetch, 1),
-                "raw_copy_mb_per_s": round(raw, 1),
-                "publish_vs_raw_copy": round(pub / raw, 3),
-                "ratio_vs_hf_generate": round(out["jax_tokens_per_s"] /
-                                              out["hf_generate_tokens_per_s"], 3),
-                "ratio_vs_vllm_cpu": round(out["jax_tokens_per_s"] / vllm, 3) if vllm else None})
+    out.update(
+      {
+        "publish_mb_per_s": round(pub, 1),
+        "fetch_verify_mb_per_s": round(fetch, 1),
+        "raw_copy_mb_per_s": round(raw, 1),
+        "publish_vs_raw_copy": round(pub / raw, 3),
+        "ratio_vs_hf_generate": round(out["jax_tokens_per_s"] / out["hf_generate_tokens_per_s"], 3),
+        "ratio_vs_vllm_cpu": round(out["jax_tokens_per_s"] / vllm, 3) if vllm else None,
+      }
+    )
   print(json.dumps(out))
 
 

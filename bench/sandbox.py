@@ -29,9 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from prorl_jax.rewards import code, sandbox  # noqa: E402
 
 PROGRAMS = {
-    "sum_stdin": ("import sys\nprint(sum(map(int, sys.stdin.read().split())))", b"1 2 3\n"),
-    "loop_1e5": ("s = 0\nfor i in range(100000):\n  s += i * i % 7\nprint(s)", b""),
-    "imports": ("import collections, heapq, itertools, math, re, bisect\nprint(math.pi)", b""),
+  "sum_stdin": ("import sys\nprint(sum(map(int, sys.stdin.read().split())))", b"1 2 3\n"),
+  "loop_1e5": ("s = 0\nfor i in range(100000):\n  s += i * i % 7\nprint(s)", b""),
+  "imports": ("import collections, heapq, itertools, math, re, bisect\nprint(math.pi)", b""),
 }
 
 
@@ -39,11 +39,17 @@ def load_baseline(rev: str):
   """The earlier prorl_jax.rewards.code module, from git (nothing of it is kept in the tree)."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   try:
-    src = subprocess.run(["git", "-C", root, "show", f"{rev}:prorl_jax/rewards/code.py"],
-                         capture_output=True, text=True, check=True).stdout
+    src = subprocess.run(
+      ["git", "-C", root, "show", f"{rev}:prorl_jax/rewards/code.py"],
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout
   except (OSError, subprocess.CalledProcessError) as e:
-    raise SystemExit(f"bench/sandbox.py: cannot read the baseline from git at {rev} ({e}); run "
-                     "it in a clone with history or pass --baseline_rev") from None
+    raise SystemExit(
+      f"bench/sandbox.py: cannot read the baseline from git at {rev} ({e}); run "
+      "it in a clone with history or pass --baseline_rev"
+    ) from None
   d = tempfile.mkdtemp(prefix="prorl-bench-")
   path = os.path.join(d, "baseline_code.py")
   with open(path, "w") as f:
@@ -62,8 +68,13 @@ def _timed(fn) -> float:
 
 
 def run_bare(src, stdin):
-  res = subprocess.run([sandbox.python(), "-I", "-S", "-c", src], input=stdin,
-                       capture_output=True, timeout=30, check=False)
+  res = subprocess.run(
+    [sandbox.python(), "-I", "-S", "-c", src],
+    input=stdin,
+    capture_output=True,
+    timeout=30,
+    check=False,
+  )
   assert res.returncode == 0, res
 
 
@@ -83,8 +94,10 @@ def run_sandboxed(src, stdin):
 
 def group(score_fn):
   """16 responses to one task with 4 tests: 12 correct, 4 wrong (as a policy's group is)."""
-  tests = {"inputs": [f"{i} {i + 1}\n" for i in range(4)],
-           "outputs": [f"{2 * i + 1}\n" for i in range(4)]}
+  tests = {
+    "inputs": [f"{i} {i + 1}\n" for i in range(4)],
+    "outputs": [f"{2 * i + 1}\n" for i in range(4)],
+  }
   good = "```python\nimport sys\nprint(sum(map(int, sys.stdin.read().split())))\n```"
   bad = "```python\nprint(0)\n```"
   for k in range(16):

@@ -25,12 +25,35 @@ sys.path.insert(0, ROOT)
 from benchutil import median_time, model_flops_per_token  # noqa: E402
 
 CONFIGS = {
-    # name: (Qwen2 kwargs, batch, seq)
-    "tiny_4.5M": (dict(vocab_size=2048, hidden_size=256, intermediate_size=1024, num_layers=4,
-                       num_heads=4, num_kv_heads=2, head_dim=64, tie_word_embeddings=True), 8, 256),
-    "qwen2_50M": (dict(vocab_size=16384, hidden_size=512, intermediate_size=1536, num_layers=10,
-                       num_heads=8, num_kv_heads=4, head_dim=64, tie_word_embeddings=False),
-                  4, 256),
+  # name: (Qwen2 kwargs, batch, seq)
+  "tiny_4.5M": (
+    dict(
+      vocab_size=2048,
+      hidden_size=256,
+      intermediate_size=1024,
+      num_layers=4,
+      num_heads=4,
+      num_kv_heads=2,
+      head_dim=64,
+      tie_word_embeddings=True,
+    ),
+    8,
+    256,
+  ),
+  "qwen2_50M": (
+    dict(
+      vocab_size=16384,
+      hidden_size=512,
+      intermediate_size=1536,
+      num_layers=10,
+      num_heads=8,
+      num_kv_heads=4,
+      head_dim=64,
+      tie_word_embeddings=False,
+    ),
+    4,
+    256,
+  ),
 }
 
 
@@ -47,7 +70,7 @@ def matmul_peak(n=2048, steps=5):
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
   f = jax.jit(lambda x, y: x @ y)
   t = median_time(lambda: f(a, a).block_until_ready(), steps)
-  return 2 * n ** 3 / t
+  return 2 * n**3 / t
 
 
 def bench_jax(kw, b, t, steps):
@@ -62,14 +85,19 @@ def bench_jax(kw, b, t, steps):
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-5)
   lc = ts.LossConfig(micro_batches=1, logit_chunk=t, is_correction="none")
-  state = ts.create_train_state(cfg, tx, mesh, jax.random.PRNGKey(0),
-                                params=init_params(cfg, jax.random.PRNGKey(0)))
+  state = ts.create_train_state(
+    cfg, tx, mesh, jax.random.PRNGKey(0), params=init_params(cfg, jax.random.PRNGKey(0))
+  )
   rng = np.random.RandomState(0)
   mask = np.ones((b, t), np.int32)
   loss_mask = mask.copy()
   loss_mask[:, 0] = 0
-  batch = {"tokens": rng.randint(0, cfg.vocab_size, (b, t)).astype(np.int32), "attn_mask": mask,
-           "loss_mask": loss_mask, "adv": rng.randn(b, t).astype(np.float32)}
+  batch = {
+    "tokens": rng.randint(0, cfg.vocab_size, (b, t)).astype(np.int32),
+    "attn_mask": mask,
+    "loss_mask": loss_mask,
+    "adv": rng.randn(b, t).astype(np.float32),
+  }
   for k in ("old_logp", "ref_logp", "gen_logp"):
     batch[k] = np.full((b, t), -np.log(cfg.vocab_size), np.float32)
   batch = jax.device_put(batch)
@@ -90,11 +118,16 @@ def bench_torch(kw, b, t, steps):
   torch.set_num_threads(os.cpu_count() or 1)
   torch.manual_seed(0)
   hf = transformers.Qwen2Config(
-      vocab_size=kw["vocab_size"], hidden_size=kw["hidden_size"],
-      intermediate_size=kw["intermediate_size"], num_hidden_layers=kw["num_layers"],
-      num_attention_heads=kw["num_heads"], num_key_value_heads=kw["num_kv_heads"],
-      head_dim=kw["head_dim"], tie_word_embeddings=kw["tie_word_embeddings"],
-      attn_implementation="sdpa")
+    vocab_size=kw["vocab_size"],
+    hidden_size=kw["hidden_size"],
+    intermediate_size=kw["intermediate_size"],
+    num_hidden_layers=kw["num_layers"],
+    num_attention_heads=kw["num_heads"],
+    num_key_value_heads=kw["num_kv_heads"],
+    head_dim=kw["head_dim"],
+    tie_word_embeddings=kw["tie_word_embeddings"],
+    attn_implementation="sdpa",
+  )
   model = transformers.Qwen2ForCausalLM(hf).train()
   opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
   ids = torch.randint(0, kw["vocab_size"], (b, t))
@@ -118,8 +151,7 @@ def aot_report():
   from prorl_jax.model import presets
   from prorl_jax.sharding import make_mesh
 
-  cfg = presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16",
-                                     remat="full")
+  cfg = presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16", remat="full")
   tx = ts.make_optimizer(1e-6)
   seqs, t, micro = 64, 9216, 8  # a slice of a mini-batch: 8 micro-batches of 8 sequences
   out = {}
@@ -127,24 +159,31 @@ def aot_report():
     mesh = make_mesh(*shape)
     st_sh = ts.state_shardings(cfg, tx, mesh)
     abstract_params = jax.eval_shape(lambda: ts.init_params(cfg, jax.random.PRNGKey(0)))
-    abstract = jax.eval_shape(lambda p: ts._new_state(p, tx, jax.random.PRNGKey(0)),
-                              abstract_params)
-    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                            abstract, st_sh)
+    abstract = jax.eval_shape(
+      lambda p: ts._new_state(p, tx, jax.random.PRNGKey(0)), abstract_params
+    )
+    abstract = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh
+    )
     lc = ts.LossConfig(micro_batches=seqs // micro, logit_chunk=1024)
     fn = ts.jit_train_step(cfg, tx, lc, mesh, (seqs, t))
-    batch = {k: jax.ShapeDtypeStruct((seqs, t), np.int32 if k in ("tokens", "attn_mask",
-                                                                "loss_mask") else np.float32)
-             for k in ts.BATCH_KEYS}
+    batch = {
+      k: jax.ShapeDtypeStruct(
+        (seqs, t), np.int32 if k in ("tokens", "attn_mask", "loss_mask") else np.float32
+      )
+      for k in ts.BATCH_KEYS
+    }
     t0 = time.perf_counter()
     compiled = fn.lower(abstract, batch).compile()
     mem = compiled.memory_analysis()
-    gib = lambda x: round(x / 2 ** 30, 2)  # noqa: E731
-    out[name] = {"compile_s": round(time.perf_counter() - t0, 1),
-                 "argument_gib_per_device": gib(mem.argument_size_in_bytes),
-                 "output_gib_per_device": gib(mem.output_size_in_bytes),
-                 "temp_gib_per_device": gib(mem.temp_size_in_bytes),
-                 "alias_gib_per_device": gib(mem.alias_size_in_bytes)}
+    gib = lambda x: round(x / 2**30, 2)  # noqa: E731
+    out[name] = {
+      "compile_s": round(time.perf_counter() - t0, 1),
+      "argument_gib_per_device": gib(mem.argument_size_in_bytes),
+      "output_gib_per_device": gib(mem.output_size_in_bytes),
+      "temp_gib_per_device": gib(mem.temp_size_in_bytes),
+      "alias_gib_per_device": gib(mem.alias_size_in_bytes),
+    }
   out["shape"] = {"micro_batch_seqs": micro, "seq_len": t, "params": cfg.num_params}
   print(json.dumps(out))
 
@@ -165,22 +204,34 @@ def main():
     cfg, jt = bench_jax(kw, b, t, args.steps)
     tt = bench_torch(kw, b, t, args.steps)
     flops = model_flops_per_token(cfg, t) * b * t
-    row = {"config": name, "params": cfg.num_params, "batch": [b, t], "jax_remat": REMAT,
-           "jax_tokens_per_s": round(b * t / jt, 1), "torch_tokens_per_s": round(b * t / tt, 1),
-           "ratio_vs_torch": round(tt / jt, 3),
-           "jax_model_gflops": round(flops / jt / 1e9, 1),
-           "matmul_peak_fraction": round(flops / jt / peak, 3),
-           "torch_matmul_peak_fraction": round(flops / tt / peak, 3)}
+    row = {
+      "config": name,
+      "params": cfg.num_params,
+      "batch": [b, t],
+      "jax_remat": REMAT,
+      "jax_tokens_per_s": round(b * t / jt, 1),
+      "torch_tokens_per_s": round(b * t / tt, 1),
+      "ratio_vs_torch": round(tt / jt, 3),
+      "jax_model_gflops": round(flops / jt / 1e9, 1),
+      "matmul_peak_fraction": round(flops / jt / peak, 3),
+      "torch_matmul_peak_fraction": round(flops / tt / peak, 3),
+    }
     print(json.dumps(row), flush=True)
     summary[name] = row
   larger = summary["qwen2_50M"]
   summary["ratio_vs_torch"] = larger["ratio_vs_torch"]
   summary["matmul_peak_fraction"] = larger["matmul_peak_fraction"]
   if not args.skip_aot:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu")
-    res = subprocess.run([sys.executable, __file__, "--aot-child"], env=env, capture_output=True,
-                         text=True, check=False)
+    env = dict(
+      os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
+    res = subprocess.run(
+      [sys.executable, __file__, "--aot-child"],
+      env=env,
+      capture_output=True,
+      text=True,
+      check=False,
+    )
     if res.returncode:
       summary["aot_qwen15b"] = {"error": res.stderr.strip().splitlines()[-1:]}
     else:

@@ -1,6 +1,6 @@
 """The CPU demo: the whole ProRL v2 loop on a ~1M-parameter Qwen2 .
 
-  python -m prorl_jax.main --config=configs/tiny.py [--config.run_dir=DIR]
+python -m prorl_jax.main --config=configs/tiny.py [--config.run_dir=DIR]
 """
 
 from prorl_jax.config import base_config

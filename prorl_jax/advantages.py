@@ -24,8 +24,7 @@ def masked_mean(x, mask, axis_name=None):
   return _psum(jnp.sum(x * mask), axis_name) / jnp.maximum(_psum(jnp.sum(mask), axis_name), 1.0)
 
 
-def masked_whiten(x_BxT, mask_BxT, *, unbiased: bool = False, eps: float = 1e-8,
-                  axis_name=None):
+def masked_whiten(x_BxT, mask_BxT, *, unbiased: bool = False, eps: float = 1e-8, axis_name=None):
   """(x − μ)·rsqrt(max(var, eps)) over valid tokens; padding stays 0.
 
   Token-weighted statistics with the biased variance (NeMo-RL / OpenRLHF); `unbiased=True` gives
@@ -80,12 +79,14 @@ def broadcast(seq_B, mask_BxT):
 def reinforce_pp_baseline(scores_PxN, mask_BxT, *, unbiased: bool = False, axis_name=None):
   """ProRL v2: subtract the group mean, broadcast, whiten over all valid tokens of the batch."""
   local_B = dr_grpo(scores_PxN).reshape(-1)
-  return masked_whiten(broadcast(local_B, mask_BxT), mask_BxT, unbiased=unbiased,
-                       axis_name=axis_name)
+  return masked_whiten(
+    broadcast(local_B, mask_BxT), mask_BxT, unbiased=unbiased, axis_name=axis_name
+  )
 
 
-def reinforce_pp(scores_B, mask_BxT, *, kl_BxT=None, kl_coef: float = 0.0,
-                 unbiased: bool = False, axis_name=None):
+def reinforce_pp(
+  scores_B, mask_BxT, *, kl_BxT=None, kl_coef: float = 0.0, unbiased: bool = False, axis_name=None
+):
   """REINFORCE++: r_t = s·1[t = last] − β·kl_t, G_t = Σ_{u≥t} r_u (γ = 1), then whiten."""
   m = mask_BxT.astype(jnp.float32)
   # The last valid token of each row: the valid token with no valid token after it.
@@ -98,9 +99,18 @@ def reinforce_pp(scores_B, mask_BxT, *, kl_BxT=None, kl_coef: float = 0.0,
   return masked_whiten(returns_BxT, mask_BxT, unbiased=unbiased, axis_name=axis_name)
 
 
-def compute_advantages(estimator: str, scores_PxN, mask_BxT, *, kl_BxT=None,
-                       kl_coef: float = 0.0, boost: float = 0.0, correct_PxN=None,
-                       unbiased: bool = False, axis_name=None):
+def compute_advantages(
+  estimator: str,
+  scores_PxN,
+  mask_BxT,
+  *,
+  kl_BxT=None,
+  kl_coef: float = 0.0,
+  boost: float = 0.0,
+  correct_PxN=None,
+  unbiased: bool = False,
+  axis_name=None,
+):
   """Token advantages [B, T] for B = P·N prompt-major rows.
 
   Args:
@@ -116,13 +126,20 @@ def compute_advantages(estimator: str, scores_PxN, mask_BxT, *, kl_BxT=None,
   scores_PxN = jnp.asarray(scores_PxN, jnp.float32)
   p, n = scores_PxN.shape
   if p * n != mask_BxT.shape[0]:
-    raise ValueError(f"scores are {p}x{n} = {p * n} sequences but the mask has "
-                     f"{mask_BxT.shape[0]} rows")
+    raise ValueError(
+      f"scores are {p}x{n} = {p * n} sequences but the mask has {mask_BxT.shape[0]} rows"
+    )
   if estimator == "reinforce_pp_baseline":
     adv = reinforce_pp_baseline(scores_PxN, mask_BxT, unbiased=unbiased, axis_name=axis_name)
   elif estimator == "reinforce_pp":
-    adv = reinforce_pp(scores_PxN.reshape(-1), mask_BxT, kl_BxT=kl_BxT, kl_coef=kl_coef,
-                       unbiased=unbiased, axis_name=axis_name)
+    adv = reinforce_pp(
+      scores_PxN.reshape(-1),
+      mask_BxT,
+      kl_BxT=kl_BxT,
+      kl_coef=kl_coef,
+      unbiased=unbiased,
+      axis_name=axis_name,
+    )
   elif estimator in ("grpo", "rloo", "dr_grpo"):
     fn = {"grpo": grpo, "rloo": rloo, "dr_grpo": dr_grpo}[estimator]
     adv = broadcast(fn(scores_PxN).reshape(-1), mask_BxT)

@@ -20,24 +20,33 @@ log = logging.getLogger(__name__)
 
 class Checkpointer:
   def __init__(self, directory: str, keep: int = 3, async_save: bool = True):
-    policy = pp.AnyPreservationPolicy([
+    policy = pp.AnyPreservationPolicy(
+      [
         pp.LatestN(keep),
-        pp.BestN(get_metric_fn=lambda m: m["val_pass@1"], n=1,
-                 keep_checkpoints_without_metrics=False),
-    ])
+        pp.BestN(
+          get_metric_fn=lambda m: m["val_pass@1"], n=1, keep_checkpoints_without_metrics=False
+        ),
+      ]
+    )
     if "://" not in directory:  # gs:// and other Orbax paths stay as given
       directory = os.path.abspath(directory)
     self.manager = ocp.CheckpointManager(
-        directory, item_names=("state", "host"),
-        options=ocp.CheckpointManagerOptions(preservation_policy=policy,
-                                             enable_async_checkpointing=async_save,
-                                             cleanup_tmp_directories=True))
+      directory,
+      item_names=("state", "host"),
+      options=ocp.CheckpointManagerOptions(
+        preservation_policy=policy,
+        enable_async_checkpointing=async_save,
+        cleanup_tmp_directories=True,
+      ),
+    )
 
   def save(self, step: int, state, host: dict, val_metric: float | None = None):
     metrics = {"val_pass@1": val_metric} if val_metric is not None else None
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    host=ocp.args.JsonSave(host)),
-                      metrics=metrics)
+    self.manager.save(
+      step,
+      args=ocp.args.Composite(state=ocp.args.StandardSave(state), host=ocp.args.JsonSave(host)),
+      metrics=metrics,
+    )
 
   def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
@@ -49,12 +58,21 @@ class Checkpointer:
     """
     for step in reversed(self.steps()):
       try:
-        out = self.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), host=ocp.args.JsonRestore()))
+        out = self.manager.restore(
+          step,
+          args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), host=ocp.args.JsonRestore()
+          ),
+        )
         return step, out["state"], out["host"]
       except Exception as e:  # noqa: BLE001 - any failure: fall back to the previous step
-        log.warning("checkpoint %d in %s cannot be restored (%s: %s); trying the previous one",
-                    step, self.manager.directory, type(e).__name__, e)
+        log.warning(
+          "checkpoint %d in %s cannot be restored (%s: %s); trying the previous one",
+          step,
+          self.manager.directory,
+          type(e).__name__,
+          e,
+        )
     return None
 
   def wait(self):
@@ -67,5 +85,6 @@ class Checkpointer:
 
 def abstract_like(tree, shardings):
   """ShapeDtypeStructs with shardings: the restore target, without allocating anything."""
-  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree,
-                      shardings)
+  return jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings
+  )

@@ -64,8 +64,10 @@ def check_config_args(argv: list[str]) -> None:
       path = m.group(1)
       if not os.path.isfile(path):
         here = sorted(glob.glob("configs/*.py"))
-        fail(f"--config={path}: no such file" + (f"; the configs here are: {', '.join(here)}"
-                                                 if here else ""))
+        fail(
+          f"--config={path}: no such file"
+          + (f"; the configs here are: {', '.join(here)}" if here else "")
+        )
       continue
     m = re.match(r"--config\.([^=]+)", arg)
     if m:
@@ -73,12 +75,19 @@ def check_config_args(argv: list[str]) -> None:
       fields = fields if fields is not None else _fields(base_config())
       if key not in fields:
         near = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
-        fail(f"--config.{key} is not a config field" + (
-            f"; did you mean --config.{near[0]}?" if near else
-            "; list them with python -m prorl_jax.config"))
+        fail(
+          f"--config.{key} is not a config field"
+          + (
+            f"; did you mean --config.{near[0]}?"
+            if near
+            else "; list them with python -m prorl_jax.config"
+          )
+        )
       if hasattr(fields[key], "items") and "=" in arg:
-        fail(f"--config.{key} is a section; set one of its fields, e.g. --config.{key}."
-             f"{next(iter(fields[key]))}=...")
+        fail(
+          f"--config.{key} is a section; set one of its fields, e.g. --config.{key}."
+          f"{next(iter(fields[key]))}=..."
+        )
 
 
 def _last_line(text: str) -> str:

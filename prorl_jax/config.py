@@ -30,150 +30,174 @@ ENGINES = ("jax", "vllm")
 # Every config key: (default, one-line meaning), the one home of both: `base_config()` builds
 # the ConfigDict from it, `python -m prorl_jax.config` lists it, docs/config.md is made from it.
 FIELDS: dict = {
-    "run_dir": ("runs/prorl", "where checkpoints, metrics, logs and the local exchange go"),
-    "seed": (0, "seed of data order, sampling and initialisation"),
-    "total_steps": (3000, "RL steps to train for (a resumed run continues to this count)"),
-    "model": {
-        "path": ("", "HF directory of the base model: config.json, *.safetensors, tokenizer"),
-        "param_dtype": ("float32", "dtype of the master weights: float32 | bfloat16"),
-        "compute_dtype": ("bfloat16", "dtype of activations and matmuls: float32 | bfloat16"),
-        "remat": ("full", "per-layer rematerialisation: none | full (least memory) | dots"),
-        "attention_impl": ("auto", "auto (cuDNN fused attention on NVIDIA GPUs with 16-bit "
-                           "compute, else XLA) | xla | cudnn"),
-        "build_tiny": (False, "build the CPU demo's tiny base model into run_dir/base when "
-                       "model.path is empty"),
-        "memory_fraction": (0.0, "share of accelerator memory JAX takes (0 = JAX's default, or "
-                            "what a local vLLM worker on the same GPU leaves)"),
-    },
-    "mesh": {
-        "data": (1, "data-parallel replicas of the trainer"),
-        "fsdp": (-1, "fully-sharded axis; -1 = every device left after data and tensor"),
-        "tensor": (1, "tensor-parallel axis"),
-    },
-    "dist": {
-        "coordinator": ("", "host:port of process 0 of a multi-host trainer; \"\" = single "
-                        "process unless dist.auto"),
-        "num_processes": (1, "trainer processes (with dist.coordinator)"),
-        "process_id": (0, "this trainer process's index (with dist.coordinator)"),
-        "auto": (False, "let jax.distributed detect SLURM / Open MPI / TPU pod slices"),
-        "timeout_s": (300.0, "seconds to wait for every trainer process to join"),
-    },
-    "optim": {
-        "lr": (1e-6, "AdamW learning rate"),
-        "warmup_steps": (0, "linear warm-up steps; 0 = constant learning rate"),
-        "weight_decay": (0.01, "AdamW decoupled weight decay"),
-        "b1": (0.9, "AdamW beta1"),
-        "b2": (0.999, "AdamW beta2"),
-        "eps": (1e-8, "AdamW epsilon"),
-        "grad_clip": (1.0, "global gradient-norm clip"),
-    },
-    "algo": {
-        "estimator": ("reinforce_pp_baseline", "advantage estimator: reinforce_pp_baseline | "
-                      "reinforce_pp | grpo | rloo | dr_grpo"),
-        "adv_whiten_unbiased": (False, "Bessel-corrected batch variance in advantage "
-                                "whitening (verl's)"),
-        "adv_boost": (0.0, "added to the advantage of responses with score >= 1; 0 = off"),
-        "clip_low": (0.2, "PPO ratio clip below: 1 - clip_low"),
-        "clip_high": (0.28, "PPO ratio clip above: 1 + clip_high (clip-higher)"),
-        "dual_clip": (0.0, "dual-clip constant c > 1 for negative advantages; 0 = off"),
-        "log_ratio_clamp": (20.0, "clamp of the log importance ratio before exp"),
-        "loss_agg": ("token-mean", "loss aggregation: token-mean | seq-mean-token-mean | "
-                     "seq-mean-token-sum | seq-mean-token-sum-norm"),
-        "loss_agg_norm": (0.0, "the constant of seq-mean-token-sum-norm; 0 = max response "
-                          "length"),
-        "kl_kind": ("k2", "KL estimator to the reference policy: k1 | k2 | k3"),
-        "kl_coef": (1e-4, "weight of the KL loss term; 0 = no KL"),
-        "kl_clamp": (10.0, "clamp of the per-token KL estimate"),
-        "kl_in_reward": (False, "put -kl_coef*k1 into the token reward instead (reinforce_pp)"),
-        "entropy_coef": (0.0, "entropy bonus weight; 0 = off"),
-        "is_correction": ("icepop", "rollout/trainer mismatch correction: none | tis | icepop"),
-        "tis_cap": (2.0, "truncated importance sampling cap (is_correction=tis)"),
-        "icepop_low": (0.5, "icepop: tokens with ratio below this get no gradient"),
-        "icepop_high": (5.0, "icepop: tokens with ratio above this get no gradient"),
-        "dynamic_sampling": (True, "drop prompts whose samples all score the same and refill"),
-        "max_gen_rounds": (10, "refill rounds per step before training on what there is; "
-                           "0 = never give up"),
-        "truncation_penalty": (0.1, "score multiplier for responses cut at the length limit; "
-                               "1.0 = off"),
-        "length_penalty": ("scheduled", "cosine length penalty: off | always | scheduled"),
-        "length_penalty_min": (0.5, "cosine length penalty: multiplier at the longest length"),
-        "length_penalty_max": (1.0, "cosine length penalty: multiplier at the shortest length"),
-        "length_penalty_on_steps": (100, "scheduled: steps with the penalty on per cycle"),
-        "length_penalty_off_steps": (500, "scheduled: steps with it off per cycle"),
-        "overlong_buffer": (0, "DAPO soft overlong penalty buffer in tokens; 0 = off"),
-        "overlong_factor": (1.0, "DAPO soft overlong penalty at the length limit"),
-        "ref_reset_every": (400, "reset the reference policy (and KL) every N steps; 0 = never "
-                            "on a schedule"),
-        "ref_reset_kl_spike": (0.0, "also reset when KL to the reference exceeds this; 0 = off"),
-        "ref_reset_stall_evals": (0, "also reset after N validations without improvement; "
-                                  "0 = off"),
-        "ref_reset_optimizer": (False, "a reset also re-initialises the optimizer state"),
-        "epochs": (1, "passes over each step's batch"),
-    },
-    "rollout": {
-        "n": (16, "samples per prompt (the group of the baseline)"),
-        "prompts_per_step": (512, "prompts per RL step (after dynamic sampling)"),
-        "mini_batch_prompts": (64, "prompts per optimizer update"),
-        "micro_batch_size": (8, "sequences per gradient-accumulation micro-batch"),
-        "max_prompt_len": (1024, "longer prompts are left out (counted)"),
-        "max_response_len": (8192, "response token budget"),
-        "temperature": (1.0, "sampling temperature of training rollouts"),
-        "top_p": (1.0, "nucleus sampling of training rollouts"),
-        "top_k": (0, "top-k sampling of training rollouts; 0 = off"),
-        "max_staleness": (0, "policy versions a rollout may lag; 0 = on-policy"),
-        "engine": ("jax", "rollout engine of local workers: jax | vllm"),
-        "local_workers": (1, "workers the trainer starts itself; 0 = external workers only"),
-        "external_workers": (0, "workers started elsewhere (launch/*) on the same exchange"),
-        "exchange": ("", "tensorstore kvstore URL of the exchange; \"\" = run_dir/exchange"),
-        "timeout_s": (3600.0, "seconds to wait for rollouts before stopping the run"),
-        "max_probe_mismatch": (0.0, "stop when a worker's probe max |dlogp| exceeds this; "
-                               "0 = off"),
-        "worker_python": ("", "interpreter of local workers; \"\" = this one (jax), the vLLM "
-                          "environment's (vllm)"),
-        "unsandboxed_code": (False, "local workers run code rewards WITHOUT the sandbox "
-                             "(trusted data only)"),
-    },
-    "vllm": {
-        "gpu_memory_utilization": (0.5, "share of GPU memory vLLM takes (weights + KV cache)"),
-        "tensor_parallel": (1, "GPUs per vLLM engine"),
-        "max_num_seqs": (256, "sequences vLLM batches at once"),
-        "prefix_caching": (True, "share the KV cache of a prompt among its n samples"),
-        "enforce_eager": ("auto", "auto (eager on CPUs, CUDA graphs on GPUs) | true | false"),
-    },
-    "data": {
-        "prepared": ("", "a `python -m prorl_jax.prepare --mix` output: files, weights, val "
-                     "split"),
-        "train_files": ("", "comma-separated JSONL/Parquet files in the verl schema (overrides "
-                        "prepared)"),
-        "val_files": ("", "comma-separated held-out files (overrides prepared's val split)"),
-        "val_suite": ("", "a `prepare --suite` output to validate on (with val_benchmarks)"),
-        "val_benchmarks": ("", "its benchmarks, comma-separated: NAME or NAME/TASK (one "
-                           "Reasoning Gym task)"),
-        "weights": ("", "comma-separated blend weights, same order as train_files"),
-        "chat_template": (True, "wrap prompts in the tokenizer's chat template (else raw "
-                          "text)"),
-        "reward_routing": ("", "extra data_source -> verifier pairs, "
-                           "\"src:verifier,src2:verifier\""),
-    },
-    "eval": {
-        "every": (50, "validate every N steps; 0 = never"),
-        "temperature": (0.6, "validation sampling temperature; 0 = greedy"),
-        "top_p": (0.95, "validation nucleus sampling"),
-        "samples": (4, "validation samples per prompt"),
-        "pass_k": ("1", "comma-separated k of the reported pass@k"),
-        "heldout": (1000, "held-out prompts of the demo's procedural task"),
-        "max_prompts": (0, "prompts per validation benchmark (a seeded subset); 0 = all"),
-    },
-    "checkpoint": {
-        "every": (10, "save every N steps (and at the end); 0 = only at the end"),
-        "dir": ("", "Orbax directory; \"\" = run_dir/checkpoints; any path, e.g. gs://..."),
-        "keep": (3, "checkpoints kept"),
-        "async_save": (True, "save in the background while training goes on"),
-    },
-    "metrics": {
-        "tensorboard": (True, "also write TensorBoard event files"),
-        "wandb_project": ("", "also log to this Weights & Biases project"),
-    },
+  "run_dir": ("runs/prorl", "where checkpoints, metrics, logs and the local exchange go"),
+  "seed": (0, "seed of data order, sampling and initialisation"),
+  "total_steps": (3000, "RL steps to train for (a resumed run continues to this count)"),
+  "model": {
+    "path": ("", "HF directory of the base model: config.json, *.safetensors, tokenizer"),
+    "param_dtype": ("float32", "dtype of the master weights: float32 | bfloat16"),
+    "compute_dtype": ("bfloat16", "dtype of activations and matmuls: float32 | bfloat16"),
+    "remat": ("full", "per-layer rematerialisation: none | full (least memory) | dots"),
+    "attention_impl": (
+      "auto",
+      "auto (cuDNN fused attention on NVIDIA GPUs with 16-bit compute, else XLA) | xla | cudnn",
+    ),
+    "build_tiny": (
+      False,
+      "build the CPU demo's tiny base model into run_dir/base when model.path is empty",
+    ),
+    "memory_fraction": (
+      0.0,
+      "share of accelerator memory JAX takes (0 = JAX's default, or "
+      "what a local vLLM worker on the same GPU leaves)",
+    ),
+  },
+  "mesh": {
+    "data": (1, "data-parallel replicas of the trainer"),
+    "fsdp": (-1, "fully-sharded axis; -1 = every device left after data and tensor"),
+    "tensor": (1, "tensor-parallel axis"),
+  },
+  "dist": {
+    "coordinator": (
+      "",
+      'host:port of process 0 of a multi-host trainer; "" = single process unless dist.auto',
+    ),
+    "num_processes": (1, "trainer processes (with dist.coordinator)"),
+    "process_id": (0, "this trainer process's index (with dist.coordinator)"),
+    "auto": (False, "let jax.distributed detect SLURM / Open MPI / TPU pod slices"),
+    "timeout_s": (300.0, "seconds to wait for every trainer process to join"),
+  },
+  "optim": {
+    "lr": (1e-6, "AdamW learning rate"),
+    "warmup_steps": (0, "linear warm-up steps; 0 = constant learning rate"),
+    "weight_decay": (0.01, "AdamW decoupled weight decay"),
+    "b1": (0.9, "AdamW beta1"),
+    "b2": (0.999, "AdamW beta2"),
+    "eps": (1e-8, "AdamW epsilon"),
+    "grad_clip": (1.0, "global gradient-norm clip"),
+  },
+  "algo": {
+    "estimator": (
+      "reinforce_pp_baseline",
+      "advantage estimator: reinforce_pp_baseline | reinforce_pp | grpo | rloo | dr_grpo",
+    ),
+    "adv_whiten_unbiased": (
+      False,
+      "Bessel-corrected batch variance in advantage whitening (verl's)",
+    ),
+    "adv_boost": (0.0, "added to the advantage of responses with score >= 1; 0 = off"),
+    "clip_low": (0.2, "PPO ratio clip below: 1 - clip_low"),
+    "clip_high": (0.28, "PPO ratio clip above: 1 + clip_high (clip-higher)"),
+    "dual_clip": (0.0, "dual-clip constant c > 1 for negative advantages; 0 = off"),
+    "log_ratio_clamp": (20.0, "clamp of the log importance ratio before exp"),
+    "loss_agg": (
+      "token-mean",
+      "loss aggregation: token-mean | seq-mean-token-mean | "
+      "seq-mean-token-sum | seq-mean-token-sum-norm",
+    ),
+    "loss_agg_norm": (0.0, "the constant of seq-mean-token-sum-norm; 0 = max response length"),
+    "kl_kind": ("k2", "KL estimator to the reference policy: k1 | k2 | k3"),
+    "kl_coef": (1e-4, "weight of the KL loss term; 0 = no KL"),
+    "kl_clamp": (10.0, "clamp of the per-token KL estimate"),
+    "kl_in_reward": (False, "put -kl_coef*k1 into the token reward instead (reinforce_pp)"),
+    "entropy_coef": (0.0, "entropy bonus weight; 0 = off"),
+    "is_correction": ("icepop", "rollout/trainer mismatch correction: none | tis | icepop"),
+    "tis_cap": (2.0, "truncated importance sampling cap (is_correction=tis)"),
+    "icepop_low": (0.5, "icepop: tokens with ratio below this get no gradient"),
+    "icepop_high": (5.0, "icepop: tokens with ratio above this get no gradient"),
+    "dynamic_sampling": (True, "drop prompts whose samples all score the same and refill"),
+    "max_gen_rounds": (
+      10,
+      "refill rounds per step before training on what there is; 0 = never give up",
+    ),
+    "truncation_penalty": (
+      0.1,
+      "score multiplier for responses cut at the length limit; 1.0 = off",
+    ),
+    "length_penalty": ("scheduled", "cosine length penalty: off | always | scheduled"),
+    "length_penalty_min": (0.5, "cosine length penalty: multiplier at the longest length"),
+    "length_penalty_max": (1.0, "cosine length penalty: multiplier at the shortest length"),
+    "length_penalty_on_steps": (100, "scheduled: steps with the penalty on per cycle"),
+    "length_penalty_off_steps": (500, "scheduled: steps with it off per cycle"),
+    "overlong_buffer": (0, "DAPO soft overlong penalty buffer in tokens; 0 = off"),
+    "overlong_factor": (1.0, "DAPO soft overlong penalty at the length limit"),
+    "ref_reset_every": (
+      400,
+      "reset the reference policy (and KL) every N steps; 0 = never on a schedule",
+    ),
+    "ref_reset_kl_spike": (0.0, "also reset when KL to the reference exceeds this; 0 = off"),
+    "ref_reset_stall_evals": (0, "also reset after N validations without improvement; 0 = off"),
+    "ref_reset_optimizer": (False, "a reset also re-initialises the optimizer state"),
+    "epochs": (1, "passes over each step's batch"),
+  },
+  "rollout": {
+    "n": (16, "samples per prompt (the group of the baseline)"),
+    "prompts_per_step": (512, "prompts per RL step (after dynamic sampling)"),
+    "mini_batch_prompts": (64, "prompts per optimizer update"),
+    "micro_batch_size": (8, "sequences per gradient-accumulation micro-batch"),
+    "max_prompt_len": (1024, "longer prompts are left out (counted)"),
+    "max_response_len": (8192, "response token budget"),
+    "temperature": (1.0, "sampling temperature of training rollouts"),
+    "top_p": (1.0, "nucleus sampling of training rollouts"),
+    "top_k": (0, "top-k sampling of training rollouts; 0 = off"),
+    "max_staleness": (0, "policy versions a rollout may lag; 0 = on-policy"),
+    "engine": ("jax", "rollout engine of local workers: jax | vllm"),
+    "local_workers": (1, "workers the trainer starts itself; 0 = external workers only"),
+    "external_workers": (0, "workers started elsewhere (launch/*) on the same exchange"),
+    "exchange": ("", 'tensorstore kvstore URL of the exchange; "" = run_dir/exchange'),
+    "timeout_s": (3600.0, "seconds to wait for rollouts before stopping the run"),
+    "max_probe_mismatch": (0.0, "stop when a worker's probe max |dlogp| exceeds this; 0 = off"),
+    "worker_python": (
+      "",
+      'interpreter of local workers; "" = this one (jax), the vLLM environment\'s (vllm)',
+    ),
+    "unsandboxed_code": (
+      False,
+      "local workers run code rewards WITHOUT the sandbox (trusted data only)",
+    ),
+  },
+  "vllm": {
+    "gpu_memory_utilization": (0.5, "share of GPU memory vLLM takes (weights + KV cache)"),
+    "tensor_parallel": (1, "GPUs per vLLM engine"),
+    "max_num_seqs": (256, "sequences vLLM batches at once"),
+    "prefix_caching": (True, "share the KV cache of a prompt among its n samples"),
+    "enforce_eager": ("auto", "auto (eager on CPUs, CUDA graphs on GPUs) | true | false"),
+  },
+  "data": {
+    "prepared": ("", "a `python -m prorl_jax.prepare --mix` output: files, weights, val split"),
+    "train_files": (
+      "",
+      "comma-separated JSONL/Parquet files in the verl schema (overrides prepared)",
+    ),
+    "val_files": ("", "comma-separated held-out files (overrides prepared's val split)"),
+    "val_suite": ("", "a `prepare --suite` output to validate on (with val_benchmarks)"),
+    "val_benchmarks": (
+      "",
+      "its benchmarks, comma-separated: NAME or NAME/TASK (one Reasoning Gym task)",
+    ),
+    "weights": ("", "comma-separated blend weights, same order as train_files"),
+    "chat_template": (True, "wrap prompts in the tokenizer's chat template (else raw text)"),
+    "reward_routing": ("", 'extra data_source -> verifier pairs, "src:verifier,src2:verifier"'),
+  },
+  "eval": {
+    "every": (50, "validate every N steps; 0 = never"),
+    "temperature": (0.6, "validation sampling temperature; 0 = greedy"),
+    "top_p": (0.95, "validation nucleus sampling"),
+    "samples": (4, "validation samples per prompt"),
+    "pass_k": ("1", "comma-separated k of the reported pass@k"),
+    "heldout": (1000, "held-out prompts of the demo's procedural task"),
+    "max_prompts": (0, "prompts per validation benchmark (a seeded subset); 0 = all"),
+  },
+  "checkpoint": {
+    "every": (10, "save every N steps (and at the end); 0 = only at the end"),
+    "dir": ("", 'Orbax directory; "" = run_dir/checkpoints; any path, e.g. gs://...'),
+    "keep": (3, "checkpoints kept"),
+    "async_save": (True, "save in the background while training goes on"),
+  },
+  "metrics": {
+    "tensorboard": (True, "also write TensorBoard event files"),
+    "wandb_project": ("", "also log to this Weights & Biases project"),
+  },
 }
 
 
@@ -231,7 +255,8 @@ def _range(cfg, path, lo=None, hi=None, lo_open=False, hi_open=False, integer=Fa
   if not math.isfinite(v):
     _fail(f"{path} must be a finite number, got {v!r}")
   bad = (lo is not None and (v <= lo if lo_open else v < lo)) or (
-      hi is not None and (v >= hi if hi_open else v > hi))
+    hi is not None and (v >= hi if hi_open else v > hi)
+  )
   if bad:
     left = "(" if lo_open else "["
     right = ")" if hi_open else "]"
@@ -259,8 +284,10 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _in(cfg, "model.remat", REMAT)
   _in(cfg, "model.attention_impl", ATTENTION_IMPLS)
   if cfg.model.attention_impl == "cudnn" and cfg.model.compute_dtype == "float32":
-    raise ConfigError("model.attention_impl=cudnn needs model.compute_dtype=bfloat16 (cuDNN "
-                      "fused attention has no float32 kernel); use attention_impl=xla or auto")
+    raise ConfigError(
+      "model.attention_impl=cudnn needs model.compute_dtype=bfloat16 (cuDNN "
+      "fused attention has no float32 kernel); use attention_impl=xla or auto"
+    )
   for ax in ("data", "tensor"):
     _range(cfg, f"mesh.{ax}", 1, integer=True)
   if cfg.mesh.fsdp != -1:
@@ -288,18 +315,24 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _range(cfg, "eval.heldout", 1, integer=True)
   _range(cfg, "eval.max_prompts", 0, integer=True)
   if bool(cfg.data.val_suite) != bool(cfg.data.val_benchmarks.strip(", ")):
-    _fail("data.val_suite (a prepare --suite output) and data.val_benchmarks (its benchmarks "
-          "to validate on) go together")
+    _fail(
+      "data.val_suite (a prepare --suite output) and data.val_benchmarks (its benchmarks "
+      "to validate on) go together"
+    )
   ks = [s for s in str(cfg.eval.pass_k).split(",") if s.strip()]
   if not ks or not all(s.strip().isdigit() and 1 <= int(s) <= cfg.eval.samples for s in ks):
-    _fail(f"eval.pass_k must be comma-separated integers in [1, eval.samples={cfg.eval.samples}], "
-          f"got {cfg.eval.pass_k!r}")
+    _fail(
+      f"eval.pass_k must be comma-separated integers in [1, eval.samples={cfg.eval.samples}], "
+      f"got {cfg.eval.pass_k!r}"
+    )
   for pair in [p for p in cfg.data.reward_routing.split(",") if p.strip()]:
     if pair.count(":") != 1 or not all(s.strip() for s in pair.split(":")):
       _fail(f"data.reward_routing entries must look like source:verifier, got {pair!r}")
     if pair.split(":")[1].strip() not in rewards.verifier_names():
-      _fail(f"data.reward_routing entry {pair!r} names no verifier; the verifiers are: "
-            f"{', '.join(rewards.verifier_names())}")
+      _fail(
+        f"data.reward_routing entry {pair!r} names no verifier; the verifiers are: "
+        f"{', '.join(rewards.verifier_names())}"
+      )
   _range(cfg, "checkpoint.every", 0, integer=True)
   _range(cfg, "checkpoint.keep", 1, integer=True)
   _range(cfg, "model.memory_fraction", 0, 1, hi_open=True)
@@ -350,18 +383,24 @@ def _validate_rollout(cfg):
   r = cfg.rollout
   _range(cfg, "rollout.n", 1, integer=True)
   if cfg.algo.estimator in ("grpo", "rloo", "dr_grpo", "reinforce_pp_baseline") and r.n < 2:
-    _fail(f"rollout.n must be >= 2 for algo.estimator={cfg.algo.estimator!r} (a group baseline), "
-          f"got {r.n}")
+    _fail(
+      f"rollout.n must be >= 2 for algo.estimator={cfg.algo.estimator!r} (a group baseline), "
+      f"got {r.n}"
+    )
   _range(cfg, "rollout.prompts_per_step", 1, integer=True)
   _range(cfg, "rollout.mini_batch_prompts", 1, r.prompts_per_step, integer=True)
   if r.prompts_per_step % r.mini_batch_prompts:
-    _fail(f"rollout.mini_batch_prompts must divide rollout.prompts_per_step={r.prompts_per_step}, "
-          f"got {r.mini_batch_prompts}")
+    _fail(
+      f"rollout.mini_batch_prompts must divide rollout.prompts_per_step={r.prompts_per_step}, "
+      f"got {r.mini_batch_prompts}"
+    )
   _range(cfg, "rollout.micro_batch_size", 1, integer=True)
   seqs = r.mini_batch_prompts * r.n
   if seqs % r.micro_batch_size:
-    _fail(f"rollout.micro_batch_size must divide a mini-batch of {seqs} sequences "
-          f"(mini_batch_prompts*n), got {r.micro_batch_size}")
+    _fail(
+      f"rollout.micro_batch_size must divide a mini-batch of {seqs} sequences "
+      f"(mini_batch_prompts*n), got {r.micro_batch_size}"
+    )
   _range(cfg, "rollout.max_prompt_len", 1, integer=True)
   _range(cfg, "rollout.max_response_len", 1, integer=True)
   _range(cfg, "rollout.temperature", 0, lo_open=True)
@@ -398,9 +437,13 @@ def _check_keys(known, cfg, prefix):
 def vllm_options(cfg) -> dict:
   """The vLLM engine's options from the config (what a worker's --vllm_options carries)."""
   v = cfg.vllm
-  return {"gpu_memory_utilization": float(v.gpu_memory_utilization),
-          "tensor_parallel_size": int(v.tensor_parallel), "max_num_seqs": int(v.max_num_seqs),
-          "enable_prefix_caching": bool(v.prefix_caching), "enforce_eager": v.enforce_eager}
+  return {
+    "gpu_memory_utilization": float(v.gpu_memory_utilization),
+    "tensor_parallel_size": int(v.tensor_parallel),
+    "max_num_seqs": int(v.max_num_seqs),
+    "enable_prefix_caching": bool(v.prefix_caching),
+    "enforce_eager": v.enforce_eager,
+  }
 
 
 def jax_memory_fraction(cfg) -> float | None:
@@ -413,9 +456,11 @@ def jax_memory_fraction(cfg) -> float | None:
     return None
   left = 1.0 - cfg.rollout.local_workers * cfg.vllm.gpu_memory_utilization - 0.05
   if left < 0.1:
-    _fail(f"{cfg.rollout.local_workers} local vLLM workers x vllm.gpu_memory_utilization="
-          f"{cfg.vllm.gpu_memory_utilization} leave the trainer {max(left, 0):.0%} of the GPU; "
-          "lower vllm.gpu_memory_utilization or run the workers elsewhere (external workers)")
+    _fail(
+      f"{cfg.rollout.local_workers} local vLLM workers x vllm.gpu_memory_utilization="
+      f"{cfg.vllm.gpu_memory_utilization} leave the trainer {max(left, 0):.0%} of the GPU; "
+      "lower vllm.gpu_memory_utilization or run the workers elsewhere (external workers)"
+    )
   return round(left, 3)
 
 
@@ -429,8 +474,10 @@ def listing(cfg=None, markdown: bool = False) -> str:
   now = flat(cfg) if cfg is not None else base
   if markdown:
     lines = ["| key | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{k}` | `{_value(d)}` | {describe(k).replace('|', chr(92) + '|')} |"
-              for k, d in base.items()]
+    lines += [
+      f"| `{k}` | `{_value(d)}` | {describe(k).replace('|', chr(92) + '|')} |"
+      for k, d in base.items()
+    ]
     return "\n".join(lines) + "\n"
   width = max(map(len, base))
   lines = []
@@ -455,8 +502,9 @@ def cli():
 
   from prorl_jax import cli as cli_lib
 
-  config_flags.DEFINE_config_file("config", None, "a config file (its values are listed beside "
-                                  "the defaults)", lock_config=True)
+  config_flags.DEFINE_config_file(
+    "config", None, "a config file (its values are listed beside the defaults)", lock_config=True
+  )
   flags.DEFINE_boolean("markdown", False, "a Markdown table of keys, defaults and meanings")
   app.run(main, flags_parser=cli_lib.parse_flags)
 

@@ -57,8 +57,11 @@ def parse_row(row, path: str, i: int) -> dict:
   prompt = row.get("prompt")
   if isinstance(prompt, str):
     prompt = [{"role": "user", "content": prompt}]
-  if not (isinstance(prompt, list) and prompt and all(
-      isinstance(m, dict) and "role" in m and "content" in m for m in prompt)):
+  if not (
+    isinstance(prompt, list)
+    and prompt
+    and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
+  ):
     raise DataError(f"{where}: 'prompt' must be a list of {{role, content}} chat messages")
   if not isinstance(row.get("data_source"), str):
     raise DataError(f"{where}: 'data_source' (a string naming the verifier) is missing")
@@ -73,8 +76,12 @@ def parse_row(row, path: str, i: int) -> dict:
       raise DataError(f"{where}: 'extra_info' is a string but not JSON") from None
   if not isinstance(extra, dict):
     raise DataError(f"{where}: 'extra_info' must be an object")
-  return {"messages": prompt, "data_source": row["data_source"],
-          "reference": rm["ground_truth"], "extra": extra}
+  return {
+    "messages": prompt,
+    "data_source": row["data_source"],
+    "reference": rm["ground_truth"],
+    "extra": extra,
+  }
 
 
 def prepared_files(directory: str) -> tuple[list[str], list[float], list[str]]:
@@ -88,8 +95,10 @@ def prepared_files(directory: str) -> tuple[list[str], list[float], list[str]]:
     weights = [float(w) for w in m["weights"]]
     val = [os.path.join(directory, rel) for rel in m["val_files"]]
   except (OSError, ValueError, KeyError, TypeError) as e:
-    raise DataError(f"data.prepared={directory!r}: no readable manifest.json ({e}); build it "
-                    "with python -m prorl_jax.prepare --mix=prorl --out=DIR") from None
+    raise DataError(
+      f"data.prepared={directory!r}: no readable manifest.json ({e}); build it "
+      "with python -m prorl_jax.prepare --mix=prorl --out=DIR"
+    ) from None
   for f in train + val:
     if not os.path.isfile(f):
       raise DataError(f"data.prepared={directory!r}: {f} listed in manifest.json is missing")
@@ -100,8 +109,16 @@ class JsonlSource:
   """Rows of verl-schema files; every row's data_source must route to a verifier (`routing`:
   extra source -> verifier pairs), else a one-line DataError names the file, row and value."""
 
-  def __init__(self, files: list[str], tokenizer, *, max_prompt_len: int, seed: int = 0,
-               use_chat_template: bool = True, routing: dict[str, str] | None = None):
+  def __init__(
+    self,
+    files: list[str],
+    tokenizer,
+    *,
+    max_prompt_len: int,
+    seed: int = 0,
+    use_chat_template: bool = True,
+    routing: dict[str, str] | None = None,
+  ):
     self.items, self.dropped_too_long = [], 0
     self.verifiers: set[str] = set()
     for path in files:
@@ -117,8 +134,10 @@ class JsonlSource:
           continue
         self.items.append(dict(r, uid=f"{os.path.basename(path)}:{i}", prompt_ids=ids))
     if not self.items:
-      raise DataError(f"no usable prompts in {files} ({self.dropped_too_long} over "
-                      f"max_prompt_len={max_prompt_len})")
+      raise DataError(
+        f"no usable prompts in {files} ({self.dropped_too_long} over "
+        f"max_prompt_len={max_prompt_len})"
+      )
     self.seed = seed
     self.cursor = {"epoch": 0, "index": 0}
 
@@ -151,9 +170,15 @@ class ChainSumSource:
 
   def item(self, k: int) -> dict:
     it = chain_sum.make_item(np.random.RandomState(self.seed + k))
-    return {"uid": f"chain_sum:{self.seed}:{k}", "prompt_ids": prompt_ids(self.tok, it["prompt"]),
-            "data_source": "chain_sum", "reference": it["answer"], "extra": {},
-            "prompt": it["prompt"], "solution": it["solution"]}
+    return {
+      "uid": f"chain_sum:{self.seed}:{k}",
+      "prompt_ids": prompt_ids(self.tok, it["prompt"]),
+      "data_source": "chain_sum",
+      "reference": it["answer"],
+      "extra": {},
+      "prompt": it["prompt"],
+      "solution": it["solution"],
+    }
 
   def next(self) -> dict:
     while True:
@@ -205,19 +230,42 @@ class Blend:
       s.load_state(st)
 
 
-def make_sources(tok, *, train_files: list[str], val_files: list[str],
-                 weights: list[float] | None, max_prompt_len: int, seed: int,
-                 heldout: int, routing: dict[str, str] | None = None,
-                 use_chat_template: bool = True) -> tuple[Blend, list[dict]]:
+def make_sources(
+  tok,
+  *,
+  train_files: list[str],
+  val_files: list[str],
+  weights: list[float] | None,
+  max_prompt_len: int,
+  seed: int,
+  heldout: int,
+  routing: dict[str, str] | None = None,
+  use_chat_template: bool = True,
+) -> tuple[Blend, list[dict]]:
   """(training source, held-out items): dataset files, or the demo's procedural chain sums with
   `heldout` held-out prompts (the first 1,000 held-out prompts never appear in training)."""
   if train_files:
-    srcs = [JsonlSource([f], tok, max_prompt_len=max_prompt_len, seed=seed + i, routing=routing,
-                        use_chat_template=use_chat_template) for i, f in enumerate(train_files)]
+    srcs = [
+      JsonlSource(
+        [f],
+        tok,
+        max_prompt_len=max_prompt_len,
+        seed=seed + i,
+        routing=routing,
+        use_chat_template=use_chat_template,
+      )
+      for i, f in enumerate(train_files)
+    ]
     val = []
     if val_files:
-      val_src = JsonlSource(val_files, tok, max_prompt_len=max_prompt_len, seed=seed,
-                            routing=routing, use_chat_template=use_chat_template)
+      val_src = JsonlSource(
+        val_files,
+        tok,
+        max_prompt_len=max_prompt_len,
+        seed=seed,
+        routing=routing,
+        use_chat_template=use_chat_template,
+      )
       srcs[0].verifiers |= val_src.verifiers  # the run needs the held-out set's verifiers too
       val = val_src.items
     return Blend(srcs, weights, seed=seed), val

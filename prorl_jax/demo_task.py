@@ -29,13 +29,14 @@ def _sft_batch(tok, src, batch: int, length: int):
     it = src.next()
     comp = tok.encode(it["solution"], add_special_tokens=False) + [tok.eos_token_id]
     seq = (it["prompt_ids"] + comp)[:length]
-    toks[i, :len(seq)] = seq
-    loss_mask[i, len(it["prompt_ids"]):len(seq)] = 1
+    toks[i, : len(seq)] = seq
+    loss_mask[i, len(it["prompt_ids"]) : len(seq)] = 1
   return toks, loss_mask
 
 
-def build(path: str, *, seed: int = 0, steps: int = 200, batch: int = 64, lr: float = 1e-3,
-          length: int = 56) -> str:
+def build(
+  path: str, *, seed: int = 0, steps: int = 200, batch: int = 64, lr: float = 1e-3, length: int = 56
+) -> str:
   """Tokenizer + tiny Qwen2 + supervised warm start, in `path` (skipped if already built)."""
   if os.path.isfile(os.path.join(path, "config.json")):
     return path
@@ -57,6 +58,7 @@ def build(path: str, *, seed: int = 0, steps: int = 200, batch: int = 64, lr: fl
       lp = jax.nn.log_softmax(logits[:, :-1], -1)
       nll = -jnp.take_along_axis(lp, toks[:, 1:, None], -1)[..., 0]
       return jnp.sum(nll * mask[:, 1:]) / jnp.sum(mask[:, 1:])
+
     loss, g = jax.value_and_grad(loss_fn)(params)
     upd, opt = tx.update(g, opt, params)
     return optax.apply_updates(params, upd), opt, loss

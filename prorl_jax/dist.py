@@ -37,15 +37,22 @@ def initialize(dcfg) -> None:
     # CPU processes exchange collectives through gloo (multi-host tests, CPU clusters).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if explicit:
-    jax.distributed.initialize(coordinator_address=dcfg.coordinator,
-                               num_processes=dcfg.num_processes, process_id=dcfg.process_id,
-                               initialization_timeout=int(dcfg.timeout_s))
+    jax.distributed.initialize(
+      coordinator_address=dcfg.coordinator,
+      num_processes=dcfg.num_processes,
+      process_id=dcfg.process_id,
+      initialization_timeout=int(dcfg.timeout_s),
+    )
   else:
     jax.distributed.initialize(initialization_timeout=int(dcfg.timeout_s))
   _STATE["initialized"] = True
-  log.info("joined the process group as %d of %d (%d local devices, %d global)",
-           jax.process_index(), jax.process_count(), jax.local_device_count(),
-           jax.device_count())
+  log.info(
+    "joined the process group as %d of %d (%d local devices, %d global)",
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+  )
 
 
 def is_primary() -> bool:
@@ -68,8 +75,10 @@ def _encode(obj, arrays: list):
     return {"t": items} if isinstance(obj, tuple) else {"l": items}
   if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
     return {"d": {k: _encode(v, arrays) for k, v in obj.items()}}
-  raise TypeError(f"dist.broadcast sends plain data (None, bool, int, float, str, numpy arrays "
-                  f"and scalars, lists, tuples, str-keyed dicts), not {type(obj).__name__}")
+  raise TypeError(
+    f"dist.broadcast sends plain data (None, bool, int, float, str, numpy arrays "
+    f"and scalars, lists, tuples, str-keyed dicts), not {type(obj).__name__}"
+  )
 
 
 def _decode(tree, arrays: dict):
@@ -96,9 +105,9 @@ def pack(obj) -> bytes:
 
 def unpack(data: bytes):
   n = int.from_bytes(data[:8], "little")
-  with np.load(io.BytesIO(data[8 + n:]), allow_pickle=False) as z:
+  with np.load(io.BytesIO(data[8 + n :]), allow_pickle=False) as z:
     arrays = {k: z[k] for k in z.files}
-  return _decode(json.loads(data[8:8 + n]), arrays)
+  return _decode(json.loads(data[8 : 8 + n]), arrays)
 
 
 def broadcast(obj=None):
@@ -137,5 +146,7 @@ def global_batch(batch: dict, shardings: dict) -> dict:
   """Host numpy arrays (the same full values on every process) -> global arrays."""
   if not multi():
     return batch
-  return {k: jax.make_array_from_callback(v.shape, shardings[k], lambda idx, v=v: v[idx])
-          for k, v in batch.items()}
+  return {
+    k: jax.make_array_from_callback(v.shape, shardings[k], lambda idx, v=v: v[idx])
+    for k, v in batch.items()
+  }

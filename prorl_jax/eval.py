@@ -30,9 +30,16 @@ class WaitTimeout(RuntimeError):
   pass
 
 
-def wait_for_results(ex: Exchange, rids: list[str], *, timeout_s: float, what: str,
-                     on_idle: Callable[[], str] | None = None, poll_s: float = 0.05,
-                     rows: dict[str, int] | None = None) -> dict:
+def wait_for_results(
+  ex: Exchange,
+  rids: list[str],
+  *,
+  timeout_s: float,
+  what: str,
+  on_idle: Callable[[], str] | None = None,
+  poll_s: float = 0.05,
+  rows: dict[str, int] | None = None,
+) -> dict:
   """{rid: (manifest, arrays)} once every request has a verified result; raises on timeout.
 
   `rows[rid]`: the response rows request `rid` asks for (a result of another shape is
@@ -59,39 +66,74 @@ def wait_for_results(ex: Exchange, rids: list[str], *, timeout_s: float, what: s
     extra = on_idle() if on_idle else ""
     now = time.time()
     if now - t0 > timeout_s:
-      raise WaitTimeout(f"timed out after {timeout_s:.0f}s waiting for {what}: "
-                        f"{len(pending)}/{len(rids)} results missing on {ex.url} {extra}; "
-                        "are rollout workers running (rollout.local_workers, or external "
-                        "workers on this exchange)?")
+      raise WaitTimeout(
+        f"timed out after {timeout_s:.0f}s waiting for {what}: "
+        f"{len(pending)}/{len(rids)} results missing on {ex.url} {extra}; "
+        "are rollout workers running (rollout.local_workers, or external "
+        "workers on this exchange)?"
+      )
     if now - last_log > 30:
-      log.info("waiting for %s: %d/%d results on %s %s", what, len(rids) - len(pending),
-               len(rids), ex.url, extra)
+      log.info(
+        "waiting for %s: %d/%d results on %s %s",
+        what,
+        len(rids) - len(pending),
+        len(rids),
+        ex.url,
+        extra,
+      )
       last_log = now
     time.sleep(poll_s)
   return done
 
 
-def collect(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, version: int,
-            timeout_s: float, tag: str, chunk: int = 1024, seed: int = 0, on_idle=None
-            ) -> dict[str, np.ndarray]:
+def collect(
+  ex: Exchange,
+  items: list[dict],
+  *,
+  samples: int,
+  sampling: dict,
+  version: int,
+  timeout_s: float,
+  tag: str,
+  chunk: int = 1024,
+  seed: int = 0,
+  on_idle=None,
+) -> dict[str, np.ndarray]:
   """Samples `samples` responses per item from weights `version` and scores them:
   {"scores", "failed" (the verifier failed), "lengths"}, each [len(items), samples]."""
   rids, rows = [], {}
   for c in range(0, len(items), chunk):
-    part = items[c:c + chunk]
+    part = items[c : c + chunk]
     rows[f"{tag}-c{c // chunk:04d}"] = len(part) * samples
-    rids.append(ex.put_request({
-        "prompts": [it["prompt_ids"] for it in part], "n": samples, "sampling": sampling,
-        "seed": seed + c, "min_version": version, "max_version": version,
-        "meta": [{"data_source": it["data_source"], "reference": it["reference"],
-                  "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]},
-        request_id=f"{tag}-c{c // chunk:04d}"))
-  results = wait_for_results(ex, rids, timeout_s=timeout_s, what=f"evaluation {tag}",
-                             on_idle=on_idle, rows=rows)
+    rids.append(
+      ex.put_request(
+        {
+          "prompts": [it["prompt_ids"] for it in part],
+          "n": samples,
+          "sampling": sampling,
+          "seed": seed + c,
+          "min_version": version,
+          "max_version": version,
+          "meta": [
+            {
+              "data_source": it["data_source"],
+              "reference": it["reference"],
+              "extra": it.get("extra", {}),
+              "uid": it["uid"],
+            }
+            for it in part
+          ],
+        },
+        request_id=f"{tag}-c{c // chunk:04d}",
+      )
+    )
+  results = wait_for_results(
+    ex, rids, timeout_s=timeout_s, what=f"evaluation {tag}", on_idle=on_idle, rows=rows
+  )
   out = {"scores": [], "failed": [], "lengths": []}
   for c, rid in enumerate(rids):
     _, arrays = results[rid]
-    n = len(items[c * chunk:(c + 1) * chunk])
+    n = len(items[c * chunk : (c + 1) * chunk])
     out["scores"].append(arrays["scores"].reshape(n, samples).astype(np.float64))
     out["failed"].append(arrays["verifier_failed"].reshape(n, samples).astype(bool))
     out["lengths"].append(arrays["lengths"].reshape(n, samples).astype(np.int64))
@@ -112,27 +154,56 @@ def summarize(scores: np.ndarray, failed: np.ndarray, *, continuous, ks: list[in
   ok = ~failed
   binary = scores >= 1.0
   cont = np.broadcast_to(np.asarray(continuous, bool), scores.shape[:1])
-  per_prompt = [(s[m] if c else b[m].astype(np.float64))
-                for s, b, m, c in zip(scores, binary, ok, cont) if m.any()]
-  out = {"prompts": int(scores.shape[0]), "samples": int(scores.shape[1]),
-         "verifier_failures": int(failed.sum()),
-         "pass@1": float(np.mean([p.mean() for p in per_prompt])) if per_prompt else None}
+  per_prompt = [
+    (s[m] if c else b[m].astype(np.float64))
+    for s, b, m, c in zip(scores, binary, ok, cont)
+    if m.any()
+  ]
+  out = {
+    "prompts": int(scores.shape[0]),
+    "samples": int(scores.shape[1]),
+    "verifier_failures": int(failed.sum()),
+    "pass@1": float(np.mean([p.mean() for p in per_prompt])) if per_prompt else None,
+  }
   for k in ks:
     if k > 1:
-      vals = [pass_at_k(int(m.sum()), int((b & m).sum()), k)
-              for b, m in zip(binary, ok) if m.sum() >= k]
+      vals = [
+        pass_at_k(int(m.sum()), int((b & m).sum()), k) for b, m in zip(binary, ok) if m.sum() >= k
+      ]
       out[f"pass@{k}"] = float(np.mean(vals)) if vals else None
   return out
 
 
-def evaluate(ex: Exchange, items: list[dict], *, samples: int, sampling: dict, version: int,
-             ks: list[int], timeout_s: float, tag: str, chunk: int = 1024, seed: int = 0,
-             on_idle=None, routing: dict[str, str] | None = None) -> dict:
+def evaluate(
+  ex: Exchange,
+  items: list[dict],
+  *,
+  samples: int,
+  sampling: dict,
+  version: int,
+  ks: list[int],
+  timeout_s: float,
+  tag: str,
+  chunk: int = 1024,
+  seed: int = 0,
+  on_idle=None,
+  routing: dict[str, str] | None = None,
+) -> dict:
   """pass@1 and pass@k per benchmark (or data source) and overall (see `summarize`)."""
   from prorl_jax import rewards
 
-  got = collect(ex, items, samples=samples, sampling=sampling, version=version,
-                timeout_s=timeout_s, tag=tag, chunk=chunk, seed=seed, on_idle=on_idle)
+  got = collect(
+    ex,
+    items,
+    samples=samples,
+    sampling=sampling,
+    version=version,
+    timeout_s=timeout_s,
+    tag=tag,
+    chunk=chunk,
+    seed=seed,
+    on_idle=on_idle,
+  )
   groups = collections.defaultdict(list)
   for i, it in enumerate(items):
     groups[group_key(it)].append(i)
@@ -168,26 +239,44 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
 
   _, items = sources_for(cfg, tok)  # the trainer's own held-out set
   if not items:
-    raise config_lib.ConfigError("no held-out items: set data.val_files, data.prepared or "
-                                 "data.val_suite")
+    raise config_lib.ConfigError(
+      "no held-out items: set data.val_files, data.prepared or data.val_suite"
+    )
   python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
   check_worker_python(python, cfg.rollout.engine)
-  sampling = {"max_new_tokens": cfg.rollout.max_response_len, "temperature": cfg.eval.temperature,
-              "top_p": cfg.eval.top_p, "top_k": 0}
+  sampling = {
+    "max_new_tokens": cfg.rollout.max_response_len,
+    "temperature": cfg.eval.temperature,
+    "top_p": cfg.eval.top_p,
+    "top_k": 0,
+  }
   with tempfile.TemporaryDirectory() as tmp:
     url = f"file://{tmp}/exchange"
     ex = Exchange(url)
     ex.publish_weights(0, 0, checkpoint)
-    workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
-                           os.path.join(tmp, "workers"),
-                           unsandboxed_code=cfg.rollout.unsandboxed_code, python=python,
-                           vllm_options=config_lib.vllm_options(cfg))
+    workers = LocalWorkers(
+      url,
+      max(1, cfg.rollout.local_workers),
+      cfg.rollout.engine,
+      os.path.join(tmp, "workers"),
+      unsandboxed_code=cfg.rollout.unsandboxed_code,
+      python=python,
+      vllm_options=config_lib.vllm_options(cfg),
+    )
     try:
-      return evaluate(ex, items, samples=cfg.eval.samples, sampling=sampling, version=0,
-                      ks=[int(k) for k in str(cfg.eval.pass_k).split(",") if k.strip()],
-                      routing=routing_table(cfg),
-                      timeout_s=cfg.rollout.timeout_s, tag="eval", seed=cfg.seed,
-                      on_idle=workers.check)
+      return evaluate(
+        ex,
+        items,
+        samples=cfg.eval.samples,
+        sampling=sampling,
+        version=0,
+        ks=[int(k) for k in str(cfg.eval.pass_k).split(",") if k.strip()],
+        routing=routing_table(cfg),
+        timeout_s=cfg.rollout.timeout_s,
+        tag="eval",
+        seed=cfg.seed,
+        on_idle=workers.check,
+      )
     finally:
       workers.stop()
 
@@ -212,8 +301,10 @@ def _domain_counts(items: list[str]) -> dict[str, int]:
   for item in items:
     k, _, v = item.partition("=")
     if k not in DEFAULT_SAMPLES or not v.isdigit() or int(v) < 1:
-      raise SuiteError(f"--samples {item}: want DOMAIN=N with N >= 1 and DOMAIN one of "
-                       f"{', '.join(DEFAULT_SAMPLES)}")
+      raise SuiteError(
+        f"--samples {item}: want DOMAIN=N with N >= 1 and DOMAIN one of "
+        f"{', '.join(DEFAULT_SAMPLES)}"
+      )
     out[k] = int(v)
   return out
 
@@ -232,28 +323,39 @@ def main(argv):
 
   del argv
   F = flags.FLAGS
-  with cli.user_errors(config_lib.ConfigError, WorkerFailure, PrepareError, ExportError,
-                       DataError, ValueError):
+  with cli.user_errors(
+    config_lib.ConfigError, WorkerFailure, PrepareError, ExportError, DataError, ValueError
+  ):
     if F.suite:
       from prorl_jax import evalsuite
 
       if not (F.data and F.checkpoint and F.out):
-        raise config_lib.ConfigError("--suite needs --data=DIR (prepare --suite output), "
-                                     "--checkpoint=MODEL and --out=DIR")
+        raise config_lib.ConfigError(
+          "--suite needs --data=DIR (prepare --suite output), --checkpoint=MODEL and --out=DIR"
+        )
       cfg = _suite_config()
       config_lib.validate(cfg)
       report = evalsuite.run_suite(
-          cfg, data_dir=F.data, checkpoint=F.checkpoint, out_dir=F.out,
-          max_response_len=F.max_response_len, samples=_domain_counts(F.samples),
-          temperature=F.temperature, top_p=F.top_p, max_prompt_len=F.max_prompt_len,
-          benchmarks=[b for b in F.benchmarks.split(",") if b] or None,
-          references=F.references or evalsuite.REFERENCES)
+        cfg,
+        data_dir=F.data,
+        checkpoint=F.checkpoint,
+        out_dir=F.out,
+        max_response_len=F.max_response_len,
+        samples=_domain_counts(F.samples),
+        temperature=F.temperature,
+        top_p=F.top_p,
+        max_prompt_len=F.max_prompt_len,
+        benchmarks=[b for b in F.benchmarks.split(",") if b] or None,
+        references=F.references or evalsuite.REFERENCES,
+      )
       print(evalsuite.report_markdown(report))
       print(f"wrote {F.out}/report.json, report.md and report.png")
       return
     if F.config is None or not F.checkpoint:
-      raise config_lib.ConfigError("give --config=FILE and --checkpoint=HF_DIR (held-out set "
-                                   "of the config), or --suite=prorl-eval --data=DIR")
+      raise config_lib.ConfigError(
+        "give --config=FILE and --checkpoint=HF_DIR (held-out set "
+        "of the config), or --suite=prorl-eval --data=DIR"
+      )
     result = evaluate_checkpoint(F.config, F.checkpoint)
   text = json.dumps(result, indent=1)
   print(text)
@@ -268,23 +370,36 @@ def cli():
   from ml_collections import config_flags
 
   config_flags.DEFINE_config_file("config", None, "config file", lock_config=True)
-  flags.DEFINE_string("checkpoint", None, "a HF model directory; with --suite also an Orbax "
-                      "checkpoint (RUN_DIR or a step) or EXCHANGE@VERSION")
-  flags.DEFINE_string("out", "", "the JSON file (held-out evaluation) or the report "
-                      "directory (--suite)")
+  flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "a HF model directory; with --suite also an Orbax "
+    "checkpoint (RUN_DIR or a step) or EXCHANGE@VERSION",
+  )
+  flags.DEFINE_string(
+    "out", "", "the JSON file (held-out evaluation) or the report directory (--suite)"
+  )
   flags.DEFINE_string("suite", "", "prorl-eval: every benchmark of --data")
   flags.DEFINE_string("data", "", "a `python -m prorl_jax.prepare --suite` output directory")
   flags.DEFINE_integer("max_response_len", 32768, "response token budget (--suite)")
   flags.DEFINE_integer("max_prompt_len", 4096, "longer prompts are left out, counted (--suite)")
   flags.DEFINE_float("temperature", 0.6, "sampling temperature (--suite)")
   flags.DEFINE_float("top_p", 0.95, "nucleus sampling (--suite)")
-  flags.DEFINE_multi_string("samples", [], "DOMAIN=N samples per prompt (--suite; default "
-                            "math/code/stem 16, instruction_following/logic 4)")
+  flags.DEFINE_multi_string(
+    "samples",
+    [],
+    "DOMAIN=N samples per prompt (--suite; default "
+    "math/code/stem 16, instruction_following/logic 4)",
+  )
   flags.DEFINE_string("benchmarks", "", "comma-separated subset of the suite (--suite)")
-  flags.DEFINE_string("references", "", "published numbers to print beside ours (JSON; "
-                      "default: the package's reference_numbers.json)")
-  flags.register_validator("suite", lambda s: s in ("", "prorl-eval"),
-                           message="--suite takes prorl-eval")
+  flags.DEFINE_string(
+    "references",
+    "",
+    "published numbers to print beside ours (JSON; default: the package's reference_numbers.json)",
+  )
+  flags.register_validator(
+    "suite", lambda s: s in ("", "prorl-eval"), message="--suite takes prorl-eval"
+  )
   from prorl_jax import cli as cli_lib
 
   app.run(main, flags_parser=cli_lib.parse_flags)

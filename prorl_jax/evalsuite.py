@@ -26,8 +26,13 @@ from prorl_jax import suite as suite_lib
 
 DEFAULT_SAMPLES = {"math": 16, "code": 16, "stem": 16, "instruction_following": 4, "logic": 4}
 REFERENCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_numbers.json")
-DOMAIN_TITLES = {"math": "Math", "code": "Code", "stem": "STEM",
-                 "instruction_following": "Instruction following", "logic": "Logic puzzles"}
+DOMAIN_TITLES = {
+  "math": "Math",
+  "code": "Code",
+  "stem": "STEM",
+  "instruction_following": "Instruction following",
+  "logic": "Logic puzzles",
+}
 
 
 class SuiteError(ValueError):
@@ -48,16 +53,18 @@ def resolve_model(checkpoint: str, out_dir: str) -> tuple[str, str]:
       raise SuiteError(f"--checkpoint={checkpoint!r}: a published version is EXCHANGE@N")
     dest = os.path.join(out_dir, f"model-v{version}")
     path = Exchange(url if "://" in url else f"file://{os.path.abspath(url)}").fetch_weights(
-        int(version), dest)
+      int(version), dest
+    )
     if path is None:
-      raise SuiteError(f"--checkpoint={checkpoint!r}: version {version} is not published on "
-                       f"{url}")
+      raise SuiteError(f"--checkpoint={checkpoint!r}: version {version} is not published on {url}")
     return path, checkpoint
   try:
     step_dir = export.find_step(checkpoint)
   except (export.ExportError, OSError) as e:
-    raise SuiteError(f"--checkpoint={checkpoint!r} is neither a Hugging Face directory nor a "
-                     f"checkpoint nor EXCHANGE@VERSION ({e})") from None
+    raise SuiteError(
+      f"--checkpoint={checkpoint!r} is neither a Hugging Face directory nor a "
+      f"checkpoint nor EXCHANGE@VERSION ({e})"
+    ) from None
   dest = os.path.join(out_dir, f"model-step-{os.path.basename(step_dir)}")
   if not os.path.isfile(os.path.join(dest, "config.json")):
     export.export(step_dir, dest)
@@ -66,9 +73,15 @@ def resolve_model(checkpoint: str, out_dir: str) -> tuple[str, str]:
 
 def model_identity(model_dir: str) -> list:
   """What names a model's weights for the cache: its files' names, sizes and mtimes."""
-  return sorted((n, os.path.getsize(os.path.join(model_dir, n)),
-                 int(os.path.getmtime(os.path.join(model_dir, n))))
-                for n in os.listdir(model_dir) if os.path.isfile(os.path.join(model_dir, n)))
+  return sorted(
+    (
+      n,
+      os.path.getsize(os.path.join(model_dir, n)),
+      int(os.path.getmtime(os.path.join(model_dir, n))),
+    )
+    for n in os.listdir(model_dir)
+    if os.path.isfile(os.path.join(model_dir, n))
+  )
 
 
 def _fingerprint(*parts) -> str:
@@ -91,11 +104,21 @@ def _read_cache(path: str, key: str) -> dict | None:
   return got if isinstance(got, dict) and got.get("key") == key else None
 
 
-def run_suite(cfg, *, data_dir: str, checkpoint: str, out_dir: str, max_response_len: int,
-              samples: dict[str, int] | None = None, temperature: float = 0.6,
-              top_p: float = 0.95, max_prompt_len: int = 4096,
-              benchmarks: list[str] | None = None, references: str = REFERENCES,
-              log=print) -> dict:
+def run_suite(
+  cfg,
+  *,
+  data_dir: str,
+  checkpoint: str,
+  out_dir: str,
+  max_response_len: int,
+  samples: dict[str, int] | None = None,
+  temperature: float = 0.6,
+  top_p: float = 0.95,
+  max_prompt_len: int = 4096,
+  benchmarks: list[str] | None = None,
+  references: str = REFERENCES,
+  log=print,
+) -> dict:
   """Evaluates every (selected) benchmark, caching each; writes and returns the report."""
   from prorl_jax import data, rewards
   from prorl_jax import eval as eval_lib
@@ -105,14 +128,20 @@ def run_suite(cfg, *, data_dir: str, checkpoint: str, out_dir: str, max_response
   names = benchmarks or list(manifest["benchmarks"])
   unknown = [n for n in names if n not in manifest["benchmarks"]]
   if unknown:
-    raise SuiteError(f"--benchmarks {unknown[0]}: not in {data_dir} (it has "
-                     f"{', '.join(manifest['benchmarks'])})")
+    raise SuiteError(
+      f"--benchmarks {unknown[0]}: not in {data_dir} (it has {', '.join(manifest['benchmarks'])})"
+    )
   samples = dict(DEFAULT_SAMPLES, **(samples or {}))
   os.makedirs(out_dir, exist_ok=True)
   model_dir, label = resolve_model(checkpoint, out_dir)
   tok = load_tokenizer(model_dir)
-  settings = {"temperature": temperature, "top_p": top_p, "max_response_len": max_response_len,
-              "max_prompt_len": max_prompt_len, "seed": int(cfg.seed)}
+  settings = {
+    "temperature": temperature,
+    "top_p": top_p,
+    "max_response_len": max_response_len,
+    "max_prompt_len": max_prompt_len,
+    "seed": int(cfg.seed),
+  }
   ident = model_identity(model_dir)
   results, runner = {}, None
   try:
@@ -126,42 +155,74 @@ def run_suite(cfg, *, data_dir: str, checkpoint: str, out_dir: str, max_response
         results[name] = got
         log(f"[{i}/{len(names)}] {name}: cached, pass@1 {_pct(got['summary']['pass@1'])}")
         continue
-      src = data.JsonlSource([os.path.join(data_dir, b["file"])], tok,
-                             max_prompt_len=max_prompt_len, seed=cfg.seed)
+      src = data.JsonlSource(
+        [os.path.join(data_dir, b["file"])], tok, max_prompt_len=max_prompt_len, seed=cfg.seed
+      )
       items = src.items
-      log(f"[{i}/{len(names)}] {name}: {len(items)} prompts x {n_samples} samples"
-          + (f" ({src.dropped_too_long} over {max_prompt_len} prompt tokens left out)"
-             if src.dropped_too_long else ""))
+      log(
+        f"[{i}/{len(names)}] {name}: {len(items)} prompts x {n_samples} samples"
+        + (
+          f" ({src.dropped_too_long} over {max_prompt_len} prompt tokens left out)"
+          if src.dropped_too_long
+          else ""
+        )
+      )
       if runner is None:
         runner = _Runner(cfg, model_dir)
       t0 = time.time()
       got = eval_lib.collect(
-          runner.ex, items, samples=n_samples, version=0, timeout_s=cfg.rollout.timeout_s,
-          tag=f"suite-{name}", seed=cfg.seed, on_idle=runner.workers.check,
-          sampling={"max_new_tokens": max_response_len, "temperature": temperature,
-                    "top_p": top_p, "top_k": 0})
+        runner.ex,
+        items,
+        samples=n_samples,
+        version=0,
+        timeout_s=cfg.rollout.timeout_s,
+        tag=f"suite-{name}",
+        seed=cfg.seed,
+        on_idle=runner.workers.check,
+        sampling={
+          "max_new_tokens": max_response_len,
+          "temperature": temperature,
+          "top_p": top_p,
+          "top_k": 0,
+        },
+      )
       cont = rewards.continuous(items[0]["data_source"])
       summary = eval_lib.summarize(got["scores"], got["failed"], continuous=cont, ks=[])
-      summary.update(metric="mean score" if cont else "pass@1",
-                     dropped_too_long=src.dropped_too_long,
-                     response_tokens_mean=float(got["lengths"].mean()),
-                     truncated=float((got["lengths"] >= max_response_len).mean()),
-                     seconds=round(time.time() - t0, 1))
+      summary.update(
+        metric="mean score" if cont else "pass@1",
+        dropped_too_long=src.dropped_too_long,
+        response_tokens_mean=float(got["lengths"].mean()),
+        truncated=float((got["lengths"] >= max_response_len).mean()),
+        seconds=round(time.time() - t0, 1),
+      )
       if name.startswith("reasoning_gym"):
         summary["tasks"] = _per_task(items, got, cont)
-      results[name] = {"key": key, "benchmark": name, "domain": b["domain"],
-                       "summary": summary, "uids": [it["uid"] for it in items],
-                       "scores": got["scores"].tolist(),
-                       "verifier_failed": got["failed"].astype(int).tolist(),
-                       "lengths": got["lengths"].tolist()}
+      results[name] = {
+        "key": key,
+        "benchmark": name,
+        "domain": b["domain"],
+        "summary": summary,
+        "uids": [it["uid"] for it in items],
+        "scores": got["scores"].tolist(),
+        "verifier_failed": got["failed"].astype(int).tolist(),
+        "lengths": got["lengths"].tolist(),
+      }
       _write_json(cache, results[name])
-      log(f"[{i}/{len(names)}] {name}: {summary['metric']} {_pct(summary['pass@1'])} "
-          f"({summary['verifier_failures']} verifier failures, {summary['seconds']:.0f}s)")
+      log(
+        f"[{i}/{len(names)}] {name}: {summary['metric']} {_pct(summary['pass@1'])} "
+        f"({summary['verifier_failures']} verifier failures, {summary['seconds']:.0f}s)"
+      )
   finally:
     if runner is not None:
       runner.close()
-  report = build_report(results, manifest, label=label, settings=settings, samples=samples,
-                        references=load_references(references))
+  report = build_report(
+    results,
+    manifest,
+    label=label,
+    settings=settings,
+    samples=samples,
+    references=load_references(references),
+  )
   write_report(report, out_dir)
   return report
 
@@ -180,10 +241,15 @@ class _Runner:
     url = f"file://{self.tmp.name}/exchange"
     self.ex = Exchange(url)
     self.ex.publish_weights(0, 0, model_dir)
-    self.workers = LocalWorkers(url, max(1, cfg.rollout.local_workers), cfg.rollout.engine,
-                                os.path.join(self.tmp.name, "workers"),
-                                unsandboxed_code=cfg.rollout.unsandboxed_code, python=python,
-                                vllm_options=config_lib.vllm_options(cfg))
+    self.workers = LocalWorkers(
+      url,
+      max(1, cfg.rollout.local_workers),
+      cfg.rollout.engine,
+      os.path.join(self.tmp.name, "workers"),
+      unsandboxed_code=cfg.rollout.unsandboxed_code,
+      python=python,
+      vllm_options=config_lib.vllm_options(cfg),
+    )
 
   def close(self):
     self.workers.stop()
@@ -196,8 +262,10 @@ def _per_task(items: list[dict], got: dict, cont: bool) -> dict:
   by_task: dict[str, list[int]] = {}
   for i, it in enumerate(items):
     by_task.setdefault(str(it["extra"].get("task", "?")), []).append(i)
-  return {t: eval_lib.summarize(got["scores"][idx], got["failed"][idx], continuous=cont,
-                                ks=[])["pass@1"] for t, idx in sorted(by_task.items())}
+  return {
+    t: eval_lib.summarize(got["scores"][idx], got["failed"][idx], continuous=cont, ks=[])["pass@1"]
+    for t, idx in sorted(by_task.items())
+  }
 
 
 def _pct(v) -> str:
@@ -212,35 +280,50 @@ def load_references(path: str) -> dict:
       ref = json.load(f)
     assert isinstance(ref["columns"], dict) and isinstance(ref["numbers"], dict)
   except (OSError, ValueError, KeyError, AssertionError, TypeError) as e:
-    raise SuiteError(f"--references={path}: not a reference-numbers file ({e}); see "
-                     f"{REFERENCES} for the format") from None
+    raise SuiteError(
+      f"--references={path}: not a reference-numbers file ({e}); see {REFERENCES} for the format"
+    ) from None
   return ref
 
 
-def build_report(results: dict, manifest: dict, *, label: str, settings: dict,
-                 samples: dict, references: dict) -> dict:
+def build_report(
+  results: dict, manifest: dict, *, label: str, settings: dict, samples: dict, references: dict
+) -> dict:
   domains: dict[str, list[str]] = {}
   for name, r in results.items():
     domains.setdefault(r["domain"], []).append(name)
   table = {}
   for domain in [d for d in suite_lib.DOMAINS if d in domains] + sorted(
-      set(domains) - set(suite_lib.DOMAINS)):
+    set(domains) - set(suite_lib.DOMAINS)
+  ):
     rows = []
     for name in domains[domain]:
       s = results[name]["summary"]
-      rows.append({"benchmark": name, "ours": None if s["pass@1"] is None else
-                   100 * s["pass@1"], "metric": s["metric"], "prompts": s["prompts"],
-                   "samples": s["samples"], "verifier_failures": s["verifier_failures"],
-                   "dropped_too_long": s.get("dropped_too_long", 0),
-                   "reference": {c: references["numbers"].get(name, {}).get(c)
-                                 for c in references["columns"]}})
+      rows.append(
+        {
+          "benchmark": name,
+          "ours": None if s["pass@1"] is None else 100 * s["pass@1"],
+          "metric": s["metric"],
+          "prompts": s["prompts"],
+          "samples": s["samples"],
+          "verifier_failures": s["verifier_failures"],
+          "dropped_too_long": s.get("dropped_too_long", 0),
+          "reference": {
+            c: references["numbers"].get(name, {}).get(c) for c in references["columns"]
+          },
+        }
+      )
     vals = [r["ours"] for r in rows if r["ours"] is not None]
     table[domain] = {"rows": rows, "average": float(np.mean(vals)) if vals else None}
-  return {"model": label, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-          "settings": dict(settings, samples=samples), "domains": table,
-          "reference_columns": references["columns"],
-          "benchmarks": {n: r["summary"] for n, r in results.items()},
-          "data": {"suite": manifest.get("suite"), "sources": manifest.get("sources", {})}}
+  return {
+    "model": label,
+    "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    "settings": dict(settings, samples=samples),
+    "domains": table,
+    "reference_columns": references["columns"],
+    "benchmarks": {n: r["summary"] for n, r in results.items()},
+    "data": {"suite": manifest.get("suite"), "sources": manifest.get("sources", {})},
+  }
 
 
 def _fmt(v) -> str:
@@ -250,25 +333,40 @@ def _fmt(v) -> str:
 def report_markdown(report: dict) -> str:
   cols = report["reference_columns"]
   st = report["settings"]
-  lines = [f"# Evaluation of {report['model']}", "",
-           f"{report['created']}; temperature {st['temperature']}, top-p {st['top_p']}, "
-           f"up to {st['max_response_len']} response tokens; samples per prompt: "
-           + ", ".join(f"{d} {n}" for d, n in st["samples"].items()) + ". "
-           "Math, code and STEM: pass@1 (mean over samples of a fully correct answer); "
-           "instruction following and logic: the mean score. Percent.", ""]
+  lines = [
+    f"# Evaluation of {report['model']}",
+    "",
+    f"{report['created']}; temperature {st['temperature']}, top-p {st['top_p']}, "
+    f"up to {st['max_response_len']} response tokens; samples per prompt: "
+    + ", ".join(f"{d} {n}" for d, n in st["samples"].items())
+    + ". "
+    "Math, code and STEM: pass@1 (mean over samples of a fully correct answer); "
+    "instruction following and logic: the mean score. Percent.",
+    "",
+  ]
   head = ["Benchmark"] + [c["label"] for c in cols.values()] + ["This model"]
   for domain, t in report["domains"].items():
-    lines += [f"## {DOMAIN_TITLES.get(domain, domain)}", "", "| " + " | ".join(head) + " |",
-              "|" + "---|" * len(head)]
+    lines += [
+      f"## {DOMAIN_TITLES.get(domain, domain)}",
+      "",
+      "| " + " | ".join(head) + " |",
+      "|" + "---|" * len(head),
+    ]
     for r in t["rows"]:
       note = []
       if r["verifier_failures"]:
         note.append(f"{r['verifier_failures']} verifier failures")
       if r["dropped_too_long"]:
         note.append(f"{r['dropped_too_long']} prompts too long")
-      lines.append("| " + " | ".join(
-          [r["benchmark"]] + [_fmt(r["reference"][c]) for c in cols]
-          + [_fmt(r["ours"]) + (f" ({'; '.join(note)})" if note else "")]) + " |")
+      lines.append(
+        "| "
+        + " | ".join(
+          [r["benchmark"]]
+          + [_fmt(r["reference"][c]) for c in cols]
+          + [_fmt(r["ours"]) + (f" ({'; '.join(note)})" if note else "")]
+        )
+        + " |"
+      )
     refs = [[r["reference"][c] for r in t["rows"]] for c in cols]
     avg = [_fmt(float(np.mean(v))) if all(x is not None for x in v) else "—" for v in refs]
     lines += ["| **average** | " + " | ".join(avg + [_fmt(t["average"])]) + " |", ""]
@@ -291,8 +389,12 @@ def report_png(report: dict, path: str) -> None:
   width = 0.8 / len(series)
   fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(rows)), 4.5))
   for k, (name, vals) in enumerate(series):
-    ax.bar(x + (k - (len(series) - 1) / 2) * width,
-           [np.nan if v is None else v for v in vals], width, label=name)
+    ax.bar(
+      x + (k - (len(series) - 1) / 2) * width,
+      [np.nan if v is None else v for v in vals],
+      width,
+      label=name,
+    )
   ax.set_xticks(x, [r["benchmark"] for r in rows], rotation=45, ha="right")
   ax.set_ylabel("pass@1 / mean score (%)")
   ax.set_ylim(0, 100)

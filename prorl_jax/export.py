@@ -33,16 +33,19 @@ def find_step(path: str) -> str:
     steps = [s for s in steps if os.path.isdir(os.path.join(ckpts, str(s), "state"))]
     if steps:
       return os.path.join(ckpts, str(max(steps)))
-  raise ExportError(f"{path} holds no Orbax checkpoint (want RUN_DIR, RUN_DIR/checkpoints or "
-                    "RUN_DIR/checkpoints/<step>)")
+  raise ExportError(
+    f"{path} holds no Orbax checkpoint (want RUN_DIR, RUN_DIR/checkpoints or "
+    "RUN_DIR/checkpoints/<step>)"
+  )
 
 
 def base_model_dir(step_dir: str, base: str | None) -> str:
   """The HF directory of the run's starting model: `base`, else the run's record of it."""
   if base:
     if not os.path.isfile(os.path.join(base, "config.json")):
-      raise ExportError(f"--base={base!r} has no config.json; give the Hugging Face directory "
-                        "the run started from")
+      raise ExportError(
+        f"--base={base!r} has no config.json; give the Hugging Face directory the run started from"
+      )
     return base
   run_dir = os.path.dirname(os.path.dirname(step_dir))  # RUN_DIR/checkpoints/<step>
   record = os.path.join(run_dir, RUN_RECORD)
@@ -50,11 +53,12 @@ def base_model_dir(step_dir: str, base: str | None) -> str:
     with open(record) as f:
       path = json.load(f)["model_path"]
   except (OSError, ValueError, KeyError, TypeError):
-    raise ExportError(f"no record of the base model in {record}; pass --base=HF_DIR (the "
-                      "model the run started from)") from None
+    raise ExportError(
+      f"no record of the base model in {record}; pass --base=HF_DIR (the "
+      "model the run started from)"
+    ) from None
   if not os.path.isfile(os.path.join(path, "config.json")):
-    raise ExportError(f"the run's base model {path!r} (from {record}) is gone; pass "
-                      "--base=HF_DIR")
+    raise ExportError(f"the run's base model {path!r} (from {record}) is gone; pass --base=HF_DIR")
   return path
 
 
@@ -76,11 +80,14 @@ def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfl
   args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
   try:
     restored = ocp.PyTreeCheckpointer().restore(
-        os.path.join(step_dir, "state"),
-        args=ocp.args.PyTreeRestore(item=target, restore_args=args, partial_restore=True))
+      os.path.join(step_dir, "state"),
+      args=ocp.args.PyTreeRestore(item=target, restore_args=args, partial_restore=True),
+    )
   except (ValueError, KeyError) as e:
-    raise ExportError(f"{step_dir} does not hold parameters of {base}'s architecture "
-                      f"({type(e).__name__}: {str(e)[:160]}); pass the right --base") from None
+    raise ExportError(
+      f"{step_dir} does not hold parameters of {base}'s architecture "
+      f"({type(e).__name__}: {str(e)[:160]}); pass the right --base"
+    ) from None
   if os.path.exists(out) and os.listdir(out):
     raise ExportError(f"{out} exists and is not empty; give a new directory")
   save_hf(cfg, restored["params"], out, tokenizer_dir=base, dtype=dtype)
@@ -88,12 +95,16 @@ def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfl
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(prog="python -m prorl_jax.export",
-                               description=__doc__.split("\n\n")[0])
+  ap = argparse.ArgumentParser(
+    prog="python -m prorl_jax.export", description=__doc__.split("\n\n")[0]
+  )
   ap.add_argument("checkpoint", help="RUN_DIR, RUN_DIR/checkpoints or a step directory in it")
   ap.add_argument("out", help="the new Hugging Face directory")
-  ap.add_argument("--base", default=None,
-                  help="HF directory the run started from (default: RUN_DIR/config.json's)")
+  ap.add_argument(
+    "--base",
+    default=None,
+    help="HF directory the run started from (default: RUN_DIR/config.json's)",
+  )
   ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
   args = ap.parse_args(argv)
   try:

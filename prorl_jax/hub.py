@@ -37,8 +37,11 @@ class Source:
 def read_local(path: str) -> list[dict]:
   """Rows of a JSONL / JSON / Parquet file, or of every such file in a directory (sorted)."""
   if os.path.isdir(path):
-    files = sorted(f for ext in ("jsonl", "json", "parquet")
-                   for f in glob.glob(os.path.join(path, f"**/*.{ext}"), recursive=True))
+    files = sorted(
+      f
+      for ext in ("jsonl", "json", "parquet")
+      for f in glob.glob(os.path.join(path, f"**/*.{ext}"), recursive=True)
+    )
     if not files:
       raise PrepareError(f"{path} holds no .jsonl, .json or .parquet files")
     return [r for f in files for r in read_local(f)]
@@ -68,39 +71,50 @@ def download(src: Source, revision: str) -> tuple[list[dict], str]:
     import datasets
     from huggingface_hub import HfApi
   except ImportError as e:
-    raise PrepareError(f"downloading {src.dataset} needs `datasets` ({e}); pip install "
-                       f"datasets==4.8.5, or pass --source {src.name}=PATH") from None
+    raise PrepareError(
+      f"downloading {src.dataset} needs `datasets` ({e}); pip install "
+      f"datasets==4.8.5, or pass --source {src.name}=PATH"
+    ) from None
   try:
     sha = HfApi().dataset_info(src.dataset, revision=revision).sha
-    ds = datasets.load_dataset(src.dataset, src.config, data_dir=src.data_dir,
-                               data_files=list(src.data_files) if src.data_files else None,
-                               split=src.split, revision=sha)
+    ds = datasets.load_dataset(
+      src.dataset,
+      src.config,
+      data_dir=src.data_dir,
+      data_files=list(src.data_files) if src.data_files else None,
+      split=src.split,
+      revision=sha,
+    )
   except Exception as e:  # noqa: BLE001 - network, auth, missing split: one line, the fix
-    raise PrepareError(f"cannot download {src.dataset}@{revision} ({type(e).__name__}: "
-                       f"{str(e)[:200]}); check the network or pass --source "
-                       f"{src.name}=PATH") from None
+    raise PrepareError(
+      f"cannot download {src.dataset}@{revision} ({type(e).__name__}: "
+      f"{str(e)[:200]}); check the network or pass --source "
+      f"{src.name}=PATH"
+    ) from None
   return ds.to_list(), sha
 
 
-def load_source(src: Source, local: dict[str, str], revisions: dict[str, str]
-                ) -> tuple[list[dict], collections.Counter, dict]:
+def load_source(
+  src: Source, local: dict[str, str], revisions: dict[str, str]
+) -> tuple[list[dict], collections.Counter, dict]:
   """(converted rows, malformed reasons counted, provenance) of one source: read locally or
   downloaded, its columns checked (a missing one stops with one line), every row converted."""
   if src.name in local:
     raw, revision = read_local(local[src.name]), f"local:{os.path.abspath(local[src.name])}"
   else:
     raw, revision = download(src, revisions.get(src.name, "main"))
-  info = {"dataset": src.dataset, "revision": revision, "split": src.split,
-          "license": src.license}
+  info = {"dataset": src.dataset, "revision": revision, "split": src.split, "license": src.license}
   if src.config:
     info["config"] = src.config
   if raw:
     missing = [c for c in src.columns if c not in raw[0]]
     if missing:
-      raise PrepareError(f"{src.dataset}@{revision}: column {missing[0]!r} is missing "
-                         f"(columns: {', '.join(sorted(raw[0]))}); the dataset's schema "
-                         f"changed: pin an older --revision {src.name}=SHA or update "
-                         "prorl_jax/prepare.py")
+      raise PrepareError(
+        f"{src.dataset}@{revision}: column {missing[0]!r} is missing "
+        f"(columns: {', '.join(sorted(raw[0]))}); the dataset's schema "
+        f"changed: pin an older --revision {src.name}=SHA or update "
+        "prorl_jax/prepare.py"
+      )
   converted, bad = [], collections.Counter()
   for row in raw:
     try:

@@ -15,6 +15,7 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 
 # ----------------------------------------------------------------------------- log-probs
 
+
 def logprobs_from_logits(logits_BxTxV, targets_BxT, temperature: float = 1.0):
   """log softmax(logits/τ) at the targets, and the entropy of softmax(logits/τ); float32."""
   z = logits_BxTxV.astype(jnp.float32) / temperature
@@ -25,8 +26,7 @@ def logprobs_from_logits(logits_BxTxV, targets_BxT, temperature: float = 1.0):
   return logp, entropy
 
 
-def token_logprobs(hidden_BxTxD, head_DxV, targets_BxT, temperature: float = 1.0,
-                   chunk: int = 128):
+def token_logprobs(hidden_BxTxD, head_DxV, targets_BxT, temperature: float = 1.0, chunk: int = 128):
   """Log-probs and entropy of the targets from hidden states, `chunk` positions at a time.
 
   Only one float32 [B, chunk, V] block of logits exists at a time, in the forward pass and (by
@@ -58,8 +58,10 @@ def token_logprobs(hidden_BxTxD, head_DxV, targets_BxT, temperature: float = 1.0
 
 # ----------------------------------------------------------------------------- aggregation
 
-def aggregate(x_BxT, mask_BxT, mode: str = "token-mean", *, num_tokens=None, num_seqs=None,
-              norm_const=None):
+
+def aggregate(
+  x_BxT, mask_BxT, mode: str = "token-mean", *, num_tokens=None, num_seqs=None, norm_const=None
+):
   """The four loss aggregation modes.
 
   `num_tokens` / `num_seqs` are the *global* counts of the mini-batch: pass them when this call
@@ -88,6 +90,7 @@ def aggregate(x_BxT, mask_BxT, mode: str = "token-mean", *, num_tokens=None, num
 
 # ----------------------------------------------------------------------------- KL
 
+
 def kl_penalty(logp_BxT, ref_logp_BxT, kind: str = "k2", clamp: float = 10.0):
   """Per-token KL estimate to the reference, δ = clamp(ℓθ − ℓref, ±clamp).
 
@@ -105,8 +108,18 @@ def kl_penalty(logp_BxT, ref_logp_BxT, kind: str = "k2", clamp: float = 10.0):
 
 # ----------------------------------------------------------------------------- IS weights
 
-def importance_weights(old_logp_BxT, gen_logp_BxT, mask_BxT, mode: str = "icepop", *,
-                       cap: float = 2.0, low: float = 0.5, high: float = 5.0, num_tokens=None):
+
+def importance_weights(
+  old_logp_BxT,
+  gen_logp_BxT,
+  mask_BxT,
+  mode: str = "icepop",
+  *,
+  cap: float = 2.0,
+  low: float = 0.5,
+  high: float = 5.0,
+  num_tokens=None,
+):
   """Engine/trainer mismatch weights w = exp(ℓold − ℓgen), stop-gradient.
 
   none: 1. tis: min(w, cap). icepop: w·1[low ≤ w ≤ high]. Returns (w_BxT, metrics); the mean
@@ -127,22 +140,36 @@ def importance_weights(old_logp_BxT, gen_logp_BxT, mask_BxT, mode: str = "icepop
   big = jnp.where(m > 0, raw, -jnp.inf)
   small = jnp.where(m > 0, raw, jnp.inf)
   metrics = {
-      "is/raw_mean": jnp.sum(raw) / n,
-      "is/raw_max": jnp.max(big),
-      "is/raw_min": jnp.min(small),
-      "is/weight_mean": jnp.sum(w) / n,
-      "is/out_of_band_frac": jnp.sum(((raw < low) | (raw > high)) * m) / n,
-      "is/capped_frac": jnp.sum((raw > cap) * m) / n,
-      "is/mismatch_kl": jnp.sum((gen_logp_BxT - old_logp_BxT) * m) / n,
+    "is/raw_mean": jnp.sum(raw) / n,
+    "is/raw_max": jnp.max(big),
+    "is/raw_min": jnp.min(small),
+    "is/weight_mean": jnp.sum(w) / n,
+    "is/out_of_band_frac": jnp.sum(((raw < low) | (raw > high)) * m) / n,
+    "is/capped_frac": jnp.sum((raw > cap) * m) / n,
+    "is/mismatch_kl": jnp.sum((gen_logp_BxT - old_logp_BxT) * m) / n,
   }
   return w, metrics
 
 
 # ----------------------------------------------------------------------------- policy loss
 
-def policy_loss(logp, old_logp, adv, mask, *, clip_low: float, clip_high: float,
-                dual_clip: float | None = None, agg: str = "token-mean", is_weights=None,
-                num_tokens=None, num_seqs=None, norm_const=None, log_ratio_clamp: float = 20.0):
+
+def policy_loss(
+  logp,
+  old_logp,
+  adv,
+  mask,
+  *,
+  clip_low: float,
+  clip_high: float,
+  dual_clip: float | None = None,
+  agg: str = "token-mean",
+  is_weights=None,
+  num_tokens=None,
+  num_seqs=None,
+  norm_const=None,
+  log_ratio_clamp: float = 20.0,
+):
   """Token-level PPO-clip with decoupled ε (clip-higher) and optional dual-clip.
 
   ρ = exp(clamp(ℓθ − ℓold, ±log_ratio_clamp));
@@ -163,30 +190,57 @@ def policy_loss(logp, old_logp, adv, mask, *, clip_low: float, clip_high: float,
     per_tok = jnp.where(adv < 0, jnp.minimum(per_tok, -dual_clip * adv), per_tok)
   if is_weights is not None:
     per_tok = per_tok * jax.lax.stop_gradient(is_weights)
-  loss = aggregate(per_tok, m, agg, num_tokens=num_tokens, num_seqs=num_seqs,
-                   norm_const=norm_const)
+  loss = aggregate(per_tok, m, agg, num_tokens=num_tokens, num_seqs=num_seqs, norm_const=norm_const)
   tmean = lambda x: aggregate(x.astype(jnp.float32), m, "token-mean", num_tokens=num_tokens)  # noqa: E731
   metrics = {
-      "actor/pg_loss": loss,
-      "actor/clipfrac": tmean(pg2 > pg1),
-      "actor/clipfrac_upper": tmean((adv > 0) & (ratio > 1.0 + clip_high)),
-      "actor/clipfrac_lower": tmean((adv < 0) & (ratio < 1.0 - clip_low)),
-      "actor/dual_clipfrac": tmean(dual_bites),
-      "actor/ppo_kl": tmean(old_logp - logp),
-      "actor/ratio_mean": tmean(ratio),
+    "actor/pg_loss": loss,
+    "actor/clipfrac": tmean(pg2 > pg1),
+    "actor/clipfrac_upper": tmean((adv > 0) & (ratio > 1.0 + clip_high)),
+    "actor/clipfrac_lower": tmean((adv < 0) & (ratio < 1.0 - clip_low)),
+    "actor/dual_clipfrac": tmean(dual_bites),
+    "actor/ppo_kl": tmean(old_logp - logp),
+    "actor/ratio_mean": tmean(ratio),
   }
   return loss, metrics
 
 
-def rl_loss(logp, entropy, old_logp, ref_logp, adv, mask, *, clip_low, clip_high,
-            dual_clip=None, agg="token-mean", is_weights=None, num_tokens=None, num_seqs=None,
-            norm_const=None, log_ratio_clamp=20.0, kl_kind="k2", kl_coef=0.0, kl_clamp=10.0,
-            entropy_coef=0.0):
+def rl_loss(
+  logp,
+  entropy,
+  old_logp,
+  ref_logp,
+  adv,
+  mask,
+  *,
+  clip_low,
+  clip_high,
+  dual_clip=None,
+  agg="token-mean",
+  is_weights=None,
+  num_tokens=None,
+  num_seqs=None,
+  norm_const=None,
+  log_ratio_clamp=20.0,
+  kl_kind="k2",
+  kl_coef=0.0,
+  kl_clamp=10.0,
+  entropy_coef=0.0,
+):
   """policy_loss + β·agg(KL to ref) − entropy_coef·agg(entropy), with the same aggregation."""
   agg_kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm_const=norm_const)
-  loss, metrics = policy_loss(logp, old_logp, adv, mask, clip_low=clip_low, clip_high=clip_high,
-                              dual_clip=dual_clip, agg=agg, is_weights=is_weights,
-                              log_ratio_clamp=log_ratio_clamp, **agg_kw)
+  loss, metrics = policy_loss(
+    logp,
+    old_logp,
+    adv,
+    mask,
+    clip_low=clip_low,
+    clip_high=clip_high,
+    dual_clip=dual_clip,
+    agg=agg,
+    is_weights=is_weights,
+    log_ratio_clamp=log_ratio_clamp,
+    **agg_kw,
+  )
   kl = aggregate(kl_penalty(logp, ref_logp, kl_kind, kl_clamp), mask, agg, **agg_kw)
   ent = aggregate(entropy, mask, "token-mean", num_tokens=num_tokens)
   if kl_coef:

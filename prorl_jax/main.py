@@ -12,11 +12,18 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "config file, e.g. configs/tiny.py or configs/qwen15b.py:smoke; list its "
-    "keys with python -m prorl_jax.config --config=FILE", lock_config=True)
+  "config",
+  None,
+  "config file, e.g. configs/tiny.py or configs/qwen15b.py:smoke; list its "
+  "keys with python -m prorl_jax.config --config=FILE",
+  lock_config=True,
+)
 _ACCEPT = flags.DEFINE_boolean(
-    "accept_config_changes", False, "resume a run whose config changed (the differences are "
-    "logged and recorded in RUN_DIR/config.json)")
+  "accept_config_changes",
+  False,
+  "resume a run whose config changed (the differences are "
+  "logged and recorded in RUN_DIR/config.json)",
+)
 
 
 def main(argv):
@@ -43,8 +50,13 @@ def main(argv):
   with cli.user_errors(*user):
     dist.initialize(_CONFIG.value.dist)  # before anything touches a device
   logging.getLogger("prorl_jax").info(
-      "process %d/%d, %d local / %d global devices: %s", jax.process_index(),
-      jax.process_count(), jax.local_device_count(), jax.device_count(), jax.devices())
+    "process %d/%d, %d local / %d global devices: %s",
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+    jax.devices(),
+  )
   with cli.user_errors(*user):
     train.run(_CONFIG.value, accept_config_changes=_ACCEPT.value)
 

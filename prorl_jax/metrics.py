@@ -21,8 +21,14 @@ def _plain(v):
 
 
 class MetricWriter:
-  def __init__(self, run_dir: str, tensorboard: bool = False, wandb_project: str = "",
-               total_steps: int = 0, config: dict | None = None):
+  def __init__(
+    self,
+    run_dir: str,
+    tensorboard: bool = False,
+    wandb_project: str = "",
+    total_steps: int = 0,
+    config: dict | None = None,
+  ):
     os.makedirs(run_dir, exist_ok=True)
     self.path = os.path.join(run_dir, "metrics.jsonl")
     self.total = total_steps
@@ -31,10 +37,13 @@ class MetricWriter:
     if tensorboard:
       try:
         from tensorboardX import SummaryWriter  # optional dependency
+
         self.tb = SummaryWriter(os.path.join(run_dir, "tb"))
       except ImportError:
-        log.warning("metrics.tensorboard=True but tensorboardX is not installed; "
-                    "pip install tensorboardX (JSONL metrics are written regardless)")
+        log.warning(
+          "metrics.tensorboard=True but tensorboardX is not installed; "
+          "pip install tensorboardX (JSONL metrics are written regardless)"
+        )
     if wandb_project:
       import wandb
 
@@ -73,8 +82,9 @@ class MetricWriter:
       return
     width = 20
     filled = int(width * step / max(self.total, 1))
-    sys.stdout.write(f"\r[{'#' * filled}{'.' * (width - filled)}] step {step}/{self.total} "
-                     f"{msg} eta {eta:5.0f}s ")
+    sys.stdout.write(
+      f"\r[{'#' * filled}{'.' * (width - filled)}] step {step}/{self.total} {msg} eta {eta:5.0f}s "
+    )
     sys.stdout.flush()
 
   def say(self, line: str):

@@ -14,16 +14,16 @@ import sys
 from prorl_jax.metrics import read_jsonl
 
 PANELS = (
-    ("reward", ("reward/raw_mean", "reward/shaped_mean")),
-    ("held-out pass@1", ("val/pass@1",)),
-    ("response length", ("response/length_mean",)),
-    ("truncation rate", ("response/truncation_rate",)),
-    ("entropy", ("actor/entropy_old",)),
-    ("KL to reference", ("actor/kl_ref_old",)),
-    ("clip fraction", ("actor/clipfrac_upper", "actor/clipfrac_lower")),
-    ("dynamic sampling keep rate", ("sampling/keep_rate",)),
-    ("throughput (response tokens/s)", ("perf/tokens_per_s",)),
-    ("step time (s)", ("time/rollout_s", "time/update_s", "time/publish_s", "time/step_s")),
+  ("reward", ("reward/raw_mean", "reward/shaped_mean")),
+  ("held-out pass@1", ("val/pass@1",)),
+  ("response length", ("response/length_mean",)),
+  ("truncation rate", ("response/truncation_rate",)),
+  ("entropy", ("actor/entropy_old",)),
+  ("KL to reference", ("actor/kl_ref_old",)),
+  ("clip fraction", ("actor/clipfrac_upper", "actor/clipfrac_lower")),
+  ("dynamic sampling keep rate", ("sampling/keep_rate",)),
+  ("throughput (response tokens/s)", ("perf/tokens_per_s",)),
+  ("step time (s)", ("time/rollout_s", "time/update_s", "time/publish_s", "time/step_s")),
 )
 
 
@@ -41,8 +41,10 @@ def dashboard(run_dir: str, out: str | None = None) -> str:
   try:
     rows = read_jsonl(path)
   except OSError:
-    raise PlotError(f"{run_dir} has no metrics.jsonl: give the run directory of a run that "
-                    "has trained at least one step") from None
+    raise PlotError(
+      f"{run_dir} has no metrics.jsonl: give the run directory of a run that "
+      "has trained at least one step"
+    ) from None
   except ValueError as e:
     raise PlotError(f"{path} is not JSON lines ({e})") from None
   if not any("step" in r for r in rows):

@@ -36,12 +36,12 @@ import numpy as np
 
 from prorl_jax import rewards
 from prorl_jax.hub import (  # noqa: F401 - the errors and readers are prepare's API too
-    Malformed,
-    PrepareError,
-    Source,
-    download,
-    load_source,
-    read_local,
+  Malformed,
+  PrepareError,
+  Source,
+  download,
+  load_source,
+  read_local,
 )
 from prorl_jax.rewards import ifeval
 from prorl_jax.rewards.common import last_boxed
@@ -62,16 +62,22 @@ def _text(row: dict, key: str) -> str:
 
 def _verl(prompt: list[dict], data_source: str, truth: str, domain: str, extra: dict) -> dict:
   rewards.verifier_name(data_source)  # every row is routed to a verifier (KeyError otherwise)
-  return {"data_source": data_source, "prompt": prompt, "ability": domain,
-          "reward_model": {"style": "rule", "ground_truth": truth}, "extra_info": extra}
+  return {
+    "data_source": data_source,
+    "prompt": prompt,
+    "ability": domain,
+    "reward_model": {"style": "rule", "ground_truth": truth},
+    "extra_info": extra,
+  }
 
 
 def convert_deepscaler(row: dict) -> dict:
   problem, answer = _text(row, "problem"), row.get("answer")
   if answer is None or not str(answer).strip():
     raise Malformed("empty answer")
-  return _verl(_user(f"{problem} {BOXED_INSTRUCTION}"), "deepscaler", str(answer).strip(),
-               "math", {})
+  return _verl(
+    _user(f"{problem} {BOXED_INSTRUCTION}"), "deepscaler", str(answer).strip(), "math", {}
+  )
 
 
 CODE_SOURCES = ("codecontests", "apps", "taco", "codeforces")
@@ -84,17 +90,24 @@ def convert_eurus_code(row: dict) -> dict:
   if ds not in CODE_SOURCES:
     raise Malformed(f"code data_source {ds!r} has no verifier")
   prompt = row.get("prompt")
-  if not (isinstance(prompt, list) and prompt and all(
-      isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt)):
+  if not (
+    isinstance(prompt, list)
+    and prompt
+    and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt)
+  ):
     raise Malformed("prompt is not a list of chat messages")
   truth = (row.get("reward_model") or {}).get("ground_truth")
   try:
     tests = json.loads(truth) if isinstance(truth, str) else truth
   except ValueError:
     raise Malformed("test cases are not JSON") from None
-  if not (isinstance(tests, dict) and isinstance(tests.get("inputs"), list)
-          and isinstance(tests.get("outputs"), list) and tests["inputs"]
-          and len(tests["inputs"]) == len(tests["outputs"])):
+  if not (
+    isinstance(tests, dict)
+    and isinstance(tests.get("inputs"), list)
+    and isinstance(tests.get("outputs"), list)
+    and tests["inputs"]
+    and len(tests["inputs"]) == len(tests["outputs"])
+  ):
     raise Malformed("test cases need non-empty inputs and outputs of one length")
   messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
   return _verl(messages, ds, json.dumps(tests), "code", {})
@@ -107,8 +120,13 @@ def convert_scp(row: dict) -> dict:
     raise Malformed("no \\boxed{} final answer in matched_solution")
   if row.get("is_o1_solution_same_with_matched_solution") is False:
     raise Malformed("o1 solution disagrees with matched_solution")
-  return _verl(_user(f"{problem} {BOXED_INSTRUCTION}"), "scp", answer.strip(), "stem",
-               {"subject": str(row.get("domain") or "")})
+  return _verl(
+    _user(f"{problem} {BOXED_INSTRUCTION}"),
+    "scp",
+    answer.strip(),
+    "stem",
+    {"subject": str(row.get("domain") or "")},
+  )
 
 
 def ifeval_instructions(ids: list, kwargs: list) -> list[dict]:
@@ -135,37 +153,105 @@ def convert_nemotron_if(row: dict) -> dict:
   if not isinstance(args, dict):
     raise Malformed("args is not an object")
   instructions = ifeval_instructions(args.get("instruction_id_list"), args.get("kwargs"))
-  return _verl(_user(text.strip()), "llama_nemotron_if", "", "instruction_following",
-               {"instructions": instructions})
+  return _verl(
+    _user(text.strip()),
+    "llama_nemotron_if",
+    "",
+    "instruction_following",
+    {"instructions": instructions},
+  )
 
 
-SOURCES = {s.name: s for s in (
-    Source("deepscaler", "math", "agentica-org/DeepScaleR-Preview-Dataset",
-           ("problem", "answer"), convert_deepscaler, license="MIT"),
-    Source("eurus_code", "code", "PRIME-RL/Eurus-2-RL-Data",
-           ("data_source", "prompt", "ability", "reward_model"), convert_eurus_code,
-           license="MIT"),
-    Source("scp", "stem", "EricLu/SCP-116K", ("domain", "problem", "matched_solution"),
-           convert_scp, license="CC BY-NC-SA 4.0 (non-commercial)"),
-    Source("nemotron_if", "instruction_following", "nvidia/Llama-Nemotron-Post-Training-Dataset",
-           ("input", "args"), convert_nemotron_if, split="instruction_following",
-           data_dir="RL", license="CC BY 4.0"),
-)}
+SOURCES = {
+  s.name: s
+  for s in (
+    Source(
+      "deepscaler",
+      "math",
+      "agentica-org/DeepScaleR-Preview-Dataset",
+      ("problem", "answer"),
+      convert_deepscaler,
+      license="MIT",
+    ),
+    Source(
+      "eurus_code",
+      "code",
+      "PRIME-RL/Eurus-2-RL-Data",
+      ("data_source", "prompt", "ability", "reward_model"),
+      convert_eurus_code,
+      license="MIT",
+    ),
+    Source(
+      "scp",
+      "stem",
+      "EricLu/SCP-116K",
+      ("domain", "problem", "matched_solution"),
+      convert_scp,
+      license="CC BY-NC-SA 4.0 (non-commercial)",
+    ),
+    Source(
+      "nemotron_if",
+      "instruction_following",
+      "nvidia/Llama-Nemotron-Post-Training-Dataset",
+      ("input", "args"),
+      convert_nemotron_if,
+      split="instruction_following",
+      data_dir="RL",
+      license="CC BY 4.0",
+    ),
+  )
+}
 
-PRORL_MIX = {"math": 40_000, "code": 24_000, "stem": 25_000, "logic": 37_000,
-             "instruction_following": 10_000}
-DOMAIN_SOURCE = {"math": "deepscaler", "code": "eurus_code", "stem": "scp",
-                 "instruction_following": "nemotron_if", "logic": "reasoning_gym"}
+PRORL_MIX = {
+  "math": 40_000,
+  "code": 24_000,
+  "stem": 25_000,
+  "logic": 37_000,
+  "instruction_following": 10_000,
+}
+DOMAIN_SOURCE = {
+  "math": "deepscaler",
+  "code": "eurus_code",
+  "stem": "scp",
+  "instruction_following": "nemotron_if",
+  "logic": "reasoning_gym",
+}
 # Reasoning Gym tasks of the logic domain (the out-of-distribution evaluation tasks acre, boxnet
 # and game_of_life_halting are left out on purpose).
-RG_TASKS = ("arc_1d", "basic_arithmetic", "bitwise_arithmetic", "caesar_cipher",
-            "calendar_arithmetic", "chain_sum", "color_cube_rotation", "count_bits",
-            "countdown", "cryptarithm", "family_relationships", "futoshiki", "graph_color",
-            "knights_knaves", "largest_island", "letter_counting", "maze", "mini_sudoku",
-            "n_queens", "number_sequence", "number_sorting", "palindrome_generation",
-            "propositional_logic", "rotate_matrix", "self_reference", "shortest_path",
-            "spell_backward", "syllogism", "tower_of_hanoi", "word_ladder", "word_sorting",
-            "zebra_puzzles")
+RG_TASKS = (
+  "arc_1d",
+  "basic_arithmetic",
+  "bitwise_arithmetic",
+  "caesar_cipher",
+  "calendar_arithmetic",
+  "chain_sum",
+  "color_cube_rotation",
+  "count_bits",
+  "countdown",
+  "cryptarithm",
+  "family_relationships",
+  "futoshiki",
+  "graph_color",
+  "knights_knaves",
+  "largest_island",
+  "letter_counting",
+  "maze",
+  "mini_sudoku",
+  "n_queens",
+  "number_sequence",
+  "number_sorting",
+  "palindrome_generation",
+  "propositional_logic",
+  "rotate_matrix",
+  "self_reference",
+  "shortest_path",
+  "spell_backward",
+  "syllogism",
+  "tower_of_hanoi",
+  "word_ladder",
+  "word_sorting",
+  "zebra_puzzles",
+)
 
 
 def normalise_prompt(prompt: list[dict]) -> str:
@@ -200,14 +286,30 @@ def _write_parquet(rows: list[dict], path: str) -> dict:
   return {"rows": len(rows), "sha256": sha}
 
 
-def prepare(out: str, *, counts: dict[str, int], local: dict[str, str],
-            revisions: dict[str, str], val_per_domain: int, seed: int,
-            rg_tasks: tuple[str, ...] = RG_TASKS, log=print) -> dict:
+def prepare(
+  out: str,
+  *,
+  counts: dict[str, int],
+  local: dict[str, str],
+  revisions: dict[str, str],
+  val_per_domain: int,
+  seed: int,
+  rg_tasks: tuple[str, ...] = RG_TASKS,
+  log=print,
+) -> dict:
   """Builds the mix in `out`; returns the manifest (also written to out/manifest.json)."""
   rng = np.random.RandomState(seed)
   seen: set[str] = set()
-  manifest = {"mix": "prorl", "created": time.strftime("%Y-%m-%d %H:%M:%S"), "seed": seed,
-              "sources": {}, "files": {}, "train_files": [], "weights": [], "val_files": []}
+  manifest = {
+    "mix": "prorl",
+    "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    "seed": seed,
+    "sources": {},
+    "files": {},
+    "train_files": [],
+    "weights": [],
+    "val_files": [],
+  }
   val_rows = []
   for domain, want in counts.items():
     name = DOMAIN_SOURCE[domain]
@@ -216,8 +318,12 @@ def prepare(out: str, *, counts: dict[str, int], local: dict[str, str],
     if name == "reasoning_gym":
       total = want + val_per_domain
       rows = _reasoning_gym_rows(total, rg_tasks, seed)
-      info.update(dataset="reasoning_gym (generated)", revision=_rg_version(),
-                  tasks=list(rg_tasks), license="Apache-2.0")
+      info.update(
+        dataset="reasoning_gym (generated)",
+        revision=_rg_version(),
+        tasks=list(rg_tasks),
+        license="Apache-2.0",
+      )
       converted, bad = rows, collections.Counter()
     else:
       converted, bad, more = load_source(SOURCES[name], local, revisions)
@@ -236,8 +342,14 @@ def prepare(out: str, *, counts: dict[str, int], local: dict[str, str],
     val, train = kept[:val_per_domain], kept[val_per_domain:]
     for r in train + val:
       r["extra_info"] = dict(r["extra_info"], domain=domain)
-    info.update(converted=len(converted), malformed=dict(bad.most_common()), duplicates=dups,
-                train=len(train), val=len(val), requested=want)
+    info.update(
+      converted=len(converted),
+      malformed=dict(bad.most_common()),
+      duplicates=dups,
+      train=len(train),
+      val=len(val),
+      requested=want,
+    )
     if len(train) < want:
       info["short_by"] = want - len(train)
     rel = f"train/{domain}.parquet"
@@ -246,9 +358,11 @@ def prepare(out: str, *, counts: dict[str, int], local: dict[str, str],
     manifest["weights"].append(len(train))
     manifest["sources"][domain] = info
     val_rows += val
-    log(f"{domain}: {len(train)} train + {len(val)} val from {info['dataset']} "
-        f"({sum(bad.values())} malformed{': ' + _top(bad) if bad else ''}; {dups} duplicates; "
-        f"{time.time() - t0:.0f}s)")
+    log(
+      f"{domain}: {len(train)} train + {len(val)} val from {info['dataset']} "
+      f"({sum(bad.values())} malformed{': ' + _top(bad) if bad else ''}; {dups} duplicates; "
+      f"{time.time() - t0:.0f}s)"
+    )
   manifest["files"]["val.parquet"] = _write_parquet(val_rows, os.path.join(out, "val.parquet"))
   manifest["val_files"].append("val.parquet")
   with open(os.path.join(out, "manifest.json"), "w") as f:
@@ -282,65 +396,99 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 def main(argv=None) -> int:
   from prorl_jax import suite as suite_lib
 
-  ap = argparse.ArgumentParser(prog="python -m prorl_jax.prepare",
-                               description="Builds the ProRL training mix (--mix=prorl) or "
-                               "evaluation suite (--suite=prorl-eval) as verl-schema Parquet.")
+  ap = argparse.ArgumentParser(
+    prog="python -m prorl_jax.prepare",
+    description="Builds the ProRL training mix (--mix=prorl) or "
+    "evaluation suite (--suite=prorl-eval) as verl-schema Parquet.",
+  )
   what = ap.add_mutually_exclusive_group(required=True)
   what.add_argument("--mix", choices=["prorl"], help="the training mix to build")
   what.add_argument("--suite", choices=[suite_lib.SUITE], help="the evaluation suite to build")
   ap.add_argument("--out", required=True, help="output directory")
-  ap.add_argument("--source", action="append", default=[],
-                  help=f"NAME=PATH: read a source locally (mix: {', '.join(SOURCES)}; suite: "
-                  f"{', '.join(suite_lib.SOURCES)})")
+  ap.add_argument(
+    "--source",
+    action="append",
+    default=[],
+    help=f"NAME=PATH: read a source locally (mix: {', '.join(SOURCES)}; suite: "
+    f"{', '.join(suite_lib.SOURCES)})",
+  )
   ap.add_argument("--revision", action="append", default=[], help="NAME=SHA: pin a dataset")
-  ap.add_argument("--count", action="append", default=[],
-                  help=f"mix: DOMAIN=N training rows ({', '.join(PRORL_MIX)}; 0 drops one)")
+  ap.add_argument(
+    "--count",
+    action="append",
+    default=[],
+    help=f"mix: DOMAIN=N training rows ({', '.join(PRORL_MIX)}; 0 drops one)",
+  )
   ap.add_argument("--val", type=int, default=100, help="mix: validation rows per domain")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--rg_tasks", default=",".join(RG_TASKS), help="Reasoning Gym tasks")
-  ap.add_argument("--benchmarks", default=",".join(suite_lib.BENCHMARKS),
-                  help="suite: the benchmarks to build")
-  ap.add_argument("--rg_per_task", type=int, default=100,
-                  help="suite: held-out Reasoning Gym items per task")
-  ap.add_argument("--lcb_from", default=suite_lib.LCB_WINDOW[0],
-                  help="suite: LiveCodeBench problems dated on or after (YYYY-MM-DD)")
-  ap.add_argument("--lcb_to", default=suite_lib.LCB_WINDOW[1],
-                  help="suite: ... and before (YYYY-MM-DD)")
+  ap.add_argument(
+    "--benchmarks", default=",".join(suite_lib.BENCHMARKS), help="suite: the benchmarks to build"
+  )
+  ap.add_argument(
+    "--rg_per_task", type=int, default=100, help="suite: held-out Reasoning Gym items per task"
+  )
+  ap.add_argument(
+    "--lcb_from",
+    default=suite_lib.LCB_WINDOW[0],
+    help="suite: LiveCodeBench problems dated on or after (YYYY-MM-DD)",
+  )
+  ap.add_argument(
+    "--lcb_to", default=suite_lib.LCB_WINDOW[1], help="suite: ... and before (YYYY-MM-DD)"
+  )
   args = ap.parse_args(argv)
   known = suite_lib.SOURCES if args.suite else SOURCES
   try:
     local = _pairs(args.source, "--source")
     unknown = set(local) - set(known)
     if unknown:
-      raise PrepareError(f"--source {sorted(unknown)[0]}: unknown source; the sources are "
-                         f"{', '.join(known)}")
+      raise PrepareError(
+        f"--source {sorted(unknown)[0]}: unknown source; the sources are {', '.join(known)}"
+      )
     tasks = tuple(t for t in args.rg_tasks.split(",") if t)
     revisions = _pairs(args.revision, "--revision")
     if args.suite:
       if not (suite_lib.is_valid_date(args.lcb_from) and suite_lib.is_valid_date(args.lcb_to)):
         raise PrepareError("--lcb_from / --lcb_to take dates as YYYY-MM-DD")
       m = suite_lib.prepare_suite(
-          args.out, local=local, revisions=revisions, rg_tasks=tasks,
-          benchmarks=tuple(b for b in args.benchmarks.split(",") if b),
-          rg_per_task=args.rg_per_task, lcb_window=(args.lcb_from, args.lcb_to))
-      print(f"wrote {args.out}: {len(m['benchmarks'])} benchmarks; evaluate with python -m "
-            f"prorl_jax.eval --suite={args.suite} --data={args.out} --checkpoint=MODEL")
+        args.out,
+        local=local,
+        revisions=revisions,
+        rg_tasks=tasks,
+        benchmarks=tuple(b for b in args.benchmarks.split(",") if b),
+        rg_per_task=args.rg_per_task,
+        lcb_window=(args.lcb_from, args.lcb_to),
+      )
+      print(
+        f"wrote {args.out}: {len(m['benchmarks'])} benchmarks; evaluate with python -m "
+        f"prorl_jax.eval --suite={args.suite} --data={args.out} --checkpoint=MODEL"
+      )
       return 0
     counts = dict(PRORL_MIX)
     for k, v in _pairs(args.count, "--count").items():
       if k not in counts or not v.isdigit():
-        raise PrepareError(f"--count {k}={v}: want DOMAIN=N with DOMAIN one of "
-                           f"{', '.join(PRORL_MIX)}")
+        raise PrepareError(
+          f"--count {k}={v}: want DOMAIN=N with DOMAIN one of {', '.join(PRORL_MIX)}"
+        )
       counts[k] = int(v)
     counts = {k: v for k, v in counts.items() if v}
-    manifest = prepare(args.out, counts=counts, local=local, revisions=revisions,
-                       val_per_domain=args.val, seed=args.seed, rg_tasks=tasks)
+    manifest = prepare(
+      args.out,
+      counts=counts,
+      local=local,
+      revisions=revisions,
+      val_per_domain=args.val,
+      seed=args.seed,
+      rg_tasks=tasks,
+    )
   except PrepareError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  print(f"wrote {args.out}: {sum(manifest['weights'])} training rows in "
-        f"{len(manifest['train_files'])} files, {manifest['files']['val.parquet']['rows']} "
-        f"validation rows; train with --config.data.prepared={args.out}")
+  print(
+    f"wrote {args.out}: {sum(manifest['weights'])} training rows in "
+    f"{len(manifest['train_files'])} files, {manifest['files']['val.parquet']['rows']} "
+    f"validation rows; train with --config.data.prepared={args.out}"
+  )
   return 0
 
 

@@ -17,19 +17,34 @@ def results_to_groups(request: dict, manifest: dict, arrays: dict) -> list[dict]
   groups = []
   for i, (prompt, meta) in enumerate(zip(request["prompts"], request["meta"])):
     rows = slice(i * n, (i + 1) * n)
-    groups.append({
-        "uid": meta.get("uid", f"{request['id']}:{i}"), "prompt_ids": np.asarray(prompt),
+    groups.append(
+      {
+        "uid": meta.get("uid", f"{request['id']}:{i}"),
+        "prompt_ids": np.asarray(prompt),
         "data_source": meta.get("data_source", ""),
-        "tokens": arrays["tokens"][rows], "gen_logp": arrays["logprobs"][rows],
-        "lengths": arrays["lengths"][rows], "stopped": arrays["stopped"][rows],
-        "raw_scores": arrays["scores"][rows], "verifier_failed": arrays["verifier_failed"][rows],
-        "policy_version": int(manifest["policy_version"])})
+        "tokens": arrays["tokens"][rows],
+        "gen_logp": arrays["logprobs"][rows],
+        "lengths": arrays["lengths"][rows],
+        "stopped": arrays["stopped"][rows],
+        "raw_scores": arrays["scores"][rows],
+        "verifier_failed": arrays["verifier_failed"][rows],
+        "policy_version": int(manifest["policy_version"]),
+      }
+    )
   return groups
 
 
-def shape_scores(groups: list[dict], *, max_len: int, truncation_penalty: float,
-                 length_penalty_on: bool, lp_min: float, lp_max: float, overlong_buffer: int,
-                 overlong_factor: float) -> np.ndarray:
+def shape_scores(
+  groups: list[dict],
+  *,
+  max_len: int,
+  truncation_penalty: float,
+  length_penalty_on: bool,
+  lp_min: float,
+  lp_max: float,
+  overlong_buffer: int,
+  overlong_factor: float,
+) -> np.ndarray:
   """Shaped scores [P, N]: truncation penalty, then (when on) the cosine length penalty on
   correct responses, then the optional DAPO overlong term."""
   raw = np.stack([g["raw_scores"] for g in groups]).astype(np.float64)
@@ -37,49 +52,69 @@ def shape_scores(groups: list[dict], *, max_len: int, truncation_penalty: float,
   truncated = ~np.stack([g["stopped"] for g in groups])
   s = shaping.truncation_penalty(raw, truncated, truncation_penalty)
   if length_penalty_on:
-    s = shaping.length_penalty(s, (raw >= 1.0) & ~truncated, lengths, max_len, r_min=lp_min,
-                               r_max=lp_max)
+    s = shaping.length_penalty(
+      s, (raw >= 1.0) & ~truncated, lengths, max_len, r_min=lp_min, r_max=lp_max
+    )
   if overlong_buffer:
     s = shaping.dapo_overlong(s, lengths, max_len, overlong_buffer, overlong_factor)
   return s
 
 
-def build_batch(groups: list[dict], *, prompt_len: int, response_len: int, pad_id: int,
-                rows: int) -> dict[str, np.ndarray]:
+def build_batch(
+  groups: list[dict], *, prompt_len: int, response_len: int, pad_id: int, rows: int
+) -> dict[str, np.ndarray]:
   """Token layout [B, T] for the train step, padded with empty rows up to `rows`."""
   t = prompt_len + response_len
-  out = {"tokens": np.full((rows, t), pad_id, np.int32),
-         "attn_mask": np.zeros((rows, t), np.int32),
-         "loss_mask": np.zeros((rows, t), np.int32),
-         "gen_logp": np.zeros((rows, t), np.float32)}
+  out = {
+    "tokens": np.full((rows, t), pad_id, np.int32),
+    "attn_mask": np.zeros((rows, t), np.int32),
+    "loss_mask": np.zeros((rows, t), np.int32),
+    "gen_logp": np.zeros((rows, t), np.float32),
+  }
   r = 0
   for g in groups:
     p = g["prompt_ids"][-prompt_len:]
     for j in range(len(g["lengths"])):
       length = int(g["lengths"][j])
-      out["tokens"][r, prompt_len - len(p):prompt_len] = p
-      out["attn_mask"][r, prompt_len - len(p):prompt_len + length] = 1
-      out["tokens"][r, prompt_len:prompt_len + length] = g["tokens"][j, :length]
-      out["loss_mask"][r, prompt_len:prompt_len + length] = 1
-      out["gen_logp"][r, prompt_len:prompt_len + length] = g["gen_logp"][j, :length]
+      out["tokens"][r, prompt_len - len(p) : prompt_len] = p
+      out["attn_mask"][r, prompt_len - len(p) : prompt_len + length] = 1
+      out["tokens"][r, prompt_len : prompt_len + length] = g["tokens"][j, :length]
+      out["loss_mask"][r, prompt_len : prompt_len + length] = 1
+      out["gen_logp"][r, prompt_len : prompt_len + length] = g["gen_logp"][j, :length]
       r += 1
   out["attn_mask"][r:, prompt_len - 1] = 1  # empty rows see one token: finite, never trained
   return out
 
 
-def token_advantages(estimator: str, shaped_PxN, loss_mask_BxT, *, kl_BxT=None,
-                     kl_coef: float = 0.0, boost: float = 0.0, correct_PxN=None,
-                     unbiased: bool = False):
+def token_advantages(
+  estimator: str,
+  shaped_PxN,
+  loss_mask_BxT,
+  *,
+  kl_BxT=None,
+  kl_coef: float = 0.0,
+  boost: float = 0.0,
+  correct_PxN=None,
+  unbiased: bool = False,
+):
   """Advantages on the [B, T] layout; rows beyond P·N (padding) get 0."""
   p, n = shaped_PxN.shape
   b = p * n
   adv = np.zeros(loss_mask_BxT.shape, np.float32)
   if b == 0:
     return adv
-  adv[:b] = np.asarray(advantages.compute_advantages(
-      estimator, shaped_PxN, loss_mask_BxT[:b].astype(np.float32),
-      kl_BxT=None if kl_BxT is None else kl_BxT[:b], kl_coef=kl_coef, boost=boost,
-      correct_PxN=correct_PxN, unbiased=unbiased))
+  adv[:b] = np.asarray(
+    advantages.compute_advantages(
+      estimator,
+      shaped_PxN,
+      loss_mask_BxT[:b].astype(np.float32),
+      kl_BxT=None if kl_BxT is None else kl_BxT[:b],
+      kl_coef=kl_coef,
+      boost=boost,
+      correct_PxN=correct_PxN,
+      unbiased=unbiased,
+    )
+  )
   return adv
 
 
@@ -87,8 +122,11 @@ def group_metrics(groups: list[dict], shaped: np.ndarray) -> dict:
   raw = np.stack([g["raw_scores"] for g in groups])
   lengths = np.stack([g["lengths"] for g in groups])
   stopped = np.stack([g["stopped"] for g in groups])
-  return {"reward/raw_mean": float(raw.mean()), "reward/shaped_mean": float(shaped.mean()),
-          "reward/pass_rate": float((raw >= 1.0).mean()),
-          "response/length_mean": float(lengths.mean()),
-          "response/length_max": float(lengths.max()),
-          "response/truncation_rate": float(1.0 - stopped.mean())}
+  return {
+    "reward/raw_mean": float(raw.mean()),
+    "reward/shaped_mean": float(shaped.mean()),
+    "reward/pass_rate": float((raw >= 1.0).mean()),
+    "response/length_mean": float(lengths.mean()),
+    "response/length_max": float(lengths.max()),
+    "response/truncation_rate": float(1.0 - stopped.mean()),
+  }

@@ -15,11 +15,24 @@ log = logging.getLogger("prorl_jax.train")
 
 # Keys a resumed run may change without --accept_config_changes: how long and where it runs,
 # not what it learns.
-OPERATIONAL_KEYS = ("total_steps", "rollout.timeout_s", "rollout.local_workers",
-                    "rollout.external_workers", "rollout.worker_python", "rollout.exchange",
-                    "checkpoint.keep", "checkpoint.async_save", "metrics.tensorboard",
-                    "metrics.wandb_project", "dist.coordinator", "dist.num_processes",
-                    "dist.process_id", "dist.auto", "dist.timeout_s", "eval.every")
+OPERATIONAL_KEYS = (
+  "total_steps",
+  "rollout.timeout_s",
+  "rollout.local_workers",
+  "rollout.external_workers",
+  "rollout.worker_python",
+  "rollout.exchange",
+  "checkpoint.keep",
+  "checkpoint.async_save",
+  "metrics.tensorboard",
+  "metrics.wandb_project",
+  "dist.coordinator",
+  "dist.num_processes",
+  "dist.process_id",
+  "dist.auto",
+  "dist.timeout_s",
+  "eval.every",
+)
 
 
 def _recorded(cfg) -> dict | None:
@@ -31,14 +44,17 @@ def _recorded(cfg) -> dict | None:
 
 
 def config_changes(cfg) -> list[str]:
-  """"key: old -> new" for each learning-relevant key that differs from the run's record."""
+  """ "key: old -> new" for each learning-relevant key that differs from the run's record."""
   rec = _recorded(cfg)
   if rec is None or "config" not in rec:
     return []
   old = _flat(rec["config"])
   new = _flat(cfg.to_dict())
-  return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
-          if old.get(k) != new.get(k) and k not in OPERATIONAL_KEYS]
+  return [
+    f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+    for k in sorted(set(old) | set(new))
+    if old.get(k) != new.get(k) and k not in OPERATIONAL_KEYS
+  ]
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -70,8 +86,9 @@ def check_resume_config(cfg, accept: bool) -> list[str]:
   changes = config_changes(cfg) if has_checkpoint(cfg) else []
   if changes and not accept:
     raise config_lib.ConfigError(
-        f"{cfg.run_dir} was trained with another config ({'; '.join(changes)}); resume with "
-        "--accept_config_changes to go on with the new values, or use another run_dir")
+      f"{cfg.run_dir} was trained with another config ({'; '.join(changes)}); resume with "
+      "--accept_config_changes to go on with the new values, or use another run_dir"
+    )
   for c in changes:
     log.warning("resuming with a changed config: %s", c)
   return changes
@@ -81,8 +98,16 @@ def record_run(cfg, model_path: str, changes: list[str] | None = None):
   """RUN_DIR/config.json: the resolved config, the base model's directory (what `export` and a
   resumed run read back) and the accepted config changes of earlier resumes."""
   rec = _recorded(cfg) or {}
-  history = rec.get("accepted_changes", []) + ([{"time": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                                 "changes": changes}] if changes else [])
+  history = rec.get("accepted_changes", []) + (
+    [{"time": time.strftime("%Y-%m-%d %H:%M:%S"), "changes": changes}] if changes else []
+  )
   with open(os.path.join(cfg.run_dir, RUN_RECORD), "w") as f:
-    json.dump({"model_path": os.path.abspath(model_path), "config": cfg.to_dict(),
-               "accepted_changes": history}, f, indent=1)
+    json.dump(
+      {
+        "model_path": os.path.abspath(model_path),
+        "config": cfg.to_dict(),
+        "accepted_changes": history,
+      },
+      f,
+      indent=1,
+    )

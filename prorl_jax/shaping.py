@@ -25,8 +25,9 @@ def cosine_length_reward(lengths, max_len: int, r_min: float = 0.5, r_max: float
   return r_min + (r_max - r_min) * 0.5 * (1.0 + np.cos(np.pi * frac))
 
 
-def length_penalty(scores, correct, lengths, max_len: int, *, r_min: float = 0.5,
-                   r_max: float = 1.0, apply=None):
+def length_penalty(
+  scores, correct, lengths, max_len: int, *, r_min: float = 0.5, r_max: float = 1.0, apply=None
+):
   """ProRL v2 cosine length penalty: correct responses (where `apply`) get the cosine reward."""
   scores = np.asarray(scores, np.float64)
   sel = np.asarray(correct, bool)
@@ -47,6 +48,7 @@ def dapo_overlong(scores, lengths, max_len: int, buffer: int, factor: float = 1.
 @dataclasses.dataclass(frozen=True)
 class LengthPenaltySchedule:
   """Cycles of `on_steps` RL steps with the penalty on, then `off_steps` off; mode off/always."""
+
   mode: str = "scheduled"
   on_steps: int = 100
   off_steps: int = 500
@@ -73,6 +75,7 @@ class LengthPenaltySchedule:
 
 
 # ----------------------------------------------------------------------------- dynamic sampling
+
 
 def informative_groups(raw_scores_PxN) -> np.ndarray:
   """True for groups whose raw scores are not all equal (std > 0): they carry a signal."""
@@ -126,17 +129,26 @@ class GroupBuffer:
     return out
 
   def state(self) -> list[dict]:
-    return [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in g.items()}
-            for g in self.groups]
+    return [
+      {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in g.items()}
+      for g in self.groups
+    ]
 
   @classmethod
   def from_state(cls, state: list[dict]) -> GroupBuffer:
-    return cls([{k: (np.asarray(v) if isinstance(v, list) else v) for k, v in g.items()}
-                for g in state])
+    return cls(
+      [{k: (np.asarray(v) if isinstance(v, list) else v) for k, v in g.items()} for g in state]
+    )
 
 
-def fill(buffer: GroupBuffer, generate: Callable[[], list[dict] | None], needed: int, *,
-         max_rounds: int = 10, dynamic_sampling: bool = True) -> tuple[list[dict], FillStats]:
+def fill(
+  buffer: GroupBuffer,
+  generate: Callable[[], list[dict] | None],
+  needed: int,
+  *,
+  max_rounds: int = 10,
+  dynamic_sampling: bool = True,
+) -> tuple[list[dict], FillStats]:
   """Takes `needed` groups, generating rounds until the buffer holds enough.
 
   `generate()` returns one round of scored groups, or None when the prompt source is exhausted.
@@ -155,4 +167,3 @@ def fill(buffer: GroupBuffer, generate: Callable[[], list[dict] | None], needed:
   out = buffer.take(needed)
   stats.short = len(out) < needed
   return out, stats
-

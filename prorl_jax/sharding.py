@@ -18,21 +18,21 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # logical name -> mesh axis (or tuple of axes, or None = replicated). Params use the plain names;
 # activations use `act_*` so the batch can be split over fsdp while weights are split over it too.
 LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
-    ("layers", None),
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("head_dim", None),
-    ("mlp", "tensor"),
-    ("norm", None),
-    ("act_batch", ("data", "fsdp")),
-    ("act_seq", None),
-    ("act_embed", None),
-    ("act_heads", "tensor"),
-    ("act_kv_heads", "tensor"),
-    ("act_mlp", "tensor"),
-    ("act_vocab", "tensor"),
+  ("layers", None),
+  ("vocab", "tensor"),
+  ("embed", "fsdp"),
+  ("heads", "tensor"),
+  ("kv_heads", "tensor"),
+  ("head_dim", None),
+  ("mlp", "tensor"),
+  ("norm", None),
+  ("act_batch", ("data", "fsdp")),
+  ("act_seq", None),
+  ("act_embed", None),
+  ("act_heads", "tensor"),
+  ("act_kv_heads", "tensor"),
+  ("act_mlp", "tensor"),
+  ("act_vocab", "tensor"),
 )
 _RULES = dict(LOGICAL_RULES)
 
@@ -43,12 +43,16 @@ def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> M
   n = len(devices)
   if fsdp == -1:
     if n % (data * tensor):
-      raise ValueError(f"mesh data={data} x tensor={tensor} does not divide the {n} devices; "
-                       "choose sizes whose product divides the device count")
+      raise ValueError(
+        f"mesh data={data} x tensor={tensor} does not divide the {n} devices; "
+        "choose sizes whose product divides the device count"
+      )
     fsdp = n // (data * tensor)
   if data * fsdp * tensor != n:
-    raise ValueError(f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = {data * fsdp * tensor} "
-                     f"must equal the device count {n}; set --config.mesh.* accordingly")
+    raise ValueError(
+      f"mesh data={data} x fsdp={fsdp} x tensor={tensor} = {data * fsdp * tensor} "
+      f"must equal the device count {n}; set --config.mesh.* accordingly"
+    )
   return Mesh(np.asarray(devices).reshape(data, fsdp, tensor), MESH_AXES)
 
 
@@ -77,8 +81,11 @@ def logical_to_sharding(names, mesh: Mesh) -> NamedSharding:
 
 def tree_shardings(logical_tree, mesh: Mesh):
   """Maps a pytree of logical-name tuples (or PartitionSpecs of names) to NamedShardings."""
-  return jax.tree.map(lambda names: logical_to_sharding(tuple(names), mesh), logical_tree,
-                      is_leaf=lambda x: isinstance(x, (tuple, P)))
+  return jax.tree.map(
+    lambda names: logical_to_sharding(tuple(names), mesh),
+    logical_tree,
+    is_leaf=lambda x: isinstance(x, (tuple, P)),
+  )
 
 
 def fit_spec(spec: P, shape, mesh: Mesh) -> P:

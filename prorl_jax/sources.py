@@ -27,8 +27,10 @@ def precheck(cfg) -> None:
         raise data.DataError(f"{key}: {f}: no such file")
   weights = _split(cfg.data.weights)
   if weights and len(weights) != len(train):
-    raise data.DataError(f"data.weights has {len(weights)} values for {len(train)} training "
-                         "files; give one weight per file, in the same order")
+    raise data.DataError(
+      f"data.weights has {len(weights)} values for {len(train)} training "
+      "files; give one weight per file, in the same order"
+    )
   try:
     [float(w) for w in weights]
   except ValueError:
@@ -46,28 +48,46 @@ def sources_for(cfg, tok):
   """(training source, held-out items) for the config: `data.prepared` (a prepare output) or
   `data.train_files` / `data.val_files` / `data.weights`, which override it when set."""
   split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
-  train, weights, val = split(cfg.data.train_files), \
-      [float(w) for w in split(cfg.data.weights)] or None, split(cfg.data.val_files)
+  train, weights, val = (
+    split(cfg.data.train_files),
+    [float(w) for w in split(cfg.data.weights)] or None,
+    split(cfg.data.val_files),
+  )
   if cfg.data.prepared:
     p_train, p_weights, p_val = data.prepared_files(cfg.data.prepared)
     if not train:
       train, weights = p_train, weights or p_weights
     val = val or p_val
   if not train and not cfg.model.build_tiny:
-    raise config_lib.ConfigError("data.train_files is empty: pass data.prepared=DIR (python -m "
-                                 "prorl_jax.prepare --mix=prorl --out=DIR) or JSONL/Parquet "
-                                 "files in the verl schema (--config.data.train_files=a,b)")
-  blend, heldout = data.make_sources(tok, train_files=train, val_files=val, weights=weights,
-                                     max_prompt_len=cfg.rollout.max_prompt_len, seed=cfg.seed,
-                                     heldout=cfg.eval.heldout, routing=routing_table(cfg),
-                                     use_chat_template=cfg.data.chat_template)
+    raise config_lib.ConfigError(
+      "data.train_files is empty: pass data.prepared=DIR (python -m "
+      "prorl_jax.prepare --mix=prorl --out=DIR) or JSONL/Parquet "
+      "files in the verl schema (--config.data.train_files=a,b)"
+    )
+  blend, heldout = data.make_sources(
+    tok,
+    train_files=train,
+    val_files=val,
+    weights=weights,
+    max_prompt_len=cfg.rollout.max_prompt_len,
+    seed=cfg.seed,
+    heldout=cfg.eval.heldout,
+    routing=routing_table(cfg),
+    use_chat_template=cfg.data.chat_template,
+  )
   if cfg.data.val_suite:
     from prorl_jax import suite
 
     heldout, verifiers = suite.validation_items(
-        tok, cfg.data.val_suite, split(cfg.data.val_benchmarks),
-        max_prompts=cfg.eval.max_prompts, max_prompt_len=cfg.rollout.max_prompt_len,
-        seed=cfg.seed, routing=routing_table(cfg), use_chat_template=cfg.data.chat_template)
+      tok,
+      cfg.data.val_suite,
+      split(cfg.data.val_benchmarks),
+      max_prompts=cfg.eval.max_prompts,
+      max_prompt_len=cfg.rollout.max_prompt_len,
+      seed=cfg.seed,
+      routing=routing_table(cfg),
+      use_chat_template=cfg.data.chat_template,
+    )
     blend.verifiers = set(blend.verifiers) | verifiers  # the run needs these verifiers too
   return blend, heldout
 

@@ -21,9 +21,12 @@ log = logging.getLogger("prorl_jax.train")
 def sampling(cfg, eval_mode=False) -> dict:
   """The sampling settings of training rollouts (or, `eval_mode`, of validation)."""
   r, e = cfg.rollout, cfg.eval
-  return {"max_new_tokens": r.max_response_len,
-          "temperature": e.temperature if eval_mode else r.temperature,
-          "top_p": e.top_p if eval_mode else r.top_p, "top_k": 0 if eval_mode else r.top_k}
+  return {
+    "max_new_tokens": r.max_response_len,
+    "temperature": e.temperature if eval_mode else r.temperature,
+    "top_p": e.top_p if eval_mode else r.top_p,
+    "top_k": 0 if eval_mode else r.top_k,
+  }
 
 
 def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
@@ -46,22 +49,36 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
     per = -(-k // nreq)
     rids = {}
     for j in range(0, k, per):
-      part = items[j:j + per]
+      part = items[j : j + per]
       request = {
-          "prompts": [it["prompt_ids"] for it in part], "n": c.rollout.n,
-          "sampling": sampling(c), "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31
-                                             + j) % 2 ** 31,
-          "min_version": max(0, version - c.rollout.max_staleness), "max_version": version,
-          "routing": routing_table(c),
-          "meta": [{"data_source": it["data_source"], "reference": it["reference"],
-                    "extra": it.get("extra", {}), "uid": it["uid"]} for it in part]}
+        "prompts": [it["prompt_ids"] for it in part],
+        "n": c.rollout.n,
+        "sampling": sampling(c),
+        "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31 + j) % 2**31,
+        "min_version": max(0, version - c.rollout.max_staleness),
+        "max_version": version,
+        "routing": routing_table(c),
+        "meta": [
+          {
+            "data_source": it["data_source"],
+            "reference": it["reference"],
+            "extra": it.get("extra", {}),
+            "uid": it["uid"],
+          }
+          for it in part
+        ],
+      }
       rid = ex.put_request(request, request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
       rids[rid] = dict(request, id=rid)
     rnd["i"] += 1
     done = eval_lib.wait_for_results(
-        ex, list(rids), timeout_s=c.rollout.timeout_s, what=f"rollouts of step {step}",
-        on_idle=workers.check if workers else None,
-        rows={rid: len(body["prompts"]) * int(body["n"]) for rid, body in rids.items()})
+      ex,
+      list(rids),
+      timeout_s=c.rollout.timeout_s,
+      what=f"rollouts of step {step}",
+      on_idle=workers.check if workers else None,
+      rows={rid: len(body["prompts"]) * int(body["n"]) for rid, body in rids.items()},
+    )
     groups = []
     for rid, body in rids.items():
       manifest, arrays = done[rid]
@@ -76,9 +93,10 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
         budget = c.rollout.max_probe_mismatch
         if budget and mm["max"] > budget:
           raise RuntimeError(
-              f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
-              f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
-              f"v{manifest['policy_version']}); check the engine's dtype and weight loading")
+            f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
+            f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
+            f"v{manifest['policy_version']}); check the engine's dtype and weight loading"
+          )
       for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
         stale["verifier/" + k] = stale.get("verifier/" + k, 0) + v
       for g in rl_step.results_to_groups(body, manifest, arrays):
@@ -89,16 +107,27 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
     return groups
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
-  expired = run.buffer.evict(lambda g: not admissible(version, g["policy_version"],
-                                                      c.rollout.max_staleness + 1))
-  groups, stats = shaping.fill(run.buffer, generate, c.rollout.prompts_per_step,
-                               max_rounds=c.algo.max_gen_rounds,
-                               dynamic_sampling=c.algo.dynamic_sampling)
-  info = {"sampling/rounds": stats.rounds, "sampling/keep_rate": stats.keep_rate,
-          "sampling/groups_kept": stats.groups_kept, "sampling/short": float(stats.short),
-          "sampling/carry_over": stats.from_carry_over, "sampling/buffer": len(run.buffer),
-          "sampling/stale_dropped": stale["dropped"], "sampling/carry_over_expired": expired,
-          "sampling/verifier_failed_groups": stale["verifier_failed_groups"]}
+  expired = run.buffer.evict(
+    lambda g: not admissible(version, g["policy_version"], c.rollout.max_staleness + 1)
+  )
+  groups, stats = shaping.fill(
+    run.buffer,
+    generate,
+    c.rollout.prompts_per_step,
+    max_rounds=c.algo.max_gen_rounds,
+    dynamic_sampling=c.algo.dynamic_sampling,
+  )
+  info = {
+    "sampling/rounds": stats.rounds,
+    "sampling/keep_rate": stats.keep_rate,
+    "sampling/groups_kept": stats.groups_kept,
+    "sampling/short": float(stats.short),
+    "sampling/carry_over": stats.from_carry_over,
+    "sampling/buffer": len(run.buffer),
+    "sampling/stale_dropped": stale["dropped"],
+    "sampling/carry_over_expired": expired,
+    "sampling/verifier_failed_groups": stale["verifier_failed_groups"],
+  }
   info.update({k: v for k, v in stale.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
     info["sampling/staleness"] = float(np.mean([version - g["policy_version"] for g in groups]))
@@ -112,11 +141,16 @@ def update(run, groups: list[dict], step: int) -> dict:
   metrics = {"length_penalty/on": float(lp_on)}
   order = np.random.RandomState((c.seed, step)).permutation(len(groups))
   groups = [groups[i] for i in order]
-  shaped = rl_step.shape_scores(groups, max_len=r.max_response_len,
-                                truncation_penalty=a.truncation_penalty, length_penalty_on=lp_on,
-                                lp_min=a.length_penalty_min, lp_max=a.length_penalty_max,
-                                overlong_buffer=a.overlong_buffer,
-                                overlong_factor=a.overlong_factor)
+  shaped = rl_step.shape_scores(
+    groups,
+    max_len=r.max_response_len,
+    truncation_penalty=a.truncation_penalty,
+    length_penalty_on=lp_on,
+    lp_min=a.length_penalty_min,
+    lp_max=a.length_penalty_max,
+    overlong_buffer=a.overlong_buffer,
+    overlong_factor=a.overlong_factor,
+  )
   metrics.update(rl_step.group_metrics(groups, shaped))
   per_mb = r.mini_batch_prompts
   # Only as many token columns as this step needs (rounded to 16: a few compiled shapes).
@@ -124,49 +158,65 @@ def update(run, groups: list[dict], step: int) -> dict:
   r_len = min(r.max_response_len, -(-max(int(g["lengths"].max()) for g in groups) // 16) * 16)
   batches = []
   for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
-    gs = groups[start:start + per_mb]
-    b = rl_step.build_batch(gs, prompt_len=p_len, response_len=max(r_len, 1),
-                            pad_id=run.pad_id, rows=run.rows)
-    inputs = dist.global_batch({"tokens": b["tokens"], "attn_mask": b["attn_mask"]},
-                               run.batch_shardings)
+    gs = groups[start : start + per_mb]
+    b = rl_step.build_batch(
+      gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=run.pad_id, rows=run.rows
+    )
+    inputs = dist.global_batch(
+      {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, run.batch_shardings
+    )
     old, ent = run.logprobs(run.state.params, inputs)
     ref, _ = run.logprobs(run.state.ref_params, inputs)
     m = b["loss_mask"].astype(np.float32)
     b["old_logp"] = dist.to_host(old) * m
     b["ref_logp"] = dist.to_host(ref) * m
     b["entropy"] = dist.to_host(ent) * m
-    batches.append((b, shaped[start:start + per_mb], gs))
+    batches.append((b, shaped[start : start + per_mb], gs))
   # advantages use batch statistics over the whole post-filter batch
-  loss_mask = np.concatenate([b["loss_mask"][:len(gs) * r.n] for b, _, gs in batches])
+  loss_mask = np.concatenate([b["loss_mask"][: len(gs) * r.n] for b, _, gs in batches])
   kl = None
   if a.kl_in_reward:
-    kl = np.concatenate([(b["old_logp"] - b["ref_logp"])[:len(gs) * r.n] for b, _, gs in batches])
+    kl = np.concatenate([(b["old_logp"] - b["ref_logp"])[: len(gs) * r.n] for b, _, gs in batches])
   raw = np.concatenate([np.stack([g["raw_scores"] for g in gs]) for _, _, gs in batches])
-  adv_all = rl_step.token_advantages(a.estimator, shaped, loss_mask, kl_BxT=kl,
-                                     kl_coef=a.kl_coef, boost=a.adv_boost,
-                                     correct_PxN=raw >= 1.0, unbiased=a.adv_whiten_unbiased)
+  adv_all = rl_step.token_advantages(
+    a.estimator,
+    shaped,
+    loss_mask,
+    kl_BxT=kl,
+    kl_coef=a.kl_coef,
+    boost=a.adv_boost,
+    correct_PxN=raw >= 1.0,
+    unbiased=a.adv_whiten_unbiased,
+  )
   tok_total = max(float(loss_mask.sum()), 1.0)
   metrics["actor/entropy_old"] = float(sum(b["entropy"].sum() for b, _, _ in batches) / tok_total)
-  metrics["actor/kl_ref_old"] = float(sum(
-      (0.5 * np.square(b["old_logp"] - b["ref_logp"])).sum() for b, _, _ in batches) / tok_total)
+  metrics["actor/kl_ref_old"] = float(
+    sum((0.5 * np.square(b["old_logp"] - b["ref_logp"])).sum() for b, _, _ in batches) / tok_total
+  )
   offset = 0
   for b, _, gs in batches:
     rows = len(gs) * r.n
     b["adv"] = np.zeros_like(b["old_logp"])
-    b["adv"][:rows] = adv_all[offset:offset + rows]
+    b["adv"][:rows] = adv_all[offset : offset + rows]
     offset += rows
   sums, pending = {}, []
   for _ in range(a.epochs):
     for b, _, _ in batches:
-      run.state, m = run.train_step(run.state, dist.global_batch(
-          {k: b[k] for k in ts.BATCH_KEYS}, run.batch_shardings))
+      run.state, m = run.train_step(
+        run.state, dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, run.batch_shardings)
+      )
       pending.append(m)  # fetched once after all updates: no host sync between them
   for m in dist.host_tree(pending):
     for k, v in m.items():
       sums.setdefault(k, []).append(float(v))
   for k, v in sums.items():
-    metrics[k] = max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else (
-        sum(v) if k in ("actor/skipped",) else float(np.mean(v)))
+    metrics[k] = (
+      max(v)
+      if k.endswith("_max")
+      else min(v)
+      if k.endswith("_min")
+      else (sum(v) if k in ("actor/skipped",) else float(np.mean(v)))
+    )
   metrics["actor/updates"] = len(sums.get("actor/loss", []))
   metrics["response/tokens"] = tok_total
   return metrics

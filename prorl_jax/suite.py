@@ -70,8 +70,10 @@ def _answer(v) -> str:
 def math_converter(problem: str, answer: str, data_source: str) -> Callable[[dict], dict]:
   def convert(row: dict) -> dict:
     q = P._text(row, problem)
-    return P._verl(P._user(f"{q} {MATH_INSTRUCTION}"), data_source, _answer(row.get(answer)),
-                   "math", {})
+    return P._verl(
+      P._user(f"{q} {MATH_INSTRUCTION}"), data_source, _answer(row.get(answer)), "math", {}
+    )
+
   return convert
 
 
@@ -85,8 +87,13 @@ def _code_row(prompt: str, data_source: str, tests: dict) -> dict:
     truth = json.dumps(tests, allow_nan=False)
   except (TypeError, ValueError):
     raise Malformed("test values are not plain data") from None
-  return P._verl(P._user(prompt), data_source, truth, "code",
-                 {"time_budget_s": _code_budget(len(tests["inputs"]))})
+  return P._verl(
+    P._user(prompt),
+    data_source,
+    truth,
+    "code",
+    {"time_budget_s": _code_budget(len(tests["inputs"]))},
+  )
 
 
 def _check_body(test: str) -> dict[str, object]:
@@ -99,8 +106,11 @@ def _check_body(test: str) -> dict[str, object]:
   for node in ast.walk(tree):
     if isinstance(node, ast.FunctionDef) and node.name == "check":
       for st in node.body:
-        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(
-            st.targets[0], ast.Name):
+        if (
+          isinstance(st, ast.Assign)
+          and len(st.targets) == 1
+          and isinstance(st.targets[0], ast.Name)
+        ):
           try:
             out[st.targets[0].id] = ast.literal_eval(st.value)
           except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -113,21 +123,33 @@ def convert_humanevalplus(row: dict) -> dict:
   body = _check_body(P._text(row, "test"))
   inputs = body.get("inputs")
   outputs = body.get("results", body.get("exp_out"))
-  if not (isinstance(inputs, list) and isinstance(outputs, list) and inputs
-          and len(inputs) == len(outputs)):
+  if not (
+    isinstance(inputs, list)
+    and isinstance(outputs, list)
+    and inputs
+    and len(inputs) == len(outputs)
+  ):
     raise Malformed("tests are not a literal inputs/results table")
-  imports = "\n".join(line for line in prompt.splitlines()
-                      if line.startswith(("import ", "from ")))
-  text = ("Complete the following Python function. Write the whole function (with any imports "
-          f"it needs) in one ```python code block.\n\n```python\n{prompt.rstrip()}\n```")
+  imports = "\n".join(line for line in prompt.splitlines() if line.startswith(("import ", "from ")))
+  text = (
+    "Complete the following Python function. Write the whole function (with any imports "
+    f"it needs) in one ```python code block.\n\n```python\n{prompt.rstrip()}\n```"
+  )
   tests = {"fn_name": entry, "inputs": [list(i) for i in inputs], "outputs": outputs}
   if imports:
     tests["preamble"] = imports
   return _code_row(text, "humanevalplus", tests)
 
 
-_PICKLE_STR_OPS = {"PROTO", "FRAME", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8",
-                   "MEMOIZE", "STOP"}
+_PICKLE_STR_OPS = {
+  "PROTO",
+  "FRAME",
+  "SHORT_BINUNICODE",
+  "BINUNICODE",
+  "BINUNICODE8",
+  "MEMOIZE",
+  "STOP",
+}
 
 
 def _pickled_text(data: bytes) -> str:
@@ -192,12 +214,16 @@ def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> di
   except (KeyError, TypeError, AttributeError, ValueError):
     raise Malformed("test cases lack input/output text") from None
   if fn and starter:
-    how = (f"Complete this starter code (the method `{fn}` is called with each test's "
-           f"arguments):\n```python\n{starter}\n```")
+    how = (
+      f"Complete this starter code (the method `{fn}` is called with each test's "
+      f"arguments):\n```python\n{starter}\n```"
+    )
   else:
     how = "Read the input from stdin and write the answer to stdout."
-  text = (f"Solve the following programming problem in Python.\n\n{question}\n\n{how}\n"
-          "Put your complete solution in one ```python code block.")
+  text = (
+    f"Solve the following programming problem in Python.\n\n{question}\n\n{how}\n"
+    "Put your complete solution in one ```python code block."
+  )
   tests = {"inputs": inputs, "outputs": outputs}
   if fn:
     tests["fn_name"] = fn
@@ -213,53 +239,130 @@ def convert_gpqa(row: dict) -> dict:
   choices = [([right] + wrong)[i] for i in order]
   key = "ABCD"[int(np.where(order == 0)[0][0])]
   lines = "\n".join(f"{k}) {c}" for k, c in zip("ABCD", choices))
-  text = (f"{question}\n\n{lines}\n\nThink step by step, then give the letter of the correct "
-          "choice within \\boxed{}.")
+  text = (
+    f"{question}\n\n{lines}\n\nThink step by step, then give the letter of the correct "
+    "choice within \\boxed{}."
+  )
   return P._verl(P._user(text), "gpqa", key, "stem", {})
 
 
 def convert_ifeval(row: dict) -> dict:
   text = P._text(row, "prompt")
   instructions = P.ifeval_instructions(row.get("instruction_id_list"), row.get("kwargs"))
-  return P._verl(P._user(text), "ifeval", "", "instruction_following",
-                 {"instructions": instructions})
+  return P._verl(
+    P._user(text), "ifeval", "", "instruction_following", {"instructions": instructions}
+  )
 
 
 def convert_prime_val(row: dict) -> dict:
   return P.convert_eurus_code(row)
 
 
-SOURCES = {s.name: s for s in (
-    Source("aime24", "math", "HuggingFaceH4/aime_2024", ("problem", "answer"),
-           math_converter("problem", "answer", "aime"), license="MIT"),
-    Source("aime25", "math", "math-ai/aime25", ("problem", "answer"),
-           math_converter("problem", "answer", "aime"), split="test"),
-    Source("amc", "math", "AI-MO/aimo-validation-amc", ("problem", "answer"),
-           math_converter("problem", "answer", "amc"), license="Apache-2.0"),
-    Source("math500", "math", "HuggingFaceH4/MATH-500", ("problem", "answer"),
-           math_converter("problem", "answer", "math"), split="test", license="MIT"),
-    Source("minerva", "math", "math-ai/minervamath", ("question", "answer"),
-           math_converter("question", "answer", "math"), split="test"),
-    Source("olympiadbench", "math", "Hothan/OlympiadBench", ("question", "final_answer"),
-           math_converter("question", "final_answer", "math"), config="OE_TO_maths_en_COMP",
-           license="Apache-2.0"),
-    Source("prime_val", "code", "PRIME-RL/Eurus-2-RL-Data",
-           ("data_source", "prompt", "ability", "reward_model"), convert_prime_val,
-           split="validation", license="MIT"),
-    Source("humanevalplus", "code", "evalplus/humanevalplus",
-           ("task_id", "prompt", "entry_point", "test"), convert_humanevalplus, split="test",
-           license="Apache-2.0"),
-    Source("livecodebench", "code", "livecodebench/code_generation_lite",
-           ("question_content", "public_test_cases", "private_test_cases", "metadata",
-            "contest_date"), convert_livecodebench,
-           data_files=("test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl",
-                       "test5.jsonl"), license="CC BY 4.0"),
-    Source("gpqa_diamond", "stem", "Idavidrein/gpqa",
-           ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2",
-            "Incorrect Answer 3"), convert_gpqa, config="gpqa_diamond", license="CC BY 4.0"),
-    Source("ifeval", "instruction_following", "google/IFEval",
-           ("prompt", "instruction_id_list", "kwargs"), convert_ifeval, license="Apache-2.0"),
-)}
+SOURCES = {
+  s.name: s
+  for s in (
+    Source(
+      "aime24",
+      "math",
+      "HuggingFaceH4/aime_2024",
+      ("problem", "answer"),
+      math_converter("problem", "answer", "aime"),
+      license="MIT",
+    ),
+    Source(
+      "aime25",
+      "math",
+      "math-ai/aime25",
+      ("problem", "answer"),
+      math_converter("problem", "answer", "aime"),
+      split="test",
+    ),
+    Source(
+      "amc",
+      "math",
+      "AI-MO/aimo-validation-amc",
+      ("problem", "answer"),
+      math_converter("problem", "answer", "amc"),
+      license="Apache-2.0",
+    ),
+    Source(
+      "math500",
+      "math",
+      "HuggingFaceH4/MATH-500",
+      ("problem", "answer"),
+      math_converter("problem", "answer", "math"),
+      split="test",
+      license="MIT",
+    ),
+    Source(
+      "minerva",
+      "math",
+      "math-ai/minervamath",
+      ("question", "answer"),
+      math_converter("question", "answer", "math"),
+      split="test",
+    ),
+    Source(
+      "olympiadbench",
+      "math",
+      "Hothan/OlympiadBench",
+      ("question", "final_answer"),
+      math_converter("question", "final_answer", "math"),
+      config="OE_TO_maths_en_COMP",
+      license="Apache-2.0",
+    ),
+    Source(
+      "prime_val",
+      "code",
+      "PRIME-RL/Eurus-2-RL-Data",
+      ("data_source", "prompt", "ability", "reward_model"),
+      convert_prime_val,
+      split="validation",
+      license="MIT",
+    ),
+    Source(
+      "humanevalplus",
+      "code",
+      "evalplus/humanevalplus",
+      ("task_id", "prompt", "entry_point", "test"),
+      convert_humanevalplus,
+      split="test",
+      license="Apache-2.0",
+    ),
+    Source(
+      "livecodebench",
+      "code",
+      "livecodebench/code_generation_lite",
+      ("question_content", "public_test_cases", "private_test_cases", "metadata", "contest_date"),
+      convert_livecodebench,
+      data_files=("test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl"),
+      license="CC BY 4.0",
+    ),
+    Source(
+      "gpqa_diamond",
+      "stem",
+      "Idavidrein/gpqa",
+      (
+        "Question",
+        "Correct Answer",
+        "Incorrect Answer 1",
+        "Incorrect Answer 2",
+        "Incorrect Answer 3",
+      ),
+      convert_gpqa,
+      config="gpqa_diamond",
+      license="CC BY 4.0",
+    ),
+    Source(
+      "ifeval",
+      "instruction_following",
+      "google/IFEval",
+      ("prompt", "instruction_id_list", "kwargs"),
+      convert_ifeval,
+      license="Apache-2.0",
+    ),
+  )
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,10 +373,15 @@ class Benchmark:
   data_source: str | None = None  # keep only the source's rows of this data_source
 
 
-BENCHMARKS = {b.name: b for b in (
-    Benchmark("aime24", "math", "aime24"), Benchmark("aime25", "math", "aime25"),
-    Benchmark("amc", "math", "amc"), Benchmark("math500", "math", "math500"),
-    Benchmark("minerva", "math", "minerva"), Benchmark("olympiadbench", "math", "olympiadbench"),
+BENCHMARKS = {
+  b.name: b
+  for b in (
+    Benchmark("aime24", "math", "aime24"),
+    Benchmark("aime25", "math", "aime25"),
+    Benchmark("amc", "math", "amc"),
+    Benchmark("math500", "math", "math500"),
+    Benchmark("minerva", "math", "minerva"),
+    Benchmark("olympiadbench", "math", "olympiadbench"),
     Benchmark("apps", "code", "prime_val", "apps"),
     Benchmark("codecontests", "code", "prime_val", "codecontests"),
     Benchmark("codeforces", "code", "prime_val", "codeforces"),
@@ -284,21 +392,35 @@ BENCHMARKS = {b.name: b for b in (
     Benchmark("ifeval", "instruction_following", "ifeval"),
     Benchmark("reasoning_gym", "logic", "reasoning_gym"),
     Benchmark("reasoning_gym_ood", "logic", "reasoning_gym_ood"),
-)}
+  )
+}
 DOMAINS = ("math", "code", "stem", "instruction_following", "logic")
 
 
-def prepare_suite(out: str, *, local: dict[str, str], revisions: dict[str, str],
-                  benchmarks: tuple[str, ...] = tuple(BENCHMARKS), rg_per_task: int = 100,
-                  rg_tasks: tuple[str, ...] = P.RG_TASKS,
-                  lcb_window: tuple[str, str] = LCB_WINDOW, log=print) -> dict:
+def prepare_suite(
+  out: str,
+  *,
+  local: dict[str, str],
+  revisions: dict[str, str],
+  benchmarks: tuple[str, ...] = tuple(BENCHMARKS),
+  rg_per_task: int = 100,
+  rg_tasks: tuple[str, ...] = P.RG_TASKS,
+  lcb_window: tuple[str, str] = LCB_WINDOW,
+  log=print,
+) -> dict:
   """Writes one Parquet file per benchmark and out/manifest.json; returns the manifest."""
   unknown = [b for b in benchmarks if b not in BENCHMARKS]
   if unknown:
-    raise PrepareError(f"--benchmarks {unknown[0]}: unknown; the suite's benchmarks are "
-                       f"{', '.join(BENCHMARKS)}")
-  manifest = {"suite": SUITE, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "benchmarks": {}, "sources": {}, "files": {}}
+    raise PrepareError(
+      f"--benchmarks {unknown[0]}: unknown; the suite's benchmarks are {', '.join(BENCHMARKS)}"
+    )
+  manifest = {
+    "suite": SUITE,
+    "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    "benchmarks": {},
+    "sources": {},
+    "files": {},
+  }
   loaded: dict[str, tuple[list[dict], dict]] = {}
   for name in benchmarks:
     b = BENCHMARKS[name]
@@ -306,15 +428,18 @@ def prepare_suite(out: str, *, local: dict[str, str], revisions: dict[str, str],
     if b.source.startswith("reasoning_gym"):
       tasks = RG_OOD_TASKS if b.source == "reasoning_gym_ood" else rg_tasks
       rows = P._reasoning_gym_rows(rg_per_task * len(tasks), tasks, RG_HELDOUT_SEED)
-      manifest["sources"][b.source] = {"dataset": "reasoning_gym (generated)",
-                                       "revision": P._rg_version(), "tasks": list(tasks),
-                                       "per_task": rg_per_task, "seed": RG_HELDOUT_SEED}
+      manifest["sources"][b.source] = {
+        "dataset": "reasoning_gym (generated)",
+        "revision": P._rg_version(),
+        "tasks": list(tasks),
+        "per_task": rg_per_task,
+        "seed": RG_HELDOUT_SEED,
+      }
     else:
       if b.source not in loaded:
         src = SOURCES[b.source]
         if b.source == "livecodebench":
-          src = dataclasses.replace(
-              src, convert=lambda r: convert_livecodebench(r, lcb_window))
+          src = dataclasses.replace(src, convert=lambda r: convert_livecodebench(r, lcb_window))
         converted, bad, info = P.load_source(src, local, revisions)
         info.update(converted=len(converted), malformed=dict(bad.most_common()))
         if b.source == "livecodebench":
@@ -326,15 +451,22 @@ def prepare_suite(out: str, *, local: dict[str, str], revisions: dict[str, str],
       rows, info = loaded[b.source]
       if b.data_source:
         rows = [r for r in rows if r["data_source"] == b.data_source]
-    rows = [dict(r, ability=b.domain, extra_info=dict(r["extra_info"], benchmark=name))
-            for r in rows]
+    rows = [
+      dict(r, ability=b.domain, extra_info=dict(r["extra_info"], benchmark=name)) for r in rows
+    ]
     if not rows:
-      raise PrepareError(f"{name}: no usable rows from {b.source} (see the counts above); "
-                         "check --source / --revision")
+      raise PrepareError(
+        f"{name}: no usable rows from {b.source} (see the counts above); "
+        "check --source / --revision"
+      )
     rel = f"{name}.parquet"
     manifest["files"][rel] = P._write_parquet(rows, os.path.join(out, rel))
-    manifest["benchmarks"][name] = {"domain": b.domain, "file": rel, "rows": len(rows),
-                                    "source": b.source}
+    manifest["benchmarks"][name] = {
+      "domain": b.domain,
+      "file": rel,
+      "rows": len(rows),
+      "source": b.source,
+    }
     log(f"{name}: {len(rows)} prompts ({time.time() - t0:.0f}s)")
   with open(os.path.join(out, "manifest.json"), "w") as f:
     json.dump(manifest, f, indent=1)
@@ -350,19 +482,30 @@ def read_manifest(directory: str) -> dict:
     benches = m["benchmarks"]
     assert m.get("suite") == SUITE and isinstance(benches, dict)
   except (OSError, ValueError, KeyError, AssertionError) as e:
-    raise PrepareError(f"{directory}: not an evaluation suite ({type(e).__name__}: {e}); build "
-                       f"it with python -m prorl_jax.prepare --suite={SUITE} --out="
-                       f"{directory}") from None
+    raise PrepareError(
+      f"{directory}: not an evaluation suite ({type(e).__name__}: {e}); build "
+      f"it with python -m prorl_jax.prepare --suite={SUITE} --out="
+      f"{directory}"
+    ) from None
   for name, b in benches.items():
     if not os.path.isfile(os.path.join(directory, b["file"])):
-      raise PrepareError(f"{directory}: {b['file']} of benchmark {name} is missing; rerun "
-                         "prepare --suite")
+      raise PrepareError(
+        f"{directory}: {b['file']} of benchmark {name} is missing; rerun prepare --suite"
+      )
   return m
 
 
-def validation_items(tok, directory: str, specs: list[str], *, max_prompts: int,
-                     max_prompt_len: int, seed: int, routing=None,
-                     use_chat_template: bool = True) -> tuple[list[dict], set]:
+def validation_items(
+  tok,
+  directory: str,
+  specs: list[str],
+  *,
+  max_prompts: int,
+  max_prompt_len: int,
+  seed: int,
+  routing=None,
+  use_chat_template: bool = True,
+) -> tuple[list[dict], set]:
   """(items, verifier names) of the in-loop validation blend: each spec is a benchmark of the
   suite at `directory`, or BENCHMARK/TASK for one Reasoning Gym task; at most `max_prompts`
   per spec (a seeded subset; 0 = all)."""
@@ -376,15 +519,22 @@ def validation_items(tok, directory: str, specs: list[str], *, max_prompts: int,
   for spec in specs:
     name, _, task = spec.partition("/")
     if name not in m["benchmarks"]:
-      raise DataError(f"data.val_benchmarks: {name!r} is not in {directory} (it has "
-                      f"{', '.join(m['benchmarks'])})")
-    src = JsonlSource([os.path.join(directory, m["benchmarks"][name]["file"])], tok,
-                      max_prompt_len=max_prompt_len, seed=seed, routing=routing,
-                      use_chat_template=use_chat_template)
+      raise DataError(
+        f"data.val_benchmarks: {name!r} is not in {directory} (it has {', '.join(m['benchmarks'])})"
+      )
+    src = JsonlSource(
+      [os.path.join(directory, m["benchmarks"][name]["file"])],
+      tok,
+      max_prompt_len=max_prompt_len,
+      seed=seed,
+      routing=routing,
+      use_chat_template=use_chat_template,
+    )
     got = [it for it in src.items if not task or it["extra"].get("task") == task]
     if not got:
-      raise DataError(f"data.val_benchmarks: {spec!r} has no prompts within "
-                      f"max_prompt_len={max_prompt_len}")
+      raise DataError(
+        f"data.val_benchmarks: {spec!r} has no prompts within max_prompt_len={max_prompt_len}"
+      )
     if max_prompts and len(got) > max_prompts:
       keep = np.sort(np.random.RandomState(seed).permutation(len(got))[:max_prompts])
       got = [got[i] for i in keep]

@@ -30,8 +30,12 @@ def build_tokenizer(path: str):
   tok.add_special_tokens(list(SPECIALS))
   tok.add_tokens([tokenizers.AddedToken(t, normalized=False) for t in TAGS])
   fast = transformers.PreTrainedTokenizerFast(
-      tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
-      padding_side="left")
+    tokenizer_object=tok,
+    bos_token="<bos>",
+    eos_token="<eos>",
+    pad_token="<pad>",
+    padding_side="left",
+  )
   fast.chat_template = CHAT_TEMPLATE
   fast.save_pretrained(path)
   return fast
@@ -43,8 +47,9 @@ def build(path: str, seed: int = 0) -> str:
     return path
   tmp = path.rstrip("/") + ".tmp"
   tok = build_tokenizer(tmp)
-  cfg = presets.tiny(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                     eos_token_id=tok.eos_token_id)
+  cfg = presets.tiny(
+    vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id
+  )
   save_hf(cfg, init_params(cfg, jax.random.PRNGKey(seed)), tmp, tokenizer_dir=tmp)
   os.replace(tmp, path)  # readers never see a half-built directory
   return path

@@ -8,9 +8,12 @@ import os
 def load_tokenizer(path: str):
   """`AutoTokenizer` from a model directory; a clear error when the files are not there."""
   if not os.path.isfile(os.path.join(path, "tokenizer.json")) and not os.path.isfile(
-      os.path.join(path, "tokenizer_config.json")):
-    raise FileNotFoundError(f"no tokenizer.json / tokenizer_config.json in {path}: copy the "
-                            "model's tokenizer files into the model directory")
+    os.path.join(path, "tokenizer_config.json")
+  ):
+    raise FileNotFoundError(
+      f"no tokenizer.json / tokenizer_config.json in {path}: copy the "
+      "model's tokenizer files into the model directory"
+    )
   import transformers  # heavy import, only when a tokenizer is needed
 
   return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)

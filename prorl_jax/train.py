@@ -39,17 +39,20 @@ from prorl_jax.step import collect, sampling, update
 log = logging.getLogger("prorl_jax.train")
 
 R1_DISTILL_HINT = (
-    "model.path is empty: download DeepSeek-R1-Distill-Qwen-1.5B on a machine with internet "
-    "(`huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`), "
-    "copy DIR here and pass --config.model.path=DIR")
+  "model.path is empty: download DeepSeek-R1-Distill-Qwen-1.5B on a machine with internet "
+  "(`huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`), "
+  "copy DIR here and pass --config.model.path=DIR"
+)
 
 
 def resolve_model_path(cfg) -> str:
   """The HF directory to start from; the demo builds its tiny base model when none is given."""
   if cfg.model.path:
     if not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
-      raise config_lib.ConfigError(f"model.path={cfg.model.path!r} has no config.json; point it "
-                                   "at a Hugging Face model directory")
+      raise config_lib.ConfigError(
+        f"model.path={cfg.model.path!r} has no config.json; point it "
+        "at a Hugging Face model directory"
+      )
     return cfg.model.path
   if cfg.model.build_tiny:
     from prorl_jax import demo_task
@@ -69,13 +72,23 @@ def attention_impl(model_cfg) -> str:
 def loss_config(cfg) -> ts.LossConfig:
   a, r = cfg.algo, cfg.rollout
   return ts.LossConfig(
-      temperature=r.temperature, clip_low=a.clip_low, clip_high=a.clip_high,
-      dual_clip=a.dual_clip, log_ratio_clamp=a.log_ratio_clamp, agg=a.loss_agg,
-      norm_const=a.loss_agg_norm or float(r.max_response_len), kl_kind=a.kl_kind,
-      kl_coef=0.0 if a.kl_in_reward else a.kl_coef, kl_clamp=a.kl_clamp,
-      entropy_coef=a.entropy_coef, is_correction=a.is_correction, tis_cap=a.tis_cap,
-      icepop_low=a.icepop_low, icepop_high=a.icepop_high,
-      micro_batches=(r.mini_batch_prompts * r.n) // r.micro_batch_size)
+    temperature=r.temperature,
+    clip_low=a.clip_low,
+    clip_high=a.clip_high,
+    dual_clip=a.dual_clip,
+    log_ratio_clamp=a.log_ratio_clamp,
+    agg=a.loss_agg,
+    norm_const=a.loss_agg_norm or float(r.max_response_len),
+    kl_kind=a.kl_kind,
+    kl_coef=0.0 if a.kl_in_reward else a.kl_coef,
+    kl_clamp=a.kl_clamp,
+    entropy_coef=a.entropy_coef,
+    is_correction=a.is_correction,
+    tis_cap=a.tis_cap,
+    icepop_low=a.icepop_low,
+    icepop_high=a.icepop_high,
+    micro_batches=(r.mini_batch_prompts * r.n) // r.micro_batch_size,
+  )
 
 
 class Run:
@@ -88,51 +101,81 @@ class Run:
     try:
       self.tok = load_tokenizer(self.path)
     except (OSError, ValueError) as e:
-      raise config_lib.ConfigError(f"model.path={self.path!r}: cannot load its tokenizer "
-                                   f"({type(e).__name__}: {str(e)[:200]})") from None
+      raise config_lib.ConfigError(
+        f"model.path={self.path!r}: cannot load its tokenizer ({type(e).__name__}: {str(e)[:200]})"
+      ) from None
     self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
     # The data and the mesh before the weights: their errors come before any heavy work.
     self.source, self.heldout = sources_for(c, self.tok)
     # Prompts longer than rollout.max_prompt_len, dropped when the files were read (logged).
     self.dropped_too_long = sum(getattr(s, "dropped_too_long", 0) for s in self.source.sources)
     if self.dropped_too_long:
-      log.warning("%d training prompts are longer than rollout.max_prompt_len=%d and were "
-                  "dropped", self.dropped_too_long, c.rollout.max_prompt_len)
+      log.warning(
+        "%d training prompts are longer than rollout.max_prompt_len=%d and were dropped",
+        self.dropped_too_long,
+        c.rollout.max_prompt_len,
+      )
     check_code_sandbox(c, self.source.verifiers)
     try:
       self.mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
     except ValueError as e:  # the mesh does not fit the devices
       raise config_lib.ConfigError(str(e)) from None
-    self.model_cfg, params = load_hf(self.path, dtype=c.model.param_dtype, mesh=self.mesh,
-                                     compute_dtype=c.model.compute_dtype, remat=c.model.remat,
-                                     attention_impl=attention_impl(c.model))
-    self.tx = ts.make_optimizer(c.optim.lr, warmup_steps=c.optim.warmup_steps,
-                                weight_decay=c.optim.weight_decay, b1=c.optim.b1,
-                                b2=c.optim.b2, eps=c.optim.eps, grad_clip=c.optim.grad_clip)
-    self.state = ts.create_train_state(self.model_cfg, self.tx, self.mesh,
-                                       jax.random.PRNGKey(c.seed), params=params)
+    self.model_cfg, params = load_hf(
+      self.path,
+      dtype=c.model.param_dtype,
+      mesh=self.mesh,
+      compute_dtype=c.model.compute_dtype,
+      remat=c.model.remat,
+      attention_impl=attention_impl(c.model),
+    )
+    self.tx = ts.make_optimizer(
+      c.optim.lr,
+      warmup_steps=c.optim.warmup_steps,
+      weight_decay=c.optim.weight_decay,
+      b1=c.optim.b1,
+      b2=c.optim.b2,
+      eps=c.optim.eps,
+      grad_clip=c.optim.grad_clip,
+    )
+    self.state = ts.create_train_state(
+      self.model_cfg, self.tx, self.mesh, jax.random.PRNGKey(c.seed), params=params
+    )
     self.rows = c.rollout.mini_batch_prompts * c.rollout.n
     self.seq = c.rollout.max_prompt_len + c.rollout.max_response_len
     self.batch_shardings = ts.batch_shardings(self.mesh, (self.rows, self.seq))
-    self.train_step = ts.jit_train_step(self.model_cfg, self.tx, loss_config(c), self.mesh,
-                                        (self.rows, self.seq))
-    self.logprobs = ts.jit_logprob_step(self.model_cfg, self.mesh, (self.rows, self.seq),
-                                        temperature=c.rollout.temperature,
-                                        micro_batches=loss_config(c).micro_batches)
-    self.reset_ref = ts.jit_reset_reference(self.model_cfg, self.tx, self.mesh,
-                                            c.algo.ref_reset_optimizer)
+    self.train_step = ts.jit_train_step(
+      self.model_cfg, self.tx, loss_config(c), self.mesh, (self.rows, self.seq)
+    )
+    self.logprobs = ts.jit_logprob_step(
+      self.model_cfg,
+      self.mesh,
+      (self.rows, self.seq),
+      temperature=c.rollout.temperature,
+      micro_batches=loss_config(c).micro_batches,
+    )
+    self.reset_ref = ts.jit_reset_reference(
+      self.model_cfg, self.tx, self.mesh, c.algo.ref_reset_optimizer
+    )
     rng = np.random.RandomState(c.seed)
     probe_items = self.heldout[:2] or [self.source.sources[0].items[0]]
     self.probe_tokens = [
-        [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len:]] +
-        [int(x) for x in rng.randint(0, self.model_cfg.vocab_size, 16)]
-        for it in probe_items]
+      [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len :]]
+      + [int(x) for x in rng.randint(0, self.model_cfg.vocab_size, 16)]
+      for it in probe_items
+    ]
     self.buffer = shaping.GroupBuffer()
-    self.schedule = shaping.LengthPenaltySchedule(c.algo.length_penalty,
-                                                  c.algo.length_penalty_on_steps,
-                                                  c.algo.length_penalty_off_steps)
-    self.host = {"step": 0, "version": 0, "lp": self.schedule.init_state(), "resets": [],
-                 "kl_history": [], "val_history": [], "pass@1_start": None}
+    self.schedule = shaping.LengthPenaltySchedule(
+      c.algo.length_penalty, c.algo.length_penalty_on_steps, c.algo.length_penalty_off_steps
+    )
+    self.host = {
+      "step": 0,
+      "version": 0,
+      "lp": self.schedule.init_state(),
+      "resets": [],
+      "kl_history": [],
+      "val_history": [],
+      "pass@1_start": None,
+    }
 
   def host_state(self) -> dict:
     return dict(self.host, data=self.source.state(), buffer=self.buffer.state())
@@ -149,13 +192,14 @@ def check_code_sandbox(cfg, verifiers: set[str]):
   if "code" not in verifiers or not cfg.rollout.local_workers:
     return
   if cfg.rollout.unsandboxed_code:
-    log.warning("!!! rollout.unsandboxed_code=True: local workers run code rewards WITHOUT a "
-                "sandbox; use only with trusted data")
+    log.warning(
+      "!!! rollout.unsandboxed_code=True: local workers run code rewards WITHOUT a "
+      "sandbox; use only with trusted data"
+    )
     return
   err = sandbox.check()
   if err:
-    raise config_lib.ConfigError(f"{err} (or set rollout.unsandboxed_code=True for trusted "
-                                 "data)")
+    raise config_lib.ConfigError(f"{err} (or set rollout.unsandboxed_code=True for trusted data)")
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -169,7 +213,7 @@ def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
   width = max(len(t) for t in tokens)
   padded = np.zeros((len(tokens), width), np.int32)
   for i, t in enumerate(tokens):
-    padded[i, :len(t)] = t  # right padding: causal, so it changes no log-prob we keep
+    padded[i, : len(t)] = t  # right padding: causal, so it changes no log-prob we keep
   lp = np.asarray(_probe_logprobs(model_cfg, params, padded))
   out = [lp[i, np.arange(len(t) - 1), t[1:]].tolist() for i, t in enumerate(tokens)]
   with open(os.path.join(path, "probe.json"), "w") as f:
@@ -184,11 +228,16 @@ def publish(run: Run, ex: Exchange | None, version: int):
   with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
     dtype = run.cfg.model.compute_dtype
     nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
-    save_hf(run.model_cfg, params, tmp, tokenizer_dir=run.path, dtype=dtype,
-            max_shard_bytes=shard_bytes(nbytes))
+    save_hf(
+      run.model_cfg,
+      params,
+      tmp,
+      tokenizer_dir=run.path,
+      dtype=dtype,
+      max_shard_bytes=shard_bytes(nbytes),
+    )
     # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
-    write_probe(run.model_cfg, params if dist.multi() else run.state.params, run.probe_tokens,
-                tmp)
+    write_probe(run.model_cfg, params if dist.multi() else run.state.params, run.probe_tokens, tmp)
     ex.publish_weights(version, int(run.state.step), tmp)
   ex.prune_weights(keep=2)
 
@@ -198,11 +247,19 @@ def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
   if not run.heldout:
     return {}
   ks = [int(k) for k in str(c.eval.pass_k).split(",") if k.strip()]
-  return eval_lib.evaluate(ex, run.heldout, samples=c.eval.samples,
-                           sampling=sampling(c, eval_mode=True), version=run.host["version"],
-                           ks=ks, timeout_s=c.rollout.timeout_s, tag=tag, seed=c.seed,
-                           on_idle=workers.check if workers else None,
-                           routing=routing_table(c))
+  return eval_lib.evaluate(
+    ex,
+    run.heldout,
+    samples=c.eval.samples,
+    sampling=sampling(c, eval_mode=True),
+    version=run.host["version"],
+    ks=ks,
+    timeout_s=c.rollout.timeout_s,
+    tag=tag,
+    seed=c.seed,
+    on_idle=workers.check if workers else None,
+    routing=routing_table(c),
+  )
 
 
 def reset_due(run: Run, step: int) -> str | None:
@@ -223,11 +280,15 @@ def reset_due(run: Run, step: int) -> str | None:
 def _val_line(step: int, val: dict) -> str:
   """One line of a validation's results, rounded: overall and per benchmark (pass@1)."""
   parts = [f"pass@1 {val['pass@1']:.4f}"] if "pass@1" in val else []
-  parts += [f"{k[:-len('/pass@1')]} {v:.4f}" for k, v in sorted(val.items())
-            if k.endswith("/pass@1")]
+  parts += [
+    f"{k[: -len('/pass@1')]} {v:.4f}" for k, v in sorted(val.items()) if k.endswith("/pass@1")
+  ]
   fails = val.get("verifier_failures", 0)
-  return (f"validation at step {step}: " + " | ".join(parts)
-          + (f" ({fails} verifier failures)" if fails else ""))
+  return (
+    f"validation at step {step}: "
+    + " | ".join(parts)
+    + (f" ({fails} verifier failures)" if fails else "")
+  )
 
 
 def run(cfg, accept_config_changes: bool = False) -> dict:
@@ -243,25 +304,41 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     changes = check_resume_config(cfg, accept_config_changes)
     last = latest_local_step(cfg)
     if last is not None and last >= cfg.total_steps and jax.process_count() == 1:
-      print(f"{cfg.run_dir} is finished: step {last} of total_steps={cfg.total_steps}; raise "
-            "--config.total_steps to train on", flush=True)
+      print(
+        f"{cfg.run_dir} is finished: step {last} of total_steps={cfg.total_steps}; raise "
+        "--config.total_steps to train on",
+        flush=True,
+      )
       return {"finished": True, "steps": last}
     precheck(cfg)  # before any heavy work: are the data files there?
     if cfg.rollout.local_workers:  # before any heavy work: can the workers run at all?
-      check_worker_python(worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
-                          cfg.rollout.engine)
+      check_worker_python(
+        worker_python(cfg.rollout.engine, cfg.rollout.worker_python), cfg.rollout.engine
+      )
     resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   dist.barrier("base_model")
   r = Run(cfg)
   if primary:
     record_run(cfg, r.path, changes)
-  ckpt = Checkpointer(cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
-                      cfg.checkpoint.keep,
-                      cfg.checkpoint.async_save)
-  restored = ckpt.restore_latest(abstract_like(r.state, ts.state_shardings(
-      r.model_cfg, r.tx, r.mesh)))
-  writer = MetricWriter(cfg.run_dir, cfg.metrics.tensorboard, cfg.metrics.wandb_project,
-                        cfg.total_steps, cfg.to_dict()) if primary else NullWriter()
+  ckpt = Checkpointer(
+    cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
+    cfg.checkpoint.keep,
+    cfg.checkpoint.async_save,
+  )
+  restored = ckpt.restore_latest(
+    abstract_like(r.state, ts.state_shardings(r.model_cfg, r.tx, r.mesh))
+  )
+  writer = (
+    MetricWriter(
+      cfg.run_dir,
+      cfg.metrics.tensorboard,
+      cfg.metrics.wandb_project,
+      cfg.total_steps,
+      cfg.to_dict(),
+    )
+    if primary
+    else NullWriter()
+  )
   if restored:
     step0, r.state, host = restored
     r.load_host(host)
@@ -270,8 +347,10 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     if step0 >= cfg.total_steps:
       ckpt.close()
       writer.close()
-      msg = (f"{cfg.run_dir} is finished: step {step0} of total_steps={cfg.total_steps}; "
-             "raise --config.total_steps to train on")
+      msg = (
+        f"{cfg.run_dir} is finished: step {step0} of total_steps={cfg.total_steps}; "
+        "raise --config.total_steps to train on"
+      )
       if primary:
         print(msg, flush=True)
       return {"finished": True, "steps": step0}
@@ -286,16 +365,21 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
   publish(r, ex, r.host["version"])
   workers = None
   if cfg.rollout.local_workers and primary:
-    workers = LocalWorkers(url, cfg.rollout.local_workers, cfg.rollout.engine,
-                           os.path.join(cfg.run_dir, "workers"),
-                           unsandboxed_code=cfg.rollout.unsandboxed_code,
-                           python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
-                           vllm_options=config_lib.vllm_options(cfg))
+    workers = LocalWorkers(
+      url,
+      cfg.rollout.local_workers,
+      cfg.rollout.engine,
+      os.path.join(cfg.run_dir, "workers"),
+      unsandboxed_code=cfg.rollout.unsandboxed_code,
+      python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
+      vllm_options=config_lib.vllm_options(cfg),
+    )
   summary = {}
   try:
     if r.host["pass@1_start"] is None and cfg.eval.every:
-      val = dist.broadcast(validate_now(r, ex, workers, f"val-s{r.host['step']:07d}")
-                           if primary else None)
+      val = dist.broadcast(
+        validate_now(r, ex, workers, f"val-s{r.host['step']:07d}") if primary else None
+      )
       r.host["pass@1_start"] = val.get("pass@1")
       writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="validation")
       writer.say(_val_line(r.host["step"], val))
@@ -316,10 +400,16 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       r.host["lp"], lp_event = r.schedule.advance(r.host["lp"])
       r.host["step"] = step
       r.host["kl_history"] = (r.host["kl_history"] + [metrics.get("actor/kl_ref_old", 0.0)])[-50:]
-      metrics.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1,
-                      "time/publish_s": t3 - t2, "time/step_s": t3 - t0,
-                      "perf/tokens_per_s": metrics.get("response/tokens", 0) / max(t2 - t1, 1e-9),
-                      "policy_version": r.host["version"]})
+      metrics.update(
+        {
+          "time/rollout_s": t1 - t0,
+          "time/update_s": t2 - t1,
+          "time/publish_s": t3 - t2,
+          "time/step_s": t3 - t0,
+          "perf/tokens_per_s": metrics.get("response/tokens", 0) / max(t2 - t1, 1e-9),
+          "policy_version": r.host["version"],
+        }
+      )
       if workers:
         metrics["workers/restarts"] = workers.restarts
       if ex is not None:
@@ -328,8 +418,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       writer.progress(step, first, f"reward {metrics.get('reward/raw_mean', 0):.3f}")
       val_metric = None
       if cfg.eval.every and step % cfg.eval.every == 0:
-        val = dist.broadcast(validate_now(r, ex, workers, f"val-s{step:07d}")
-                             if primary else None)
+        val = dist.broadcast(validate_now(r, ex, workers, f"val-s{step:07d}") if primary else None)
         val_metric = val.get("pass@1")
         last_val = (step, val)
         r.host["val_history"].append(val_metric)
@@ -339,8 +428,11 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       if why:
         r.state = r.reset_ref(r.state)
         r.host["resets"].append({"step": step, "why": why})
-        writer.write(step, {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
-                     event=f"reference_reset_{why}")
+        writer.write(
+          step,
+          {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
+          event=f"reference_reset_{why}",
+        )
       if cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == cfg.total_steps):
         ckpt.save(step, r.state, r.host_state(), val_metric)
     if primary and sys.stdout.isatty():
@@ -351,16 +443,26 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       else:
         val = dist.broadcast(validate_now(r, ex, workers, "val-final") if primary else None)
       writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="final")
-      summary = {"pass@1_start": r.host["pass@1_start"], "pass@1_end": val.get("pass@1"),
-                 **{f"final/{k}": v for k, v in val.items()}}
+      summary = {
+        "pass@1_start": r.host["pass@1_start"],
+        "pass@1_end": val.get("pass@1"),
+        **{f"final/{k}": v for k, v in val.items()},
+      }
   finally:
     if workers:
       workers.stop()
     ckpt.close()
     writer.close()
-  summary.update({"steps": r.host["step"], "wall_seconds": time.time() - t_start,
-                  "model_path": r.path, "num_params": r.model_cfg.num_params,
-                  "resets": r.host["resets"], "processes": jax.process_count()})
+  summary.update(
+    {
+      "steps": r.host["step"],
+      "wall_seconds": time.time() - t_start,
+      "model_path": r.path,
+      "num_params": r.model_cfg.num_params,
+      "resets": r.host["resets"],
+      "processes": jax.process_count(),
+    }
+  )
   if primary:
     with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
       json.dump(summary, f, indent=1)

@@ -49,6 +49,7 @@ class TrainState:
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
   """Everything `train_step` needs besides the model: explicit values, no config object."""
+
   temperature: float = 1.0
   clip_low: float = 0.2
   clip_high: float = 0.28
@@ -68,18 +69,32 @@ class LossConfig:
   logit_chunk: int = 256
 
 
-def make_optimizer(lr: float, *, warmup_steps: int = 0, weight_decay: float = 0.01,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   grad_clip: float = 1.0) -> optax.GradientTransformation:
+def make_optimizer(
+  lr: float,
+  *,
+  warmup_steps: int = 0,
+  weight_decay: float = 0.01,
+  b1: float = 0.9,
+  b2: float = 0.999,
+  eps: float = 1e-8,
+  grad_clip: float = 1.0,
+) -> optax.GradientTransformation:
   """Global-norm clip -> AdamW; constant learning rate, or linear warm-up then constant."""
-  schedule = lr if warmup_steps == 0 else optax.join_schedules(
-      [optax.linear_schedule(0.0, lr, warmup_steps), optax.constant_schedule(lr)],
-      [warmup_steps])
-  return optax.chain(optax.clip_by_global_norm(grad_clip),
-                     optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+  schedule = (
+    lr
+    if warmup_steps == 0
+    else optax.join_schedules(
+      [optax.linear_schedule(0.0, lr, warmup_steps), optax.constant_schedule(lr)], [warmup_steps]
+    )
+  )
+  return optax.chain(
+    optax.clip_by_global_norm(grad_clip),
+    optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay),
+  )
 
 
 # ----------------------------------------------------------------------------- shardings
+
 
 def batch_spec() -> P:
   return sharding.logical_to_spec(("act_batch", None))
@@ -90,15 +105,21 @@ def state_shardings(model_cfg: Qwen2Config, tx, mesh) -> TrainState:
   abstract_params = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
   abstract_opt = jax.eval_shape(tx.init, abstract_params)
   rep = sharding.replicated(mesh)
-  opt_sh = optax.tree_map_params(tx, lambda _, s: s, abstract_opt, p_sh,
-                                 transform_non_params=lambda _: rep)
-  return TrainState(step=rep, params=p_sh, opt_state=opt_sh, ref_params=p_sh, rng=rep,
-                    skipped=rep)
+  opt_sh = optax.tree_map_params(
+    tx, lambda _, s: s, abstract_opt, p_sh, transform_non_params=lambda _: rep
+  )
+  return TrainState(step=rep, params=p_sh, opt_state=opt_sh, ref_params=p_sh, rng=rep, skipped=rep)
 
 
 def _new_state(params, tx, rng):
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                    ref_params=params, rng=rng, skipped=jnp.zeros((), jnp.int32))
+  return TrainState(
+    step=jnp.zeros((), jnp.int32),
+    params=params,
+    opt_state=tx.init(params),
+    ref_params=params,
+    rng=rng,
+    skipped=jnp.zeros((), jnp.int32),
+  )
 
 
 def create_train_state(model_cfg: Qwen2Config, tx, mesh, rng, params=None) -> TrainState:
@@ -110,17 +131,20 @@ def create_train_state(model_cfg: Qwen2Config, tx, mesh, rng, params=None) -> Tr
   if params is None:
     init = lambda r: _new_state(init_params(model_cfg, r), tx, r)  # noqa: E731
     return jax.jit(init, out_shardings=sh)(rng)
-  return jax.jit(lambda p, r: _new_state(p, tx, r), in_shardings=(sh.params, sh.rng),
-                 out_shardings=sh)(params, rng)
+  return jax.jit(
+    lambda p, r: _new_state(p, tx, r), in_shardings=(sh.params, sh.rng), out_shardings=sh
+  )(params, rng)
 
 
 # ----------------------------------------------------------------------------- the step
 
+
 def _token_logprobs(model_cfg, params, batch, temperature, chunk, mesh):
   """ℓ and entropy of tokens[t] for t >= 1 (index 0 is 0), from logits/temperature."""
   h_BxTxD = hidden_states(model_cfg, params, batch["tokens"], batch["attn_mask"], mesh)
-  lp, ent = losses.token_logprobs(h_BxTxD[:, :-1], head_weight(model_cfg, params),
-                                  batch["tokens"][:, 1:], temperature, chunk)
+  lp, ent = losses.token_logprobs(
+    h_BxTxD[:, :-1], head_weight(model_cfg, params), batch["tokens"][:, 1:], temperature, chunk
+  )
   pad = lambda x: jnp.pad(x, ((0, 0), (1, 0)))  # noqa: E731
   return pad(lp), pad(ent)
 
@@ -130,15 +154,36 @@ def _micro_loss(params, mb, counts, model_cfg, lc: LossConfig, mesh):
   mask = mb["loss_mask"].astype(jnp.float32)
   num_tokens, num_seqs = counts
   is_w, is_metrics = losses.importance_weights(
-      mb["old_logp"], mb["gen_logp"], mask, lc.is_correction, cap=lc.tis_cap, low=lc.icepop_low,
-      high=lc.icepop_high, num_tokens=num_tokens)
+    mb["old_logp"],
+    mb["gen_logp"],
+    mask,
+    lc.is_correction,
+    cap=lc.tis_cap,
+    low=lc.icepop_low,
+    high=lc.icepop_high,
+    num_tokens=num_tokens,
+  )
   loss, metrics = losses.rl_loss(
-      logp, ent, mb["old_logp"], mb["ref_logp"], mb["adv"], mask, clip_low=lc.clip_low,
-      clip_high=lc.clip_high, dual_clip=lc.dual_clip or None, agg=lc.agg,
-      is_weights=None if lc.is_correction == "none" else is_w, num_tokens=num_tokens,
-      num_seqs=num_seqs, norm_const=lc.norm_const or None, log_ratio_clamp=lc.log_ratio_clamp,
-      kl_kind=lc.kl_kind, kl_coef=lc.kl_coef, kl_clamp=lc.kl_clamp,
-      entropy_coef=lc.entropy_coef)
+    logp,
+    ent,
+    mb["old_logp"],
+    mb["ref_logp"],
+    mb["adv"],
+    mask,
+    clip_low=lc.clip_low,
+    clip_high=lc.clip_high,
+    dual_clip=lc.dual_clip or None,
+    agg=lc.agg,
+    is_weights=None if lc.is_correction == "none" else is_w,
+    num_tokens=num_tokens,
+    num_seqs=num_seqs,
+    norm_const=lc.norm_const or None,
+    log_ratio_clamp=lc.log_ratio_clamp,
+    kl_kind=lc.kl_kind,
+    kl_coef=lc.kl_coef,
+    kl_clamp=lc.kl_clamp,
+    entropy_coef=lc.entropy_coef,
+  )
   metrics.update(is_metrics)
   return loss, metrics
 
@@ -153,6 +198,7 @@ def _reduce_metrics(acc, new):
     if k.endswith("_min"):
       return jnp.minimum(a, b)
     return a + b
+
   return {k: combine(k, acc[k], new[k]) for k in acc}
 
 
@@ -168,8 +214,9 @@ def split_micro(x_BxT, m: int, mesh=None):
   return out
 
 
-def train_step(state: TrainState, batch: dict, *, model_cfg: Qwen2Config, tx,
-               lc: LossConfig, mesh=None) -> tuple[TrainState, dict]:
+def train_step(
+  state: TrainState, batch: dict, *, model_cfg: Qwen2Config, tx, lc: LossConfig, mesh=None
+) -> tuple[TrainState, dict]:
   """One optimizer update on a mini-batch; a non-finite loss or gradient skips it."""
   mask = batch["loss_mask"].astype(jnp.float32)
   counts = (jnp.sum(mask), jnp.sum(jnp.sum(mask, axis=-1) > 0).astype(jnp.float32))
@@ -181,10 +228,14 @@ def train_step(state: TrainState, batch: dict, *, model_cfg: Qwen2Config, tx,
     (_, metrics), g = grad_fn(state.params, mb, counts, model_cfg, lc, mesh)
     return (jax.tree.map(jnp.add, g_acc, g), _reduce_metrics(m_acc, metrics)), None
 
-  shapes = jax.eval_shape(lambda mb: grad_fn(state.params, mb, counts, model_cfg, lc, mesh)[0][1],
-                          jax.tree.map(lambda x: x[0], micro))
-  m0 = {k: jnp.full(v.shape, _METRIC_INIT.get(k.rsplit("_", 1)[-1], 0.0), v.dtype)
-        for k, v in shapes.items()}
+  shapes = jax.eval_shape(
+    lambda mb: grad_fn(state.params, mb, counts, model_cfg, lc, mesh)[0][1],
+    jax.tree.map(lambda x: x[0], micro),
+  )
+  m0 = {
+    k: jnp.full(v.shape, _METRIC_INIT.get(k.rsplit("_", 1)[-1], 0.0), v.dtype)
+    for k, v in shapes.items()
+  }
   g0 = jax.tree.map(jnp.zeros_like, state.params)
   (grads, metrics), _ = jax.lax.scan(body, (g0, m0), micro)
 
@@ -194,23 +245,39 @@ def train_step(state: TrainState, batch: dict, *, model_cfg: Qwen2Config, tx,
   new_params = optax.apply_updates(state.params, updates)
   keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
   new_state = state.replace(
-      step=state.step + finite.astype(jnp.int32),
-      params=keep(new_params, state.params),
-      opt_state=keep(new_opt, state.opt_state),
-      skipped=state.skipped + (1 - finite.astype(jnp.int32)))
-  metrics.update({"actor/grad_norm": grad_norm, "actor/skipped": 1.0 - finite.astype(jnp.float32),
-                  "actor/tokens": counts[0], "actor/seqs": counts[1]})
+    step=state.step + finite.astype(jnp.int32),
+    params=keep(new_params, state.params),
+    opt_state=keep(new_opt, state.opt_state),
+    skipped=state.skipped + (1 - finite.astype(jnp.int32)),
+  )
+  metrics.update(
+    {
+      "actor/grad_norm": grad_norm,
+      "actor/skipped": 1.0 - finite.astype(jnp.float32),
+      "actor/tokens": counts[0],
+      "actor/seqs": counts[1],
+    }
+  )
   return new_state, metrics
 
 
-def logprob_step(params, batch: dict, *, model_cfg: Qwen2Config, temperature: float,
-                 micro_batches: int = 1, logit_chunk: int = 256, mesh=None):
+def logprob_step(
+  params,
+  batch: dict,
+  *,
+  model_cfg: Qwen2Config,
+  temperature: float,
+  micro_batches: int = 1,
+  logit_chunk: int = 256,
+  mesh=None,
+):
   """(ℓ, entropy) [B, T] of the batch's tokens under `params` at `temperature`; no gradient."""
   keys = ("tokens", "attn_mask")
   micro = {k: split_micro(batch[k], micro_batches, mesh) for k in keys}
   params = jax.lax.stop_gradient(params)
   lp, ent = jax.lax.map(
-      lambda mb: _token_logprobs(model_cfg, params, mb, temperature, logit_chunk, mesh), micro)
+    lambda mb: _token_logprobs(model_cfg, params, mb, temperature, logit_chunk, mesh), micro
+  )
   unsplit = lambda x: x.swapaxes(0, 1).reshape(batch["tokens"].shape)  # noqa: E731
   return unsplit(lp), unsplit(ent)
 
@@ -225,6 +292,7 @@ def reset_reference(state: TrainState, tx, reinit_optimizer: bool = False) -> Tr
 
 # ----------------------------------------------------------------------------- jit helpers
 
+
 def batch_shardings(mesh, batch_shape):
   spec = sharding.fit_spec(batch_spec(), batch_shape, mesh)
   return {k: NamedSharding(mesh, spec) for k in BATCH_KEYS}
@@ -234,22 +302,44 @@ def jit_train_step(model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, batch_shape
   """train_step jitted once: state and batch in their shardings, state donated."""
   st_sh = state_shardings(model_cfg, tx, mesh)
   fn = functools.partial(train_step, model_cfg=model_cfg, tx=tx, lc=lc, mesh=mesh)
-  return jax.jit(fn, in_shardings=(st_sh, batch_shardings(mesh, batch_shape)),
-                 out_shardings=(st_sh, sharding.replicated(mesh)), donate_argnums=(0,))
+  return jax.jit(
+    fn,
+    in_shardings=(st_sh, batch_shardings(mesh, batch_shape)),
+    out_shardings=(st_sh, sharding.replicated(mesh)),
+    donate_argnums=(0,),
+  )
 
 
-def jit_logprob_step(model_cfg: Qwen2Config, mesh, batch_shape, *, temperature: float,
-                     micro_batches: int = 1, logit_chunk: int = 256):
+def jit_logprob_step(
+  model_cfg: Qwen2Config,
+  mesh,
+  batch_shape,
+  *,
+  temperature: float,
+  micro_batches: int = 1,
+  logit_chunk: int = 256,
+):
   p_sh = param_shardings(model_cfg, mesh)
   b_sh = batch_shardings(mesh, batch_shape)
-  fn = functools.partial(logprob_step, model_cfg=model_cfg, temperature=temperature,
-                         micro_batches=micro_batches, logit_chunk=logit_chunk, mesh=mesh)
+  fn = functools.partial(
+    logprob_step,
+    model_cfg=model_cfg,
+    temperature=temperature,
+    micro_batches=micro_batches,
+    logit_chunk=logit_chunk,
+    mesh=mesh,
+  )
   out = b_sh["tokens"]
-  return jax.jit(fn, in_shardings=(p_sh, {"tokens": out, "attn_mask": out}),
-                 out_shardings=(out, out))
+  return jax.jit(
+    fn, in_shardings=(p_sh, {"tokens": out, "attn_mask": out}), out_shardings=(out, out)
+  )
 
 
 def jit_reset_reference(model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool):
   st_sh = state_shardings(model_cfg, tx, mesh)
-  return jax.jit(functools.partial(reset_reference, tx=tx, reinit_optimizer=reinit_optimizer),
-                 in_shardings=(st_sh,), out_shardings=st_sh, donate_argnums=(0,))
+  return jax.jit(
+    functools.partial(reset_reference, tx=tx, reinit_optimizer=reinit_optimizer),
+    in_shardings=(st_sh,),
+    out_shardings=st_sh,
+    donate_argnums=(0,),
+  )

@@ -26,11 +26,17 @@ def test_grpo_by_hand():
 def test_rloo_and_dr_grpo_by_hand():
   m = _mask([1, 1, 1, 1], 1)
   # RLOO: 1 − mean(0,0,0) = 1; 0 − mean(1,0,0) = −1/3
-  A(compute_advantages("rloo", [[1.0, 0.0, 0.0, 0.0]], m)[:, 0], [1, -1 / 3, -1 / 3, -1 / 3],
-    atol=1e-6)
+  A(
+    compute_advantages("rloo", [[1.0, 0.0, 0.0, 0.0]], m)[:, 0],
+    [1, -1 / 3, -1 / 3, -1 / 3],
+    atol=1e-6,
+  )
   # Dr. GRPO: s − 0.25
-  A(compute_advantages("dr_grpo", [[1.0, 0.0, 0.0, 0.0]], m)[:, 0], [0.75, -0.25, -0.25, -0.25],
-    atol=1e-6)
+  A(
+    compute_advantages("dr_grpo", [[1.0, 0.0, 0.0, 0.0]], m)[:, 0],
+    [0.75, -0.25, -0.25, -0.25],
+    atol=1e-6,
+  )
 
 
 def test_reinforce_pp_baseline_by_hand():
@@ -71,8 +77,10 @@ def test_shape_mismatch_and_unknown_estimator_are_errors():
 
 
 @settings(max_examples=40, deadline=None)
-@given(hnp.arrays(np.float32, (12, 5), elements=st.floats(-10, 10, width=32)),
-       st.lists(st.integers(1, 5), min_size=12, max_size=12))
+@given(
+  hnp.arrays(np.float32, (12, 5), elements=st.floats(-10, 10, width=32)),
+  st.lists(st.integers(1, 5), min_size=12, max_size=12),
+)
 def test_whitened_token_weighted_mean0_var1(x, lengths):
   m = _mask(lengths, 5)
   vals = x[m > 0]
@@ -90,17 +98,22 @@ def test_whiten_constant_input_is_zero_not_nan():
 
 
 @settings(max_examples=40, deadline=None)
-@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 5), st.integers(2, 8)),
-                  elements=st.floats(-5, 5, width=32)))
+@given(
+  hnp.arrays(
+    np.float32, st.tuples(st.integers(1, 5), st.integers(2, 8)), elements=st.floats(-5, 5, width=32)
+  )
+)
 def test_rloo_equals_scaled_group_mean_subtraction(s):
   n = s.shape[1]
   A(np.asarray(rloo(jnp.asarray(s))), n / (n - 1) * (s - s.mean(1, keepdims=True)), atol=1e-4)
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.sampled_from(["reinforce_pp_baseline", "grpo", "rloo", "dr_grpo", "reinforce_pp"]),
-       hnp.arrays(np.float32, (6,), elements=st.floats(0, 1, width=32)),
-       hnp.arrays(np.float32, (6, 4), elements=st.floats(-100, 100, width=32)))
+@given(
+  st.sampled_from(["reinforce_pp_baseline", "grpo", "rloo", "dr_grpo", "reinforce_pp"]),
+  hnp.arrays(np.float32, (6,), elements=st.floats(0, 1, width=32)),
+  hnp.arrays(np.float32, (6, 4), elements=st.floats(-100, 100, width=32)),
+)
 def test_padding_never_affects_advantages(est, scores, junk):
   m = _mask([4, 1, 2, 3, 4, 2], 4)
   kl = np.where(m > 0, 0.1, junk)  # junk only on padding

@@ -21,8 +21,16 @@ def base(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
   p = tmp_path_factory.mktemp("data") / "train.jsonl"
-  p.write_text(json.dumps({"data_source": "chain_sum", "prompt": [
-      {"role": "user", "content": "1+2"}], "reward_model": {"ground_truth": "3"}}) + "\n")
+  p.write_text(
+    json.dumps(
+      {
+        "data_source": "chain_sum",
+        "prompt": [{"role": "user", "content": "1+2"}],
+        "reward_model": {"ground_truth": "3"},
+      }
+    )
+    + "\n"
+  )
   return str(p)
 
 
@@ -30,56 +38,130 @@ def _run(module, args, env_extra=None):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
   env.pop("PRORL_DEBUG", None)
   env.update(env_extra or {})
-  return subprocess.run([sys.executable, "-m", module] + args, cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=300)
+  return subprocess.run(
+    [sys.executable, "-m", module] + args,
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
 
 
 def _model_args(base, rows, tmp_path):
-  return ["--config=configs/tiny.py", "--config.model.build_tiny=False",
-          f"--config.model.path={base}", f"--config.data.train_files={rows}",
-          f"--config.run_dir={tmp_path / 'run'}", "--config.eval.every=0"]
+  return [
+    "--config=configs/tiny.py",
+    "--config.model.build_tiny=False",
+    f"--config.model.path={base}",
+    f"--config.data.train_files={rows}",
+    f"--config.run_dir={tmp_path / 'run'}",
+    "--config.eval.every=0",
+  ]
 
 
 CASES = [
-    ("typo'd key", "prorl_jax.main", ["--config=configs/tiny.py", "--config.algo.clip_hgh=0.3"],
-     "did you mean --config.algo.clip_high?"),
-    ("missing config file", "prorl_jax.main", ["--config=configs/nope.py"],
-     "--config=configs/nope.py: no such file; the configs here are: configs/qwen15b.py"),
-    ("unknown variant", "prorl_jax.main", ["--config=configs/tiny.py:huge"],
-     "unknown variant 'huge' of configs/tiny.py"),
-    ("value of the wrong type", "prorl_jax.main",
-     ["--config=configs/tiny.py", "--config.algo.clip_low=abc"],
-     "--config.algo.clip_low=abc: could not convert string to float"),
-    ("value out of range", "prorl_jax.main",
-     ["--config=configs/tiny.py", "--config.algo.clip_low=1.5"], "algo.clip_low must be in"),
-    ("a section set as a value", "prorl_jax.main", ["--config=configs/tiny.py", "--config.algo=3"],
-     "--config.algo is a section"),
-    ("missing data file", "prorl_jax.main",
-     ["--config=configs/tiny.py", "--config.data.train_files=/nope/train.jsonl"],
-     "data.train_files: /nope/train.jsonl: no such file"),
-    ("weights that do not match the files", "prorl_jax.main",
-     ["--config=configs/tiny.py", "--config.data.train_files=configs/tiny.py",
-      "--config.data.weights=1,2"], "data.weights has 2 values for 1 training files"),
-    ("missing prepared mix", "prorl_jax.main",
-     ["--config=configs/tiny.py", "--config.data.prepared=/nope/mix"],
-     "data.prepared='/nope/mix': no readable manifest.json"),
-    ("model directory without config.json", "prorl_jax.main",
-     ["--config=configs/qwen15b.py", "--config.model.path=/tmp", "--config.data.prepared=",
-      "--config.data.val_suite=", "--config.data.val_benchmarks=",
-      "--config.data.train_files=configs/tiny.py"], "model.path='/tmp' has no config.json"),
-    ("config listing typo", "prorl_jax.config", ["--config.rollout.nn=3"],
-     "did you mean --config.rollout.n?"),
-    ("eval suite without its data", "prorl_jax.eval",
-     ["--suite=prorl-eval", "--checkpoint=/tmp", "--out=/tmp/x"], "--suite needs --data=DIR"),
-    ("eval suite on a directory that is not one", "prorl_jax.eval",
-     ["--suite=prorl-eval", "--data=/tmp", "--checkpoint=/tmp", "--out=/tmp/x"],
-     "/tmp: not an evaluation suite"),
-    ("plot of a directory without metrics", "prorl_jax.plot", ["/tmp"],
-     "/tmp has no metrics.jsonl"),
-    ("export of a directory without checkpoints", "prorl_jax.export", ["/tmp", "/tmp/out"],
-     "/tmp holds no Orbax checkpoint"),
-    ("prepare from an unknown source", "prorl_jax.prepare",
-     ["--mix=prorl", "--out=/tmp/x", "--source=nope=/tmp"], "--source nope: unknown source"),
+  (
+    "typo'd key",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.algo.clip_hgh=0.3"],
+    "did you mean --config.algo.clip_high?",
+  ),
+  (
+    "missing config file",
+    "prorl_jax.main",
+    ["--config=configs/nope.py"],
+    "--config=configs/nope.py: no such file; the configs here are: configs/qwen15b.py",
+  ),
+  (
+    "unknown variant",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py:huge"],
+    "unknown variant 'huge' of configs/tiny.py",
+  ),
+  (
+    "value of the wrong type",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.algo.clip_low=abc"],
+    "--config.algo.clip_low=abc: could not convert string to float",
+  ),
+  (
+    "value out of range",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.algo.clip_low=1.5"],
+    "algo.clip_low must be in",
+  ),
+  (
+    "a section set as a value",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.algo=3"],
+    "--config.algo is a section",
+  ),
+  (
+    "missing data file",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.data.train_files=/nope/train.jsonl"],
+    "data.train_files: /nope/train.jsonl: no such file",
+  ),
+  (
+    "weights that do not match the files",
+    "prorl_jax.main",
+    [
+      "--config=configs/tiny.py",
+      "--config.data.train_files=configs/tiny.py",
+      "--config.data.weights=1,2",
+    ],
+    "data.weights has 2 values for 1 training files",
+  ),
+  (
+    "missing prepared mix",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.data.prepared=/nope/mix"],
+    "data.prepared='/nope/mix': no readable manifest.json",
+  ),
+  (
+    "model directory without config.json",
+    "prorl_jax.main",
+    [
+      "--config=configs/qwen15b.py",
+      "--config.model.path=/tmp",
+      "--config.data.prepared=",
+      "--config.data.val_suite=",
+      "--config.data.val_benchmarks=",
+      "--config.data.train_files=configs/tiny.py",
+    ],
+    "model.path='/tmp' has no config.json",
+  ),
+  (
+    "config listing typo",
+    "prorl_jax.config",
+    ["--config.rollout.nn=3"],
+    "did you mean --config.rollout.n?",
+  ),
+  (
+    "eval suite without its data",
+    "prorl_jax.eval",
+    ["--suite=prorl-eval", "--checkpoint=/tmp", "--out=/tmp/x"],
+    "--suite needs --data=DIR",
+  ),
+  (
+    "eval suite on a directory that is not one",
+    "prorl_jax.eval",
+    ["--suite=prorl-eval", "--data=/tmp", "--checkpoint=/tmp", "--out=/tmp/x"],
+    "/tmp: not an evaluation suite",
+  ),
+  ("plot of a directory without metrics", "prorl_jax.plot", ["/tmp"], "/tmp has no metrics.jsonl"),
+  (
+    "export of a directory without checkpoints",
+    "prorl_jax.export",
+    ["/tmp", "/tmp/out"],
+    "/tmp holds no Orbax checkpoint",
+  ),
+  (
+    "prepare from an unknown source",
+    "prorl_jax.prepare",
+    ["--mix=prorl", "--out=/tmp/x", "--source=nope=/tmp"],
+    "--source nope: unknown source",
+  ),
 ]
 
 
@@ -100,9 +182,13 @@ def test_errors_after_the_tokenizer_are_one_line_too(base, rows, tmp_path):
 
 
 def test_debug_shows_the_traceback():
-  proc = _run("prorl_jax.main", ["--config=configs/tiny.py", "--config.algo.clip_low=1.5",
-                                 "--debug"])
+  proc = _run(
+    "prorl_jax.main", ["--config=configs/tiny.py", "--config.algo.clip_low=1.5", "--debug"]
+  )
   assert proc.returncode != 0 and "Traceback" in proc.stderr
-  env_proc = _run("prorl_jax.main", ["--config=configs/tiny.py", "--config.algo.clip_low=1.5"],
-                  env_extra={"PRORL_DEBUG": "1"})
+  env_proc = _run(
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.algo.clip_low=1.5"],
+    env_extra={"PRORL_DEBUG": "1"},
+  )
   assert "Traceback" in env_proc.stderr

@@ -22,16 +22,30 @@ def test_defaults_are_the_prorl_v2_decision_table():
   c = validate(base_config())
   a = c.algo
   assert (a.estimator, a.clip_low, a.clip_high, a.loss_agg) == (
-      "reinforce_pp_baseline", 0.2, 0.28, "token-mean")
+    "reinforce_pp_baseline",
+    0.2,
+    0.28,
+    "token-mean",
+  )
   assert (a.kl_kind, a.kl_coef, a.kl_clamp, a.kl_in_reward) == ("k2", 1e-4, 10.0, False)
   assert (a.truncation_penalty, a.length_penalty, a.length_penalty_min) == (0.1, "scheduled", 0.5)
   assert (a.length_penalty_on_steps, a.length_penalty_off_steps) == (100, 500)
   assert (a.ref_reset_every, a.ref_reset_optimizer, a.is_correction) == (400, False, "icepop")
   assert (c.optim.lr, c.optim.weight_decay, c.optim.grad_clip, c.optim.warmup_steps) == (
-      1e-6, 0.01, 1.0, 0)
+    1e-6,
+    0.01,
+    1.0,
+    0,
+  )
   r = c.rollout
   assert (r.n, r.prompts_per_step, r.mini_batch_prompts, r.temperature, r.top_p, r.top_k) == (
-      16, 512, 64, 1.0, 1.0, 0)
+    16,
+    512,
+    64,
+    1.0,
+    1.0,
+    0,
+  )
   assert (c.eval.temperature, c.eval.top_p) == (0.6, 0.95)
 
 
@@ -47,40 +61,40 @@ def test_unknown_variant_is_an_error():
 
 
 BAD = [
-    ("algo.clip_low", 1.5, r"algo.clip_low must be in \(0, 1\), got 1.5"),
-    ("algo.clip_high", 0.0, r"algo.clip_high must be in \(0, inf\]"),
-    ("algo.dual_clip", 0.5, r"algo.dual_clip must be in \(1, inf\]"),
-    ("algo.estimator", "ppo", r"algo.estimator must be one of reinforce_pp_baseline"),
-    ("algo.loss_agg", "mean", r"algo.loss_agg must be one of token-mean"),
-    ("algo.kl_kind", "k4", r"algo.kl_kind must be one of k1, k2, k3"),
-    ("algo.kl_coef", -1.0, r"algo.kl_coef must be in \[0, inf\]"),
-    ("algo.is_correction", "mis", r"algo.is_correction must be one of none, tis, icepop"),
-    ("algo.icepop_low", 1.5, r"algo.icepop_low must be in \(0, 1\]"),
-    ("algo.truncation_penalty", 2.0, r"algo.truncation_penalty must be in \[0, 1\]"),
-    ("algo.length_penalty", "cyclic", r"algo.length_penalty must be one of off, always"),
-    ("algo.length_penalty_min", 1.5, r"algo.length_penalty_min must be in \[0, 1\]"),
-    ("algo.ref_reset_every", -5, r"algo.ref_reset_every must be in \[0, inf\]"),
-    ("algo.epochs", 0, r"algo.epochs must be in \[1, inf\]"),
-    ("optim.lr", 0.0, r"optim.lr must be in \(0, 1\]"),
-    ("optim.grad_clip", 0.0, r"optim.grad_clip must be in \(0, inf\]"),
-    ("rollout.n", 0, r"rollout.n must be in \[1, inf\]"),
-    ("rollout.n", 1, r"rollout.n must be >= 2 for algo.estimator='reinforce_pp_baseline'"),
-    ("rollout.mini_batch_prompts", 100, r"rollout.mini_batch_prompts must divide"),
-    ("rollout.micro_batch_size", 7, r"rollout.micro_batch_size must divide a mini-batch of 1024"),
-    ("rollout.temperature", 0.0, r"rollout.temperature must be in \(0, inf\]"),
-    ("rollout.top_p", 1.5, r"rollout.top_p must be in \(0, 1\]"),
-    ("rollout.engine", "sglang", r"rollout.engine must be one of jax, vllm"),
-    ("model.compute_dtype", "float16", r"model.compute_dtype must be one of float32, bfloat16"),
-    ("model.remat", "some", r"model.remat must be one of none, full, dots"),
-    ("model.attention_impl", "flash", r"model.attention_impl must be one of auto, xla, cudnn"),
-    ("dist.process_id", 2, r"dist.process_id must be in \[0, 0\]"),
-    ("dist.num_processes", 0, r"dist.num_processes must be in \[1, inf\]"),
-    ("dist.coordinator", "node0", r"dist.coordinator must be host:port"),
-    ("mesh.tensor", 0, r"mesh.tensor must be in \[1, inf\]"),
-    ("mesh.fsdp", 0, r"mesh.fsdp must be in \[1, inf\]"),
-    ("eval.pass_k", "1,64", r"eval.pass_k must be comma-separated integers in \[1, eval.samples"),
-    ("checkpoint.keep", 0, r"checkpoint.keep must be in \[1, inf\]"),
-    ("seed", 1.5, r"seed must be an integer"),
+  ("algo.clip_low", 1.5, r"algo.clip_low must be in \(0, 1\), got 1.5"),
+  ("algo.clip_high", 0.0, r"algo.clip_high must be in \(0, inf\]"),
+  ("algo.dual_clip", 0.5, r"algo.dual_clip must be in \(1, inf\]"),
+  ("algo.estimator", "ppo", r"algo.estimator must be one of reinforce_pp_baseline"),
+  ("algo.loss_agg", "mean", r"algo.loss_agg must be one of token-mean"),
+  ("algo.kl_kind", "k4", r"algo.kl_kind must be one of k1, k2, k3"),
+  ("algo.kl_coef", -1.0, r"algo.kl_coef must be in \[0, inf\]"),
+  ("algo.is_correction", "mis", r"algo.is_correction must be one of none, tis, icepop"),
+  ("algo.icepop_low", 1.5, r"algo.icepop_low must be in \(0, 1\]"),
+  ("algo.truncation_penalty", 2.0, r"algo.truncation_penalty must be in \[0, 1\]"),
+  ("algo.length_penalty", "cyclic", r"algo.length_penalty must be one of off, always"),
+  ("algo.length_penalty_min", 1.5, r"algo.length_penalty_min must be in \[0, 1\]"),
+  ("algo.ref_reset_every", -5, r"algo.ref_reset_every must be in \[0, inf\]"),
+  ("algo.epochs", 0, r"algo.epochs must be in \[1, inf\]"),
+  ("optim.lr", 0.0, r"optim.lr must be in \(0, 1\]"),
+  ("optim.grad_clip", 0.0, r"optim.grad_clip must be in \(0, inf\]"),
+  ("rollout.n", 0, r"rollout.n must be in \[1, inf\]"),
+  ("rollout.n", 1, r"rollout.n must be >= 2 for algo.estimator='reinforce_pp_baseline'"),
+  ("rollout.mini_batch_prompts", 100, r"rollout.mini_batch_prompts must divide"),
+  ("rollout.micro_batch_size", 7, r"rollout.micro_batch_size must divide a mini-batch of 1024"),
+  ("rollout.temperature", 0.0, r"rollout.temperature must be in \(0, inf\]"),
+  ("rollout.top_p", 1.5, r"rollout.top_p must be in \(0, 1\]"),
+  ("rollout.engine", "sglang", r"rollout.engine must be one of jax, vllm"),
+  ("model.compute_dtype", "float16", r"model.compute_dtype must be one of float32, bfloat16"),
+  ("model.remat", "some", r"model.remat must be one of none, full, dots"),
+  ("model.attention_impl", "flash", r"model.attention_impl must be one of auto, xla, cudnn"),
+  ("dist.process_id", 2, r"dist.process_id must be in \[0, 0\]"),
+  ("dist.num_processes", 0, r"dist.num_processes must be in \[1, inf\]"),
+  ("dist.coordinator", "node0", r"dist.coordinator must be host:port"),
+  ("mesh.tensor", 0, r"mesh.tensor must be in \[1, inf\]"),
+  ("mesh.fsdp", 0, r"mesh.fsdp must be in \[1, inf\]"),
+  ("eval.pass_k", "1,64", r"eval.pass_k must be comma-separated integers in \[1, eval.samples"),
+  ("checkpoint.keep", 0, r"checkpoint.keep must be in \[1, inf\]"),
+  ("seed", 1.5, r"seed must be an integer"),
 ]
 
 
@@ -98,6 +112,7 @@ def test_each_rule_rejects_with_one_line(path, value, msg):
 
 def test_cudnn_attention_needs_16_bit_compute_and_auto_resolves_per_backend():
   from prorl_jax.train import attention_impl
+
   c = base_config()
   c.model.attention_impl = "cudnn"
   c.model.compute_dtype = "float32"
@@ -182,8 +197,7 @@ def test_every_key_has_a_meaning_and_the_listing_shows_values_beside_defaults():
 def test_docs_config_table_is_the_generated_one():
   from prorl_jax import config as config_lib
 
-  doc = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs",
-                          "config.md")).read()
+  doc = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "config.md")).read()
   assert config_lib.listing(markdown=True) in doc, (
-      "docs/config.md is stale: regenerate its table with python -m prorl_jax.config "
-      "--markdown")
+    "docs/config.md is stale: regenerate its table with python -m prorl_jax.config --markdown"
+  )

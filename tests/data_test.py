@@ -21,8 +21,12 @@ def _write(path, rows):
 
 
 def _row(i, src="chain_sum", n=3):
-  return {"prompt": [{"role": "user", "content": "+".join(["1"] * n) + "="}], "data_source": src,
-          "reward_model": {"ground_truth": str(n)}, "extra_info": {"i": i}}
+  return {
+    "prompt": [{"role": "user", "content": "+".join(["1"] * n) + "="}],
+    "data_source": src,
+    "reward_model": {"ground_truth": str(n)},
+    "extra_info": {"i": i},
+  }
 
 
 def test_rows_load_tokenize_and_drop_long_prompts(tmp_path, tok):
@@ -35,13 +39,18 @@ def test_rows_load_tokenize_and_drop_long_prompts(tmp_path, tok):
   assert it["reference"] == "3" and it["data_source"] == "chain_sum" and it["extra"] == {"i": 0}
 
 
-@pytest.mark.parametrize("bad,msg", [
+@pytest.mark.parametrize(
+  "bad,msg",
+  [
     ("{not json", "row 2 is not valid JSON"),
     ({"prompt": "x", "reward_model": {"ground_truth": "1"}}, "row 2: 'data_source'"),
-    ({"prompt": [{"text": "x"}], "data_source": "m", "reward_model": {"ground_truth": 1}},
-     "row 2: 'prompt' must be a list"),
+    (
+      {"prompt": [{"text": "x"}], "data_source": "m", "reward_model": {"ground_truth": 1}},
+      "row 2: 'prompt' must be a list",
+    ),
     ({"prompt": "x", "data_source": "m"}, "row 2: 'reward_model.ground_truth' is missing"),
-])
+  ],
+)
 def test_malformed_rows_name_file_and_row(tmp_path, tok, bad, msg):
   path = _write(tmp_path / "bad.jsonl", [_row(0), bad])
   with pytest.raises(data.DataError, match=msg) as e:
@@ -51,8 +60,14 @@ def test_malformed_rows_name_file_and_row(tmp_path, tok, bad, msg):
 
 def test_cursor_round_trip_continues_exactly(tmp_path, tok):
   path = _write(tmp_path / "a.jsonl", [_row(i, src="math", n=1 + i % 5) for i in range(7)])
-  make = lambda: data.Blend([data.JsonlSource([path], tok, max_prompt_len=16, seed=3),  # noqa: E731
-                             data.ChainSumSource(tok, seed=5)], [0.5, 0.5], seed=1)
+  make = lambda: data.Blend(
+    [
+      data.JsonlSource([path], tok, max_prompt_len=16, seed=3),  # noqa: E731
+      data.ChainSumSource(tok, seed=5),
+    ],
+    [0.5, 0.5],
+    seed=1,
+  )
   a = make()
   a.take(11)  # crosses an epoch of the 7-row file
   state = json.loads(json.dumps(a.state()))
@@ -83,24 +98,42 @@ def test_parquet_rows_load_like_jsonl(tmp_path, tok):
 
 
 def test_reasoning_gym_procedural_source(tok):
-  src = data.JsonlSource(["reasoning_gym:basic_arithmetic:3:5"], tok, max_prompt_len=4096,
-                         use_chat_template=False)
+  src = data.JsonlSource(
+    ["reasoning_gym:basic_arithmetic:3:5"], tok, max_prompt_len=4096, use_chat_template=False
+  )
   assert len(src.items) == 5 and src.items[0]["data_source"] == "reasoning_gym"
   assert src.items[0]["extra"]["entry"]["answer"] == src.items[0]["reference"]
 
 
 def test_an_unroutable_data_source_names_file_row_and_value(tmp_path, tok):
   path = _write(tmp_path / "a.jsonl", [_row(0), _row(1, src="mystery_set")])
-  with pytest.raises(data.DataError, match=r"a.jsonl: row 2: no verifier for data_source "
-                     r"'mystery_set'.*data.reward_routing"):
+  with pytest.raises(
+    data.DataError,
+    match=r"a.jsonl: row 2: no verifier for data_source "
+    r"'mystery_set'.*data.reward_routing",
+  ):
     data.JsonlSource([path], tok, max_prompt_len=64)
   src = data.JsonlSource([path], tok, max_prompt_len=64, routing={"mystery_set": "math"})
   assert src.verifiers == {"chain_sum", "math"}
   bad_val = _write(tmp_path / "val.jsonl", [_row(0, src="nope")])
   with pytest.raises(data.DataError, match="val.jsonl: row 1: no verifier for data_source 'nope'"):
-    data.make_sources(tok, train_files=[_write(tmp_path / "t.jsonl", [_row(0)])],
-                      val_files=[bad_val], weights=None, max_prompt_len=64, seed=0, heldout=1)
-  blend, _ = data.make_sources(tok, train_files=[path], val_files=[], weights=None,
-                               max_prompt_len=64, seed=0, heldout=1,
-                               routing={"mystery_set": "code"})
+    data.make_sources(
+      tok,
+      train_files=[_write(tmp_path / "t.jsonl", [_row(0)])],
+      val_files=[bad_val],
+      weights=None,
+      max_prompt_len=64,
+      seed=0,
+      heldout=1,
+    )
+  blend, _ = data.make_sources(
+    tok,
+    train_files=[path],
+    val_files=[],
+    weights=None,
+    max_prompt_len=64,
+    seed=0,
+    heldout=1,
+    routing={"mystery_set": "code"},
+  )
   assert blend.verifiers == {"chain_sum", "code"}

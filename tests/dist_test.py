@@ -9,11 +9,25 @@ from prorl_jax import dist
 
 
 def test_pack_round_trips_types_and_values_exactly():
-  obj = ([{"uid": "s1:0", "tokens": np.arange(6, dtype=np.int32).reshape(2, 3),
-           "raw_scores": np.array([1.0, 0.0], np.float32), "policy_version": 3,
-           "stopped": np.array([True, False])}],
-         {"verifier/code/scored": 16, "mismatch/probe_max": np.float32(0.25), "note": None,
-          "nan": float("nan"), "ok": True, "pair": (1, [2.5, "x"])})
+  obj = (
+    [
+      {
+        "uid": "s1:0",
+        "tokens": np.arange(6, dtype=np.int32).reshape(2, 3),
+        "raw_scores": np.array([1.0, 0.0], np.float32),
+        "policy_version": 3,
+        "stopped": np.array([True, False]),
+      }
+    ],
+    {
+      "verifier/code/scored": 16,
+      "mismatch/probe_max": np.float32(0.25),
+      "note": None,
+      "nan": float("nan"),
+      "ok": True,
+      "pair": (1, [2.5, "x"]),
+    },
+  )
   got = dist.unpack(dist.pack(obj))
   assert isinstance(got, tuple) and isinstance(got[0], list) and isinstance(got[1]["pair"], tuple)
   g, info = got[0][0], got[1]

@@ -23,10 +23,24 @@ def test_eval_cli_on_a_hf_directory(tmp_path):
   base = tiny_base.build(str(tmp_path / "base"))
   out = tmp_path / "eval.json"
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  proc = subprocess.run([sys.executable, "-m", "prorl_jax.eval", "--config=configs/tiny.py",
-                         f"--checkpoint={base}", f"--out={out}", "--config.eval.heldout=40",
-                         "--config.eval.samples=4", "--config.eval.pass_k=1,4"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "prorl_jax.eval",
+      "--config=configs/tiny.py",
+      f"--checkpoint={base}",
+      f"--out={out}",
+      "--config.eval.heldout=40",
+      "--config.eval.samples=4",
+      "--config.eval.pass_k=1,4",
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   res = json.loads(out.read_text())
   assert 0.0 <= res["pass@1"] <= res["pass@4"] <= 1.0

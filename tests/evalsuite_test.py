@@ -33,12 +33,33 @@ def test_pass_at_1_is_the_mean_of_binary_scores_without_failed_samples():
 
 def test_markdown_report_puts_published_numbers_beside_ours():
   refs = evalsuite.load_references(evalsuite.REFERENCES)
-  results = {"aime24": {"domain": "math", "summary": {
-      "pass@1": 0.25, "metric": "pass@1", "prompts": 30, "samples": 16,
-      "verifier_failures": 2, "dropped_too_long": 0}}}
-  rep = evalsuite.build_report(results, {"suite": "prorl-eval"}, label="m", settings={
-      "temperature": 0.6, "top_p": 0.95, "max_response_len": 32768, "max_prompt_len": 4096,
-      "seed": 0}, samples=evalsuite.DEFAULT_SAMPLES, references=refs)
+  results = {
+    "aime24": {
+      "domain": "math",
+      "summary": {
+        "pass@1": 0.25,
+        "metric": "pass@1",
+        "prompts": 30,
+        "samples": 16,
+        "verifier_failures": 2,
+        "dropped_too_long": 0,
+      },
+    }
+  }
+  rep = evalsuite.build_report(
+    results,
+    {"suite": "prorl-eval"},
+    label="m",
+    settings={
+      "temperature": 0.6,
+      "top_p": 0.95,
+      "max_response_len": 32768,
+      "max_prompt_len": 4096,
+      "seed": 0,
+    },
+    samples=evalsuite.DEFAULT_SAMPLES,
+    references=refs,
+  )
   md = evalsuite.report_markdown(rep)
   assert "| aime24 | 28.80 | — | — | 25.00 (2 verifier failures) |" in md
   assert "## Math" in md and "DeepSeek-R1-Distill-Qwen-1.5B" in md
@@ -53,22 +74,46 @@ def test_bad_reference_file_is_one_line(tmp_path):
 
 def _eval(args, timeout=600):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  return subprocess.run([sys.executable, "-m", "prorl_jax.eval", "--suite=prorl-eval",
-                         "--config=configs/tiny.py"] + args, cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, "-m", "prorl_jax.eval", "--suite=prorl-eval", "--config=configs/tiny.py"]
+    + args,
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def test_suite_end_to_end_on_the_tiny_model(tmp_path):
   data = tmp_path / "suite"
   benches = "aime24,gpqa_diamond,ifeval,reasoning_gym"
-  assert prepare.main(["--suite=prorl-eval", f"--out={data}", f"--benchmarks={benches}",
-                       "--rg_per_task=3", "--rg_tasks=basic_arithmetic"]
-                      + _write_sources(tmp_path, FIXTURES)) == 0
+  assert (
+    prepare.main(
+      [
+        "--suite=prorl-eval",
+        f"--out={data}",
+        f"--benchmarks={benches}",
+        "--rg_per_task=3",
+        "--rg_tasks=basic_arithmetic",
+      ]
+      + _write_sources(tmp_path, FIXTURES)
+    )
+    == 0
+  )
   base = tiny_base.build(str(tmp_path / "base"))
   out = tmp_path / "report"
-  args = [f"--data={data}", f"--checkpoint={base}", f"--out={out}", "--max_response_len=8",
-          "--samples=math=16", "--samples=stem=16", "--samples=instruction_following=8",
-          "--samples=logic=2", "--max_prompt_len=1024"]
+  args = [
+    f"--data={data}",
+    f"--checkpoint={base}",
+    f"--out={out}",
+    "--max_response_len=8",
+    "--samples=math=16",
+    "--samples=stem=16",
+    "--samples=instruction_following=8",
+    "--samples=logic=2",
+    "--max_prompt_len=1024",
+  ]
   proc = _eval(args)
   assert proc.returncode == 0, proc.stderr[-3000:]
   rep = json.loads((out / "report.json").read_text())
@@ -80,10 +125,14 @@ def test_suite_end_to_end_on_the_tiny_model(tmp_path):
   for name, row in rows.items():
     rec = json.loads((out / "benchmarks" / f"{name}.json").read_text())
     s, f = np.array(rec["scores"]), np.array(rec["verifier_failed"], bool)
-    assert s.shape[1] == row["samples"] == {"aime24": 16, "gpqa_diamond": 16, "ifeval": 8,
-                                            "reasoning_gym": 2}[name]
-    per_prompt = [(v[~m] if name in ("ifeval", "reasoning_gym") else (v[~m] >= 1.0))
-                  for v, m in zip(s, f)]
+    assert (
+      s.shape[1]
+      == row["samples"]
+      == {"aime24": 16, "gpqa_diamond": 16, "ifeval": 8, "reasoning_gym": 2}[name]
+    )
+    per_prompt = [
+      (v[~m] if name in ("ifeval", "reasoning_gym") else (v[~m] >= 1.0)) for v, m in zip(s, f)
+    ]
     assert row["ours"] == pytest.approx(100 * np.mean([p.mean() for p in per_prompt])), name
   assert rows["gpqa_diamond"]["prompts"] == 4 and rows["reasoning_gym"]["prompts"] == 3
   assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -95,8 +144,9 @@ def test_suite_end_to_end_on_the_tiny_model(tmp_path):
 
 
 def test_unknown_checkpoint_is_one_line(tmp_path):
-  proc = _eval([f"--data={tmp_path}", f"--checkpoint={tmp_path / 'nope'}", f"--out={tmp_path}"],
-               timeout=120)
+  proc = _eval(
+    [f"--data={tmp_path}", f"--checkpoint={tmp_path / 'nope'}", f"--out={tmp_path}"], timeout=120
+  )
   assert proc.returncode != 0
   assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
   assert "not an evaluation suite" in proc.stderr

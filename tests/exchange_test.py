@@ -23,17 +23,28 @@ def ex(request, tmp_path):
 
 def _arrays(rows=2, width=3, scores=None, fill=0):
   """A well-formed rollout result of `rows` responses."""
-  return {"tokens": np.full((rows, width), fill, np.int32),
-          "logprobs": np.full((rows, width), -0.5, np.float32),
-          "lengths": np.full(rows, width, np.int32), "stopped": np.ones(rows, bool),
-          "scores": np.asarray(scores if scores is not None else [1.0] * rows, np.float32),
-          "verifier_failed": np.zeros(rows, bool)}
+  return {
+    "tokens": np.full((rows, width), fill, np.int32),
+    "logprobs": np.full((rows, width), -0.5, np.float32),
+    "lengths": np.full(rows, width, np.int32),
+    "stopped": np.ones(rows, bool),
+    "scores": np.asarray(scores if scores is not None else [1.0] * rows, np.float32),
+    "verifier_failed": np.zeros(rows, bool),
+  }
 
 
 def _req(ex, i=0):
-  return ex.put_request({"prompts": [[1, 2]], "n": 2, "sampling": {"max_new_tokens": 4},
-                         "seed": i, "min_version": 0, "meta": [{"data_source": "chain_sum"}]},
-                        request_id=f"r{i:03d}")
+  return ex.put_request(
+    {
+      "prompts": [[1, 2]],
+      "n": 2,
+      "sampling": {"max_new_tokens": 4},
+      "seed": i,
+      "min_version": 0,
+      "meta": [{"data_source": "chain_sum"}],
+    },
+    request_id=f"r{i:03d}",
+  )
 
 
 def test_weights_publish_fetch_and_corruption(ex, tmp_path):
@@ -44,8 +55,11 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   ex.publish_weights(1, step=10, src_dir=str(src))
   ex.publish_weights(2, step=20, src_dir=str(src))
   v, path = ex.latest_weights(str(tmp_path / "cache"))
-  assert v == 2 and open(os.path.join(path, "model.safetensors"), "rb").read() == (
-      src / "model.safetensors").read_bytes()
+  assert (
+    v == 2
+    and open(os.path.join(path, "model.safetensors"), "rb").read()
+    == (src / "model.safetensors").read_bytes()
+  )
   # v3: data written but no manifest yet -> not visible
   ex._write("weights/v00000003/model.safetensors", b"half")
   assert ex.weight_versions() == [1, 2]
@@ -75,14 +89,19 @@ def test_manifest_checksums_are_of_the_whole_file_across_copy_chunks(ex, tmp_pat
   (src / "model.safetensors").write_bytes(data)
   (src / "empty.txt").write_bytes(b"")
   files = ex.publish_weights(1, step=1, src_dir=str(src))["files"]
-  assert files["model.safetensors"] == {"size": len(data),
-                                        "sha256": hashlib.sha256(data).hexdigest()}
+  assert files["model.safetensors"] == {
+    "size": len(data),
+    "sha256": hashlib.sha256(data).hexdigest(),
+  }
   assert files["empty.txt"] == {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
   _, path = ex.latest_weights(str(tmp_path / "cache"))
   assert open(os.path.join(path, "model.safetensors"), "rb").read() == data
   if ex.local_root:  # no temp files left behind
     assert sorted(os.listdir(os.path.join(ex.local_root, "weights", "v00000001"))) == [
-        "empty.txt", "manifest.json", "model.safetensors"]
+      "empty.txt",
+      "manifest.json",
+      "model.safetensors",
+    ]
   (tmp_path / "nothing").mkdir()  # an empty directory is a clear error, and commits nothing
   with pytest.raises(ValueError, match="holds no files"):
     ex.publish_weights(2, step=2, src_dir=str(tmp_path / "nothing"))
@@ -96,9 +115,17 @@ def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path)
   from prorl_jax.rollout.exchange import shard_bytes
 
   assert shard_bytes(10) == 8 << 20 and shard_bytes(1 << 40) == -(-(1 << 40) // os.cpu_count())
-  cfg = presets.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=3,
-                            num_heads=4, num_kv_heads=2, head_dim=8, tie_word_embeddings=False,
-                            eos_token_id=None)
+  cfg = presets.Qwen2Config(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=3,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    tie_word_embeddings=False,
+    eos_token_id=None,
+  )
   params = init_params(cfg, jax.random.PRNGKey(0))
   src = str(tmp_path / "w")
   files = save_hf(cfg, params, src, max_shard_bytes=20_000)
@@ -208,8 +235,10 @@ def test_two_worker_processes_commit_each_request_exactly_once(tmp_path):
     _req(ex, i)
   script = tmp_path / "w.py"
   script.write_text(WORKER.format(root=ROOT, url=url))
-  procs = [subprocess.Popen([sys.executable, str(script), f"w{k}"], stdout=subprocess.PIPE,
-                            text=True) for k in range(2)]
+  procs = [
+    subprocess.Popen([sys.executable, str(script), f"w{k}"], stdout=subprocess.PIPE, text=True)
+    for k in range(2)
+  ]
   outs = [p.communicate(timeout=120)[0].split() for p in procs]
   done = outs[0] + outs[1]
   assert sorted(done) == [f"r{i:03d}" for i in range(30)]  # every request, once
@@ -237,9 +266,15 @@ def test_forged_manifest_names_write_nothing_outside_the_cache(ex, tmp_path):
   absolute = tmp_path / "absolute.txt"
   payload = b"pwned"
   for name in (f"../../../{target.name}", str(absolute), "sub/../../x", ".hidden", "a\x00b"):
-    forged = {"version": 2, "step": 2, "time": 0,
-              "files": {name: {"size": len(payload), "sha256": _sha(payload)},
-                        "config.json": {"size": 2, "sha256": _sha(b"{}")}}}
+    forged = {
+      "version": 2,
+      "step": 2,
+      "time": 0,
+      "files": {
+        name: {"size": len(payload), "sha256": _sha(payload)},
+        "config.json": {"size": 2, "sha256": _sha(b"{}")},
+      },
+    }
     ex._write("weights/v00000002/config.json", b"{}")
     ex._write("weights/v00000002/manifest.json", json.dumps(forged).encode())
     cache = tmp_path / "cache" / "sub" / "deeper"
@@ -276,16 +311,32 @@ def test_symlinks_in_a_local_store_are_never_followed(tmp_path):
   # v2: a weight file that is a symlink to a host file, listed with that file's hash
   (root / "v00000002").mkdir()
   os.symlink(secret, root / "v00000002" / "model.safetensors")
-  (root / "v00000002" / "manifest.json").write_text(json.dumps(
-      {"version": 2, "step": 2, "files": {"model.safetensors": {
-          "size": len(b"host secret"), "sha256": _sha(b"host secret")}}}))
+  (root / "v00000002" / "manifest.json").write_text(
+    json.dumps(
+      {
+        "version": 2,
+        "step": 2,
+        "files": {
+          "model.safetensors": {"size": len(b"host secret"), "sha256": _sha(b"host secret")}
+        },
+      }
+    )
+  )
   # v3: the whole version directory is a symlink to a directory elsewhere
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
   (elsewhere / "model.safetensors").write_bytes(b"host secret")
-  (elsewhere / "manifest.json").write_text(json.dumps(
-      {"version": 3, "step": 3, "files": {"model.safetensors": {
-          "size": len(b"host secret"), "sha256": _sha(b"host secret")}}}))
+  (elsewhere / "manifest.json").write_text(
+    json.dumps(
+      {
+        "version": 3,
+        "step": 3,
+        "files": {
+          "model.safetensors": {"size": len(b"host secret"), "sha256": _sha(b"host secret")}
+        },
+      }
+    )
+  )
   os.symlink(elsewhere, root / "v00000003")
   cache = tmp_path / "cache"
   for v in (2, 3):
@@ -294,13 +345,19 @@ def test_symlinks_in_a_local_store_are_never_followed(tmp_path):
   assert not any(p.read_bytes() == b"host secret" for p in cache.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("doc", [
-    [], "manifest", {"version": 1}, {"version": 1, "step": 0, "files": "model"},
+@pytest.mark.parametrize(
+  "doc",
+  [
+    [],
+    "manifest",
+    {"version": 1},
+    {"version": 1, "step": 0, "files": "model"},
     {"version": 1, "step": 0, "files": {"model.safetensors": {"size": "big", "sha256": "x"}}},
     {"version": 7, "step": 0, "files": {"m": {"size": 1, "sha256": "0" * 64}}},
     {"version": 1, "step": -1, "files": {"m": {"size": 1, "sha256": "0" * 64}}},
     {"version": 1, "step": 0, "files": {"m": {"size": True, "sha256": "0" * 64}}},
-])
+  ],
+)
 def test_a_weights_manifest_of_the_wrong_structure_is_quarantined(ex, tmp_path, doc):
   ex._write("weights/v00000001/manifest.json", json.dumps(doc).encode())
   assert ex.weights_manifest(1) is None
@@ -308,9 +365,16 @@ def test_a_weights_manifest_of_the_wrong_structure_is_quarantined(ex, tmp_path, 
   assert ex.stats["quarantined_weights"] == 1 and ex.weight_versions() == []
 
 
-@pytest.mark.parametrize("lease", [b"[1, 2]", b'{"expires": "soon"}', b'"x"',
-                                   b'{"worker": "w", "attempt": -3, "expires": 1e300}',
-                                   b'{"worker": "w", "attempt": 0, "expires": NaN}'])
+@pytest.mark.parametrize(
+  "lease",
+  [
+    b"[1, 2]",
+    b'{"expires": "soon"}',
+    b'"x"',
+    b'{"worker": "w", "attempt": -3, "expires": 1e300}',
+    b'{"worker": "w", "attempt": 0, "expires": NaN}',
+  ],
+)
 def test_a_malformed_lease_counts_as_expired(ex, lease):
   _req(ex, 0)
   ex._write("leases/r000.json", lease)
@@ -322,13 +386,16 @@ def test_a_malformed_lease_counts_as_expired(ex, lease):
 def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
   import hashlib
 
-  for bad_body in ({"id": "r000", "prompts": "hello", "n": 2},
-                   {"id": "r000", "prompts": [[1]], "n": 0, "sampling": {}, "meta": [{}]},
-                   {"id": "other", "prompts": [[1]], "n": 1,
-                    "sampling": {"max_new_tokens": 1}, "meta": [{}]}):
+  for bad_body in (
+    {"id": "r000", "prompts": "hello", "n": 2},
+    {"id": "r000", "prompts": [[1]], "n": 0, "sampling": {}, "meta": [{}]},
+    {"id": "other", "prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1}, "meta": [{}]},
+  ):
     raw = json.dumps(bad_body, sort_keys=True).encode()
-    ex._write("requests/r000.json", json.dumps(
-        {"body": bad_body, "sha256": hashlib.sha256(raw).hexdigest()}).encode())
+    ex._write(
+      "requests/r000.json",
+      json.dumps({"body": bad_body, "sha256": hashlib.sha256(raw).hexdigest()}).encode(),
+    )
     _req(ex, 1)
     c = ex.claim("w")
     assert c is not None and c.request_id == "r001"
@@ -336,11 +403,15 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
   assert ex.stats["quarantined_request"] == 3
   with pytest.raises(ValueError, match="plain file name"):
     _req_id = "../escape"
-    ex.put_request({"prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1},
-                    "meta": [{}]}, request_id=_req_id)
+    ex.put_request(
+      {"prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1}, "meta": [{}]},
+      request_id=_req_id,
+    )
 
 
-@pytest.mark.parametrize("change", [
+@pytest.mark.parametrize(
+  "change",
+  [
     {"scores": np.array([np.nan, 1.0], np.float32)},
     {"scores": np.array([-0.5, 1.0], np.float32)},
     {"scores": np.array([1.5, 1.0], np.float32)},
@@ -349,7 +420,8 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
     {"logprobs": np.array([[0.0, np.inf, 0.0], [0.0] * 3], np.float32)},
     {"verifier_failed": np.array([0.0, 1.0])},
     {"tokens": None},
-])
+  ],
+)
 def test_a_result_with_bad_arrays_is_quarantined(ex, change):
   _req(ex, 0)
   arrays = {k: v for k, v in dict(_arrays(), **change).items() if v is not None}
@@ -367,9 +439,13 @@ def test_a_result_of_the_wrong_row_count_or_manifest_is_rejected(ex):
   _req(ex, 1)
   assert ex.commit_result(ex.claim("w"), _arrays(), {"policy_version": 0})
   m = json.loads(ex._read("results/r001/manifest.json")[0])
-  for forged in (dict(m, data_key="../../weights/v00000001/model.safetensors"),
-                 dict(m, policy_version="latest"), dict(m, probe_mismatch={"max": "nan"}),
-                 dict(m, request_id="r000"), [m]):
+  for forged in (
+    dict(m, data_key="../../weights/v00000001/model.safetensors"),
+    dict(m, policy_version="latest"),
+    dict(m, probe_mismatch={"max": "nan"}),
+    dict(m, request_id="r000"),
+    [m],
+  ):
     ex._write("results/r001/manifest.json", json.dumps(forged).encode())
     assert ex.read_result("r001") is None
   assert ex.stats["quarantined_result"] == 6

@@ -26,8 +26,7 @@ def run_dir(tmp_path_factory):
   states = {}
   for step in (3, 5):
     moved = jax.tree.map(lambda p, s=step: p + 0.01 * s, params)
-    states[step] = ts.create_train_state(cfg, tx, make_mesh(), jax.random.PRNGKey(0),
-                                         params=moved)
+    states[step] = ts.create_train_state(cfg, tx, make_mesh(), jax.random.PRNGKey(0), params=moved)
     ck.save(step, states[step], {"step": step})
   ck.close()
   with open(root / "config.json", "w") as f:
@@ -59,8 +58,9 @@ def test_export_of_a_named_step_in_bf16(run_dir, tmp_path):
   out = str(tmp_path / "hf")
   assert export.main([str(root / "checkpoints" / "3"), out]) == 0
   cfg, got = load_hf(out, dtype="float32")
-  want = jax.tree.map(lambda p: np.asarray(p.astype(jax.numpy.bfloat16), np.float32),
-                      states[3].params)
+  want = jax.tree.map(
+    lambda p: np.asarray(p.astype(jax.numpy.bfloat16), np.float32), states[3].params
+  )
   for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
     np.testing.assert_array_equal(a, np.asarray(b))
   import glob
@@ -73,12 +73,15 @@ def test_export_of_a_named_step_in_bf16(run_dir, tmp_path):
       assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
 
 
-@pytest.mark.parametrize("args,msg", [
+@pytest.mark.parametrize(
+  "args,msg",
+  [
     (["{tmp}/nothing", "{tmp}/out"], "holds no Orbax checkpoint"),
     (["{root}", "{tmp}/out", "--base={tmp}"], "has no config.json"),
     (["{root}", "{tmp}/out", "--dtype=int8"], "--dtype must be"),
     (["{root}", "{root}"], "exists and is not empty"),
-])
+  ],
+)
 def test_export_errors_are_one_line(run_dir, tmp_path, capsys, args, msg):
   root, _, _ = run_dir
   (tmp_path / "nothing").mkdir()

@@ -5,19 +5,40 @@ from __future__ import annotations
 import numpy as np
 
 
-def make_hf_qwen2(path: str, *, tie: bool = False, heads: int = 4, kv_heads: int = 2,
-                  hidden: int = 64, layers: int = 2, vocab: int = 97, inter: int = 128,
-                  rope_theta: float = 10000.0, seed: int = 0, save: bool = True):
+def make_hf_qwen2(
+  path: str,
+  *,
+  tie: bool = False,
+  heads: int = 4,
+  kv_heads: int = 2,
+  hidden: int = 64,
+  layers: int = 2,
+  vocab: int = 97,
+  inter: int = 128,
+  rope_theta: float = 10000.0,
+  seed: int = 0,
+  save: bool = True,
+):
   """Builds a Qwen2ForCausalLM with O(1)-scale random weights, saves it, returns the model."""
   import torch
   import transformers
 
   torch.manual_seed(seed)
   cfg = transformers.Qwen2Config(
-      vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-      num_attention_heads=heads, num_key_value_heads=kv_heads, rope_theta=rope_theta,
-      rms_norm_eps=1e-6, tie_word_embeddings=tie, max_position_embeddings=256,
-      attn_implementation="eager", bos_token_id=1, eos_token_id=2)
+    vocab_size=vocab,
+    hidden_size=hidden,
+    intermediate_size=inter,
+    num_hidden_layers=layers,
+    num_attention_heads=heads,
+    num_key_value_heads=kv_heads,
+    rope_theta=rope_theta,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=tie,
+    max_position_embeddings=256,
+    attn_implementation="eager",
+    bos_token_id=1,
+    eos_token_id=2,
+  )
   model = transformers.Qwen2ForCausalLM(cfg).eval()
   gen = torch.Generator().manual_seed(seed)
   with torch.no_grad():
@@ -39,6 +60,9 @@ def hf_logits(model, tokens: np.ndarray, mask: np.ndarray | None = None) -> np.n
     mask = np.ones_like(tokens)
   pos = np.maximum(np.cumsum(mask, -1) - 1, 0)
   with torch.no_grad():
-    out = model(input_ids=ids, attention_mask=torch.tensor(mask, dtype=torch.long),
-                position_ids=torch.tensor(pos, dtype=torch.long))
+    out = model(
+      input_ids=ids,
+      attention_mask=torch.tensor(mask, dtype=torch.long),
+      position_ids=torch.tensor(pos, dtype=torch.long),
+    )
   return out.logits.float().numpy()

@@ -8,17 +8,43 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 
 LAYERS = {
-    0: ["config", "cli", "datatypes", "dist", "sharding", "losses", "advantages", "shaping",
-        "metrics", "rewards", "model.presets", "tokenizer", "__init__"],
-    1: ["model.qwen2", "model.hf_weights", "model", "data", "checkpoint",
-        "rollout", "rollout.exchange", "rollout.entries"],
-    2: ["train_step", "rollout.jax_sampler", "rollout.worker", "rollout.vllm_engine",
-        "rollout.local",
-        "tiny_base", "demo_task"],
-    3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources", "run_record",
-        "hub"],
-    4: ["train", "rl_step", "step"],
-    5: ["main"],
+  0: [
+    "config",
+    "cli",
+    "datatypes",
+    "dist",
+    "sharding",
+    "losses",
+    "advantages",
+    "shaping",
+    "metrics",
+    "rewards",
+    "model.presets",
+    "tokenizer",
+    "__init__",
+  ],
+  1: [
+    "model.qwen2",
+    "model.hf_weights",
+    "model",
+    "data",
+    "checkpoint",
+    "rollout",
+    "rollout.exchange",
+    "rollout.entries",
+  ],
+  2: [
+    "train_step",
+    "rollout.jax_sampler",
+    "rollout.worker",
+    "rollout.vllm_engine",
+    "rollout.local",
+    "tiny_base",
+    "demo_task",
+  ],
+  3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources", "run_record", "hub"],
+  4: ["train", "rl_step", "step"],
+  5: ["main"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.
 NO_JAX = ("rewards", "rollout.vllm_engine", "rollout.exchange", "rollout.entries", "tokenizer")
@@ -64,13 +90,12 @@ def test_imports_point_down(path):
   src_layer = _layer(src)
   for imp in _imports(path):
     if imp.startswith("prorl_jax."):
-      target = imp[len("prorl_jax."):]
-      if not any(target == n or target.startswith(n + ".") for ns in LAYERS.values()
-                 for n in ns):
+      target = imp[len("prorl_jax.") :]
+      if not any(target == n or target.startswith(n + ".") for ns in LAYERS.values() for n in ns):
         continue  # `from prorl_jax.x import name` also yields x.name; x itself is checked
       assert _layer(target) <= src_layer, (
-          f"prorl_jax.{src} (layer {src_layer}) imports prorl_jax.{target} "
-          f"(layer {_layer(target)})")
+        f"prorl_jax.{src} (layer {src_layer}) imports prorl_jax.{target} (layer {_layer(target)})"
+      )
     if any(src == n or src.startswith(n + ".") for n in NO_JAX):
       assert imp.split(".")[0] not in ("jax", "flax", "optax"), f"prorl_jax.{src} imports {imp}"
 
@@ -86,7 +111,9 @@ def test_rollout_worker_never_imports_jax():
   import subprocess
   import sys
 
-  code = ("import sys; import prorl_jax.rollout.worker, prorl_jax.rollout.vllm_engine; "
-          "bad = [m for m in ('jax', 'flax', 'optax') if m in sys.modules]; "
-          "assert not bad, bad")
+  code = (
+    "import sys; import prorl_jax.rollout.worker, prorl_jax.rollout.vllm_engine; "
+    "bad = [m for m in ('jax', 'flax', 'optax') if m in sys.modules]; "
+    "assert not bad, bad"
+  )
   subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT.parent)

@@ -28,7 +28,7 @@ def _full_logits(params, seq, cfg=CFG):
   """Logits after `seq` from the full forward pass (right-padded: causal, so padding after the
   last token changes nothing, and one compiled shape serves every length)."""
   padded = np.zeros((1, 24), np.int32)
-  padded[0, :len(seq)] = seq
+  padded[0, : len(seq)] = seq
   return np.asarray(_forward(cfg, params, jnp.asarray(padded))[0, len(seq) - 1])
 
 
@@ -38,7 +38,7 @@ def test_greedy_equals_stepwise_argmax(params):
     seq = list(prompt)
     for _ in range(8):
       seq.append(int(np.argmax(_full_logits(params, seq))))
-    assert list(out["tokens"][i]) == seq[len(prompt):]
+    assert list(out["tokens"][i]) == seq[len(prompt) :]
   assert out["finish_reason"] == ["length"] * 4 and list(out["lengths"]) == [8] * 4
 
 
@@ -76,14 +76,19 @@ def test_top_p_never_samples_outside_the_nucleus(params):
 
 
 def test_eos_stops_a_row_and_pads_the_rest(params):
-  greedy = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0),
-                    seed=0)
+  greedy = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0), seed=0)
   stop = int(greedy["tokens"][0, 2])
-  out = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0,
-                                                      stop_token_ids=(stop,)), seed=0, pad_id=0)
+  out = generate(
+    CFG,
+    params,
+    PROMPTS,
+    SamplingParams(max_new_tokens=8, temperature=0.0, stop_token_ids=(stop,)),
+    seed=0,
+    pad_id=0,
+  )
   first = int(np.argmax(greedy["tokens"][0] == stop))
   assert out["finish_reason"][0] == "stop" and out["lengths"][0] == first + 1
-  assert (out["tokens"][0, first + 1:] == 0).all() and (out["logprobs"][0, first + 1:] == 0).all()
+  assert (out["tokens"][0, first + 1 :] == 0).all() and (out["logprobs"][0, first + 1 :] == 0).all()
   for i in range(1, 4):
     if stop not in greedy["tokens"][i]:
       assert out["finish_reason"][i] == "length"
@@ -133,15 +138,16 @@ def test_untied_head_and_decode_weights_passed_in():
       seq.append(int(np.argmax(logits)))
       lsm = np.asarray(jax.nn.log_softmax(logits))
       assert abs(float(lsm[seq[-1]]) - float(out["logprobs"][i, t])) <= 1e-5
-    assert list(out["tokens"][i]) == seq[len(prompt):]
+    assert list(out["tokens"][i]) == seq[len(prompt) :]
 
 
 def test_bf16_compute_logprobs_track_the_bf16_forward(params):
   cfg = CFG.replace(compute_dtype="bfloat16")
   weights = jax_sampler.prepare(cfg, params)
   assert {x.dtype for x in jax.tree.leaves(weights)} == {jnp.dtype(jnp.bfloat16)}
-  out = generate(cfg, params, PROMPTS, SamplingParams(max_new_tokens=4, temperature=1.0), seed=5,
-                 weights=weights)
+  out = generate(
+    cfg, params, PROMPTS, SamplingParams(max_new_tokens=4, temperature=1.0), seed=5, weights=weights
+  )
   errs = []
   for i, prompt in enumerate(PROMPTS):
     seq = list(prompt)

@@ -12,14 +12,29 @@ from tests.loop_helpers import ROOT, flags
 
 def _sh(script, env, *args):
   full = dict(os.environ, DRY_RUN="1", **env)
-  return subprocess.run(["bash", os.path.join(ROOT, "launch", script), *args], env=full,
-                        capture_output=True, text=True, timeout=120)
+  return subprocess.run(
+    ["bash", os.path.join(ROOT, "launch", script), *args],
+    env=full,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
 
 
-SLURM = {"CONFIG": "configs/qwen15b.py", "EXCHANGE": "/shared/x/exchange", "TRAINER_NODES": "2",
-         "WORKER_NODES": "2", "SLURM_JOB_NODELIST": "n[1-4]"}
-TPU = {"CONFIG": "configs/qwen15b.py", "TPU_NAME": "pod", "ZONE": "z1",
-       "EXCHANGE": "gs://b/run/exchange", "WORKER_VMS": "g1 g2"}
+SLURM = {
+  "CONFIG": "configs/qwen15b.py",
+  "EXCHANGE": "/shared/x/exchange",
+  "TRAINER_NODES": "2",
+  "WORKER_NODES": "2",
+  "SLURM_JOB_NODELIST": "n[1-4]",
+}
+TPU = {
+  "CONFIG": "configs/qwen15b.py",
+  "TPU_NAME": "pod",
+  "ZONE": "z1",
+  "EXCHANGE": "gs://b/run/exchange",
+  "WORKER_VMS": "g1 g2",
+}
 
 
 def test_slurm_prints_trainer_and_worker_steps():
@@ -48,10 +63,15 @@ def test_slurm_worker_gpus_do_not_overlap():
   assert "--ntasks-per-node=4" in line
   args = shlex.split(line[2:])
   wrapper = args[args.index("-c") + 1]
-  seen = [subprocess.run(["bash", "-c", wrapper, "worker", "bash", "-c",
-                          "echo $CUDA_VISIBLE_DEVICES"],
-                         env=dict(os.environ, SLURM_LOCALID=str(k), TP="2"),
-                         capture_output=True, text=True).stdout.strip() for k in range(4)]
+  seen = [
+    subprocess.run(
+      ["bash", "-c", wrapper, "worker", "bash", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+      env=dict(os.environ, SLURM_LOCALID=str(k), TP="2"),
+      capture_output=True,
+      text=True,
+    ).stdout.strip()
+    for k in range(4)
+  ]
   assert seen == ["0,1", "2,3", "4,5", "6,7"]
 
 
@@ -64,18 +84,24 @@ def test_tpu_prints_gcloud_commands():
   assert all("gs://b/run/exchange" in x for x in lines)
 
 
-@pytest.mark.parametrize("script,env,drop,msg", [
+@pytest.mark.parametrize(
+  "script,env,drop,msg",
+  [
     ("slurm/train.sbatch", SLURM, "EXCHANGE", "error: EXCHANGE is not set"),
-    ("slurm/train.sbatch", dict(SLURM, WORKER_NODES="1"), None,
-     "the allocation has 4 nodes but TRAINER_NODES + WORKER_NODES = 3"),
+    (
+      "slurm/train.sbatch",
+      dict(SLURM, WORKER_NODES="1"),
+      None,
+      "the allocation has 4 nodes but TRAINER_NODES + WORKER_NODES = 3",
+    ),
     ("slurm/train.sbatch", dict(SLURM, EXCHANGE="rel/dir"), None, "must be an absolute path"),
     ("tpu/train.sh", TPU, "WORKER_VMS", "error: WORKER_VMS is not set"),
     ("tpu/train.sh", dict(TPU, EXCHANGE="/local"), None, "EXCHANGE must be a gs:// URL"),
-    ("local.sh", {"CONFIG": "configs/tiny.py", "WORKERS": "two"}, None,
-     "WORKERS must be a number"),
+    ("local.sh", {"CONFIG": "configs/tiny.py", "WORKERS": "two"}, None, "WORKERS must be a number"),
     ("local.sh", {}, None, "error: CONFIG is not set"),
     ("vllm_env.sh", {}, None, "flavor must be gpu or cpu"),
-])
+  ],
+)
 def test_missing_or_bad_variables_fail_early_in_one_line(script, env, drop, msg):
   env = {k: v for k, v in env.items() if k != drop}
   clean = {k: "" for k in set(SLURM) | set(TPU) if k not in env}
@@ -89,10 +115,23 @@ def test_missing_or_bad_variables_fail_early_in_one_line(script, env, drop, msg)
 def test_local_sh_trainer_with_two_external_workers(tmp_path, base):
   run_dir = str(tmp_path / "run")
   extra = [f for f in flags(run_dir, base, 2) if not f.startswith("--config.run_dir")]
-  env = dict(os.environ, CONFIG="configs/tiny.py", WORKERS="2", RUN_DIR=run_dir,
-             PY=sys.executable, JAX_PLATFORMS="cpu", XLA_FLAGS="", PYTHONPATH=ROOT)
-  r = subprocess.run(["bash", os.path.join(ROOT, "launch", "local.sh"), *extra], env=env,
-                     capture_output=True, text=True, timeout=600)
+  env = dict(
+    os.environ,
+    CONFIG="configs/tiny.py",
+    WORKERS="2",
+    RUN_DIR=run_dir,
+    PY=sys.executable,
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS="",
+    PYTHONPATH=ROOT,
+  )
+  r = subprocess.run(
+    ["bash", os.path.join(ROOT, "launch", "local.sh"), *extra],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   assert r.stdout.count("prorl_jax.rollout.worker") == 2
   summary = json.load(open(os.path.join(run_dir, "summary.json")))
@@ -100,8 +139,10 @@ def test_local_sh_trainer_with_two_external_workers(tmp_path, base):
   rows = [json.loads(x) for x in open(os.path.join(run_dir, "metrics.jsonl"))]
   assert [r["step"] for r in rows if "reward/raw_mean" in r] == [1, 2]
   assert "workers/restarts" not in rows[-1]  # the trainer started no workers of its own
-  served = {w: r.stdout.count(f"worker local{w} served") + r.stderr.count(f"worker local{w} served")
-            for w in (0, 1)}
+  served = {
+    w: r.stdout.count(f"worker local{w} served") + r.stderr.count(f"worker local{w} served")
+    for w in (0, 1)
+  }
   assert all(served.values()), served  # each round was split over both workers
 
 

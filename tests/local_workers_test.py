@@ -21,8 +21,11 @@ def _fake_python(tmp_path, body: str) -> str:
 
 
 def test_a_worker_python_without_vllm_is_one_line_naming_the_fix(tmp_path):
-  with pytest.raises(WorkerFailure, match=r"need vllm, but .* cannot import it "
-                     r"\(ModuleNotFoundError: No module named 'vllm'\); build .*make venv-vllm"):
+  with pytest.raises(
+    WorkerFailure,
+    match=r"need vllm, but .* cannot import it "
+    r"\(ModuleNotFoundError: No module named 'vllm'\); build .*make venv-vllm",
+  ):
     local.check_worker_python(sys.executable, "vllm")  # the test environment has no vLLM
   with pytest.raises(WorkerFailure, match="is not an executable Python"):
     local.check_worker_python(str(tmp_path / "nope" / "python"), "vllm")
@@ -31,14 +34,16 @@ def test_a_worker_python_without_vllm_is_one_line_naming_the_fix(tmp_path):
 
 def test_the_worker_python_defaults_by_engine():
   assert local.worker_python("jax") == sys.executable
-  assert local.worker_python("vllm").endswith(("/.venv-vllm/bin/python",
-                                               "/.venv-vllm-gpu/bin/python"))
+  assert local.worker_python("vllm").endswith(
+    ("/.venv-vllm/bin/python", "/.venv-vllm-gpu/bin/python")
+  )
   assert local.worker_python("vllm", "/opt/vllm/bin/python") == "/opt/vllm/bin/python"
 
 
 def test_a_crash_looping_worker_stops_the_run_with_its_log(tmp_path):
-  py = _fake_python(tmp_path, 'echo "starting"; echo "ImportError: libcuda.so.1 not found" >&2;'
-                    " exit 3")
+  py = _fake_python(
+    tmp_path, 'echo "starting"; echo "ImportError: libcuda.so.1 not found" >&2; exit 3'
+  )
   workers = LocalWorkers("file:///nowhere", 1, "vllm", str(tmp_path / "logs"), python=py)
   t0 = time.time()
   try:
@@ -75,10 +80,21 @@ def test_the_trainer_refuses_a_vllm_worker_python_before_loading_anything(tmp_pa
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   t0 = time.time()
   res = subprocess.run(
-      [sys.executable, "-m", "prorl_jax.main", "--config=configs/tiny.py",
-       "--config.rollout.engine=vllm", f"--config.rollout.worker_python={sys.executable}",
-       f"--config.run_dir={tmp_path}/run"], cwd=root, capture_output=True, text=True,
-      timeout=300, env=dict(os.environ, PYTHONPATH=root))
+    [
+      sys.executable,
+      "-m",
+      "prorl_jax.main",
+      "--config=configs/tiny.py",
+      "--config.rollout.engine=vllm",
+      f"--config.rollout.worker_python={sys.executable}",
+      f"--config.run_dir={tmp_path}/run",
+    ],
+    cwd=root,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, PYTHONPATH=root),
+  )
   assert res.returncode == 2
   err = [line for line in res.stderr.splitlines() if line.startswith("error:")]
   assert len(err) == 1 and "cannot import it" in err[0] and "make venv-vllm" in err[0], res.stderr
@@ -94,8 +110,14 @@ def test_vllm_workers_get_the_configs_engine_options(tmp_path):
   cfg.vllm.tensor_parallel = 2
   cfg.vllm.enforce_eager = "false"
   py = _fake_python(tmp_path, 'echo "ARGS: $*"; sleep 30')
-  workers = LocalWorkers("file:///x", 1, "vllm", str(tmp_path / "logs"), python=py,
-                         vllm_options=config_lib.vllm_options(cfg))
+  workers = LocalWorkers(
+    "file:///x",
+    1,
+    "vllm",
+    str(tmp_path / "logs"),
+    python=py,
+    vllm_options=config_lib.vllm_options(cfg),
+  )
   try:
     log = os.path.join(tmp_path, "logs", "worker0.log")
     t0 = time.time()
@@ -103,8 +125,13 @@ def test_vllm_workers_get_the_configs_engine_options(tmp_path):
       time.sleep(0.05)
     args = open(log).read()
     opts = json.loads(args.split("--vllm_options=", 1)[1].split(" --")[0].strip())
-    assert opts == {"gpu_memory_utilization": 0.5, "tensor_parallel_size": 2,
-                    "max_num_seqs": 256, "enable_prefix_caching": True, "enforce_eager": "false"}
+    assert opts == {
+      "gpu_memory_utilization": 0.5,
+      "tensor_parallel_size": 2,
+      "max_num_seqs": 256,
+      "enable_prefix_caching": True,
+      "enforce_eager": "false",
+    }
   finally:
     workers.stop()
 

@@ -13,11 +13,22 @@ VOLATILE = ("time/", "perf/", "exchange/", "workers/")
 
 
 def flags(run_dir, base, steps, **extra):
-  f = {"run_dir": run_dir, "model.path": base, "total_steps": steps, "rollout.n": 4,
-       "rollout.prompts_per_step": 8, "rollout.mini_batch_prompts": 4,
-       "rollout.micro_batch_size": 8, "rollout.max_response_len": 24, "checkpoint.every": 1,
-       "checkpoint.keep": 10, "eval.every": 0, "rollout.timeout_s": 300.0,
-       "algo.length_penalty_on_steps": 2, "algo.length_penalty_off_steps": 2}
+  f = {
+    "run_dir": run_dir,
+    "model.path": base,
+    "total_steps": steps,
+    "rollout.n": 4,
+    "rollout.prompts_per_step": 8,
+    "rollout.mini_batch_prompts": 4,
+    "rollout.micro_batch_size": 8,
+    "rollout.max_response_len": 24,
+    "checkpoint.every": 1,
+    "checkpoint.keep": 10,
+    "eval.every": 0,
+    "rollout.timeout_s": 300.0,
+    "algo.length_penalty_on_steps": 2,
+    "algo.length_penalty_off_steps": 2,
+  }
   f.update(extra)
   return [f"--config.{k}={v}" for k, v in f.items()]
 
@@ -25,9 +36,20 @@ def flags(run_dir, base, steps, **extra):
 def start(run_dir, base, steps, env_extra=None, **extra):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
   env.update(env_extra or {})
-  return subprocess.Popen([sys.executable, "-m", "prorl_jax.main", "--config=configs/tiny.py",
-                           *flags(run_dir, base, steps, **extra)], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return subprocess.Popen(
+    [
+      sys.executable,
+      "-m",
+      "prorl_jax.main",
+      "--config=configs/tiny.py",
+      *flags(run_dir, base, steps, **extra),
+    ],
+    cwd=ROOT,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
 
 
 def finish(proc, timeout=600):
@@ -46,8 +68,6 @@ def params_hash(run_dir):
   last = sorted(os.listdir(exchange))[-1]
   with open(os.path.join(exchange, last, "model.safetensors"), "rb") as f:
     return last, hashlib.sha256(f.read()).hexdigest()
-
-
 
 
 def last_weights(run_dir):

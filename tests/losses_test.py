@@ -39,23 +39,30 @@ def test_dual_clip_by_hand():
   A(loss, 3.0, atol=1e-6)
   A(m["actor/dual_clipfrac"], 1.0)
   # Positive advantages are never dual-clipped: A = 1, ρ = 0.1 -> max(−0.1, −0.8) = −0.1
-  loss, _ = losses.policy_loss(jnp.log(jnp.array([[0.1]])), old, jnp.ones((1, 1)),
-                               jnp.ones((1, 1)), dual_clip=3.0, **CLIP)
+  loss, _ = losses.policy_loss(
+    jnp.log(jnp.array([[0.1]])), old, jnp.ones((1, 1)), jnp.ones((1, 1)), dual_clip=3.0, **CLIP
+  )
   A(loss, -0.1, atol=1e-6)
 
 
 def test_log_ratio_clamp():
   # logp − old = 50 is clamped to 20: ρ = e^20, A = −1 -> loss = e^20
-  loss, _ = losses.policy_loss(jnp.array([[50.0]]), jnp.zeros((1, 1)), -jnp.ones((1, 1)),
-                               jnp.ones((1, 1)), **CLIP)
+  loss, _ = losses.policy_loss(
+    jnp.array([[50.0]]), jnp.zeros((1, 1)), -jnp.ones((1, 1)), jnp.ones((1, 1)), **CLIP
+  )
   A(loss, np.exp(20.0), rtol=1e-5)
 
 
 def test_is_weights_scale_per_token_loss():
   # Same as the hand case with weights 1, 0, 2, 1: (−1.28 + 0 − 1.8 + 1.1)/4 = −0.495
-  loss, _ = losses.policy_loss(jnp.log(jnp.array([[1.5, 0.5, 0.9, 1.1]])), jnp.zeros((1, 4)),
-                               jnp.array([[1.0, -1.0, 1.0, -1.0]]), jnp.ones((1, 4)),
-                               is_weights=jnp.array([[1.0, 0.0, 2.0, 1.0]]), **CLIP)
+  loss, _ = losses.policy_loss(
+    jnp.log(jnp.array([[1.5, 0.5, 0.9, 1.1]])),
+    jnp.zeros((1, 4)),
+    jnp.array([[1.0, -1.0, 1.0, -1.0]]),
+    jnp.ones((1, 4)),
+    is_weights=jnp.array([[1.0, 0.0, 2.0, 1.0]]),
+    **CLIP,
+  )
   A(loss, -0.495, atol=1e-6)
 
 
@@ -99,9 +106,11 @@ def _sym_ppo(logp, old, adv, mask, eps):
 
 
 @settings(max_examples=40, deadline=None)
-@given(hnp.arrays(np.float32, (3, 6), elements=st.floats(-2, 2, width=32)),
-       hnp.arrays(np.float32, (3, 6), elements=st.floats(-2, 2, width=32)),
-       st.floats(0.05, 0.5))
+@given(
+  hnp.arrays(np.float32, (3, 6), elements=st.floats(-2, 2, width=32)),
+  hnp.arrays(np.float32, (3, 6), elements=st.floats(-2, 2, width=32)),
+  st.floats(0.05, 0.5),
+)
 def test_clip_higher_equal_eps_is_symmetric_ppo(dlogp, adv, eps):
   old = jnp.zeros((3, 6))
   mask = jnp.asarray((np.arange(6)[None] < np.array([[6], [3], [1]])).astype(np.float32))
@@ -113,14 +122,18 @@ def test_clip_higher_equal_eps_is_symmetric_ppo(dlogp, adv, eps):
 
 
 @settings(max_examples=30, deadline=None)
-@given(hnp.arrays(np.float32, (5,), elements=st.floats(-3, 3, width=32)),
-       hnp.arrays(np.float32, (5,), elements=st.floats(-3, 3, width=32)), st.integers(0, 4))
+@given(
+  hnp.arrays(np.float32, (5,), elements=st.floats(-3, 3, width=32)),
+  hnp.arrays(np.float32, (5,), elements=st.floats(-3, 3, width=32)),
+  st.integers(0, 4),
+)
 def test_k2_gradient_is_delta_times_grad_logp(theta, ref_theta, a):
   # A softmax policy over 5 actions; the sampled action a.
   logp_fn = lambda th: jax.nn.log_softmax(th)[a]  # noqa: E731
   ref = logp_fn(jnp.asarray(ref_theta))
   g = jax.grad(lambda th: losses.kl_penalty(logp_fn(th), ref, "k2", clamp=100.0))(
-      jnp.asarray(theta))
+    jnp.asarray(theta)
+  )
   delta = logp_fn(jnp.asarray(theta)) - ref
   A(g, delta * jax.grad(logp_fn)(jnp.asarray(theta)), atol=1e-5)
 
@@ -135,8 +148,15 @@ def test_micro_batches_with_global_counts_equal_full_batch(agg):
   old = jnp.asarray(rng.randn(b, t).astype(np.float32) * 0.3)
   ref = jnp.asarray(rng.randn(b, t).astype(np.float32) * 0.3)
   adv = jnp.asarray(rng.randn(b, t).astype(np.float32))
-  kw = dict(clip_low=0.2, clip_high=0.28, agg=agg, kl_coef=0.1, norm_const=6.0,
-            num_tokens=jnp.sum(mask), num_seqs=float(b))
+  kw = dict(
+    clip_low=0.2,
+    clip_high=0.28,
+    agg=agg,
+    kl_coef=0.1,
+    norm_const=6.0,
+    num_tokens=jnp.sum(mask),
+    num_seqs=float(b),
+  )
 
   def loss(lp, sl):
     return losses.rl_loss(lp, jnp.zeros_like(lp), old[sl], ref[sl], adv[sl], mask[sl], **kw)[0]
@@ -151,14 +171,18 @@ def test_micro_batches_with_global_counts_equal_full_batch(agg):
   # The per-micro-batch mean (the known bug) differs for token-mean with ragged lengths.
   if agg == "token-mean":
     kw_bad = dict(kw, num_tokens=None)
-    bad = sum(losses.rl_loss(logp[s], jnp.zeros_like(logp[s]), old[s], ref[s], adv[s],
-                             mask[s], **kw_bad)[0] for s in parts) / len(parts)
+    bad = sum(
+      losses.rl_loss(logp[s], jnp.zeros_like(logp[s]), old[s], ref[s], adv[s], mask[s], **kw_bad)[0]
+      for s in parts
+    ) / len(parts)
     assert abs(float(bad - full)) > 1e-4
 
 
 @settings(max_examples=25, deadline=None)
-@given(hnp.arrays(np.float32, (4, 5), elements=st.floats(-50, 50, width=32)),
-       st.sampled_from(losses.AGG_MODES))
+@given(
+  hnp.arrays(np.float32, (4, 5), elements=st.floats(-50, 50, width=32)),
+  st.sampled_from(losses.AGG_MODES),
+)
 def test_padding_never_affects_loss_or_grads(junk, agg):
   rng = np.random.RandomState(1)
   mask = jnp.asarray((np.arange(5)[None] < np.array([[5], [2], [1], [3]])).astype(np.float32))
@@ -172,8 +196,10 @@ def test_padding_never_affects_loss_or_grads(junk, agg):
 
   clean, dirty = f(logp, old, ref, adv), f(put(logp), put(old), put(ref), put(adv))
   A(clean, dirty, rtol=1e-6)
-  g_clean, g_dirty = jax.grad(f)(logp, old, ref, adv), jax.grad(f)(put(logp), put(old), put(ref),
-                                                                   put(adv))
+  g_clean, g_dirty = (
+    jax.grad(f)(logp, old, ref, adv),
+    jax.grad(f)(put(logp), put(old), put(ref), put(adv)),
+  )
   A(g_clean * mask, g_dirty * mask, rtol=1e-6)
   assert (np.asarray(g_dirty)[np.asarray(mask) == 0] == 0).all()
 
@@ -194,6 +220,7 @@ def test_chunked_logprobs_equal_full_logits(chunk, temp):
   A(lp, ref_lp, atol=1e-5)
   A(ent, ref_ent, atol=5e-5)  # lse − Σpz cancels at |z| ~ 20
   g = jax.grad(lambda hh: losses.token_logprobs(hh, w, y, temp, chunk=chunk)[0].sum())(h)
-  g_ref = jax.grad(lambda hh: losses.logprobs_from_logits(
-      jnp.einsum("btd,dv->btv", hh, w), y, temp)[0].sum())(h)
+  g_ref = jax.grad(
+    lambda hh: losses.logprobs_from_logits(jnp.einsum("btd,dv->btv", hh, w), y, temp)[0].sum()
+  )(h)
   A(g, g_ref, atol=1e-4)

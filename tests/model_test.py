@@ -15,15 +15,14 @@ from tests.hf_fixtures import hf_logits, make_hf_qwen2
 TOL = 1e-4
 
 
-@pytest.mark.parametrize("tie,heads,kv,theta", [
-    (True, 4, 2, 10000.0),
-    (False, 4, 4, 10000.0),
-    (False, 8, 2, 1_000_000.0),
-    (True, 6, 1, 500.0),
-])
+@pytest.mark.parametrize(
+  "tie,heads,kv,theta",
+  [(True, 4, 2, 10000.0), (False, 4, 4, 10000.0), (False, 8, 2, 1_000_000.0), (True, 6, 1, 500.0)],
+)
 def test_logits_match_transformers(tmp_path, tie, heads, kv, theta):
-  model = make_hf_qwen2(str(tmp_path), tie=tie, heads=heads, kv_heads=kv, rope_theta=theta,
-                        hidden=16 * heads)
+  model = make_hf_qwen2(
+    str(tmp_path), tie=tie, heads=heads, kv_heads=kv, rope_theta=theta, hidden=16 * heads
+  )
   cfg, params = load_hf(str(tmp_path))
   assert cfg.tie_word_embeddings == tie and cfg.rope_theta == theta
   tokens = np.random.RandomState(0).randint(0, 97, size=(3, 11))
@@ -55,16 +54,19 @@ def test_left_padded_batch_matches_transformers(tmp_path):
 def test_save_hf_roundtrip_through_transformers(tmp_path):
   import transformers
 
-  cfg = presets.tiny(vocab_size=50, hidden_size=64, intermediate_size=96, num_layers=2,
-                     tie_word_embeddings=False)
+  cfg = presets.tiny(
+    vocab_size=50, hidden_size=64, intermediate_size=96, num_layers=2, tie_word_embeddings=False
+  )
   params = init_params(cfg, jax.random.PRNGKey(3))
   params = jax.tree.map(lambda x: x * 5.0, params)  # larger-scale weights
   save_hf(cfg, params, str(tmp_path / "m"))
   hf = transformers.AutoModelForCausalLM.from_pretrained(
-      str(tmp_path / "m"), attn_implementation="eager").eval()
+    str(tmp_path / "m"), attn_implementation="eager"
+  ).eval()
   tokens = np.random.RandomState(0).randint(0, 50, size=(2, 7))
-  np.testing.assert_allclose(np.asarray(forward(cfg, params, jnp.asarray(tokens))),
-                             hf_logits(hf, tokens), atol=TOL, rtol=0)
+  np.testing.assert_allclose(
+    np.asarray(forward(cfg, params, jnp.asarray(tokens))), hf_logits(hf, tokens), atol=TOL, rtol=0
+  )
   cfg2, params2 = load_hf(str(tmp_path / "m"))
   assert cfg2.replace() == cfg
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(params2)):
@@ -78,8 +80,12 @@ def test_sharded_index_loading(tmp_path):
   assert "model.safetensors.index.json" in files and len(files) > 3
   cfg2, params2 = load_hf(str(tmp_path / "many"))
   tokens = np.arange(10)[None] % 97
-  np.testing.assert_allclose(np.asarray(forward(cfg2, params2, jnp.asarray(tokens))),
-                             hf_logits(model, tokens), atol=TOL, rtol=0)
+  np.testing.assert_allclose(
+    np.asarray(forward(cfg2, params2, jnp.asarray(tokens))),
+    hf_logits(model, tokens),
+    atol=TOL,
+    rtol=0,
+  )
 
 
 def test_bf16_params_save_and_load(tmp_path):

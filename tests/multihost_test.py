@@ -21,14 +21,25 @@ def test_two_trainer_processes_equal_one(tmp_path, base):
   one_dir, two_dir = str(tmp_path / "one"), str(tmp_path / "two")
   common = {"checkpoint.every": 2, "rollout.mini_batch_prompts": 4}
   # One process with 2 devices: the same (1, 2, 1) mesh as two processes with one device each.
-  single = start(one_dir, base, 2, env_extra={"XLA_FLAGS":
-                                              "--xla_force_host_platform_device_count=2"},
-                 **common)
+  single = start(
+    one_dir, base, 2, env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, **common
+  )
   coord = f"localhost:{_free_port()}"
-  procs = [start(two_dir, base, 2, **common, **{"dist.coordinator": coord,
-                                                "dist.num_processes": 2,
-                                                "dist.process_id": i, "dist.timeout_s": 120.0})
-           for i in range(2)]
+  procs = [
+    start(
+      two_dir,
+      base,
+      2,
+      **common,
+      **{
+        "dist.coordinator": coord,
+        "dist.num_processes": 2,
+        "dist.process_id": i,
+        "dist.timeout_s": 120.0,
+      },
+    )
+    for i in range(2)
+  ]
   outs = [finish(p) for p in procs]
   finish(single)
   assert "process 1/2" not in outs[0] and "joined the process group as 1 of 2" in outs[1]

@@ -23,8 +23,10 @@ def _jsonl(path, rows):
 
 
 def _deepscaler(n):
-  rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i),
-           "solution": f"{i} + {i} = {2 * i}"} for i in range(n)]
+  rows = [
+    {"problem": f"What is {i} + {i}?", "answer": str(2 * i), "solution": f"{i} + {i} = {2 * i}"}
+    for i in range(n)
+  ]
   rows.append({"problem": "WHAT is 0   +\n0?", "answer": "0", "solution": "dup of row 0"})
   rows.append({"problem": "What is nothing?", "answer": "", "solution": ""})
   return rows
@@ -33,38 +35,70 @@ def _deepscaler(n):
 def _eurus(n):
   rows = []
   for i in range(n):
-    rows.append({
+    rows.append(
+      {
         "data_source": ["codecontests", "apps", "taco", "codeforces"][i % 4],
-        "prompt": [{"role": "system", "content": "You are a coder."},
-                   {"role": "user", "content": f"Read two integers and print their sum plus {i}."}],
+        "prompt": [
+          {"role": "system", "content": "You are a coder."},
+          {"role": "user", "content": f"Read two integers and print their sum plus {i}."},
+        ],
         "ability": "code",
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(
-            {"inputs": ["1 2\n", "5 5\n"], "outputs": [f"{3 + i}\n", f"{10 + i}\n"]})},
-        "extra_info": {"split": "train", "index": i}})
+        "reward_model": {
+          "style": "rule",
+          "ground_truth": json.dumps(
+            {"inputs": ["1 2\n", "5 5\n"], "outputs": [f"{3 + i}\n", f"{10 + i}\n"]}
+          ),
+        },
+        "extra_info": {"split": "train", "index": i},
+      }
+    )
   rows.append(dict(rows[0], ability="math", prompt=[{"role": "user", "content": "2+2?"}]))
-  rows.append(dict(rows[0], prompt=[{"role": "user", "content": "broken tests"}],
-                   reward_model={"style": "rule", "ground_truth": "{not json"}))
+  rows.append(
+    dict(
+      rows[0],
+      prompt=[{"role": "user", "content": "broken tests"}],
+      reward_model={"style": "rule", "ground_truth": "{not json"},
+    )
+  )
   return rows
 
 
 def _scp(n):
-  rows = [{"domain": "physics", "problem": f"A ball falls for {i + 1} s from rest; g=10. "
-           "How far (m)?", "matched_solution": f"d = g t^2 / 2 = \\boxed{{{5 * (i + 1) ** 2}}}",
-           "o1_solution": "...", "is_o1_solution_same_with_matched_solution": True,
-           "qwq_solution": "...", "is_qwq_solution_same_with_matched_solution": True}
-          for i in range(n)]
+  rows = [
+    {
+      "domain": "physics",
+      "problem": f"A ball falls for {i + 1} s from rest; g=10. How far (m)?",
+      "matched_solution": f"d = g t^2 / 2 = \\boxed{{{5 * (i + 1) ** 2}}}",
+      "o1_solution": "...",
+      "is_o1_solution_same_with_matched_solution": True,
+      "qwq_solution": "...",
+      "is_qwq_solution_same_with_matched_solution": True,
+    }
+    for i in range(n)
+  ]
   rows.append(dict(rows[0], problem="No boxed answer here?", matched_solution="it is 5"))
   return rows
 
 
 def _nemotron_if(n):
-  rows = [{"input": f"Write {i + 3} short lines about tea. Use no commas and only lowercase.",
-           "args": {"instruction_id_list": ["punctuation:no_comma",
-                                            "change_case:english_lowercase"],
-                    "kwargs": [{}, {}]},
-           "category": "instruction following", "license": "cc-by-4.0"} for i in range(n)]
-  rows.append({"input": "Answer in French.", "args": json.dumps(
-      {"instruction_id_list": ["detectable_format:emoji_only"], "kwargs": [{}]})})
+  rows = [
+    {
+      "input": f"Write {i + 3} short lines about tea. Use no commas and only lowercase.",
+      "args": {
+        "instruction_id_list": ["punctuation:no_comma", "change_case:english_lowercase"],
+        "kwargs": [{}, {}],
+      },
+      "category": "instruction following",
+      "license": "cc-by-4.0",
+    }
+    for i in range(n)
+  ]
+  rows.append(
+    {
+      "input": "Answer in French.",
+      "args": json.dumps({"instruction_id_list": ["detectable_format:emoji_only"], "kwargs": [{}]}),
+    }
+  )
   return rows
 
 
@@ -74,15 +108,28 @@ def prepared(tmp_path_factory):
   eurus = d / "eurus"
   eurus.mkdir()
   pq.write_table(pa.Table.from_pylist(_eurus(10)), eurus / "train-0000.parquet")
-  sources = {"deepscaler": _jsonl(d / "ds.jsonl", _deepscaler(12)), "eurus_code": str(eurus),
-             "scp": _jsonl(d / "scp.jsonl", _scp(9)),
-             "nemotron_if": _jsonl(d / "if.jsonl", _nemotron_if(8))}
+  sources = {
+    "deepscaler": _jsonl(d / "ds.jsonl", _deepscaler(12)),
+    "eurus_code": str(eurus),
+    "scp": _jsonl(d / "scp.jsonl", _scp(9)),
+    "nemotron_if": _jsonl(d / "if.jsonl", _nemotron_if(8)),
+  }
   out = str(d / "mix")
-  argv = ["--mix=prorl", f"--out={out}", "--val=2", "--seed=3",
-          "--rg_tasks=basic_arithmetic,chain_sum"]
+  argv = [
+    "--mix=prorl",
+    f"--out={out}",
+    "--val=2",
+    "--seed=3",
+    "--rg_tasks=basic_arithmetic,chain_sum",
+  ]
   argv += [f"--source={k}={v}" for k, v in sources.items()]
-  argv += ["--count=math=8", "--count=code=6", "--count=stem=5", "--count=logic=7",
-           "--count=instruction_following=4"]
+  argv += [
+    "--count=math=8",
+    "--count=code=6",
+    "--count=stem=5",
+    "--count=logic=7",
+    "--count=instruction_following=4",
+  ]
   assert prepare.main(argv) == 0
   return out, json.load(open(os.path.join(out, "manifest.json")))
 
@@ -105,10 +152,14 @@ def test_counts_split_and_manifest(prepared):
   assert m["sources"]["math"]["dataset"] == "agentica-org/DeepScaleR-Preview-Dataset"
   assert m["sources"]["math"]["revision"].startswith("local:")
   assert m["sources"]["stem"]["license"].startswith("CC BY-NC-SA 4.0")
-  train_prompts = {prepare.normalise_prompt(r["prompt"]) for rel in m["train_files"]
-                   for r in _rows(os.path.join(out, rel))}
-  val_prompts = {prepare.normalise_prompt(r["prompt"]) for r in _rows(
-      os.path.join(out, "val.parquet"))}
+  train_prompts = {
+    prepare.normalise_prompt(r["prompt"])
+    for rel in m["train_files"]
+    for r in _rows(os.path.join(out, rel))
+  }
+  val_prompts = {
+    prepare.normalise_prompt(r["prompt"]) for r in _rows(os.path.join(out, "val.parquet"))
+  }
   assert len(train_prompts) == 30 and not train_prompts & val_prompts  # no duplicate, no leak
 
 
@@ -116,20 +167,24 @@ def test_malformed_rows_are_counted_by_reason(prepared):
   _, m = prepared
   assert m["sources"]["math"]["malformed"] == {"empty answer": 1}
   assert m["sources"]["math"]["duplicates"] == 1  # case- and space-folded duplicate of row 0
-  assert m["sources"]["code"]["malformed"] == {
-      "not a coding row": 1, "test cases are not JSON": 1}
-  assert m["sources"]["stem"]["malformed"] == {
-      "no \\boxed{} final answer in matched_solution": 1}
+  assert m["sources"]["code"]["malformed"] == {"not a coding row": 1, "test cases are not JSON": 1}
+  assert m["sources"]["stem"]["malformed"] == {"no \\boxed{} final answer in matched_solution": 1}
   assert m["sources"]["instruction_following"]["malformed"] == {
-      "unsupported instruction detectable_format:emoji_only": 1}
+    "unsupported instruction detectable_format:emoji_only": 1
+  }
 
 
 def test_every_row_routes_to_its_verifier_and_a_correct_answer_scores_1(prepared):
   out, m = prepared
   train, weights, val = data.prepared_files(out)
   assert weights == [8.0, 6.0, 5.0, 7.0, 4.0] and val == [os.path.join(out, "val.parquet")]
-  want = {"math": "math", "code": "code", "stem": "stem", "logic": "reasoning_gym",
-          "instruction_following": "ifeval"}
+  want = {
+    "math": "math",
+    "code": "code",
+    "stem": "stem",
+    "logic": "reasoning_gym",
+    "instruction_following": "ifeval",
+  }
   for path, (domain, verifier) in zip(train, want.items()):
     rows = _rows(path)
     for i, row in enumerate(rows):
@@ -144,8 +199,10 @@ def test_every_row_routes_to_its_verifier_and_a_correct_answer_scores_1(prepared
     elif verifier == "code":
       tests = json.loads(ref)
       bonus = int(tests["outputs"][0]) - 3
-      response = ("```python\nimport sys\na, b = map(int, sys.stdin.read().split())\n"
-                  f"print(a + b + {bonus})\n```")
+      response = (
+        "```python\nimport sys\na, b = map(int, sys.stdin.read().split())\n"
+        f"print(a + b + {bonus})\n```"
+      )
     elif verifier == "reasoning_gym":
       entry = puzzles.dataset(extra["task"], extra["seed"], extra["size"])[extra["index"]]
       response = f"<think>ok</think><answer>{entry['answer']}</answer>"
@@ -161,30 +218,56 @@ def test_prepared_files_load_through_the_trainers_reader(prepared, tmp_path):
   out, _ = prepared
   tok = load_tokenizer(tiny_base.build(str(tmp_path / "base")))
   train, weights, val = data.prepared_files(out)
-  blend, items = data.make_sources(tok, train_files=train, val_files=val, weights=weights,
-                                   max_prompt_len=100_000, seed=0, heldout=1)
+  blend, items = data.make_sources(
+    tok,
+    train_files=train,
+    val_files=val,
+    weights=weights,
+    max_prompt_len=100_000,
+    seed=0,
+    heldout=1,
+  )
   assert blend.verifiers == {"math", "code", "stem", "reasoning_gym", "ifeval"}
   assert len(items) == 10
 
 
 def test_a_missing_column_stops_with_one_line(tmp_path, capsys):
   bad = _jsonl(tmp_path / "ds.jsonl", [{"problem": "1+1?", "solution": "2"}])
-  rc = prepare.main(["--mix=prorl", f"--out={tmp_path}/o", f"--source=deepscaler={bad}",
-                     "--count=code=0", "--count=stem=0", "--count=logic=0",
-                     "--count=instruction_following=0"])
+  rc = prepare.main(
+    [
+      "--mix=prorl",
+      f"--out={tmp_path}/o",
+      f"--source=deepscaler={bad}",
+      "--count=code=0",
+      "--count=stem=0",
+      "--count=logic=0",
+      "--count=instruction_following=0",
+    ]
+  )
   err = capsys.readouterr().err.strip()
   assert rc == 2 and "\n" not in err
   assert err.startswith("error: agentica-org/DeepScaleR-Preview-Dataset@local:")
   assert "column 'answer' is missing" in err and "--revision deepscaler=SHA" in err
 
 
-@pytest.mark.parametrize("argv,msg", [
+@pytest.mark.parametrize(
+  "argv,msg",
+  [
     (["--source=nope=/x"], "--source nope: unknown source"),
     (["--count=poetry=5"], "--count poetry=5: want DOMAIN=N"),
     (["--source=deepscaler"], "--source takes NAME=VALUE"),
-    (["--source=deepscaler=/no/such/file.jsonl", "--count=code=0", "--count=stem=0",
-      "--count=logic=0", "--count=instruction_following=0"], "/no/such/file.jsonl: no such file"),
-])
+    (
+      [
+        "--source=deepscaler=/no/such/file.jsonl",
+        "--count=code=0",
+        "--count=stem=0",
+        "--count=logic=0",
+        "--count=instruction_following=0",
+      ],
+      "/no/such/file.jsonl: no such file",
+    ),
+  ],
+)
 def test_flag_errors_are_one_line(tmp_path, capsys, argv, msg):
   assert prepare.main(["--mix=prorl", f"--out={tmp_path}/o"] + argv) == 2
   err = capsys.readouterr().err.strip()
@@ -193,10 +276,13 @@ def test_flag_errors_are_one_line(tmp_path, capsys, argv, msg):
 
 def test_ifeval_ids_map_to_the_verifiers_checks():
   got = prepare.ifeval_instructions(
-      ["length_constraints:number_words", "keywords:forbidden_words"],
-      [{"relation": "at least", "num_words": 5}, {"forbidden_words": ["tea"]}])
-  assert got == [{"type": "words", "relation": "at least", "num": 5},
-                 {"type": "keywords_exclude", "keywords": ["tea"]}]
+    ["length_constraints:number_words", "keywords:forbidden_words"],
+    [{"relation": "at least", "num_words": 5}, {"forbidden_words": ["tea"]}],
+  )
+  assert got == [
+    {"type": "words", "relation": "at least", "num": 5},
+    {"type": "keywords_exclude", "keywords": ["tea"]},
+  ]
   from prorl_jax.rewards import ifeval
 
   assert ifeval.score("one two three four five", None, instructions=got).value == 1.0
@@ -206,17 +292,32 @@ def test_ifeval_ids_map_to_the_verifiers_checks():
 
 
 IFEVAL_25 = (
-    "keywords:existence", "keywords:frequency", "keywords:forbidden_words",
-    "keywords:letter_frequency", "language:response_language",
-    "length_constraints:number_sentences", "length_constraints:number_paragraphs",
-    "length_constraints:number_words", "length_constraints:nth_paragraph_first_word",
-    "detectable_content:number_placeholders", "detectable_content:postscript",
-    "detectable_format:number_bullet_lists", "detectable_format:constrained_response",
-    "detectable_format:number_highlighted_sections", "detectable_format:multiple_sections",
-    "detectable_format:json_format", "detectable_format:title", "combination:two_responses",
-    "combination:repeat_prompt", "startend:end_checker", "change_case:capital_word_frequency",
-    "change_case:english_capital", "change_case:english_lowercase", "punctuation:no_comma",
-    "startend:quotation")
+  "keywords:existence",
+  "keywords:frequency",
+  "keywords:forbidden_words",
+  "keywords:letter_frequency",
+  "language:response_language",
+  "length_constraints:number_sentences",
+  "length_constraints:number_paragraphs",
+  "length_constraints:number_words",
+  "length_constraints:nth_paragraph_first_word",
+  "detectable_content:number_placeholders",
+  "detectable_content:postscript",
+  "detectable_format:number_bullet_lists",
+  "detectable_format:constrained_response",
+  "detectable_format:number_highlighted_sections",
+  "detectable_format:multiple_sections",
+  "detectable_format:json_format",
+  "detectable_format:title",
+  "combination:two_responses",
+  "combination:repeat_prompt",
+  "startend:end_checker",
+  "change_case:capital_word_frequency",
+  "change_case:english_capital",
+  "change_case:english_lowercase",
+  "punctuation:no_comma",
+  "startend:quotation",
+)
 
 
 def test_every_ifeval_instruction_type_is_supported():
@@ -225,24 +326,48 @@ def test_every_ifeval_instruction_type_is_supported():
   assert set(ifeval.IFEVAL_IDS) == set(IFEVAL_25)
 
 
-@pytest.mark.parametrize("iid,kwargs,good,bad", [
-    ("language:response_language", {"language": "fr"},
-     "Je pense que la réponse est simple et je vais l'expliquer en français.",
-     "I think the answer is simple and I will explain it in English."),
-    ("length_constraints:number_paragraphs", {"num_paragraphs": 3},
-     "one\n***\ntwo\n***\nthree", "one\n***\n\n***\nthree"),
-    ("length_constraints:nth_paragraph_first_word",
-     {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "tea"},
-     "Coffee is fine.\n\n\"Tea, however, is better.", "Coffee is fine.\n\nWater is better."),
-    ("detectable_format:constrained_response", {}, "Thinking... My answer is maybe.",
-     "My answer is probably."),
-    ("detectable_format:number_highlighted_sections", {"num_highlights": 2},
-     "a *first* and **second** part", "only *one* here"),
-    ("combination:two_responses", {}, "first answer\n******\nsecond answer",
-     "same\n******\nsame"),
-    ("combination:repeat_prompt", {"prompt_to_repeat": "Write a poem."},
-     "write a poem. Roses are red.", "A poem: roses are red."),
-])
+@pytest.mark.parametrize(
+  "iid,kwargs,good,bad",
+  [
+    (
+      "language:response_language",
+      {"language": "fr"},
+      "Je pense que la réponse est simple et je vais l'expliquer en français.",
+      "I think the answer is simple and I will explain it in English.",
+    ),
+    (
+      "length_constraints:number_paragraphs",
+      {"num_paragraphs": 3},
+      "one\n***\ntwo\n***\nthree",
+      "one\n***\n\n***\nthree",
+    ),
+    (
+      "length_constraints:nth_paragraph_first_word",
+      {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "tea"},
+      'Coffee is fine.\n\n"Tea, however, is better.',
+      "Coffee is fine.\n\nWater is better.",
+    ),
+    (
+      "detectable_format:constrained_response",
+      {},
+      "Thinking... My answer is maybe.",
+      "My answer is probably.",
+    ),
+    (
+      "detectable_format:number_highlighted_sections",
+      {"num_highlights": 2},
+      "a *first* and **second** part",
+      "only *one* here",
+    ),
+    ("combination:two_responses", {}, "first answer\n******\nsecond answer", "same\n******\nsame"),
+    (
+      "combination:repeat_prompt",
+      {"prompt_to_repeat": "Write a poem."},
+      "write a poem. Roses are red.",
+      "A poem: roses are red.",
+    ),
+  ],
+)
 def test_the_ifeval_checks_by_example(iid, kwargs, good, bad):
   from prorl_jax.rewards import ifeval
 

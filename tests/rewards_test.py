@@ -14,7 +14,9 @@ from tests import socket_helpers
 
 
 # ---------------------------------------------------------------------------------------- math
-@pytest.mark.parametrize("response,ref,want", [
+@pytest.mark.parametrize(
+  "response,ref,want",
+  [
     ("<think>so 1/2</think> The answer is \\boxed{\\frac{1}{2}}", "0.5", 1.0),
     ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
     ("<think>x</think>\\boxed{x=3}", "3", 1.0),
@@ -22,7 +24,8 @@ from tests import socket_helpers
     ("<think>hmm</think>the answer is 3", "3", 0.0),  # no box
     ("<think>\\boxed{3}</think> so \\boxed{5}", "3", 0.0),  # the box inside think is ignored
     ("<think>\\boxed{3} still thinking", "3", 0.0),  # unfinished think block
-])
+  ],
+)
 def test_math(response, ref, want):
   assert math.score(response, ref).value == want
 
@@ -35,9 +38,12 @@ def test_math_huge_correct_answer_and_timeouts_are_marked():
   pool = VerifierPool(processes=1, timeout_s=8.0)
   try:
     t0 = time.time()
-    slow, deep = pool.score_many([
+    slow, deep = pool.score_many(
+      [
         ("math", "<think>x</think>\\boxed{9^{9^{9^9}}}", "3", {"timeout_s": 1}),
-        ("math", "\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "2", {"timeout_s": 1})])
+        ("math", "\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "2", {"timeout_s": 1}),
+      ]
+    )
     assert slow.failed and "time" in slow.reason and slow.value == 0.0
     # parsed in time or not, depending on the machine: never a pass
     assert deep.value == 0.0 and (deep.failed or deep.reason.startswith("wrong"))
@@ -50,9 +56,13 @@ def test_math_adversarial_answers_return_within_the_timeout():
   pool = VerifierPool(processes=1, timeout_s=8.0)
   try:
     t0 = time.time()
-    out = pool.score_many([("math", "\\boxed{9^{9^{9^9}}}", "3", {}),
-                           ("math", "\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "1", {}),
-                           ("math", "\\boxed{2}", "2", {})])
+    out = pool.score_many(
+      [
+        ("math", "\\boxed{9^{9^{9^9}}}", "3", {}),
+        ("math", "\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "1", {}),
+        ("math", "\\boxed{2}", "2", {}),
+      ]
+    )
     assert time.time() - t0 < 30
     assert out[0].value == 0.0 and out[2].value == 1.0
   finally:
@@ -68,14 +78,17 @@ def _py(src):
 
 
 def test_code_correct_partial_and_function_tests():
-  assert code.score(_py("import sys\nprint(sum(map(int, sys.stdin.read().split())))"),
-                    STDIO).value == 1.0
+  assert (
+    code.score(_py("import sys\nprint(sum(map(int, sys.stdin.read().split())))"), STDIO).value
+    == 1.0
+  )
   assert code.score(_py("print(3)"), STDIO).value == 0.5
   fn = {"fn_name": "add", "inputs": [[1, 2], [3, 4]], "outputs": [[3], [7]]}
   assert code.score(_py("def add(a, b):\n    return a + b"), fn).value == 1.0
   cls = {"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]}
-  assert code.score(_py("class Solution:\n  def add(self, a, b):\n    return a + b"),
-                    cls).value == 1.0
+  assert (
+    code.score(_py("class Solution:\n  def add(self, a, b):\n    return a + b"), cls).value == 1.0
+  )
   assert code.score("no code here", STDIO).reason == "no ```python block"
   assert code.score(_py("def f(:\n  pass"), STDIO).reason.endswith("syntax error")
   bad = code.score(_py("print(1)"), "not json")
@@ -99,21 +112,21 @@ def test_hostile_code_is_contained(tmp_path, listener):
   host_file = tmp_path / "expected.txt"  # the expected output, on the host
   host_file.write_text(secret)
   hostile = {
-      "read host file": f"print(open({str(host_file)!r}).read())",
-      "infinite loop": "while True:\n  pass",
-      "fork bomb": "import os\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    pass",
-      "memory bomb": "x = []\nwhile True:\n  x.append(bytearray(10**8))",
-      "write outside": f"open({str(outside)!r}, 'w').write('pwned')\nprint(3)",
-      "parent env": "import os\nfor p in [os.getppid(), 1] + list(range(2, 400)):\n  try:\n"
-                    "    e = open(f'/proc/{p}/environ').read()\n  except OSError:\n    continue\n"
-                    "  if 'PRORL_TEST_SECRET' in e:\n"
-                    "    print(e.split('PRORL_TEST_SECRET=')[1].split('\\0')[0])",
-      "socket": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-                "print(3)",
-      "kill parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)",
-      "print 1GB": "import sys\nfor _ in range(1100):\n  sys.stdout.write('x' * 2**20)",
-      "os.system": f"import os\nos.system('echo pwned > {outside}')\nprint(3)",
-      "exit before tests": "import sys\nsys.exit(0)",
+    "read host file": f"print(open({str(host_file)!r}).read())",
+    "infinite loop": "while True:\n  pass",
+    "fork bomb": "import os\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    pass",
+    "memory bomb": "x = []\nwhile True:\n  x.append(bytearray(10**8))",
+    "write outside": f"open({str(outside)!r}, 'w').write('pwned')\nprint(3)",
+    "parent env": "import os\nfor p in [os.getppid(), 1] + list(range(2, 400)):\n  try:\n"
+    "    e = open(f'/proc/{p}/environ').read()\n  except OSError:\n    continue\n"
+    "  if 'PRORL_TEST_SECRET' in e:\n"
+    "    print(e.split('PRORL_TEST_SECRET=')[1].split('\\0')[0])",
+    "socket": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+    "print(3)",
+    "kill parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(3)",
+    "print 1GB": "import sys\nfor _ in range(1100):\n  sys.stdout.write('x' * 2**20)",
+    "os.system": f"import os\nos.system('echo pwned > {outside}')\nprint(3)",
+    "exit before tests": "import sys\nsys.exit(0)",
   }
   spec = {"inputs": ["1 2\n"], "outputs": [secret]}  # only a program that escaped prints it
   for name, src in hostile.items():
@@ -134,41 +147,47 @@ def test_hostile_code_is_contained(tmp_path, listener):
 
 
 # ------------------------------------------------------------------------------ code comparison
-@pytest.mark.parametrize("got,want,same", [
+@pytest.mark.parametrize(
+  "got,want,same",
+  [
     ("3\n", "3\n", True),
-    ("3", "3\n\n", True),                      # trailing blank lines
-    ("1 2  3 \n", "1 2 3", True),              # spacing
-    ("1\n2\n3\n", "1 2 3", True),              # line breaks are whitespace
-    ("0.3333333", "0.333333333", True),        # decimals within 1e-6
+    ("3", "3\n\n", True),  # trailing blank lines
+    ("1 2  3 \n", "1 2 3", True),  # spacing
+    ("1\n2\n3\n", "1 2 3", True),  # line breaks are whitespace
+    ("0.3333333", "0.333333333", True),  # decimals within 1e-6
     ("0.334", "0.333", False),
     ("3", "3.0", True),
     ("3", "4", False),
     ("10", "1e1", True),
-    ("1 2", "1 2 3", False),                   # a missing token
-    ("YES", "yes", False),                     # case matters
-    ("nan", "nan", True),                      # equal strings
+    ("1 2", "1 2 3", False),  # a missing token
+    ("YES", "yes", False),  # case matters
+    ("nan", "nan", True),  # equal strings
     ("inf", "1e309", False),
-])
+  ],
+)
 def test_stdout_comparison(got, want, same):
   assert code.same_stdout(got, want) is same
 
 
-@pytest.mark.parametrize("got,want,same", [
-    ([1, 2], [[1, 2]], True),                  # APPS wraps a list return value in a list
+@pytest.mark.parametrize(
+  "got,want,same",
+  [
+    ([1, 2], [[1, 2]], True),  # APPS wraps a list return value in a list
     ([1, 2], [1, 2], True),
     (3, [3], True),
-    ([[1, 2], [3]], [[1, 2], [3]], True),      # a tuple of lists arrives as JSON lists
+    ([[1, 2], [3]], [[1, 2], [3]], True),  # a tuple of lists arrives as JSON lists
     ([1, 2], [[2, 1]], False),
     (0.1 + 0.2, [0.3], True),
     (0.31, [0.3], False),
-    (True, [1], False),                        # a bool is not a number
+    (True, [1], False),  # a bool is not a number
     (1, [True], False),
     ("abc", ["abc"], True),
     ("abc", ["abd"], False),
     ({"a": [1.0]}, [{"a": [1]}], True),
     (None, [None], True),
     (None, [0], False),
-])
+  ],
+)
 def test_function_call_comparison(got, want, same):
   assert code._returned_value_matches(got, want) is same
 
@@ -194,42 +213,46 @@ def test_reasoning_gym_tasks(task):
   assert puzzles.score(good, rows[0]["reward_model"]["ground_truth"], entry=entry).value == 1.0
   bad = puzzles.score("<answer>definitely wrong 12345</answer>", None, entry=entry)
   assert bad.value < 1.0
-  by_index = puzzles.score(good, None, **{k: v for k, v in rows[0]["extra_info"].items()
-                                          if k != "entry"})
+  by_index = puzzles.score(
+    good, None, **{k: v for k, v in rows[0]["extra_info"].items() if k != "entry"}
+  )
   assert by_index.value == 1.0
   assert puzzles.score("no tags", None, entry=entry).reason == "no <answer> tag"
 
 
 # ---------------------------------------------------------------------------------------- ifeval
 IF_CASES = [
-    ({"type": "words", "relation": "at least", "num": 3}, "one two three", "one two"),
-    ({"type": "words", "relation": "at most", "num": 2}, "one two", "one two three"),
-    ({"type": "sentences", "relation": "exactly", "num": 2}, "A b. C d!", "A b."),
-    ({"type": "paragraphs", "relation": "exactly", "num": 2}, "a\n\nb", "a b"),
-    ({"type": "keywords_include", "keywords": ["tea", "cup"]}, "A cup of tea", "A cup"),
-    ({"type": "keywords_exclude", "keywords": ["coffee"]}, "tea", "coffee time"),
-    ({"type": "keyword_frequency", "keyword": "go", "relation": "at least", "num": 2},
-     "go go", "go"),
-    ({"type": "letter_frequency", "letter": "z", "relation": "at least", "num": 2}, "zz", "z"),
-    ({"type": "json_format"}, '```json\n{"a": 1}\n```', "{a: 1}"),
-    ({"type": "markdown_bullets", "num": 2}, "* a\n* b", "* a"),
-    ({"type": "sections", "splitter": "Section", "num": 2}, "Section 1\nx\nSection 2\ny",
-     "Section 1"),
-    ({"type": "title"}, "<<My Title>>\ntext", "My Title"),
-    ({"type": "lowercase"}, "all lower", "Not lower"),
-    ({"type": "uppercase"}, "ALL UPPER", "Not"),
-    ({"type": "capital_words", "relation": "at least", "num": 2}, "NASA and ESA", "NASA"),
-    ({"type": "start_with", "phrase": "Hello"}, "hello world", "world hello"),
-    ({"type": "end_with", "phrase": "Any questions?"}, "Done. Any questions?", "Done."),
-    ({"type": "no_commas"}, "no commas here", "a, b"),
-    ({"type": "quotation"}, '"quoted"', "not quoted"),
-    ({"type": "placeholders", "num": 2}, "[name] at [address]", "[name]"),
-    ({"type": "postscript", "marker": "P.S."}, "Hi\nP.S. bye", "Hi"),
+  ({"type": "words", "relation": "at least", "num": 3}, "one two three", "one two"),
+  ({"type": "words", "relation": "at most", "num": 2}, "one two", "one two three"),
+  ({"type": "sentences", "relation": "exactly", "num": 2}, "A b. C d!", "A b."),
+  ({"type": "paragraphs", "relation": "exactly", "num": 2}, "a\n\nb", "a b"),
+  ({"type": "keywords_include", "keywords": ["tea", "cup"]}, "A cup of tea", "A cup"),
+  ({"type": "keywords_exclude", "keywords": ["coffee"]}, "tea", "coffee time"),
+  ({"type": "keyword_frequency", "keyword": "go", "relation": "at least", "num": 2}, "go go", "go"),
+  ({"type": "letter_frequency", "letter": "z", "relation": "at least", "num": 2}, "zz", "z"),
+  ({"type": "json_format"}, '```json\n{"a": 1}\n```', "{a: 1}"),
+  ({"type": "markdown_bullets", "num": 2}, "* a\n* b", "* a"),
+  (
+    {"type": "sections", "splitter": "Section", "num": 2},
+    "Section 1\nx\nSection 2\ny",
+    "Section 1",
+  ),
+  ({"type": "title"}, "<<My Title>>\ntext", "My Title"),
+  ({"type": "lowercase"}, "all lower", "Not lower"),
+  ({"type": "uppercase"}, "ALL UPPER", "Not"),
+  ({"type": "capital_words", "relation": "at least", "num": 2}, "NASA and ESA", "NASA"),
+  ({"type": "start_with", "phrase": "Hello"}, "hello world", "world hello"),
+  ({"type": "end_with", "phrase": "Any questions?"}, "Done. Any questions?", "Done."),
+  ({"type": "no_commas"}, "no commas here", "a, b"),
+  ({"type": "quotation"}, '"quoted"', "not quoted"),
+  ({"type": "placeholders", "num": 2}, "[name] at [address]", "[name]"),
+  ({"type": "postscript", "marker": "P.S."}, "Hi\nP.S. bye", "Hi"),
 ]
 
 
-@pytest.mark.parametrize("ins,true_text,false_text", IF_CASES,
-                         ids=[c[0]["type"] + str(i) for i, c in enumerate(IF_CASES)])
+@pytest.mark.parametrize(
+  "ins,true_text,false_text", IF_CASES, ids=[c[0]["type"] + str(i) for i, c in enumerate(IF_CASES)]
+)
 def test_ifeval_each_check(ins, true_text, false_text):
   assert ifeval.check(true_text, ins) is True
   assert ifeval.check(false_text, ins) is False
@@ -243,13 +266,16 @@ def test_ifeval_fraction_after_think():
 
 
 # ---------------------------------------------------------------------------------------- mcq
-@pytest.mark.parametrize("response,ref,want", [
+@pytest.mark.parametrize(
+  "response,ref,want",
+  [
     ("<think>..</think>The answer is (C).", "C", 1.0),
     ("<think>..</think>\\boxed{B}", "C", 0.0),
     ("<think>..</think>Answer: 3.0", "3", 1.0),
     ("<think>..</think><answer>Mitochondria</answer>", "mitochondria", 1.0),
     ("<think>..</think>I am not sure", "A", 0.0),
-])
+  ],
+)
 def test_mcq(response, ref, want):
   assert mcq.score(response, ref).value == want
 
@@ -258,9 +284,11 @@ def test_mcq(response, ref, want):
 def test_pool_kills_a_stuck_verifier_counts_it_and_keeps_serving():
   pool = VerifierPool(processes=2, timeout_s=3.0)
   try:
-    jobs = [("code", _py("while True: pass"), json.dumps(STDIO), {"time_budget_s": 60}),
-            ("chain_sum", "<answer>5</answer>", "5", {}),
-            ("no_such_source", "x", "y", {})]
+    jobs = [
+      ("code", _py("while True: pass"), json.dumps(STDIO), {"time_budget_s": 60}),
+      ("chain_sum", "<answer>5</answer>", "5", {}),
+      ("no_such_source", "x", "y", {}),
+    ]
     out = pool.score_many(jobs)
     assert out[0].failed and "timeout" in out[0].reason
     assert out[1].value == 1.0 and not out[1].failed

@@ -83,8 +83,17 @@ def test_progress_is_one_line_per_step_in_a_log(tmp_path, monkeypatch):
 
 
 def test_validation_line_is_rounded_per_benchmark():
-  line = train._val_line(50, {"pass@1": 0.123456789, "aime24/pass@1": 0.0625,
-                              "gpqa_diamond/pass@1": 0.3, "aime24/pass@4": 0.2,
-                              "verifier_failures": 3})
-  assert line == ("validation at step 50: pass@1 0.1235 | aime24 0.0625 | gpqa_diamond 0.3000 "
-                  "(3 verifier failures)")
+  line = train._val_line(
+    50,
+    {
+      "pass@1": 0.123456789,
+      "aime24/pass@1": 0.0625,
+      "gpqa_diamond/pass@1": 0.3,
+      "aime24/pass@4": 0.2,
+      "verifier_failures": 3,
+    },
+  )
+  assert line == (
+    "validation at step 50: pass@1 0.1235 | aime24 0.0625 | gpqa_diamond 0.3000 "
+    "(3 verifier failures)"
+  )

@@ -54,21 +54,26 @@ def _wait_gone(marker: str, seconds: float = 5.0) -> list[int]:
 
 def _daemon(marker: str) -> str:
   """A program that leaves a setsid'd grandchild (a `sleep` named by `marker`) and exits."""
-  return ("import os\n"
-          "if os.fork() == 0:\n"
-          "  os.setsid()\n"
-          "  if os.fork() == 0:\n"
-          f"    os.execv('/usr/bin/sleep', ['sleep', '{marker}'])\n"
-          "  os._exit(0)\n"
-          "os.wait()\n"
-          "print('parent done')\n")
+  return (
+    "import os\n"
+    "if os.fork() == 0:\n"
+    "  os.setsid()\n"
+    "  if os.fork() == 0:\n"
+    f"    os.execv('/usr/bin/sleep', ['sleep', '{marker}'])\n"
+    "  os._exit(0)\n"
+    "os.wait()\n"
+    "print('parent done')\n"
+  )
 
 
 def test_the_sandbox_runs_and_isolates_here():
   assert shutil.which("bwrap"), "make test installs bubblewrap (Debian: apt-get install bubblewrap)"
   assert sandbox.check() is None
-  res = sandbox.run("import os, socket\nprint(os.getuid(), os.getpid(), os.getcwd(), "
-                    "[n for _, n in socket.if_nameindex()])", timeout_s=10)
+  res = sandbox.run(
+    "import os, socket\nprint(os.getuid(), os.getpid(), os.getcwd(), "
+    "[n for _, n in socket.if_nameindex()])",
+    timeout_s=10,
+  )
   uid, pid, cwd = res.stdout.split(None, 3)[:3]
   assert res.ok and (uid, cwd) == ("1000", "/tmp") and int(pid) <= 3, res  # its own PIDs
   assert "['lo']" in res.stdout
@@ -78,8 +83,9 @@ def test_the_probe_checks_isolation_not_internet(monkeypatch):
   """The start-up probe looks at what the program can see, so a sandbox that shares the host
   network is caught on a machine without internet too."""
   real = sandbox._bwrap_argv
-  monkeypatch.setattr(sandbox, "_bwrap_argv", lambda lim, fd: real(lim, fd)[:4]
-                      + ["--share-net"] + real(lim, fd)[4:])
+  monkeypatch.setattr(
+    sandbox, "_bwrap_argv", lambda lim, fd: real(lim, fd)[:4] + ["--share-net"] + real(lim, fd)[4:]
+  )
   sandbox.check.cache_clear()
   try:
     assert "network interfaces" in sandbox.check()
@@ -133,8 +139,9 @@ def test_a_daemon_does_not_outlive_its_run():
   assert res.ok and "parent done" in res.stdout
   assert _host_pids_with(marker) == []  # gone by the time run() returns, no waiting
   # ... nor does one started by a program that is killed at its deadline
-  res = sandbox.run(_daemon(marker).replace("print('parent done')", "while True: pass"),
-                    timeout_s=1.0)
+  res = sandbox.run(
+    _daemon(marker).replace("print('parent done')", "while True: pass"), timeout_s=1.0
+  )
   assert res.timed_out
   assert _host_pids_with(marker) == []
 
@@ -142,10 +149,12 @@ def test_a_daemon_does_not_outlive_its_run():
 def test_a_survivor_cannot_touch_a_later_run():
   """A program that kills every process it can (kill -1) and then lingers, run beside correct
   programs: they are unaffected, and nothing of it is left afterwards."""
-  hostile = ("import os, signal, time\n"
-             "for _ in range(50):\n"
-             "  try:\n    os.kill(-1, signal.SIGKILL)\n  except OSError:\n    pass\n"
-             "  time.sleep(0.02)\n")
+  hostile = (
+    "import os, signal, time\n"
+    "for _ in range(50):\n"
+    "  try:\n    os.kill(-1, signal.SIGKILL)\n  except OSError:\n    pass\n"
+    "  time.sleep(0.02)\n"
+  )
   good = "import sys\nprint(sum(map(int, sys.stdin.read().split())))"
   results = {}
 
@@ -153,8 +162,8 @@ def test_a_survivor_cannot_touch_a_later_run():
     results[name] = sandbox.run(src, stdin=stdin, timeout_s=10)
 
   threads = [threading.Thread(target=run, args=("hostile", hostile, b""))] + [
-      threading.Thread(target=run, args=(f"good{i}", good, f"{i} 5\n".encode()))
-      for i in range(4)]
+    threading.Thread(target=run, args=(f"good{i}", good, f"{i} 5\n".encode())) for i in range(4)
+  ]
   for t in threads:
     t.start()
   for t in threads:
@@ -169,12 +178,21 @@ def test_live_sandboxes_never_share_a_host_uid():
     assert len({a, b, c}) == 3
     assert all(u >= sandbox.UID_BASE for u in (a, b, c))
   # from another process too: the lock is per host, not per process
-  held = subprocess.Popen([sys.executable, "-c", (
-      "import sys, time; sys.path.insert(0, sys.argv[1])\n"
-      "from prorl_jax.rewards import sandbox\n"
-      "sandbox.UID_COUNT = 1\n"
-      "with sandbox._host_uid() as u:\n  print(u, flush=True); time.sleep(30)\n"), ROOT],
-      stdout=subprocess.PIPE, text=True)
+  held = subprocess.Popen(
+    [
+      sys.executable,
+      "-c",
+      (
+        "import sys, time; sys.path.insert(0, sys.argv[1])\n"
+        "from prorl_jax.rewards import sandbox\n"
+        "sandbox.UID_COUNT = 1\n"
+        "with sandbox._host_uid() as u:\n  print(u, flush=True); time.sleep(30)\n"
+      ),
+      ROOT,
+    ],
+    stdout=subprocess.PIPE,
+    text=True,
+  )
   try:
     assert int(held.stdout.readline()) == sandbox.UID_BASE
     old = sandbox.UID_COUNT
@@ -199,30 +217,33 @@ def test_the_program_sees_no_host_process_path_or_file(tmp_path):
   with open(secret, "w") as f:
     f.write("EXPECTED-OUTPUT-42")
   os.chmod(secret, 0o644)
-  host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                           f"--exchange={secret_dir}", secret])
+  host = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(60)", f"--exchange={secret_dir}", secret]
+  )
   try:
     attack = (
-        "import os\n"
-        "found = []\n"
-        "for p in os.listdir('/proc'):\n"
-        "  if p.isdigit():\n"
-        "    try:\n"
-        "      found.append(open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace'))\n"
-        "    except OSError:\n"
-        "      pass\n"
-        f"paths = [{secret!r}, {secret_dir!r}, '/etc/passwd', '/root', '/work', {ROOT!r}, "
-        "'/run', '/var/lock', '/run/lock', '/sys', '/home', '/proc/1/root/etc/passwd']\n"
-        "for path in paths:\n"
-        "  try:\n"
-        "    found.append(open(path).read() if os.path.isfile(path) else str(os.listdir(path)))\n"
-        "  except OSError as e:\n"
-        "    found.append(f'no {path}')\n"
-        "print(repr(found))\n")
+      "import os\n"
+      "found = []\n"
+      "for p in os.listdir('/proc'):\n"
+      "  if p.isdigit():\n"
+      "    try:\n"
+      "      found.append(open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace'))\n"
+      "    except OSError:\n"
+      "      pass\n"
+      f"paths = [{secret!r}, {secret_dir!r}, '/etc/passwd', '/root', '/work', {ROOT!r}, "
+      "'/run', '/var/lock', '/run/lock', '/sys', '/home', '/proc/1/root/etc/passwd']\n"
+      "for path in paths:\n"
+      "  try:\n"
+      "    found.append(open(path).read() if os.path.isfile(path) else str(os.listdir(path)))\n"
+      "  except OSError as e:\n"
+      "    found.append(f'no {path}')\n"
+      "print(repr(found))\n"
+    )
     res = sandbox.run(attack, timeout_s=10)
     assert res.ok, res
     assert "EXPECTED-OUTPUT-42" not in res.stdout and secret_dir not in res.stdout.replace(
-        f"no {secret_dir}", "").replace(repr(secret_dir), "")
+      f"no {secret_dir}", ""
+    ).replace(repr(secret_dir), "")
     assert "root:x:0" not in res.stdout  # no /etc/passwd
     for path in ("/root", "/work", ROOT, "/run", "/var/lock", "/sys", "/home"):
       assert f"no {path}" in res.stdout, path
@@ -239,14 +260,20 @@ def _as_nobody_env() -> tuple[str, dict]:
   import pyseccomp
 
   d = tempfile.mkdtemp(prefix="prorl-nobody-")
-  for rel in ("prorl_jax/__init__.py", "prorl_jax/rewards/__init__.py",
-              "prorl_jax/rewards/sandbox.py", "prorl_jax/rewards/sandbox_runner.py"):
+  for rel in (
+    "prorl_jax/__init__.py",
+    "prorl_jax/rewards/__init__.py",
+    "prorl_jax/rewards/sandbox.py",
+    "prorl_jax/rewards/sandbox_runner.py",
+  ):
     os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
     shutil.copy(os.path.join(ROOT, rel), os.path.join(d, rel))
   shutil.copy(pyseccomp.__file__, d)
   with open(os.path.join(d, "sandbox.py"), "w") as f:
-    f.write("from prorl_jax.rewards.sandbox import *  # noqa\n"
-            "from prorl_jax.rewards.sandbox import allow_unsandboxed, check, run  # noqa\n")
+    f.write(
+      "from prorl_jax.rewards.sandbox import *  # noqa\n"
+      "from prorl_jax.rewards.sandbox import allow_unsandboxed, check, run  # noqa\n"
+    )
   for root, dirs, files in os.walk(d):
     os.chmod(root, 0o755)
     for name in files:
@@ -289,42 +316,67 @@ def test_as_non_root_the_program_cannot_read_the_verifiers_memory():
       print(json.dumps({"uid": os.getuid(), "out": res.stdout, "ok": res.ok}))
       """)
   try:
-    out = subprocess.run(["/usr/bin/python3", "-c", verifier, d, attack], user=65534,
-                         group=65534, extra_groups=[], env=env, cwd=d, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+      ["/usr/bin/python3", "-c", verifier, d, attack],
+      user=65534,
+      group=65534,
+      extra_groups=[],
+      env=env,
+      cwd=d,
+      capture_output=True,
+      text=True,
+      timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["uid"] == 65534 and got["ok"], got
     # the needle is in no memory the program can read but its own
     assert got["out"].strip() == "hits []", got
     # ... and the same attack, unsandboxed, finds it in the verifier
-    leak = subprocess.run(["/usr/bin/python3", "-c", verifier.replace(
-        "import sandbox\n", "import sandbox\nsandbox.allow_unsandboxed(True)\n"), d, attack],
-        user=65534, group=65534, extra_groups=[], env=env, cwd=d, capture_output=True,
-        text=True, timeout=60)
+    leak = subprocess.run(
+      [
+        "/usr/bin/python3",
+        "-c",
+        verifier.replace("import sandbox\n", "import sandbox\nsandbox.allow_unsandboxed(True)\n"),
+        d,
+        attack,
+      ],
+      user=65534,
+      group=65534,
+      extra_groups=[],
+      env=env,
+      cwd=d,
+      capture_output=True,
+      text=True,
+      timeout=60,
+    )
     assert "hits [" in leak.stdout and "hits []" not in leak.stdout, leak.stdout
   finally:
     shutil.rmtree(d)
 
 
 def test_sysv_ipc_and_lock_files_do_not_outlive_a_run():
-  key = 0x5e000000 + uuid.uuid4().int % 0xffffff
-  first = ("import ctypes, os\n"
-           "libc = ctypes.CDLL(None, use_errno=True)\n"
-           f"shm = libc.shmget({key}, 4096, 0o1666)  # IPC_CREAT | 0666\n"
-           "print('shm', shm)\n"
-           "for d in ('/run/lock', '/var/lock', '/tmp', '/dev/shm'):\n"
-           "  try:\n"
-           "    open(d + '/prorl-stale', 'w').write('x'); print('wrote', d)\n"
-           "  except OSError:\n"
-           "    print('cannot', d)\n")
+  key = 0x5E000000 + uuid.uuid4().int % 0xFFFFFF
+  first = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    f"shm = libc.shmget({key}, 4096, 0o1666)  # IPC_CREAT | 0666\n"
+    "print('shm', shm)\n"
+    "for d in ('/run/lock', '/var/lock', '/tmp', '/dev/shm'):\n"
+    "  try:\n"
+    "    open(d + '/prorl-stale', 'w').write('x'); print('wrote', d)\n"
+    "  except OSError:\n"
+    "    print('cannot', d)\n"
+  )
   res = sandbox.run(first, timeout_s=10)
   assert res.ok and "shm -1" not in res.stdout, res  # it could make one, inside
   assert "cannot /run/lock" in res.stdout and "cannot /var/lock" in res.stdout
-  second = ("import ctypes, os\n"
-            "libc = ctypes.CDLL(None, use_errno=True)\n"
-            f"print('shm', libc.shmget({key}, 0, 0))\n"
-            "print([os.path.exists(d + '/prorl-stale') for d in ('/tmp', '/dev/shm')])\n")
+  second = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    f"print('shm', libc.shmget({key}, 0, 0))\n"
+    "print([os.path.exists(d + '/prorl-stale') for d in ('/tmp', '/dev/shm')])\n"
+  )
   res = sandbox.run(second, timeout_s=10)
   assert res.ok and res.stdout.split("\n")[:2] == ["shm -1", "[False, False]"], res
   with open("/proc/sysvipc/shm") as f:  # nothing leaked to the host either
@@ -332,14 +384,16 @@ def test_sysv_ipc_and_lock_files_do_not_outlive_a_run():
 
 
 def test_disk_is_capped():
-  src = ("import os\nn = 0\n"
-         "try:\n"
-         "  for i in range(200):\n"
-         "    with open(f'/tmp/f{i}', 'wb') as f:\n"
-         "      f.write(b'x' * (1 << 20))\n"
-         "    n += 1\n"
-         "except OSError as e:\n"
-         "  print('stopped', n, e.errno)\n")
+  src = (
+    "import os\nn = 0\n"
+    "try:\n"
+    "  for i in range(200):\n"
+    "    with open(f'/tmp/f{i}', 'wb') as f:\n"
+    "      f.write(b'x' * (1 << 20))\n"
+    "    n += 1\n"
+    "except OSError as e:\n"
+    "  print('stopped', n, e.errno)\n"
+  )
   res = sandbox.run(src, timeout_s=20)
   assert res.ok, res
   n = int(res.stdout.split()[1])
@@ -360,9 +414,10 @@ def test_host_unix_sockets_are_unreachable():
   try:
     with socket_helpers.counting([srv for srv, _ in servers]) as hits:
       attack = "import socket\nfor addr in %r:\n" % [a for _, a in servers] + (
-          "  s = socket.socket(socket.AF_UNIX)\n"
-          "  try:\n    s.connect(addr); print('connected')\n"
-          "  except OSError as e:\n    print('refused', e.errno)\n")
+        "  s = socket.socket(socket.AF_UNIX)\n"
+        "  try:\n    s.connect(addr); print('connected')\n"
+        "  except OSError as e:\n    print('refused', e.errno)\n"
+      )
       res = sandbox.run(attack, timeout_s=10)
       assert res.ok and "connected" not in res.stdout and res.stdout.count("refused") == 2, res
       time.sleep(0.3)
@@ -380,8 +435,9 @@ def test_stdout_over_the_cap_fails_with_a_reason_and_large_correct_output_passes
   big = " ".join(["7"] * (1 << 20))  # 2 MiB of expected output is compared in full
   ok = code.score(_py("print(' '.join(['7'] * (1 << 20)))"), {"inputs": [""], "outputs": [big]})
   assert ok.value == 1.0, ok
-  wrong_tail = code.score(_py("print(' '.join(['7'] * ((1 << 20) - 1) + ['8']))"),
-                          {"inputs": [""], "outputs": [big]})
+  wrong_tail = code.score(
+    _py("print(' '.join(['7'] * ((1 << 20) - 1) + ['8']))"), {"inputs": [""], "outputs": [big]}
+  )
   assert wrong_tail.value == 0.0  # the last token past the first MiB decides
 
 
@@ -390,8 +446,9 @@ def test_the_pool_timeout_kills_the_sandbox_with_its_verifier():
   pool = VerifierPool(processes=1, timeout_s=3.0)
   try:
     stuck = _daemon(marker).replace("print('parent done')", "import time\ntime.sleep(600)")
-    out = pool.score_many([("code", _py(stuck), json.dumps({"inputs": [""], "outputs": ["1"]}),
-                            {"time_budget_s": 600})])
+    out = pool.score_many(
+      [("code", _py(stuck), json.dumps({"inputs": [""], "outputs": ["1"]}), {"time_budget_s": 600})]
+    )
     assert out[0].failed and "timeout" in out[0].reason
     assert _wait_gone(marker) == []  # the namespace died with its verifier
   finally:
@@ -415,8 +472,12 @@ def test_a_verifier_killed_mid_item_is_a_marked_failure_never_none():
   try:
     killer = _py("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     # inside the sandbox getppid() is the sandbox's own init, never the verifier: scored 0
-    out = pool.score_many([("code", killer, {"inputs": [""], "outputs": ["1"]}, {}),
-                           ("chain_sum", "<answer>5</answer>", "5", {})])
+    out = pool.score_many(
+      [
+        ("code", killer, {"inputs": [""], "outputs": ["1"]}, {}),
+        ("chain_sum", "<answer>5</answer>", "5", {}),
+      ]
+    )
     assert all(isinstance(s.value, float) for s in out)
     assert out[1].value == 1.0
   finally:
@@ -435,14 +496,16 @@ def test_unsandboxed_is_an_explicit_opt_in(caplog):
   assert "bubblewrap sandbox" in sandbox.describe()
 
 
-def test_the_trainer_stops_before_training_when_code_data_cannot_be_sandboxed(monkeypatch,
-                                                                                caplog):
+def test_the_trainer_stops_before_training_when_code_data_cannot_be_sandboxed(monkeypatch, caplog):
   from prorl_jax import train
   from prorl_jax.config import ConfigError, base_config
 
   cfg = base_config()
-  monkeypatch.setattr(sandbox, "check", lambda: "code rewards need the bubblewrap sandbox "
-                      "(`bwrap` not found): install bubblewrap")
+  monkeypatch.setattr(
+    sandbox,
+    "check",
+    lambda: "code rewards need the bubblewrap sandbox (`bwrap` not found): install bubblewrap",
+  )
   with pytest.raises(ConfigError, match="install bubblewrap .*rollout.unsandboxed_code=True"):
     train.check_code_sandbox(cfg, {"math", "code"})
   train.check_code_sandbox(cfg, {"math", "chain_sum"})  # no code data: nothing to check

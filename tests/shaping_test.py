@@ -48,8 +48,11 @@ def test_length_penalty_schedule_cycles_and_round_trips():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=4, max_size=4),
-                min_size=1, max_size=10))
+@given(
+  st.lists(
+    st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=4, max_size=4), min_size=1, max_size=10
+  )
+)
 def test_dynamic_sampling_drops_exactly_the_constant_groups(groups):
   keep = shaping.informative_groups(groups)
   assert list(keep) == [len(set(g)) > 1 for g in groups]
@@ -63,8 +66,10 @@ def _rounds(groups_per_round, total_rounds):
     if count["n"] >= total_rounds:
       return None
     count["n"] += 1
-    return [{"id": f"{count['n']}-{i}", "raw_scores": rng.randint(0, 2, size=4).astype(float)}
-            for i in range(groups_per_round)]
+    return [
+      {"id": f"{count['n']}-{i}", "raw_scores": rng.randint(0, 2, size=4).astype(float)}
+      for i in range(groups_per_round)
+    ]
 
   return generate
 

@@ -13,7 +13,7 @@ from prorl_jax import prepare, rewards, suite
 from prorl_jax.data import parse_row
 from prorl_jax.rewards import sandbox
 
-HEP_TEST = '''
+HEP_TEST = """
 import numpy as np
 
 def assertion(out, exp, atol):
@@ -24,9 +24,8 @@ def check(candidate):
     results = [6, 0, 0]
     for i, (inp, exp) in enumerate(zip(inputs, results)):
         assertion(candidate(*inp), exp, 0)
-'''
-HEP_PROMPT = ('from typing import List\n\n\ndef total(xs: List[int]) -> int:\n'
-              '    """Sum of xs."""\n')
+"""
+HEP_PROMPT = 'from typing import List\n\n\ndef total(xs: List[int]) -> int:\n    """Sum of xs."""\n'
 
 
 def _lcb_private(cases) -> str:
@@ -34,66 +33,155 @@ def _lcb_private(cases) -> str:
 
 
 FIXTURES = {
-    "aime24": [{"id": 60, "problem": "Find 2+2.", "solution": "4", "answer": "4",
-                "url": "u", "year": "2024"}],
-    "aime25": [{"problem": "Find 3+4.", "answer": "7", "id": "0"}],
-    "amc": [{"id": 0, "problem": "Find 100+42.", "answer": 142.0, "url": "u"},
-            {"id": 1, "problem": "Empty.", "answer": None, "url": "u"}],
-    "math500": [{"problem": "Half of one?", "solution": "s", "answer": "\\frac{1}{2}",
-                 "subject": "Algebra", "level": 1, "unique_id": "test/a.json"}],
-    "minerva": [{"question": "Speed of light in m/s, 1 sig fig?", "answer": "3e8"}],
-    "olympiadbench": [{"id": 1, "question": "Smallest prime?", "final_answer": ["$2$"],
-                       "is_multiple_answer": False, "unit": None, "subfield": "NT"}],
-    "prime_val": [
-        {"data_source": ds, "ability": "code",
-         "prompt": [{"role": "user", "content": f"{ds} task"}],
-         "reward_model": {"style": "rule", "ground_truth": json.dumps(
-             {"inputs": ["1\n"], "outputs": ["1\n"]})}, "extra_info": {}}
-        for ds in ("apps", "codecontests", "codeforces", "taco")] + [
-        {"data_source": "numina_olympiads", "ability": "math",
-         "prompt": [{"role": "user", "content": "m"}],
-         "reward_model": {"style": "rule", "ground_truth": "1"}, "extra_info": {}}],
-    "humanevalplus": [
-        {"task_id": "HumanEval/0", "prompt": HEP_PROMPT, "canonical_solution": "",
-         "entry_point": "total", "test": HEP_TEST},
-        {"task_id": "HumanEval/1", "prompt": "def f(x):\n", "canonical_solution": "",
-         "entry_point": "f", "test": "def check(candidate):\n    assert candidate(1) == 2\n"}],
-    "livecodebench": [
-        {"question_title": "t", "question_content": "Return a+b.", "platform": "leetcode",
-         "question_id": "1", "contest_id": "c", "contest_date": "2024-09-01T00:00:00",
-         "starter_code": "class Solution:\n    def add(self, a: int, b: int) -> int:\n",
-         "difficulty": "easy",
-         "public_test_cases": json.dumps([{"input": "1\n2", "output": "3",
-                                           "testtype": "functional"}]),
-         "private_test_cases": _lcb_private([{"input": "5\n-5", "output": "0",
-                                              "testtype": "functional"}]),
-         "metadata": json.dumps({"func_name": "add"})},
-        {"question_title": "s", "question_content": "Echo a line.", "platform": "atcoder",
-         "question_id": "2", "contest_id": "c", "contest_date": "2024-12-31T00:00:00",
-         "starter_code": "", "difficulty": "easy",
-         "public_test_cases": json.dumps([{"input": "ab\n", "output": "ab\n",
-                                           "testtype": "stdin"}]),
-         "private_test_cases": json.dumps([{"input": "x\n", "output": "x\n",
-                                            "testtype": "stdin"}]),
-         "metadata": "{}"},
-        {"question_title": "old", "question_content": "Too old.", "platform": "atcoder",
-         "question_id": "3", "contest_id": "c", "contest_date": "2023-05-01T00:00:00",
-         "starter_code": "", "difficulty": "easy", "public_test_cases": "[]",
-         "private_test_cases": "[]", "metadata": "{}"},
-        {"question_title": "evil", "question_content": "Hostile pickle.", "platform": "atcoder",
-         "question_id": "4", "contest_id": "c", "contest_date": "2024-10-01T00:00:00",
-         "starter_code": "", "difficulty": "easy", "public_test_cases": "[]",
-         "private_test_cases": base64.b64encode(zlib.compress(
-             b"cos\nsystem\n(S'echo pwned'\ntR.")).decode(),
-         "metadata": "{}"}],
-    "gpqa_diamond": [{"Question": f"Which is right #{i}?", "Correct Answer": "right",
-                      "Incorrect Answer 1": "w1", "Incorrect Answer 2": "w2",
-                      "Incorrect Answer 3": "w3"} for i in range(4)],
-    "ifeval": [
-        {"key": 1, "prompt": "Write a story without commas.",
-         "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
-        {"key": 2, "prompt": "Answer in French.",
-         "instruction_id_list": ["detectable_format:emoji_only"], "kwargs": [{}]}],
+  "aime24": [
+    {"id": 60, "problem": "Find 2+2.", "solution": "4", "answer": "4", "url": "u", "year": "2024"}
+  ],
+  "aime25": [{"problem": "Find 3+4.", "answer": "7", "id": "0"}],
+  "amc": [
+    {"id": 0, "problem": "Find 100+42.", "answer": 142.0, "url": "u"},
+    {"id": 1, "problem": "Empty.", "answer": None, "url": "u"},
+  ],
+  "math500": [
+    {
+      "problem": "Half of one?",
+      "solution": "s",
+      "answer": "\\frac{1}{2}",
+      "subject": "Algebra",
+      "level": 1,
+      "unique_id": "test/a.json",
+    }
+  ],
+  "minerva": [{"question": "Speed of light in m/s, 1 sig fig?", "answer": "3e8"}],
+  "olympiadbench": [
+    {
+      "id": 1,
+      "question": "Smallest prime?",
+      "final_answer": ["$2$"],
+      "is_multiple_answer": False,
+      "unit": None,
+      "subfield": "NT",
+    }
+  ],
+  "prime_val": [
+    {
+      "data_source": ds,
+      "ability": "code",
+      "prompt": [{"role": "user", "content": f"{ds} task"}],
+      "reward_model": {
+        "style": "rule",
+        "ground_truth": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}),
+      },
+      "extra_info": {},
+    }
+    for ds in ("apps", "codecontests", "codeforces", "taco")
+  ]
+  + [
+    {
+      "data_source": "numina_olympiads",
+      "ability": "math",
+      "prompt": [{"role": "user", "content": "m"}],
+      "reward_model": {"style": "rule", "ground_truth": "1"},
+      "extra_info": {},
+    }
+  ],
+  "humanevalplus": [
+    {
+      "task_id": "HumanEval/0",
+      "prompt": HEP_PROMPT,
+      "canonical_solution": "",
+      "entry_point": "total",
+      "test": HEP_TEST,
+    },
+    {
+      "task_id": "HumanEval/1",
+      "prompt": "def f(x):\n",
+      "canonical_solution": "",
+      "entry_point": "f",
+      "test": "def check(candidate):\n    assert candidate(1) == 2\n",
+    },
+  ],
+  "livecodebench": [
+    {
+      "question_title": "t",
+      "question_content": "Return a+b.",
+      "platform": "leetcode",
+      "question_id": "1",
+      "contest_id": "c",
+      "contest_date": "2024-09-01T00:00:00",
+      "starter_code": "class Solution:\n    def add(self, a: int, b: int) -> int:\n",
+      "difficulty": "easy",
+      "public_test_cases": json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]),
+      "private_test_cases": _lcb_private(
+        [{"input": "5\n-5", "output": "0", "testtype": "functional"}]
+      ),
+      "metadata": json.dumps({"func_name": "add"}),
+    },
+    {
+      "question_title": "s",
+      "question_content": "Echo a line.",
+      "platform": "atcoder",
+      "question_id": "2",
+      "contest_id": "c",
+      "contest_date": "2024-12-31T00:00:00",
+      "starter_code": "",
+      "difficulty": "easy",
+      "public_test_cases": json.dumps([{"input": "ab\n", "output": "ab\n", "testtype": "stdin"}]),
+      "private_test_cases": json.dumps([{"input": "x\n", "output": "x\n", "testtype": "stdin"}]),
+      "metadata": "{}",
+    },
+    {
+      "question_title": "old",
+      "question_content": "Too old.",
+      "platform": "atcoder",
+      "question_id": "3",
+      "contest_id": "c",
+      "contest_date": "2023-05-01T00:00:00",
+      "starter_code": "",
+      "difficulty": "easy",
+      "public_test_cases": "[]",
+      "private_test_cases": "[]",
+      "metadata": "{}",
+    },
+    {
+      "question_title": "evil",
+      "question_content": "Hostile pickle.",
+      "platform": "atcoder",
+      "question_id": "4",
+      "contest_id": "c",
+      "contest_date": "2024-10-01T00:00:00",
+      "starter_code": "",
+      "difficulty": "easy",
+      "public_test_cases": "[]",
+      "private_test_cases": base64.b64encode(
+        zlib.compress(b"cos\nsystem\n(S'echo pwned'\ntR.")
+      ).decode(),
+      "metadata": "{}",
+    },
+  ],
+  "gpqa_diamond": [
+    {
+      "Question": f"Which is right #{i}?",
+      "Correct Answer": "right",
+      "Incorrect Answer 1": "w1",
+      "Incorrect Answer 2": "w2",
+      "Incorrect Answer 3": "w3",
+    }
+    for i in range(4)
+  ],
+  "ifeval": [
+    {
+      "key": 1,
+      "prompt": "Write a story without commas.",
+      "instruction_id_list": ["punctuation:no_comma"],
+      "kwargs": [{}],
+    },
+    {
+      "key": 2,
+      "prompt": "Answer in French.",
+      "instruction_id_list": ["detectable_format:emoji_only"],
+      "kwargs": [{}],
+    },
+  ],
 }
 
 
@@ -117,8 +205,10 @@ def _rows(path) -> list[dict]:
 def built(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("suite")
   out = tmp / "eval"
-  rc = prepare.main(["--suite=prorl-eval", f"--out={out}", "--rg_per_task=2",
-                     "--rg_tasks=basic_arithmetic"] + _write_sources(tmp))
+  rc = prepare.main(
+    ["--suite=prorl-eval", f"--out={out}", "--rg_per_task=2", "--rg_tasks=basic_arithmetic"]
+    + _write_sources(tmp)
+  )
   assert rc == 0
   return out, json.loads((out / "manifest.json").read_text())
 
@@ -126,12 +216,31 @@ def built(tmp_path_factory):
 def test_every_benchmark_has_its_file_rows_and_verifier(built):
   out, m = built
   assert set(m["benchmarks"]) == set(suite.BENCHMARKS)
-  want_rows = {"aime24": 1, "aime25": 1, "amc": 1, "math500": 1, "minerva": 1,
-               "olympiadbench": 1, "apps": 1, "codecontests": 1, "codeforces": 1, "taco": 1,
-               "humanevalplus": 1, "livecodebench": 2, "gpqa_diamond": 4, "ifeval": 1,
-               "reasoning_gym": 2, "reasoning_gym_ood": 6}
-  verifier = {"math": "math", "code": "code", "stem": "stem",
-              "instruction_following": "ifeval", "logic": "reasoning_gym"}
+  want_rows = {
+    "aime24": 1,
+    "aime25": 1,
+    "amc": 1,
+    "math500": 1,
+    "minerva": 1,
+    "olympiadbench": 1,
+    "apps": 1,
+    "codecontests": 1,
+    "codeforces": 1,
+    "taco": 1,
+    "humanevalplus": 1,
+    "livecodebench": 2,
+    "gpqa_diamond": 4,
+    "ifeval": 1,
+    "reasoning_gym": 2,
+    "reasoning_gym_ood": 6,
+  }
+  verifier = {
+    "math": "math",
+    "code": "code",
+    "stem": "stem",
+    "instruction_following": "ifeval",
+    "logic": "reasoning_gym",
+  }
   for name, b in m["benchmarks"].items():
     rows = _rows(out / b["file"])
     assert len(rows) == want_rows[name] == b["rows"], name
@@ -146,10 +255,17 @@ def test_every_benchmark_has_its_file_rows_and_verifier(built):
 
 def test_references_are_normalised(built):
   out, _ = built
-  ref = {n: _rows(out / f"{n}.parquet")[0]["reference"]
-         for n in ("aime24", "amc", "math500", "minerva", "olympiadbench")}
-  assert ref == {"aime24": "4", "amc": "142", "math500": "\\frac{1}{2}", "minerva": "3e8",
-                 "olympiadbench": "2"}
+  ref = {
+    n: _rows(out / f"{n}.parquet")[0]["reference"]
+    for n in ("aime24", "amc", "math500", "minerva", "olympiadbench")
+  }
+  assert ref == {
+    "aime24": "4",
+    "amc": "142",
+    "math500": "\\frac{1}{2}",
+    "minerva": "3e8",
+    "olympiadbench": "2",
+  }
 
 
 def test_malformed_rows_are_counted_by_reason(built):
@@ -157,11 +273,12 @@ def test_malformed_rows_are_counted_by_reason(built):
   src = m["sources"]
   assert src["amc"]["malformed"] == {"empty answer": 1}
   assert src["humanevalplus"]["malformed"] == {"tests are not a literal inputs/results table": 1}
-  assert src["ifeval"]["malformed"] == {
-      "unsupported instruction detectable_format:emoji_only": 1}
+  assert src["ifeval"]["malformed"] == {"unsupported instruction detectable_format:emoji_only": 1}
   lcb = src["livecodebench"]["malformed"]
-  assert lcb == {"contest date outside [2024-08-01, 2025-02-01)": 1,
-                 "private tests hold a pickled GLOBAL, not text": 1}
+  assert lcb == {
+    "contest date outside [2024-08-01, 2025-02-01)": 1,
+    "private tests hold a pickled GLOBAL, not text": 1,
+  }
   assert src["prime_val"]["malformed"] == {"not a coding row": 1}
   assert src["livecodebench"]["window"] == ["2024-08-01", "2025-02-01"]
 
@@ -198,8 +315,10 @@ def test_converted_code_tests_score_real_programs(built):
   assert code(right, hep["reference"], **hep["extra"]).value == 1.0
   assert code(wrong, hep["reference"], **hep["extra"]).value == pytest.approx(1 / 3)
   fn_row, io_row = _rows(out / "livecodebench.parquet")
-  sol = ("```python\nclass Solution:\n    def add(self, a: int, b: int) -> int:\n"
-         "        return a + b\n```")
+  sol = (
+    "```python\nclass Solution:\n    def add(self, a: int, b: int) -> int:\n"
+    "        return a + b\n```"
+  )
   assert code(sol, fn_row["reference"], **fn_row["extra"]).value == 1.0
   echo = "```python\nprint(input())\n```"
   assert code(echo, io_row["reference"], **io_row["extra"]).value == 1.0
@@ -208,8 +327,10 @@ def test_converted_code_tests_score_real_programs(built):
 
 def test_missing_column_stops_with_one_line(tmp_path, capsys):
   bad = {"gpqa_diamond": [{"Question": "q", "Correct Answer": "a"}]}
-  rc = prepare.main(["--suite=prorl-eval", f"--out={tmp_path / 'o'}",
-                     "--benchmarks=gpqa_diamond"] + _write_sources(tmp_path, bad))
+  rc = prepare.main(
+    ["--suite=prorl-eval", f"--out={tmp_path / 'o'}", "--benchmarks=gpqa_diamond"]
+    + _write_sources(tmp_path, bad)
+  )
   err = capsys.readouterr().err.strip()
   assert rc == 2 and len(err.splitlines()) == 1
   assert "Idavidrein/gpqa" in err and "'Incorrect Answer 1'" in err and "local:" in err
@@ -232,24 +353,33 @@ def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_pat
   out, _ = built
   tok = tiny_base.build_tokenizer(str(tmp_path / "tok"))
   items, verifiers = suite.validation_items(
-      tok, str(out), ["aime24", "gpqa_diamond", "reasoning_gym_ood/boxnet"], max_prompts=3,
-      max_prompt_len=4096, seed=0)
+    tok,
+    str(out),
+    ["aime24", "gpqa_diamond", "reasoning_gym_ood/boxnet"],
+    max_prompts=3,
+    max_prompt_len=4096,
+    seed=0,
+  )
   by = {}
   for it in items:
     by.setdefault(it["extra"]["benchmark"], []).append(it)
-  assert {k: len(v) for k, v in by.items()} == {"aime24": 1, "gpqa_diamond": 3,
-                                                "reasoning_gym_ood/boxnet": 2}
+  assert {k: len(v) for k, v in by.items()} == {
+    "aime24": 1,
+    "gpqa_diamond": 3,
+    "reasoning_gym_ood/boxnet": 2,
+  }
   assert {it["extra"]["task"] for it in by["reasoning_gym_ood/boxnet"]} == {"boxnet"}
   assert verifiers == {"math", "stem", "reasoning_gym"}
-  again, _ = suite.validation_items(tok, str(out), ["gpqa_diamond"], max_prompts=3,
-                                    max_prompt_len=4096, seed=0)
+  again, _ = suite.validation_items(
+    tok, str(out), ["gpqa_diamond"], max_prompts=3, max_prompt_len=4096, seed=0
+  )
   assert [it["uid"] for it in again] == [it["uid"] for it in by["gpqa_diamond"]]
   with pytest.raises(DataError, match="'aime26' is not in"):
-    suite.validation_items(tok, str(out), ["aime26"], max_prompts=0, max_prompt_len=4096,
-                           seed=0)
+    suite.validation_items(tok, str(out), ["aime26"], max_prompts=0, max_prompt_len=4096, seed=0)
   with pytest.raises(DataError, match="'reasoning_gym/nope' has no prompts"):
-    suite.validation_items(tok, str(out), ["reasoning_gym/nope"], max_prompts=0,
-                           max_prompt_len=4096, seed=0)
+    suite.validation_items(
+      tok, str(out), ["reasoning_gym/nope"], max_prompts=0, max_prompt_len=4096, seed=0
+    )
   # the trainer's held-out set is the blend, and the run knows it needs the code sandbox
   cfg = config_lib.base_config()
   cfg.data.train_files = str(out / "aime24.parquet")

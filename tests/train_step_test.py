@@ -10,8 +10,16 @@ from prorl_jax import train_step as ts
 from prorl_jax.model import forward, init_params, presets
 from prorl_jax.sharding import make_mesh
 
-CFG = presets.tiny(vocab_size=50, hidden_size=64, intermediate_size=128, num_layers=2,
-                   num_heads=4, num_kv_heads=2, head_dim=16, tie_word_embeddings=False)
+CFG = presets.tiny(
+  vocab_size=50,
+  hidden_size=64,
+  intermediate_size=128,
+  num_layers=2,
+  num_heads=4,
+  num_kv_heads=2,
+  head_dim=16,
+  tie_word_embeddings=False,
+)
 B, T = 8, 12
 
 
@@ -26,12 +34,19 @@ def _batch(seed=0):
   tokens = np.where(attn > 0, tokens, 0)
   f = lambda s: (rng.randn(B, T) * s).astype(np.float32) * loss_mask  # noqa: E731
   old = f(0.3) - 3.5
-  return {"tokens": tokens, "attn_mask": attn, "loss_mask": loss_mask, "old_logp": old,
-          "ref_logp": old + f(0.2), "gen_logp": old + f(0.1), "adv": f(1.0)}
+  return {
+    "tokens": tokens,
+    "attn_mask": attn,
+    "loss_mask": loss_mask,
+    "old_logp": old,
+    "ref_logp": old + f(0.2),
+    "gen_logp": old + f(0.1),
+    "adv": f(1.0),
+  }
 
 
 def _run(mesh_shape, micro=1, tx=None, lc=None, batch=None, steps=1):
-  devices = jax.devices()[:int(np.prod(mesh_shape))]
+  devices = jax.devices()[: int(np.prod(mesh_shape))]
   mesh = make_mesh(*mesh_shape, devices=devices)
   tx = tx or optax.sgd(1.0)
   lc = lc or ts.LossConfig(micro_batches=micro, kl_coef=0.1, logit_chunk=5)
@@ -62,7 +77,8 @@ def test_sharded_step_equals_single_device(single, mesh_shape):
   assert np.abs(jax.tree.leaves(d1)[0]).max() > 0
   emb = state.params["embed"]["embedding"]
   assert emb.sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp") or (
-      mesh_shape[2] == 1 and emb.sharding.spec[1] == "fsdp")
+    mesh_shape[2] == 1 and emb.sharding.spec[1] == "fsdp"
+  )
 
 
 @pytest.mark.parametrize("micro", [2, 4])
@@ -118,8 +134,10 @@ def test_reference_reset(reinit):
   mesh = make_mesh(1, 8, 1)
   before_mu = np.asarray(state.opt_state[1][0].mu["embed"]["embedding"])
   params = jax.device_get(state.params)
-  assert np.abs(np.asarray(state.ref_params["embed"]["embedding"]) - params["embed"]["embedding"]
-                ).max() > 0
+  assert (
+    np.abs(np.asarray(state.ref_params["embed"]["embedding"]) - params["embed"]["embedding"]).max()
+    > 0
+  )
   state = ts.jit_reset_reference(CFG, tx, mesh, reinit)(state)
   for a, b in zip(jax.tree.leaves(state.ref_params), jax.tree.leaves(params)):
     np.testing.assert_array_equal(np.asarray(a), b)

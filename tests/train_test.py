@@ -62,8 +62,11 @@ def test_killed_worker_is_restarted_and_reset_zeroes_kl(tmp_path, base):
   run_dir = str(tmp_path / "run")
   proc = start(run_dir, base, 6, **{"algo.ref_reset_every": 3, "algo.kl_coef": 0.01})
   _wait_for_checkpoint(run_dir, 2, proc)
-  pids = subprocess.run(["pgrep", "-f", f"worker_id=local0.*{run_dir}|{run_dir}.*worker_id=local0"],
-                        capture_output=True, text=True).stdout.split()
+  pids = subprocess.run(
+    ["pgrep", "-f", f"worker_id=local0.*{run_dir}|{run_dir}.*worker_id=local0"],
+    capture_output=True,
+    text=True,
+  ).stdout.split()
   assert pids, "no local worker found"
   for pid in pids:
     os.kill(int(pid), signal.SIGKILL)
@@ -87,9 +90,20 @@ def test_demo_smoke_raises_training_reward(tmp_path, base):
   """A shortened demo (every component on, a higher learning rate): training reward must rise.
   Seeded end to end, so the numbers are the same on every run of this machine."""
   run_dir = str(tmp_path / "smoke")
-  finish(start(run_dir, base, 24, **{"rollout.prompts_per_step": 16, "rollout.n": 8,
-                                       "rollout.micro_batch_size": 32, "optim.lr": 3e-4,
-                                       "checkpoint.every": 0}))
+  finish(
+    start(
+      run_dir,
+      base,
+      24,
+      **{
+        "rollout.prompts_per_step": 16,
+        "rollout.n": 8,
+        "rollout.micro_batch_size": 32,
+        "optim.lr": 3e-4,
+        "checkpoint.every": 0,
+      },
+    )
+  )
   rows = [r for r in metrics(run_dir) if "reward/raw_mean" in r]
   first = np.mean([r["reward/raw_mean"] for r in rows[:8]])
   last = np.mean([r["reward/raw_mean"] for r in rows[-8:]])

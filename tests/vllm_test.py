@@ -23,9 +23,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _model(tie, seed, scale=3.0):
   # head_dim 32: vLLM's CPU attention kernels do not take 16
-  cfg = presets.tiny(vocab_size=64, hidden_size=128, intermediate_size=256, num_layers=2,
-                     num_heads=4, num_kv_heads=2, head_dim=32, tie_word_embeddings=tie,
-                     eos_token_id=2, bos_token_id=1)
+  cfg = presets.tiny(
+    vocab_size=64,
+    hidden_size=128,
+    intermediate_size=256,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    tie_word_embeddings=tie,
+    eos_token_id=2,
+    bos_token_id=1,
+  )
   params = jax.tree.map(lambda x: x * scale, init_params(cfg, jax.random.PRNGKey(seed)))
   return cfg, params
 
@@ -77,14 +86,36 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
   url = f"file://{tmp_path}/ex"
   ex = Exchange(url)
   ex.publish_weights(0, step=0, src_dir=base)
-  rids = [ex.put_request({"prompts": [[1, 7, 8]], "n": 3, "seed": i, "min_version": 0,
-                          "sampling": {"max_new_tokens": 8, "temperature": 1.0},
-                          "meta": [{"data_source": "chain_sum", "reference": "5"}]},
-                         request_id=f"r{i}") for i in range(2)]
+  rids = [
+    ex.put_request(
+      {
+        "prompts": [[1, 7, 8]],
+        "n": 3,
+        "seed": i,
+        "min_version": 0,
+        "sampling": {"max_new_tokens": 8, "temperature": 1.0},
+        "meta": [{"data_source": "chain_sum", "reference": "5"}],
+      },
+      request_id=f"r{i}",
+    )
+    for i in range(2)
+  ]
   env = dict(os.environ, PYTHONPATH=ROOT, VLLM_ENABLE_V1_MULTIPROCESSING="0")
-  proc = subprocess.run([sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={url}",
-                         "--engine=vllm", "--max_requests=2", "--poll_seconds=0.05"], env=env,
-                        capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "prorl_jax.rollout.worker",
+      f"--exchange={url}",
+      "--engine=vllm",
+      "--max_requests=2",
+      "--poll_seconds=0.05",
+    ],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   for rid in rids:
     manifest, arrays = ex.read_result(rid)

@@ -27,25 +27,44 @@ def base(tmp_path_factory):
 
 def _start(url, *extra):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  return subprocess.Popen([sys.executable, "-m", "prorl_jax.rollout.worker", f"--exchange={url}",
-                           "--engine=jax", "--poll_seconds=0.05", *extra], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return subprocess.Popen(
+    [
+      sys.executable,
+      "-m",
+      "prorl_jax.rollout.worker",
+      f"--exchange={url}",
+      "--engine=jax",
+      "--poll_seconds=0.05",
+      *extra,
+    ],
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
 
 
 # Scores that vary over random text (a random model never writes a correct chain sum): the
 # fraction of these digits present in the response.
-DIGITS = [{"type": "letter_frequency", "letter": d, "relation": "at least", "num": 1}
-          for d in "123"]
+DIGITS = [
+  {"type": "letter_frequency", "letter": d, "relation": "at least", "num": 1} for d in "123"
+]
 
 
 def _request(ex, tok, rid, min_version=0, n=4, meta=None):
   rng = np.random.RandomState(0)
   items = [chain_sum.make_item(rng) for _ in range(3)]
-  return ex.put_request({
-      "prompts": [prompt_ids(tok, it["prompt"]) for it in items], "n": n, "seed": 5,
-      "sampling": {"max_new_tokens": 12, "temperature": 1.0}, "min_version": min_version,
-      "meta": meta or [{"data_source": "chain_sum", "reference": it["answer"]} for it in items]},
-      request_id=rid), items
+  return ex.put_request(
+    {
+      "prompts": [prompt_ids(tok, it["prompt"]) for it in items],
+      "n": n,
+      "seed": 5,
+      "sampling": {"max_new_tokens": 12, "temperature": 1.0},
+      "min_version": min_version,
+      "meta": meta or [{"data_source": "chain_sum", "reference": it["answer"]} for it in items],
+    },
+    request_id=rid,
+  ), items
 
 
 def _wait(pred, timeout, what):
@@ -83,7 +102,7 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
   assert manifest["probe_mismatch"]["max"] < 1e-4  # the JAX engine is the trainer's model
   assert arrays["tokens"].shape == (12, 12) and arrays["scores"].shape == (12,)
   for r in range(12):  # the worker's scores are the verifier's scores of the decoded text
-    text = tok.decode(arrays["tokens"][r][:arrays["lengths"][r]])
+    text = tok.decode(arrays["tokens"][r][: arrays["lengths"][r]])
     expect = ifeval.score(text, None, instructions=DIGITS).value
     assert arrays["scores"][r] == pytest.approx(expect)
   assert len(set(arrays["scores"].tolist())) > 1  # not a comparison of zeros with zeros
@@ -133,8 +152,14 @@ def test_a_worker_on_an_exchange_without_weights_says_so(tmp_path, caplog):
   from prorl_jax.rollout.worker import Worker
 
   url = f"file://{tmp_path}/typo"
-  w = Worker(Exchange(url), engine=None, cache_dir=str(tmp_path / "c"), worker_id="w",
-             poll_s=0.02, pool=object())
+  w = Worker(
+    Exchange(url),
+    engine=None,
+    cache_dir=str(tmp_path / "c"),
+    worker_id="w",
+    poll_s=0.02,
+    pool=object(),
+  )
   with caplog.at_level(logging.WARNING, logger="prorl_jax.worker"):
     w.run(idle_exit_s=0.8, no_weights_warn_s=0.3)
   warnings = [r.message for r in caplog.records if "no committed weights" in r.message]

@@ -17,9 +17,22 @@ from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import Qwen2, head_weight
 from prorl_jax.tokenizer import load_tokenizer
 
-__all__ = ["Qwen2Config", "Qwen2", "load_hf", "save_hf", "forward", "hidden_states",
-           "init_params", "param_logical_axes", "param_shardings", "head_weight",
-           "load_tokenizer", "positions_from_mask", "causal_mask", "presets"]
+__all__ = [
+  "Qwen2Config",
+  "Qwen2",
+  "load_hf",
+  "save_hf",
+  "forward",
+  "hidden_states",
+  "init_params",
+  "param_logical_axes",
+  "param_shardings",
+  "head_weight",
+  "load_tokenizer",
+  "positions_from_mask",
+  "causal_mask",
+  "presets",
+]
 
 
 def positions_from_mask(mask_BxT):
@@ -38,9 +51,12 @@ def hidden_states(cfg: Qwen2Config, params, tokens_BxT, attention_mask_BxT=None,
   """Final hidden states [B, T, D] in the compute dtype."""
   if attention_mask_BxT is None:
     attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
-  h, _ = Qwen2(cfg, mesh).apply({"params": params}, tokens_BxT,
-                                positions_from_mask(attention_mask_BxT),
-                                causal_mask(attention_mask_BxT))
+  h, _ = Qwen2(cfg, mesh).apply(
+    {"params": params},
+    tokens_BxT,
+    positions_from_mask(attention_mask_BxT),
+    causal_mask(attention_mask_BxT),
+  )
   return h
 
 
@@ -66,10 +82,13 @@ def param_shardings(cfg: Qwen2Config, mesh):
   """NamedShardings for the params on `mesh` (dims a mesh axis does not divide stay whole)."""
   abstract = nn.meta.unbox(_abstract_boxed(cfg))["params"]
   return jax.tree.map(
-      lambda spec, a: jax.sharding.NamedSharding(
-          mesh, sharding.fit_spec(sharding.logical_to_spec(tuple(spec)), a.shape, mesh)),
-      param_logical_axes(cfg), abstract,
-      is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+    lambda spec, a: jax.sharding.NamedSharding(
+      mesh, sharding.fit_spec(sharding.logical_to_spec(tuple(spec)), a.shape, mesh)
+    ),
+    param_logical_axes(cfg),
+    abstract,
+    is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
+  )
 
 
 def init_params(cfg: Qwen2Config, rng, mesh=None):
@@ -82,12 +101,22 @@ def init_params(cfg: Qwen2Config, rng, mesh=None):
   return jax.jit(init, out_shardings=param_shardings(cfg, mesh))(rng)
 
 
-def load_hf(path: str, dtype: str = "float32", mesh=None, compute_dtype: str | None = None,
-            remat: str = "none", attention_impl: str = "xla"):
+def load_hf(
+  path: str,
+  dtype: str = "float32",
+  mesh=None,
+  compute_dtype: str | None = None,
+  remat: str = "none",
+  attention_impl: str = "xla",
+):
   """(cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
-  cfg = Qwen2Config.from_hf_dict(hf_weights.read_hf_config(path), param_dtype=dtype,
-                                 compute_dtype=compute_dtype or dtype, remat=remat,
-                                 attention_impl=attention_impl)
+  cfg = Qwen2Config.from_hf_dict(
+    hf_weights.read_hf_config(path),
+    param_dtype=dtype,
+    compute_dtype=compute_dtype or dtype,
+    remat=remat,
+    attention_impl=attention_impl,
+  )
   host = hf_weights.hf_to_params(cfg, hf_weights.read_tensors(path), jnp.dtype(dtype))
   if mesh is None:
     return cfg, jax.tree.map(jnp.asarray, host)
@@ -95,9 +124,16 @@ def load_hf(path: str, dtype: str = "float32", mesh=None, compute_dtype: str | N
   return cfg, jax.tree.map(lambda x, s: jax.device_put(x, s), host, shardings)
 
 
-def save_hf(cfg: Qwen2Config, params, path: str, tokenizer_dir: str | None = None,
-            dtype: str | None = None, max_shard_bytes: int = 0) -> list[str]:
+def save_hf(
+  cfg: Qwen2Config,
+  params,
+  path: str,
+  tokenizer_dir: str | None = None,
+  dtype: str | None = None,
+  max_shard_bytes: int = 0,
+) -> list[str]:
   """Writes HF-named safetensors + config.json (+ tokenizer files) that transformers loads."""
-  tensors = hf_weights.params_to_hf(cfg, jax.device_get(params),
-                                    None if dtype is None else np.dtype(jnp.dtype(dtype)))
+  tensors = hf_weights.params_to_hf(
+    cfg, jax.device_get(params), None if dtype is None else np.dtype(jnp.dtype(dtype))
+  )
   return hf_weights.write_hf_dir(cfg, tensors, path, tokenizer_dir, max_shard_bytes)

@@ -21,41 +21,55 @@ from prorl_jax.model.presets import Qwen2Config
 
 # Reshape rules, HF layout -> ours (`load`) and back (`save`). c is the Qwen2Config.
 _RULES: dict[str, tuple[Callable, Callable]] = {
-    "plain": (lambda w, c: w, lambda p, c: p),
-    "T": (lambda w, c: w.T, lambda p, c: p.T),
-    # q/k/v weight [N*Dh, D] -> kernel [D, N, Dh]
-    "qkv_w": (lambda w, c: w.T.reshape(w.shape[1], -1, c.head_dim),
-              lambda p, c: p.reshape(p.shape[0], -1).T),
-    # q/k/v bias [N*Dh] -> [N, Dh]
-    "qkv_b": (lambda w, c: w.reshape(-1, c.head_dim), lambda p, c: p.reshape(-1)),
-    # o_proj weight [D, H*Dh] -> kernel [H, Dh, D]
-    "o_w": (lambda w, c: w.T.reshape(c.num_heads, c.head_dim, -1),
-            lambda p, c: p.reshape(-1, p.shape[-1]).T),
+  "plain": (lambda w, c: w, lambda p, c: p),
+  "T": (lambda w, c: w.T, lambda p, c: p.T),
+  # q/k/v weight [N*Dh, D] -> kernel [D, N, Dh]
+  "qkv_w": (
+    lambda w, c: w.T.reshape(w.shape[1], -1, c.head_dim),
+    lambda p, c: p.reshape(p.shape[0], -1).T,
+  ),
+  # q/k/v bias [N*Dh] -> [N, Dh]
+  "qkv_b": (lambda w, c: w.reshape(-1, c.head_dim), lambda p, c: p.reshape(-1)),
+  # o_proj weight [D, H*Dh] -> kernel [H, Dh, D]
+  "o_w": (
+    lambda w, c: w.T.reshape(c.num_heads, c.head_dim, -1),
+    lambda p, c: p.reshape(-1, p.shape[-1]).T,
+  ),
 }
 
 # (HF name, param path, rule); "{i}" marks a per-layer tensor stacked on axis 0.
 TABLE: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("model.embed_tokens.weight", ("embed", "embedding"), "plain"),
-    ("model.norm.weight", ("final_norm", "scale"), "plain"),
-    ("lm_head.weight", ("lm_head",), "T"),
-    ("model.layers.{i}.input_layernorm.weight", ("layers", "input_norm", "scale"), "plain"),
-    ("model.layers.{i}.post_attention_layernorm.weight", ("layers", "post_attn_norm", "scale"),
-     "plain"),
-    ("model.layers.{i}.self_attn.q_proj.weight", ("layers", "attn", "q_proj", "kernel"), "qkv_w"),
-    ("model.layers.{i}.self_attn.q_proj.bias", ("layers", "attn", "q_proj", "bias"), "qkv_b"),
-    ("model.layers.{i}.self_attn.k_proj.weight", ("layers", "attn", "k_proj", "kernel"), "qkv_w"),
-    ("model.layers.{i}.self_attn.k_proj.bias", ("layers", "attn", "k_proj", "bias"), "qkv_b"),
-    ("model.layers.{i}.self_attn.v_proj.weight", ("layers", "attn", "v_proj", "kernel"), "qkv_w"),
-    ("model.layers.{i}.self_attn.v_proj.bias", ("layers", "attn", "v_proj", "bias"), "qkv_b"),
-    ("model.layers.{i}.self_attn.o_proj.weight", ("layers", "attn", "o_proj", "kernel"), "o_w"),
-    ("model.layers.{i}.mlp.gate_proj.weight", ("layers", "mlp", "gate_proj", "kernel"), "T"),
-    ("model.layers.{i}.mlp.up_proj.weight", ("layers", "mlp", "up_proj", "kernel"), "T"),
-    ("model.layers.{i}.mlp.down_proj.weight", ("layers", "mlp", "down_proj", "kernel"), "T"),
+  ("model.embed_tokens.weight", ("embed", "embedding"), "plain"),
+  ("model.norm.weight", ("final_norm", "scale"), "plain"),
+  ("lm_head.weight", ("lm_head",), "T"),
+  ("model.layers.{i}.input_layernorm.weight", ("layers", "input_norm", "scale"), "plain"),
+  (
+    "model.layers.{i}.post_attention_layernorm.weight",
+    ("layers", "post_attn_norm", "scale"),
+    "plain",
+  ),
+  ("model.layers.{i}.self_attn.q_proj.weight", ("layers", "attn", "q_proj", "kernel"), "qkv_w"),
+  ("model.layers.{i}.self_attn.q_proj.bias", ("layers", "attn", "q_proj", "bias"), "qkv_b"),
+  ("model.layers.{i}.self_attn.k_proj.weight", ("layers", "attn", "k_proj", "kernel"), "qkv_w"),
+  ("model.layers.{i}.self_attn.k_proj.bias", ("layers", "attn", "k_proj", "bias"), "qkv_b"),
+  ("model.layers.{i}.self_attn.v_proj.weight", ("layers", "attn", "v_proj", "kernel"), "qkv_w"),
+  ("model.layers.{i}.self_attn.v_proj.bias", ("layers", "attn", "v_proj", "bias"), "qkv_b"),
+  ("model.layers.{i}.self_attn.o_proj.weight", ("layers", "attn", "o_proj", "kernel"), "o_w"),
+  ("model.layers.{i}.mlp.gate_proj.weight", ("layers", "mlp", "gate_proj", "kernel"), "T"),
+  ("model.layers.{i}.mlp.up_proj.weight", ("layers", "mlp", "up_proj", "kernel"), "T"),
+  ("model.layers.{i}.mlp.down_proj.weight", ("layers", "mlp", "down_proj", "kernel"), "T"),
 )
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.json", "merges.txt", "chat_template.jinja", "generation_config.json",
-                   "added_tokens.json")
+TOKENIZER_FILES = (
+  "tokenizer.json",
+  "tokenizer_config.json",
+  "special_tokens_map.json",
+  "vocab.json",
+  "merges.txt",
+  "chat_template.jinja",
+  "generation_config.json",
+  "added_tokens.json",
+)
 
 _BF16_NAMES = {"bfloat16", "bf16"}
 
@@ -73,8 +87,10 @@ def _rows(cfg: Qwen2Config):
 def read_hf_config(path: str) -> dict:
   cfg_file = os.path.join(path, "config.json")
   if not os.path.isfile(cfg_file):
-    raise FileNotFoundError(f"{cfg_file} not found: model.path must be a Hugging Face model "
-                            "directory with config.json and *.safetensors")
+    raise FileNotFoundError(
+      f"{cfg_file} not found: model.path must be a Hugging Face model "
+      "directory with config.json and *.safetensors"
+    )
   with open(cfg_file) as f:
     return json.load(f)
 
@@ -88,8 +104,10 @@ def _weight_files(path: str) -> list[str]:
   single = os.path.join(path, "model.safetensors")
   if os.path.isfile(single):
     return [single]
-  raise FileNotFoundError(f"no model.safetensors or model.safetensors.index.json in {path}; "
-                          "save the model with safetensors (save_pretrained does by default)")
+  raise FileNotFoundError(
+    f"no model.safetensors or model.safetensors.index.json in {path}; "
+    "save the model with safetensors (save_pretrained does by default)"
+  )
 
 
 def read_tensors(path: str) -> dict[str, np.ndarray]:
@@ -128,8 +146,10 @@ def hf_to_params(cfg: Qwen2Config, tensors: dict[str, np.ndarray], dtype) -> dic
   if cfg.tie_word_embeddings:
     extra = [n for n in extra if n != "lm_head.weight"]
   if extra:
-    raise KeyError(f"checkpoint has tensors this Qwen2 does not use, e.g. {extra[0]}; "
-                   "is it really a Qwen2ForCausalLM?")
+    raise KeyError(
+      f"checkpoint has tensors this Qwen2 does not use, e.g. {extra[0]}; "
+      "is it really a Qwen2ForCausalLM?"
+    )
   return params
 
 
@@ -152,8 +172,13 @@ def params_to_hf(cfg: Qwen2Config, params, dtype=None) -> dict[str, np.ndarray]:
   return out
 
 
-def write_hf_dir(cfg: Qwen2Config, tensors: dict[str, np.ndarray], path: str,
-                 tokenizer_dir: str | None = None, max_shard_bytes: int = 0) -> list[str]:
+def write_hf_dir(
+  cfg: Qwen2Config,
+  tensors: dict[str, np.ndarray],
+  path: str,
+  tokenizer_dir: str | None = None,
+  max_shard_bytes: int = 0,
+) -> list[str]:
   """Writes safetensors (+ index when sharded), config.json and tokenizer files; returns names."""
   os.makedirs(path, exist_ok=True)
   names = list(tensors)
@@ -169,15 +194,17 @@ def write_hf_dir(cfg: Qwen2Config, tensors: dict[str, np.ndarray], path: str,
   written = []
   meta = {"format": "pt"}
   if len(shards) == 1:
-    safetensors.numpy.save_file({n: tensors[n] for n in shards[0]},
-                                os.path.join(path, "model.safetensors"), metadata=meta)
+    safetensors.numpy.save_file(
+      {n: tensors[n] for n in shards[0]}, os.path.join(path, "model.safetensors"), metadata=meta
+    )
     written.append("model.safetensors")
   else:
     weight_map = {}
     for k, shard in enumerate(shards):
       fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
-      safetensors.numpy.save_file({n: tensors[n] for n in shard}, os.path.join(path, fname),
-                                  metadata=meta)
+      safetensors.numpy.save_file(
+        {n: tensors[n] for n in shard}, os.path.join(path, fname), metadata=meta
+      )
       weight_map.update({n: fname for n in shard})
       written.append(fname)
     total = sum(t.nbytes for t in tensors.values())

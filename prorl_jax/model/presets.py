@@ -36,8 +36,10 @@ class Qwen2Config:
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
-      raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads="
-                       f"{self.num_kv_heads} (grouped-query attention)")
+      raise ValueError(
+        f"num_heads={self.num_heads} must be a multiple of num_kv_heads="
+        f"{self.num_kv_heads} (grouped-query attention)"
+      )
     if self.head_dim % 2:
       raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
     if self.remat not in ("none", "full", "dots"):
@@ -50,8 +52,14 @@ class Qwen2Config:
 
   @property
   def num_params(self) -> int:
-    d, f, v, h, k, dh = (self.hidden_size, self.intermediate_size, self.vocab_size,
-                         self.num_heads, self.num_kv_heads, self.head_dim)
+    d, f, v, h, k, dh = (
+      self.hidden_size,
+      self.intermediate_size,
+      self.vocab_size,
+      self.num_heads,
+      self.num_kv_heads,
+      self.head_dim,
+    )
     attn = d * h * dh + h * dh + 2 * (d * k * dh + k * dh) + h * dh * d
     layer = attn + 3 * d * f + 2 * d
     return self.num_layers * layer + v * d * (1 if self.tie_word_embeddings else 2) + d
@@ -62,9 +70,10 @@ class Qwen2Config:
     archs = d.get("architectures") or []
     if d.get("model_type") != "qwen2" or (archs and archs[0] not in SUPPORTED_ARCHITECTURES):
       raise ValueError(
-          f"unsupported architecture {archs or d.get('model_type')!r}: prorl_jax implements "
-          f"{', '.join(SUPPORTED_ARCHITECTURES)} (model_type 'qwen2'); convert the model or pick a "
-          "Qwen2-family checkpoint such as DeepSeek-R1-Distill-Qwen-1.5B")
+        f"unsupported architecture {archs or d.get('model_type')!r}: prorl_jax implements "
+        f"{', '.join(SUPPORTED_ARCHITECTURES)} (model_type 'qwen2'); convert the model or pick a "
+        "Qwen2-family checkpoint such as DeepSeek-R1-Distill-Qwen-1.5B"
+      )
     rope = d.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
@@ -81,61 +90,81 @@ class Qwen2Config:
     if isinstance(eos, list):
       eos = eos[0]
     return cls(
-        vocab_size=d["vocab_size"],
-        hidden_size=d["hidden_size"],
-        intermediate_size=d["intermediate_size"],
-        num_layers=d["num_hidden_layers"],
-        num_heads=heads,
-        num_kv_heads=d.get("num_key_value_heads", heads),
-        head_dim=d.get("head_dim") or d["hidden_size"] // heads,
-        rope_theta=float(theta),
-        rms_norm_eps=d.get("rms_norm_eps", 1e-6),
-        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-        max_position_embeddings=d.get("max_position_embeddings", 32768),
-        bos_token_id=d.get("bos_token_id"),
-        eos_token_id=eos,
-        **overrides,
+      vocab_size=d["vocab_size"],
+      hidden_size=d["hidden_size"],
+      intermediate_size=d["intermediate_size"],
+      num_layers=d["num_hidden_layers"],
+      num_heads=heads,
+      num_kv_heads=d.get("num_key_value_heads", heads),
+      head_dim=d.get("head_dim") or d["hidden_size"] // heads,
+      rope_theta=float(theta),
+      rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+      tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+      max_position_embeddings=d.get("max_position_embeddings", 32768),
+      bos_token_id=d.get("bos_token_id"),
+      eos_token_id=eos,
+      **overrides,
     )
 
   def to_hf_dict(self) -> dict[str, Any]:
     """A `config.json` that transformers and vLLM load as Qwen2ForCausalLM."""
     return {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "vocab_size": self.vocab_size,
-        "hidden_size": self.hidden_size,
-        "intermediate_size": self.intermediate_size,
-        "num_hidden_layers": self.num_layers,
-        "num_attention_heads": self.num_heads,
-        "num_key_value_heads": self.num_kv_heads,
-        "head_dim": self.head_dim,
-        "hidden_act": "silu",
-        "rope_theta": self.rope_theta,
-        "rms_norm_eps": self.rms_norm_eps,
-        "tie_word_embeddings": self.tie_word_embeddings,
-        "max_position_embeddings": self.max_position_embeddings,
-        "use_sliding_window": False,
-        "attention_dropout": 0.0,
-        "bos_token_id": self.bos_token_id,
-        "eos_token_id": self.eos_token_id,
-        "torch_dtype": self.param_dtype,
+      "architectures": ["Qwen2ForCausalLM"],
+      "model_type": "qwen2",
+      "vocab_size": self.vocab_size,
+      "hidden_size": self.hidden_size,
+      "intermediate_size": self.intermediate_size,
+      "num_hidden_layers": self.num_layers,
+      "num_attention_heads": self.num_heads,
+      "num_key_value_heads": self.num_kv_heads,
+      "head_dim": self.head_dim,
+      "hidden_act": "silu",
+      "rope_theta": self.rope_theta,
+      "rms_norm_eps": self.rms_norm_eps,
+      "tie_word_embeddings": self.tie_word_embeddings,
+      "max_position_embeddings": self.max_position_embeddings,
+      "use_sliding_window": False,
+      "attention_dropout": 0.0,
+      "bos_token_id": self.bos_token_id,
+      "eos_token_id": self.eos_token_id,
+      "torch_dtype": self.param_dtype,
     }
 
 
 def r1_distill_qwen_1p5b(**kw) -> Qwen2Config:
   """DeepSeek-R1-Distill-Qwen-1.5B's architecture (the ProRL base model)."""
   return Qwen2Config(
-      vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
-      num_kv_heads=2, head_dim=128, rope_theta=10000.0, rms_norm_eps=1e-6,
-      tie_word_embeddings=False, max_position_embeddings=131072, bos_token_id=151646,
-      eos_token_id=151643, **kw)
+    vocab_size=151936,
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_layers=28,
+    num_heads=12,
+    num_kv_heads=2,
+    head_dim=128,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+    max_position_embeddings=131072,
+    bos_token_id=151646,
+    eos_token_id=151643,
+    **kw,
+  )
 
 
 def tiny(vocab_size: int = 32, **kw) -> Qwen2Config:
   """The CPU demo's ~1M-parameter model."""
-  base = dict(vocab_size=vocab_size, hidden_size=128, intermediate_size=512, num_layers=4,
-              num_heads=4, num_kv_heads=2, head_dim=32, rope_theta=10000.0,
-              tie_word_embeddings=True, max_position_embeddings=512)
+  base = dict(
+    vocab_size=vocab_size,
+    hidden_size=128,
+    intermediate_size=512,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+    max_position_embeddings=512,
+  )
   base.update(kw)
   return Qwen2Config(**base)
 

@@ -58,6 +58,7 @@ class Linear(nn.Module):
   XLA:CPU runs the backward dots of a 2-D matmul ~1.7x faster than those of the equivalent
   3-D `dot_general` (bench/RESULTS.md), and on accelerators it is the same op.
   """
+
   out_shape: tuple[int, ...]
   in_ndim: int
   names: tuple[str, ...]  # logical axes of the kernel: in dims then out dims
@@ -67,15 +68,19 @@ class Linear(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    in_shape = x.shape[x.ndim - self.in_ndim:]
+    in_shape = x.shape[x.ndim - self.in_ndim :]
     n_in, n_out = math.prod(in_shape), math.prod(self.out_shape)
     kernel = self.param("kernel", _init(self.names), in_shape + self.out_shape, self.param_dtype)
     y = x.reshape(-1, n_in).astype(self.dtype) @ kernel.reshape(n_in, n_out).astype(self.dtype)
     if self.use_bias:
-      bias = self.param("bias", nn.with_logical_partitioning(
-          nn.initializers.zeros, self.names[self.in_ndim:]), self.out_shape, self.param_dtype)
+      bias = self.param(
+        "bias",
+        nn.with_logical_partitioning(nn.initializers.zeros, self.names[self.in_ndim :]),
+        self.out_shape,
+        self.param_dtype,
+      )
       y = y + bias.reshape(n_out).astype(self.dtype)
-    return y.reshape(x.shape[:x.ndim - self.in_ndim] + self.out_shape)
+    return y.reshape(x.shape[: x.ndim - self.in_ndim] + self.out_shape)
 
 
 def rms_norm(x, scale, eps: float, dtype):
@@ -92,8 +97,12 @@ class RMSNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-                       (x.shape[-1],), self.param_dtype)
+    scale = self.param(
+      "scale",
+      nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+      (x.shape[-1],),
+      self.param_dtype,
+    )
     return rms_norm(x, scale, self.eps, self.dtype)
 
 
@@ -107,8 +116,12 @@ def attention(q_BxTxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxTxS):
   b, t, h, dh = q_BxTxHxDh.shape
   s, k = k_BxSxKxDh.shape[1], k_BxSxKxDh.shape[2]
   g = h // k
-  q_BxKxGTxDh = (q_BxTxHxDh * jnp.asarray(dh ** -0.5, q_BxTxHxDh.dtype)).reshape(
-      b, t, k, g, dh).transpose(0, 2, 3, 1, 4).reshape(b, k, g * t, dh)
+  q_BxKxGTxDh = (
+    (q_BxTxHxDh * jnp.asarray(dh**-0.5, q_BxTxHxDh.dtype))
+    .reshape(b, t, k, g, dh)
+    .transpose(0, 2, 3, 1, 4)
+    .reshape(b, k, g * t, dh)
+  )
   k_BxKxSxDh = k_BxSxKxDh.transpose(0, 2, 1, 3)
   v_BxKxSxDh = v_BxSxKxDh.transpose(0, 2, 1, 3)
   scores = jnp.einsum("bkqd,bksd->bkqs", q_BxKxGTxDh, k_BxKxSxDh)
@@ -128,8 +141,9 @@ def fused_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask_BxTxT):
   """
   t = q_BxTxHxDh.shape[1]
   mask = mask_BxTxT | jnp.eye(t, dtype=bool)[None]
-  return jax.nn.dot_product_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask=mask[:, None],
-                                      is_causal=True, implementation="cudnn")
+  return jax.nn.dot_product_attention(
+    q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask=mask[:, None], is_causal=True, implementation="cudnn"
+  )
 
 
 class Attention(nn.Module):
@@ -150,8 +164,9 @@ class Attention(nn.Module):
     v_BxTxKxDh = proj("v_proj", k, ("kv_heads", "head_dim"))(x_BxTxD)
     q_BxTxHxDh = apply_rope(q_BxTxHxDh, cos, sin)
     k_BxTxKxDh = apply_rope(k_BxTxKxDh, cos, sin)
-    q_BxTxHxDh = sharding.constrain(q_BxTxHxDh, ("act_batch", "act_seq", "act_heads", None),
-                                    self.mesh)
+    q_BxTxHxDh = sharding.constrain(
+      q_BxTxHxDh, ("act_batch", "act_seq", "act_heads", None), self.mesh
+    )
 
     new_kv = None
     if kv is not None:
@@ -169,13 +184,14 @@ class Attention(nn.Module):
       k_BxSxKxDh, v_BxSxKxDh = k_BxTxKxDh, v_BxTxKxDh
 
     if c.attention_impl == "cudnn" and kv is None:
-      out_BxTxHxDh = fused_attention(q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt),
-                                     mask_BxTxS)
+      out_BxTxHxDh = fused_attention(
+        q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt), mask_BxTxS
+      )
     else:
-      out_BxTxHxDh = attention(q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt),
-                               mask_BxTxS)
-    out = Linear((c.hidden_size,), 2, ("heads", "head_dim", "embed"), False, pd, dt,
-                 name="o_proj")(out_BxTxHxDh)
+      out_BxTxHxDh = attention(q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt), mask_BxTxS)
+    out = Linear((c.hidden_size,), 2, ("heads", "head_dim", "embed"), False, pd, dt, name="o_proj")(
+      out_BxTxHxDh
+    )
     return out, new_kv
 
 
@@ -193,14 +209,14 @@ class MLP(nn.Module):
 
     gate = dense("gate_proj", c.intermediate_size, ("embed", "mlp"))(x_BxTxD)
     up = dense("up_proj", c.intermediate_size, ("embed", "mlp"))(x_BxTxD)
-    h_BxTxF = sharding.constrain(nn.silu(gate) * up, ("act_batch", "act_seq", "act_mlp"),
-                                 self.mesh)
+    h_BxTxF = sharding.constrain(nn.silu(gate) * up, ("act_batch", "act_seq", "act_mlp"), self.mesh)
     return dense("down_proj", c.hidden_size, ("mlp", "embed"))(h_BxTxF)
 
 
 class Block(nn.Module):
   """One decoder layer; signature shaped for nn.scan: ((x, cache of all layers), layer index,
   broadcast args...)."""
+
   cfg: Qwen2Config
   mesh: Any = None
 
@@ -211,7 +227,8 @@ class Block(nn.Module):
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
     norm = lambda name: RMSNorm(c.rms_norm_eps, pd, dt, name=name)  # noqa: E731
     attn_out, new_kv = Attention(c, self.mesh, name="attn")(
-        norm("input_norm")(x_BxTxD), cos, sin, mask_BxTxS, kv, cache_index, layer)
+      norm("input_norm")(x_BxTxD), cos, sin, mask_BxTxS, kv, cache_index, layer
+    )
     x_BxTxD = x_BxTxD + attn_out
     x_BxTxD = x_BxTxD + MLP(c, self.mesh, name="mlp")(norm("post_attn_norm")(x_BxTxD))
     x_BxTxD = sharding.constrain(x_BxTxD, ("act_batch", "act_seq", "act_embed"), self.mesh)
@@ -219,23 +236,31 @@ class Block(nn.Module):
 
 
 _REMAT_POLICIES = {
-    "full": None,  # save nothing inside a layer: least memory
-    "dots": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+  "full": None,  # save nothing inside a layer: least memory
+  "dots": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
 }
 
 
 class Qwen2(nn.Module):
   """tokens -> final hidden states [B, T, D] (compute dtype), and the updated KV cache."""
+
   cfg: Qwen2Config
   mesh: Any = None
 
   @nn.compact
-  def __call__(self, tokens_BxT, positions_BxT, mask_BxTxS, kv: KVCache | None = None,
-               cache_index=None):
+  def __call__(
+    self, tokens_BxT, positions_BxT, mask_BxTxS, kv: KVCache | None = None, cache_index=None
+  ):
     c = self.cfg
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
-    embed = nn.Embed(c.vocab_size, c.hidden_size, param_dtype=pd, dtype=dt, name="embed",
-                     embedding_init=_init(("vocab", "embed")))
+    embed = nn.Embed(
+      c.vocab_size,
+      c.hidden_size,
+      param_dtype=pd,
+      dtype=dt,
+      name="embed",
+      embedding_init=_init(("vocab", "embed")),
+    )
     x_BxTxD = embed(tokens_BxT).astype(dt)
     x_BxTxD = sharding.constrain(x_BxTxD, ("act_batch", "act_seq", "act_embed"), self.mesh)
     cos, sin = rope_tables(positions_BxT, c.head_dim, c.rope_theta)
@@ -243,11 +268,17 @@ class Qwen2(nn.Module):
     block = Block
     if c.remat != "none":
       block = nn.remat(Block, policy=_REMAT_POLICIES[c.remat], prevent_cse=False)
-    stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
-                    in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                    length=c.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+    stack = nn.scan(
+      block,
+      variable_axes={"params": 0},
+      split_rngs={"params": True},
+      in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+      length=c.num_layers,
+      metadata_params={nn.PARTITION_NAME: "layers"},
+    )
     (x_BxTxD, new_kv), _ = stack(c, self.mesh, name="layers")(
-        (x_BxTxD, kv), jnp.arange(c.num_layers), cos, sin, mask_BxTxS, cache_index)
+      (x_BxTxD, kv), jnp.arange(c.num_layers), cos, sin, mask_BxTxS, cache_index
+    )
     x_BxTxD = RMSNorm(c.rms_norm_eps, pd, dt, name="final_norm")(x_BxTxD)
     if not c.tie_word_embeddings:
       # Declared here so init creates it; applied by `head_weight` outside the module.

@@ -24,18 +24,36 @@ Verifier = Callable[..., Score]
 def _registry() -> dict[str, Verifier]:
   from prorl_jax.rewards import chain_sum, code, ifeval, math, mcq, puzzles
 
-  return {"chain_sum": chain_sum.score, "length_format": chain_sum.format_score,
-          "math": math.score, "code": code.score, "reasoning_gym": puzzles.score,
-          "ifeval": ifeval.score, "stem": mcq.score, "mcq": mcq.score}
+  return {
+    "chain_sum": chain_sum.score,
+    "length_format": chain_sum.format_score,
+    "math": math.score,
+    "code": code.score,
+    "reasoning_gym": puzzles.score,
+    "ifeval": ifeval.score,
+    "stem": mcq.score,
+    "mcq": mcq.score,
+  }
 
 
 # The ProRL data sources -> verifier; extend with data.reward_routing.
 DEFAULT_ROUTING = {
-    "deepscaler": "math", "math": "math", "aime": "math", "amc": "math",
-    "codecontests": "code", "apps": "code", "codeforces": "code", "taco": "code",
-    "primeintellect": "code", "reasoning_gym": "reasoning_gym", "ifeval": "ifeval",
-    "llama_nemotron_if": "ifeval", "scp": "stem", "gpqa": "stem",
-    "humanevalplus": "code", "livecodebench": "code",
+  "deepscaler": "math",
+  "math": "math",
+  "aime": "math",
+  "amc": "math",
+  "codecontests": "code",
+  "apps": "code",
+  "codeforces": "code",
+  "taco": "code",
+  "primeintellect": "code",
+  "reasoning_gym": "reasoning_gym",
+  "ifeval": "ifeval",
+  "llama_nemotron_if": "ifeval",
+  "scp": "stem",
+  "gpqa": "stem",
+  "humanevalplus": "code",
+  "livecodebench": "code",
 }
 
 # Verifiers whose score is a judgement in [0, 1] (reported as a mean); the others' benchmarks
@@ -57,9 +75,11 @@ def verifier_name(data_source: str, table: dict[str, str] | None = None) -> str:
   default); KeyError with one line that says what to do when there is none."""
   name = {**DEFAULT_ROUTING, **(table or {})}.get(data_source, data_source)
   if name not in _registry():
-    raise KeyError(f"no verifier for data_source {data_source!r} (verifier {name!r}); known: "
-                   f"{', '.join(verifier_names())}; add it to the reward routing table "
-                   "(data.reward_routing=source:verifier)")
+    raise KeyError(
+      f"no verifier for data_source {data_source!r} (verifier {name!r}); known: "
+      f"{', '.join(verifier_names())}; add it to the reward routing table "
+      "(data.reward_routing=source:verifier)"
+    )
   return name
 
 

@@ -21,8 +21,11 @@ def make_item(rng, min_terms: int = 3, max_terms: int = 6) -> dict:
   for x in nums[1:]:
     acc += x
     partial.append(str(acc))
-  return {"prompt": "+".join(map(str, nums)) + "=", "answer": str(acc),
-          "solution": ",".join(partial) + f"<answer>{acc}</answer>"}
+  return {
+    "prompt": "+".join(map(str, nums)) + "=",
+    "answer": str(acc),
+    "solution": ",".join(partial) + f"<answer>{acc}</answer>",
+  }
 
 
 def score(response: str, reference, **_) -> Score:

@@ -44,8 +44,9 @@ def _token_equal(got: str, want: str) -> bool:
     a, b = float(got), float(want)
   except ValueError:
     return False
-  return math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=REL_TOL,
-                                                                 abs_tol=ABS_TOL)
+  return (
+    math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+  )
 
 
 def same_stdout(got: str, want) -> bool:
@@ -97,8 +98,7 @@ def _case(spec: dict, inp, want) -> dict:
   if spec.get("fn_name"):
     args = json.loads(inp) if isinstance(inp, str) else inp
     return {"args": args if isinstance(args, list) else [args], "stdout_bytes": cap}
-  return {"stdin": inp if isinstance(inp, str) else "\n".join(map(str, inp)),
-          "stdout_bytes": cap}
+  return {"stdin": inp if isinstance(inp, str) else "\n".join(map(str, inp)), "stdout_bytes": cap}
 
 
 def _judge(spec: dict, res: sandbox.RunResult, want) -> tuple[bool, str]:
@@ -127,10 +127,12 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
       return Score(0.0, "test spec is not valid JSON", failed=True)
   if not isinstance(spec, dict) or "inputs" not in spec or "outputs" not in spec:
     return Score(0.0, "test spec needs 'inputs' and 'outputs'", failed=True)
-  if not isinstance(spec["inputs"], list) or not isinstance(spec["outputs"], list) or len(
-      spec["inputs"]) != len(spec["outputs"]):
-    return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length",
-                 failed=True)
+  if (
+    not isinstance(spec["inputs"], list)
+    or not isinstance(spec["outputs"], list)
+    or len(spec["inputs"]) != len(spec["outputs"])
+  ):
+    return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length", failed=True)
   code = extract_code(response)
   if code is None:
     return Score(0.0, "no ```python block")
@@ -141,8 +143,12 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
     return Score(0.0, "test spec has no tests", failed=True)
   cases = [_case(spec, inp, want) for inp, want in zip(spec["inputs"], spec["outputs"])]
   try:  # one sandbox for all of this response's tests; they share the time budget
-    runs = sandbox.run_cases(code, cases, timeout_s=time_budget_s,
-                             fn_name=str(spec["fn_name"]) if spec.get("fn_name") else None)
+    runs = sandbox.run_cases(
+      code,
+      cases,
+      timeout_s=time_budget_s,
+      fn_name=str(spec["fn_name"]) if spec.get("fn_name") else None,
+    )
   except sandbox.SandboxUnavailable as e:
     return Score(0.0, str(e), failed=True)
   passed, reasons = 0, []

@@ -35,7 +35,7 @@ def last_boxed(text: str) -> str | None:
     elif text[k] == "}":
       depth -= 1
       if depth == 0:
-        return text[j + 1:k]
+        return text[j + 1 : k]
     k += 1
   return None  # unbalanced: the box never closed
 

@@ -88,47 +88,54 @@ def _nth_paragraph_first_word(t: str, num: int, nth: int, word: str) -> bool:
 
 def _two_responses(t: str) -> bool:
   parts = t.split("******")
-  return len(parts) == 2 and all(p.strip() for p in parts) and (
-      parts[0].strip() != parts[1].strip())
+  return (
+    len(parts) == 2 and all(p.strip() for p in parts) and (parts[0].strip() != parts[1].strip())
+  )
 
 
 CHECKS: dict[str, Callable[..., bool]] = {
-    "words": lambda t, relation, num: _compare(len(_words(t)), relation, num),
-    "sentences": lambda t, relation, num: _compare(len(_sentences(t)), relation, num),
-    "paragraphs": lambda t, relation, num: _compare(len(_paragraphs(t)), relation, num),
-    "keywords_include": lambda t, keywords: all(
-        re.search(re.escape(k), t, re.I) for k in keywords),
-    "keywords_exclude": lambda t, keywords: not any(
-        re.search(r"\b" + re.escape(k) + r"\b", t, re.I) for k in keywords),
-    "keyword_frequency": lambda t, keyword, relation, num: _compare(
-        len(re.findall(r"\b" + re.escape(keyword) + r"\b", t, re.I)), relation, num),
-    "letter_frequency": lambda t, letter, relation, num: _compare(
-        t.lower().count(letter.lower()), relation, num),
-    "json_format": lambda t: _json(t),
-    "markdown_bullets": lambda t, num: len(re.findall(r"^\s*[*-]\s", t, re.M)) == num,
-    "sections": lambda t, splitter, num: len(
-        re.findall(r"^\s*" + re.escape(splitter) + r"\s*\d+", t, re.M)) >= num,
-    "title": lambda t: re.search(r"<<[^\n]+>>", t) is not None,
-    "lowercase": lambda t: t == t.lower() and any(c.isalpha() for c in t),
-    "uppercase": lambda t: t == t.upper() and any(c.isalpha() for c in t),
-    "capital_words": lambda t, relation, num: _compare(
-        len(re.findall(r"\b[A-Z]{2,}\b", t)), relation, num),
-    "start_with": lambda t, phrase: t.strip().lower().startswith(phrase.lower()),
-    "end_with": lambda t, phrase: t.strip().lower().endswith(phrase.lower()),
-    "no_commas": lambda t: "," not in t,
-    "quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] == '"' and t.strip()[-1] == '"',
-    "placeholders": lambda t, num: len(re.findall(r"\[[^\]]+\]", t)) >= num,
-    "postscript": lambda t, marker: re.search(
-        r"^\s*" + re.escape(marker), t, re.M | re.I) is not None,
-    "language": _language,
-    "divided_paragraphs": _divided_paragraphs,
-    "nth_paragraph_first_word": _nth_paragraph_first_word,
-    "constrained_response": lambda t: any(
-        f"My answer is {a}." in t for a in ("yes", "no", "maybe")),
-    "highlighted_sections": lambda t, num: len(
-        [h for h in re.findall(r"\*\*?([^\n*]+)\*\*?", t) if h.strip()]) >= num,
-    "two_responses": _two_responses,
-    "repeat_prompt": lambda t, prompt: t.strip().lower().startswith(prompt.strip().lower()),
+  "words": lambda t, relation, num: _compare(len(_words(t)), relation, num),
+  "sentences": lambda t, relation, num: _compare(len(_sentences(t)), relation, num),
+  "paragraphs": lambda t, relation, num: _compare(len(_paragraphs(t)), relation, num),
+  "keywords_include": lambda t, keywords: all(re.search(re.escape(k), t, re.I) for k in keywords),
+  "keywords_exclude": lambda t, keywords: not any(
+    re.search(r"\b" + re.escape(k) + r"\b", t, re.I) for k in keywords
+  ),
+  "keyword_frequency": lambda t, keyword, relation, num: _compare(
+    len(re.findall(r"\b" + re.escape(keyword) + r"\b", t, re.I)), relation, num
+  ),
+  "letter_frequency": lambda t, letter, relation, num: _compare(
+    t.lower().count(letter.lower()), relation, num
+  ),
+  "json_format": lambda t: _json(t),
+  "markdown_bullets": lambda t, num: len(re.findall(r"^\s*[*-]\s", t, re.M)) == num,
+  "sections": lambda t, splitter, num: len(
+    re.findall(r"^\s*" + re.escape(splitter) + r"\s*\d+", t, re.M)
+  )
+  >= num,
+  "title": lambda t: re.search(r"<<[^\n]+>>", t) is not None,
+  "lowercase": lambda t: t == t.lower() and any(c.isalpha() for c in t),
+  "uppercase": lambda t: t == t.upper() and any(c.isalpha() for c in t),
+  "capital_words": lambda t, relation, num: _compare(
+    len(re.findall(r"\b[A-Z]{2,}\b", t)), relation, num
+  ),
+  "start_with": lambda t, phrase: t.strip().lower().startswith(phrase.lower()),
+  "end_with": lambda t, phrase: t.strip().lower().endswith(phrase.lower()),
+  "no_commas": lambda t: "," not in t,
+  "quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] == '"' and t.strip()[-1] == '"',
+  "placeholders": lambda t, num: len(re.findall(r"\[[^\]]+\]", t)) >= num,
+  "postscript": lambda t, marker: re.search(r"^\s*" + re.escape(marker), t, re.M | re.I)
+  is not None,
+  "language": _language,
+  "divided_paragraphs": _divided_paragraphs,
+  "nth_paragraph_first_word": _nth_paragraph_first_word,
+  "constrained_response": lambda t: any(f"My answer is {a}." in t for a in ("yes", "no", "maybe")),
+  "highlighted_sections": lambda t, num: len(
+    [h for h in re.findall(r"\*\*?([^\n*]+)\*\*?", t) if h.strip()]
+  )
+  >= num,
+  "two_responses": _two_responses,
+  "repeat_prompt": lambda t, prompt: t.strip().lower().startswith(prompt.strip().lower()),
 }
 
 
@@ -154,40 +161,52 @@ def score(response: str, reference=None, *, instructions: list[dict] | None = No
 # IFEval's instruction ids (google/IFEval, Llama-Nemotron RL) -> the instruction types here,
 # with IFEval's kwargs renamed.
 IFEVAL_IDS: dict[str, tuple[str, dict[str, str]]] = {
-    "length_constraints:number_words": ("words", {"relation": "relation", "num_words": "num"}),
-    "length_constraints:number_sentences": ("sentences", {"relation": "relation",
-                                                          "num_sentences": "num"}),
-    "keywords:existence": ("keywords_include", {"keywords": "keywords"}),
-    "keywords:forbidden_words": ("keywords_exclude", {"forbidden_words": "keywords"}),
-    "keywords:frequency": ("keyword_frequency", {"keyword": "keyword", "frequency": "num",
-                                                 "relation": "relation"}),
-    "keywords:letter_frequency": ("letter_frequency", {"letter": "letter",
-                                                       "let_frequency": "num",
-                                                       "let_relation": "relation"}),
-    "detectable_format:json_format": ("json_format", {}),
-    "detectable_format:number_bullet_lists": ("markdown_bullets", {"num_bullets": "num"}),
-    "detectable_format:multiple_sections": ("sections", {"section_spliter": "splitter",
-                                                         "num_sections": "num"}),
-    "detectable_format:title": ("title", {}),
-    "change_case:english_lowercase": ("lowercase", {}),
-    "change_case:english_capital": ("uppercase", {}),
-    "change_case:capital_word_frequency": ("capital_words", {"capital_frequency": "num",
-                                                             "capital_relation": "relation"}),
-    "startend:end_checker": ("end_with", {"end_phrase": "phrase"}),
-    "startend:quotation": ("quotation", {}),
-    "punctuation:no_comma": ("no_commas", {}),
-    "detectable_content:number_placeholders": ("placeholders", {"num_placeholders": "num"}),
-    "detectable_content:postscript": ("postscript", {"postscript_marker": "marker"}),
-    "language:response_language": ("language", {"language": "language"}),
-    "length_constraints:number_paragraphs": ("divided_paragraphs", {"num_paragraphs": "num"}),
-    "length_constraints:nth_paragraph_first_word": (
-        "nth_paragraph_first_word", {"num_paragraphs": "num", "nth_paragraph": "nth",
-                                     "first_word": "word"}),
-    "detectable_format:constrained_response": ("constrained_response", {}),
-    "detectable_format:number_highlighted_sections": ("highlighted_sections",
-                                                      {"num_highlights": "num"}),
-    "combination:two_responses": ("two_responses", {}),
-    "combination:repeat_prompt": ("repeat_prompt", {"prompt_to_repeat": "prompt"}),
+  "length_constraints:number_words": ("words", {"relation": "relation", "num_words": "num"}),
+  "length_constraints:number_sentences": (
+    "sentences",
+    {"relation": "relation", "num_sentences": "num"},
+  ),
+  "keywords:existence": ("keywords_include", {"keywords": "keywords"}),
+  "keywords:forbidden_words": ("keywords_exclude", {"forbidden_words": "keywords"}),
+  "keywords:frequency": (
+    "keyword_frequency",
+    {"keyword": "keyword", "frequency": "num", "relation": "relation"},
+  ),
+  "keywords:letter_frequency": (
+    "letter_frequency",
+    {"letter": "letter", "let_frequency": "num", "let_relation": "relation"},
+  ),
+  "detectable_format:json_format": ("json_format", {}),
+  "detectable_format:number_bullet_lists": ("markdown_bullets", {"num_bullets": "num"}),
+  "detectable_format:multiple_sections": (
+    "sections",
+    {"section_spliter": "splitter", "num_sections": "num"},
+  ),
+  "detectable_format:title": ("title", {}),
+  "change_case:english_lowercase": ("lowercase", {}),
+  "change_case:english_capital": ("uppercase", {}),
+  "change_case:capital_word_frequency": (
+    "capital_words",
+    {"capital_frequency": "num", "capital_relation": "relation"},
+  ),
+  "startend:end_checker": ("end_with", {"end_phrase": "phrase"}),
+  "startend:quotation": ("quotation", {}),
+  "punctuation:no_comma": ("no_commas", {}),
+  "detectable_content:number_placeholders": ("placeholders", {"num_placeholders": "num"}),
+  "detectable_content:postscript": ("postscript", {"postscript_marker": "marker"}),
+  "language:response_language": ("language", {"language": "language"}),
+  "length_constraints:number_paragraphs": ("divided_paragraphs", {"num_paragraphs": "num"}),
+  "length_constraints:nth_paragraph_first_word": (
+    "nth_paragraph_first_word",
+    {"num_paragraphs": "num", "nth_paragraph": "nth", "first_word": "word"},
+  ),
+  "detectable_format:constrained_response": ("constrained_response", {}),
+  "detectable_format:number_highlighted_sections": (
+    "highlighted_sections",
+    {"num_highlights": "num"},
+  ),
+  "combination:two_responses": ("two_responses", {}),
+  "combination:repeat_prompt": ("repeat_prompt", {"prompt_to_repeat": "prompt"}),
 }
 
 

@@ -44,8 +44,11 @@ def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
   if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
     return Score(1.0, "correct (as written)")
   try:
-    gold = parse(ref if "\\boxed" in ref or "$" in ref else f"${ref}$",
-                 parsing_timeout=timeout_s, raise_on_error=True)
+    gold = parse(
+      ref if "\\boxed" in ref or "$" in ref else f"${ref}$",
+      parsing_timeout=timeout_s,
+      raise_on_error=True,
+    )
     if not gold:
       return Score(0.0, f"reference {ref[:50]!r} could not be parsed", failed=True)
     pred = parse(f"\\boxed{{{boxed}}}", parsing_timeout=timeout_s, raise_on_error=True)
@@ -53,8 +56,7 @@ def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
       return Score(0.0, f"answer {boxed[:50]!r} could not be parsed")
     ok = verify(gold, pred, timeout_seconds=timeout_s, raise_on_error=True)
   except errors.TimeoutException:
-    return Score(0.0, f"math-verify timed out after {timeout_s}s on {boxed[:50]!r}",
-                 failed=True)
+    return Score(0.0, f"math-verify timed out after {timeout_s}s on {boxed[:50]!r}", failed=True)
   except Exception as e:  # noqa: BLE001 - a parser/sympy blow-up is the verifier's failure
     return Score(0.0, f"math-verify error: {type(e).__name__}: {str(e)[:80]}", failed=True)
   finally:

@@ -46,8 +46,7 @@ class _Slot:
 
   def start(self):
     self.conn, child = self.ctx.Pipe()
-    self.proc = self.ctx.Process(target=_serve, args=(child, self.unsandboxed_code),
-                                 daemon=True)
+    self.proc = self.ctx.Process(target=_serve, args=(child, self.unsandboxed_code), daemon=True)
     self.proc.start()
     child.close()
 
@@ -84,15 +83,21 @@ DEFAULT_TIMEOUT_S = 30.0  # hard wall-clock kill of one verification (a code ite
 
 
 class VerifierPool:
-  def __init__(self, processes: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S,
-               routing: dict[str, str] | None = None, unsandboxed_code: bool = False):
+  def __init__(
+    self,
+    processes: int = 2,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    routing: dict[str, str] | None = None,
+    unsandboxed_code: bool = False,
+  ):
     ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
     self.slots = [_Slot(ctx, unsandboxed_code) for _ in range(processes)]
     self.timeout_s, self.routing = timeout_s, routing
     self.stats: collections.Counter = collections.Counter()
 
-  def score_many(self, jobs: list[tuple[str, str, object, dict]],
-                 routing: dict[str, str] | None = None) -> list[rewards.Score]:
+  def score_many(
+    self, jobs: list[tuple[str, str, object, dict]], routing: dict[str, str] | None = None
+  ) -> list[rewards.Score]:
     """jobs: (data_source, response, reference, meta) -> one Score each, in order."""
     table = {**(self.routing or {}), **(routing or {})}
     out: list = [None] * len(jobs)
@@ -131,15 +136,14 @@ class VerifierPool:
             except (EOFError, OSError):  # the verifier process died (e.g. killed by the OS)
               out[i] = rewards.Score(0.0, "verifier process died", failed=True)
           else:
-            out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s",
-                                   failed=True)
+            out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s", failed=True)
             self.stats[f"{domain}/timeouts"] += 1
           self.stats[f"{domain}/scored"] += 1
           if out[i].failed and "timeout" not in out[i].reason:
             self.stats[f"{domain}/errors"] += 1
           if out[i].failed and out[i].reason.startswith(("verifier timeout", "verifier process")):
             slot.kill_and_restart()
-            for rest in chunk[k + 1:]:  # the rest of the chunk goes back to the queue
+            for rest in chunk[k + 1 :]:  # the rest of the chunk goes back to the queue
               todo.put(rest)
             break
 

@@ -21,19 +21,39 @@ def make_items(task: str, *, seed: int, size: int) -> list[dict]:
   """Rows in the verl schema; `extra_info.entry` carries what the scorer needs."""
   rows = []
   for i, entry in enumerate(dataset(task, seed, size)):
-    rows.append({
-        "prompt": [{"role": "user", "content": entry["question"] +
-                    "\nGive the final answer inside <answer></answer>."}],
+    rows.append(
+      {
+        "prompt": [
+          {
+            "role": "user",
+            "content": entry["question"] + "\nGive the final answer inside <answer></answer>.",
+          }
+        ],
         "data_source": "reasoning_gym",
         "reward_model": {"ground_truth": str(entry["answer"])},
-        "extra_info": {"task": task, "seed": seed, "size": size, "index": i,
-                       "entry": json.loads(json.dumps(entry, default=str))}})
+        "extra_info": {
+          "task": task,
+          "seed": seed,
+          "size": size,
+          "index": i,
+          "entry": json.loads(json.dumps(entry, default=str)),
+        },
+      }
+    )
   return rows
 
 
-def score(response: str, reference, *, entry: dict | None = None, task: str | None = None,
-          seed: int | None = None, size: int | None = None, index: int | None = None,
-          **_) -> Score:
+def score(
+  response: str,
+  reference,
+  *,
+  entry: dict | None = None,
+  task: str | None = None,
+  seed: int | None = None,
+  size: int | None = None,
+  index: int | None = None,
+  **_,
+) -> Score:
   import reasoning_gym
 
   final = after_think(response)

@@ -51,40 +51,102 @@ from prorl_jax.rewards.sandbox_runner import RUNNER
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: "
-                "`dnf install bubblewrap`)")
-USERNS_HINT = ("enable unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`"
-               "; on Ubuntu 24.04+ also `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`)"
-               " or run the rollout worker as root")
+INSTALL_HINT = (
+  "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: "
+  "`dnf install bubblewrap`)"
+)
+USERNS_HINT = (
+  "enable unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`"
+  "; on Ubuntu 24.04+ also `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`)"
+  " or run the rollout worker as root"
+)
 
 LIMITS = {
-    "cpu_s": 5,                  # RLIMIT_CPU
-    "mem_bytes": 1 << 30,        # RLIMIT_AS, per process
-    "nproc": 32,                 # RLIMIT_NPROC, processes + threads inside this sandbox
-    "fsize_bytes": 8 << 20,      # RLIMIT_FSIZE, per file written
-    "nofile": 64,                # RLIMIT_NOFILE
-    "tmpfs_bytes": 32 << 20,     # /tmp (the work dir), all files together
-    "shm_bytes": 8 << 20,        # /dev/shm
-    "stdout_bytes": 1 << 20,     # read cap of stdout; more is an `output_overflow` failure
-    "stderr_bytes": 64 << 10,    # kept of stderr (the rest is read and dropped)
+  "cpu_s": 5,  # RLIMIT_CPU
+  "mem_bytes": 1 << 30,  # RLIMIT_AS, per process
+  "nproc": 32,  # RLIMIT_NPROC, processes + threads inside this sandbox
+  "fsize_bytes": 8 << 20,  # RLIMIT_FSIZE, per file written
+  "nofile": 64,  # RLIMIT_NOFILE
+  "tmpfs_bytes": 32 << 20,  # /tmp (the work dir), all files together
+  "shm_bytes": 8 << 20,  # /dev/shm
+  "stdout_bytes": 1 << 20,  # read cap of stdout; more is an `output_overflow` failure
+  "stderr_bytes": 64 << 10,  # kept of stderr (the rest is read and dropped)
 }
-_RLIMITS = (("RLIMIT_CPU", "cpu_s"), ("RLIMIT_AS", "mem_bytes"), ("RLIMIT_NPROC", "nproc"),
-            ("RLIMIT_FSIZE", "fsize_bytes"), ("RLIMIT_NOFILE", "nofile"))
+_RLIMITS = (
+  ("RLIMIT_CPU", "cpu_s"),
+  ("RLIMIT_AS", "mem_bytes"),
+  ("RLIMIT_NPROC", "nproc"),
+  ("RLIMIT_FSIZE", "fsize_bytes"),
+  ("RLIMIT_NOFILE", "nofile"),
+)
 
 # Syscalls a test program never needs that widen the kernel's attack surface or reach other
 # processes: refused with EPERM by a seccomp filter (the families Docker's default profile
 # denies, plus io_uring and the new mount API).
 DENIED_SYSCALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
-    "io_uring_register", "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root",
-    "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount",
-    "fspick", "mount_setattr", "open_by_handle_at", "name_to_handle_at", "fanotify_init",
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
-    "swapon", "swapoff", "acct", "quotactl", "syslog", "settimeofday", "clock_settime",
-    "clock_adjtime", "adjtimex", "iopl", "ioperm", "modify_ldt", "vm86", "vm86old", "uselib",
-    "lookup_dcookie", "personality", "mbind", "set_mempolicy", "move_pages", "sysfs", "ustat",
-    "nfsservctl", "_sysctl", "create_module", "get_kernel_syms", "query_module",
+  "ptrace",
+  "process_vm_readv",
+  "process_vm_writev",
+  "kcmp",
+  "pidfd_getfd",
+  "bpf",
+  "perf_event_open",
+  "userfaultfd",
+  "io_uring_setup",
+  "io_uring_enter",
+  "io_uring_register",
+  "keyctl",
+  "add_key",
+  "request_key",
+  "mount",
+  "umount2",
+  "pivot_root",
+  "chroot",
+  "unshare",
+  "setns",
+  "open_tree",
+  "move_mount",
+  "fsopen",
+  "fsconfig",
+  "fsmount",
+  "fspick",
+  "mount_setattr",
+  "open_by_handle_at",
+  "name_to_handle_at",
+  "fanotify_init",
+  "kexec_load",
+  "kexec_file_load",
+  "init_module",
+  "finit_module",
+  "delete_module",
+  "reboot",
+  "swapon",
+  "swapoff",
+  "acct",
+  "quotactl",
+  "syslog",
+  "settimeofday",
+  "clock_settime",
+  "clock_adjtime",
+  "adjtimex",
+  "iopl",
+  "ioperm",
+  "modify_ldt",
+  "vm86",
+  "vm86old",
+  "uselib",
+  "lookup_dcookie",
+  "personality",
+  "mbind",
+  "set_mempolicy",
+  "move_pages",
+  "sysfs",
+  "ustat",
+  "nfsservctl",
+  "_sysctl",
+  "create_module",
+  "get_kernel_syms",
+  "query_module",
 )
 LIBSECCOMP_HINT = "install libseccomp (Debian/Ubuntu: `apt-get install libseccomp2`)"
 
@@ -94,7 +156,6 @@ _UID_LOCK_DIR = "/run/prorl_sandbox"
 INNER_UID = 1000  # the uid the program sees
 
 RESULT_MARK = "\n__PRORL_RESULT__"
-
 
 
 class SandboxUnavailable(RuntimeError):
@@ -121,8 +182,10 @@ _UNSANDBOXED = {"on": False}
 def allow_unsandboxed(on: bool = True):
   """The explicit opt-out for trusted data: programs run without isolation (rlimits only)."""
   if on and not _UNSANDBOXED["on"]:
-    log.warning("!!! code rewards run WITHOUT a sandbox (unsandboxed_code is set): programs see "
-                "this machine, its files and its network; use only with trusted data")
+    log.warning(
+      "!!! code rewards run WITHOUT a sandbox (unsandboxed_code is set): programs see "
+      "this machine, its files and its network; use only with trusted data"
+    )
   _UNSANDBOXED["on"] = bool(on)
 
 
@@ -133,12 +196,16 @@ def unsandboxed() -> bool:
 @functools.lru_cache(maxsize=1)
 def python() -> str:
   """The interpreter that runs programs: $PRORL_SANDBOX_PYTHON, else the system python3."""
-  for cand in (os.environ.get("PRORL_SANDBOX_PYTHON"), "/usr/bin/python3",
-               "/usr/local/bin/python3", shutil.which("python3"), sys.executable):
+  for cand in (
+    os.environ.get("PRORL_SANDBOX_PYTHON"),
+    "/usr/bin/python3",
+    "/usr/local/bin/python3",
+    shutil.which("python3"),
+    sys.executable,
+  ):
     if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
       return cand
-  raise SandboxUnavailable("no python3 interpreter to run programs with; set "
-                           "PRORL_SANDBOX_PYTHON")
+  raise SandboxUnavailable("no python3 interpreter to run programs with; set PRORL_SANDBOX_PYTHON")
 
 
 @functools.lru_cache(maxsize=1)
@@ -152,8 +219,12 @@ def _root_fs_args() -> tuple[str, ...]:
       args += ["--ro-bind", top, top]
   exe = os.path.realpath(python())
   if not exe.startswith("/usr/"):
-    prefix = subprocess.run([exe, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    prefix = subprocess.run(
+      [exe, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"],
+      capture_output=True,
+      text=True,
+      check=True,
+    ).stdout.strip()
     args += ["--ro-bind", prefix, prefix]
   return tuple(args)
 
@@ -185,20 +256,58 @@ def _data_fd(data: bytes, name: str) -> int:
   fd = os.memfd_create(name, 0)  # not inheritable until pass_fds hands it over
   view = memoryview(data)
   while view:
-    view = view[os.write(fd, view):]
+    view = view[os.write(fd, view) :]
   os.lseek(fd, 0, os.SEEK_SET)
   return fd
 
 
 def _bwrap_argv(lim: dict, seccomp_fd: int) -> list[str]:
-  return ["bwrap", "--seccomp", str(seccomp_fd), "--unshare-all", "--unshare-user",
-          "--disable-userns", "--die-with-parent", "--new-session", "--clearenv",
-          "--uid", str(INNER_UID), "--gid", str(INNER_UID),
-          "--hostname", "sandbox", *_root_fs_args(), "--proc", "/proc", "--dev", "/dev",
-          "--size", str(int(lim["shm_bytes"])), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-          "--size", str(int(lim["tmpfs_bytes"])), "--tmpfs", "/tmp", "--remount-ro", "/",
-          "--chdir", "/tmp", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-          "--setenv", "LANG", "C.UTF-8", "--"]
+  return [
+    "bwrap",
+    "--seccomp",
+    str(seccomp_fd),
+    "--unshare-all",
+    "--unshare-user",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--clearenv",
+    "--uid",
+    str(INNER_UID),
+    "--gid",
+    str(INNER_UID),
+    "--hostname",
+    "sandbox",
+    *_root_fs_args(),
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--size",
+    str(int(lim["shm_bytes"])),
+    "--tmpfs",
+    "/dev/shm",
+    "--remount-ro",
+    "/dev",
+    "--size",
+    str(int(lim["tmpfs_bytes"])),
+    "--tmpfs",
+    "/tmp",
+    "--remount-ro",
+    "/",
+    "--chdir",
+    "/tmp",
+    "--setenv",
+    "PATH",
+    "/usr/bin:/bin",
+    "--setenv",
+    "HOME",
+    "/tmp",
+    "--setenv",
+    "LANG",
+    "C.UTF-8",
+    "--",
+  ]
 
 
 @contextlib.contextmanager
@@ -226,8 +335,14 @@ def _host_uid():
   raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use")
 
 
-def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | None = None,
-              limits: dict | None = None) -> list[RunResult]:
+def run_cases(
+  code: str,
+  cases: list[dict],
+  *,
+  timeout_s: float,
+  fn_name: str | None = None,
+  limits: dict | None = None,
+) -> list[RunResult]:
   """Runs `code` once per case in one fresh sandbox; all cases share `timeout_s` wall seconds.
 
   A case is {"stdin": str} (a stdin/stdout program) or {"args": [...]} (with `fn_name`: the
@@ -239,12 +354,25 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
     err = check()
     if err:
       raise SandboxUnavailable(err)
-  job_cases = [{"stdin": c.get("stdin", "").encode(), "args": c.get("args", []),
-                "stdout_cap": int(c.get("stdout_bytes", lim["stdout_bytes"]))} for c in cases]
+  job_cases = [
+    {
+      "stdin": c.get("stdin", "").encode(),
+      "args": c.get("args", []),
+      "stdout_cap": int(c.get("stdout_bytes", lim["stdout_bytes"])),
+    }
+    for c in cases
+  ]
   fd = _data_fd(marshal.dumps({"code": code, "fn_name": fn_name, "cases": job_cases}), "job")
-  cfg = marshal.dumps({"fd": fd, "mark": RESULT_MARK, "timeout_s": float(timeout_s),
-                       "isolated": not unsandboxed(), "stderr_cap": int(lim["stderr_bytes"]),
-                       "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS]}).hex()
+  cfg = marshal.dumps(
+    {
+      "fd": fd,
+      "mark": RESULT_MARK,
+      "timeout_s": float(timeout_s),
+      "isolated": not unsandboxed(),
+      "stderr_cap": int(lim["stderr_bytes"]),
+      "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS],
+    }
+  ).hex()
   cmd = [python(), "-I", "-S", "-c", RUNNER, cfg]
   # The runner's report: every case's output and stderr in base64, one line per case.
   report_cap = sum(4 * (c["stdout_cap"] + lim["stderr_bytes"]) // 3 + 1024 for c in job_cases)
@@ -257,31 +385,48 @@ def run_cases(code: str, cases: list[dict], *, timeout_s: float, fn_name: str | 
       sfd = _data_fd(_seccomp_filter(), "seccomp")
       try:
         with _host_uid() as uid:
-          res = _communicate(_bwrap_argv(lim, sfd) + cmd, "/", uid, (fd, sfd), timeout_s + 5.0,
-                             host_lim)
+          res = _communicate(
+            _bwrap_argv(lim, sfd) + cmd, "/", uid, (fd, sfd), timeout_s + 5.0, host_lim
+          )
       finally:
         os.close(sfd)
   finally:
     os.close(fd)
   out = []
-  for line in res.stdout.splitlines()[:len(cases)]:
+  for line in res.stdout.splitlines()[: len(cases)]:
     try:  # the runner's report is parsed strictly: a program may have tampered with it
       rc, timed_out, overflow, secs, sout, serr = line.split(" ")
-      out.append(RunResult(
+      out.append(
+        RunResult(
           base64.b64decode(sout, validate=True).decode("utf-8", "replace"),
-          base64.b64decode(serr, validate=True).decode("utf-8", "replace"), int(rc),
-          timed_out == "1", overflow == "1", float(secs)))
+          base64.b64decode(serr, validate=True).decode("utf-8", "replace"),
+          int(rc),
+          timed_out == "1",
+          overflow == "1",
+          float(secs),
+        )
+      )
     except (ValueError, binascii.Error):
       break  # a torn last line: the runner was killed mid-write
   if len(out) < len(cases) and not (out and out[-1].timed_out):
-    why = "the time budget ran out" if res.timed_out else (
-        f"the sandbox runner stopped (exit {res.returncode}): {res.stderr.strip()[-200:]}")
+    why = (
+      "the time budget ran out"
+      if res.timed_out
+      else (f"the sandbox runner stopped (exit {res.returncode}): {res.stderr.strip()[-200:]}")
+    )
     out.append(RunResult("", why, None, timed_out=res.timed_out))
   return out
 
 
-def run(code: str, *, stdin: bytes = b"", timeout_s: float, fn_name: str | None = None,
-        args: list | None = None, limits: dict | None = None) -> RunResult:
+def run(
+  code: str,
+  *,
+  stdin: bytes = b"",
+  timeout_s: float,
+  fn_name: str | None = None,
+  args: list | None = None,
+  limits: dict | None = None,
+) -> RunResult:
   """One run of `code` in a fresh sandbox (see `run_cases`)."""
   case = {"args": args or []} if fn_name else {"stdin": stdin.decode("utf-8", "replace")}
   return run_cases(code, [case], timeout_s=timeout_s, fn_name=fn_name, limits=limits)[0]
@@ -292,11 +437,22 @@ def _communicate(cmd, cwd, uid, pass_fds, timeout_s: float, lim: dict) -> RunRes
   stderr; kills it at `timeout_s` or on overflow, then waits for every holder of the pipes."""
   t0 = time.monotonic()
   ids = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
-  proc = subprocess.Popen(cmd, cwd=cwd, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True, **ids)
+  proc = subprocess.Popen(
+    cmd,
+    cwd=cwd,
+    env={},
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    pass_fds=pass_fds,
+    start_new_session=True,
+    **ids,
+  )
   out, err = bytearray(), bytearray()
-  caps = {proc.stdout.fileno(): (out, int(lim["stdout_bytes"])),
-          proc.stderr.fileno(): (err, int(lim["stderr_bytes"]))}
+  caps = {
+    proc.stdout.fileno(): (out, int(lim["stdout_bytes"])),
+    proc.stderr.fileno(): (err, int(lim["stderr_bytes"])),
+  }
   timed_out = overflow = killed = False
   sel = selectors.DefaultSelector()
   for f in (proc.stdout, proc.stderr):
@@ -334,8 +490,14 @@ def _communicate(cmd, cwd, uid, pass_fds, timeout_s: float, lim: dict) -> RunRes
     if proc.poll() is None:
       _kill(proc, uid is None)
     proc.wait()
-  return RunResult(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-                   proc.returncode, timed_out, overflow, time.monotonic() - t0)
+  return RunResult(
+    out.decode("utf-8", "replace"),
+    err.decode("utf-8", "replace"),
+    proc.returncode,
+    timed_out,
+    overflow,
+    time.monotonic() - t0,
+  )
 
 
 def _kill(proc: subprocess.Popen, group: bool):
@@ -372,15 +534,23 @@ def check() -> str | None:
   try:
     bpf = _seccomp_filter()
   except ImportError as e:
-    return (f"the code sandbox's seccomp filter needs pyseccomp ({e}): pip install "
-            "pyseccomp==0.1.2 (it is in requirements.txt)")
+    return (
+      f"the code sandbox's seccomp filter needs pyseccomp ({e}): pip install "
+      "pyseccomp==0.1.2 (it is in requirements.txt)"
+    )
   except (OSError, RuntimeError, AttributeError) as e:
     return f"the code sandbox's seccomp filter cannot be built ({e}): {LIBSECCOMP_HINT}"
   sfd = _data_fd(bpf, "seccomp")
   try:
     with _host_uid() as uid:
-      res = _communicate(_bwrap_argv(LIMITS, sfd) + [python(), "-I", "-S", "-c", _PROBE], "/",
-                         uid, (sfd,), 30.0, LIMITS)
+      res = _communicate(
+        _bwrap_argv(LIMITS, sfd) + [python(), "-I", "-S", "-c", _PROBE],
+        "/",
+        uid,
+        (sfd,),
+        30.0,
+        LIMITS,
+      )
   except (OSError, subprocess.SubprocessError, SandboxUnavailable) as e:
     return f"the bubblewrap sandbox cannot start ({e}): {INSTALL_HINT}"
   finally:

@@ -30,8 +30,10 @@ def safe_name(name, what: str = "name") -> str:
   """`name` if it is one plain path component (no '/', no '..', not absolute, no leading dot);
   raises InvalidEntry otherwise."""
   if not is_plain_name(name):
-    raise InvalidEntry(f"{what} {name!r} is not a plain file name ([A-Za-z0-9._-], no leading "
-                       "dot, at most 200 characters)")
+    raise InvalidEntry(
+      f"{what} {name!r} is not a plain file name ([A-Za-z0-9._-], no leading "
+      "dot, at most 200 characters)"
+    )
   return name
 
 
@@ -58,41 +60,56 @@ def parse_object(data: bytes) -> dict:
 
 
 def check_weights_manifest(doc: dict, version: int) -> dict:
-  require(doc.get("version") == version and _is_int(doc.get("version")),
-        f"version {doc.get('version')!r} is not {version}")
+  require(
+    doc.get("version") == version and _is_int(doc.get("version")),
+    f"version {doc.get('version')!r} is not {version}",
+  )
   require(_is_int(doc.get("step")), f"step {doc.get('step')!r} is not an integer >= 0")
   files = doc.get("files")
   require(isinstance(files, dict) and files, "files must be a non-empty object")
   for name, meta in files.items():
     safe_name(name, "weights file")
     require(name != "manifest.json", "files must not list manifest.json")
-    require(isinstance(meta, dict) and _is_int(meta.get("size"))
-          and isinstance(meta.get("sha256"), str) and bool(_SHA.fullmatch(meta["sha256"])),
-          f"file {name!r} needs an integer size >= 0 and a hex sha256")
+    require(
+      isinstance(meta, dict)
+      and _is_int(meta.get("size"))
+      and isinstance(meta.get("sha256"), str)
+      and bool(_SHA.fullmatch(meta["sha256"])),
+      f"file {name!r} needs an integer size >= 0 and a hex sha256",
+    )
   return doc
 
 
 def check_request(body: dict, rid: str) -> dict:
   require(body.get("id") == rid, f"id {body.get('id')!r} is not {rid!r}")
   prompts = body.get("prompts")
-  require(isinstance(prompts, list) and prompts and all(
-      isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompts),
-        "prompts must be a non-empty list of non-empty token-id lists")
+  require(
+    isinstance(prompts, list)
+    and prompts
+    and all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompts),
+    "prompts must be a non-empty list of non-empty token-id lists",
+  )
   require(_is_int(body.get("n"), 1), f"n {body.get('n')!r} is not an integer >= 1")
-  require(isinstance(body.get("sampling"), dict)
-        and _is_int(body["sampling"].get("max_new_tokens"), 1),
-        "sampling.max_new_tokens must be an integer >= 1")
+  require(
+    isinstance(body.get("sampling"), dict) and _is_int(body["sampling"].get("max_new_tokens"), 1),
+    "sampling.max_new_tokens must be an integer >= 1",
+  )
   for key in ("temperature", "top_p"):
     v = body["sampling"].get(key, 1.0)
     require(_is_num(v) and v >= 0, f"sampling.{key} {v!r} is not a finite number >= 0")
   meta = body.get("meta")
-  require(isinstance(meta, list) and len(meta) == len(prompts) and all(
-      isinstance(m, dict) for m in meta), "meta must be one object per prompt")
+  require(
+    isinstance(meta, list) and len(meta) == len(prompts) and all(isinstance(m, dict) for m in meta),
+    "meta must be one object per prompt",
+  )
   require(_is_int(body.get("min_version", 0)), "min_version must be an integer >= 0")
-  require(body.get("max_version") is None or _is_int(body["max_version"]),
-        "max_version must be null or an integer >= 0")
-  require(body.get("routing") is None or isinstance(body["routing"], dict),
-        "routing must be an object")
+  require(
+    body.get("max_version") is None or _is_int(body["max_version"]),
+    "max_version must be null or an integer >= 0",
+  )
+  require(
+    body.get("routing") is None or isinstance(body["routing"], dict), "routing must be an object"
+  )
   return body
 
 
@@ -110,21 +127,33 @@ def check_result_manifest(doc: dict, rid: str) -> dict:
   want_key = f"results/{rid}/data-{doc['attempt']}-{worker}.npz"
   require(doc.get("data_key") == want_key, f"data_key {doc.get('data_key')!r} is not {want_key!r}")
   require(_is_int(doc.get("size")), "size must be an integer >= 0")
-  require(isinstance(doc.get("sha256"), str) and bool(_SHA.fullmatch(doc["sha256"])),
-        "sha256 must be 64 hex digits")
+  require(
+    isinstance(doc.get("sha256"), str) and bool(_SHA.fullmatch(doc["sha256"])),
+    "sha256 must be 64 hex digits",
+  )
   require(_is_int(doc.get("policy_version")), "policy_version must be an integer >= 0")
   mm = doc.get("probe_mismatch")
-  require(mm is None or (isinstance(mm, dict) and all(_is_num(mm.get(k)) and mm[k] >= 0
-                                                    for k in ("max", "mean"))),
-        "probe_mismatch must be null or {max, mean} finite numbers >= 0")
+  require(
+    mm is None
+    or (isinstance(mm, dict) and all(_is_num(mm.get(k)) and mm[k] >= 0 for k in ("max", "mean"))),
+    "probe_mismatch must be null or {max, mean} finite numbers >= 0",
+  )
   vs = doc.get("verifier_stats", {})
-  require(isinstance(vs, dict) and all(isinstance(k, str) and _is_int(v) for k, v in vs.items()),
-        "verifier_stats must map names to integers >= 0")
+  require(
+    isinstance(vs, dict) and all(isinstance(k, str) and _is_int(v) for k, v in vs.items()),
+    "verifier_stats must map names to integers >= 0",
+  )
   return doc
 
 
-RESULT_ARRAYS = {"tokens": "i", "logprobs": "f", "lengths": "i", "stopped": "b", "scores": "f",
-                 "verifier_failed": "b"}
+RESULT_ARRAYS = {
+  "tokens": "i",
+  "logprobs": "f",
+  "lengths": "i",
+  "stopped": "b",
+  "scores": "f",
+  "verifier_failed": "b",
+}
 
 
 def check_result_arrays(arrays: dict, rows: int | None = None) -> dict:
@@ -133,11 +162,15 @@ def check_result_arrays(arrays: dict, rows: int | None = None) -> dict:
   for key, kind in RESULT_ARRAYS.items():
     a = arrays.get(key)
     require(a is not None, f"array {key!r} is missing")
-    require(a.dtype.kind == kind or (kind == "i" and a.dtype.kind == "u"),
-          f"array {key!r} has dtype {a.dtype}, want kind {kind!r}")
+    require(
+      a.dtype.kind == kind or (kind == "i" and a.dtype.kind == "u"),
+      f"array {key!r} has dtype {a.dtype}, want kind {kind!r}",
+    )
   tok, lp = arrays["tokens"], arrays["logprobs"]
-  require(tok.ndim == 2 and lp.shape == tok.shape, f"tokens {tok.shape} and logprobs {lp.shape} "
-        "must be the same [rows, slots]")
+  require(
+    tok.ndim == 2 and lp.shape == tok.shape,
+    f"tokens {tok.shape} and logprobs {lp.shape} must be the same [rows, slots]",
+  )
   r, width = tok.shape
   require(rows is None or r == rows, f"{r} rows, the request asks for {rows}")
   for key in ("lengths", "stopped", "scores", "verifier_failed"):

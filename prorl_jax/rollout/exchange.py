@@ -47,16 +47,16 @@ import numpy as np
 import tensorstore as ts
 
 from prorl_jax.rollout.entries import (
-    InvalidEntry,
-    check_lease,
-    check_request,
-    check_result_arrays,
-    check_result_manifest,
-    check_weights_manifest,
-    is_plain_name,
-    parse_object,
-    require,
-    safe_name,
+  InvalidEntry,
+  check_lease,
+  check_request,
+  check_result_arrays,
+  check_result_manifest,
+  check_weights_manifest,
+  is_plain_name,
+  parse_object,
+  require,
+  safe_name,
 )
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,9 @@ def _open_regular(path: str) -> int:
   return fd
 
 
-def _copy_hashed(src: str, dest: str, expect: tuple[int, str] | None = None
-                 ) -> tuple[int, str] | None:
+def _copy_hashed(
+  src: str, dest: str, expect: tuple[int, str] | None = None
+) -> tuple[int, str] | None:
   """Copies `src` to `dest` under a temp name and sha256s the bytes on the way; renames it into
   place (and returns (size, sha256)) only if it matches `expect`, else removes it and returns
   None. Never follows a symlink at `src`. Each chunk is hashed while it is in cache and written
@@ -154,8 +155,9 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
   one pool per process: starting threads per call cost more than hashing a small model."""
   global _POOL
   if _POOL is None:
-    _POOL = concurrent.futures.ThreadPoolExecutor(2 * (os.cpu_count() or 1),
-                                                  thread_name_prefix="exchange-io")
+    _POOL = concurrent.futures.ThreadPoolExecutor(
+      2 * (os.cpu_count() or 1), thread_name_prefix="exchange-io"
+    )
   return _POOL
 
 
@@ -195,7 +197,7 @@ class Exchange:
     self.url = url
     self.kv = open_kvstore(url)
     norm = _normalise(url)  # a local directory store: weights are copied by the kernel
-    self.local_root = norm[len("file://"):] if norm.startswith("file://") else None
+    self.local_root = norm[len("file://") :] if norm.startswith("file://") else None
     self.lease_seconds = lease_seconds
     self.stats: collections.Counter = collections.Counter()
 
@@ -210,8 +212,9 @@ class Exchange:
     return self.kv.write(key, value, if_equal=if_equal).result().generation
 
   def _list(self, prefix: str) -> list[str]:
-    rng = ts.KvStore.KeyRange(inclusive_min=prefix, exclusive_max=prefix[:-1] + chr(
-        ord(prefix[-1]) + 1))
+    rng = ts.KvStore.KeyRange(
+      inclusive_min=prefix, exclusive_max=prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    )
     return sorted(k.decode() for k in self.kv.list(rng).result())
 
   def _skip(self, what: str, key: str, why: str):
@@ -232,11 +235,16 @@ class Exchange:
     beside its copy), then writes the manifest."""
     prefix = f"weights/v{version:08d}/"
     # A fetched or published version directory has its own manifest: ours replaces it.
-    names = [n for n in sorted(os.listdir(src_dir))
-             if os.path.isfile(os.path.join(src_dir, n)) and n != "manifest.json"]
+    names = [
+      n
+      for n in sorted(os.listdir(src_dir))
+      if os.path.isfile(os.path.join(src_dir, n)) and n != "manifest.json"
+    ]
     if not names:
-      raise ValueError(f"publish_weights: {src_dir} holds no files; give it a saved model "
-                       "directory (safetensors + config.json)")
+      raise ValueError(
+        f"publish_weights: {src_dir} holds no files; give it a saved model "
+        "directory (safetensors + config.json)"
+      )
     for n in names:
       try:
         safe_name(n, "file")
@@ -258,8 +266,9 @@ class Exchange:
     if self.local_root is not None:
       # Written and renamed into place like the files (tensorstore's file store would also fsync
       # it: ~1 ms, a tenth of publishing a small model, for a marker whose files readers verify).
-      _write_file(os.path.join(self.local_root, prefix + "manifest.json"),
-                  json.dumps(manifest).encode())
+      _write_file(
+        os.path.join(self.local_root, prefix + "manifest.json"), json.dumps(manifest).encode()
+      )
     else:
       self._write(prefix + "manifest.json", json.dumps(manifest).encode())
     return manifest
@@ -269,8 +278,12 @@ class Exchange:
     out = set()
     for key in self._list("weights/"):
       parts = key.split("/")
-      if len(parts) == 3 and parts[1][:1] == "v" and parts[1][1:].isdigit() and (
-          not committed or parts[2] == "manifest.json"):
+      if (
+        len(parts) == 3
+        and parts[1][:1] == "v"
+        and parts[1][1:].isdigit()
+        and (not committed or parts[2] == "manifest.json")
+      ):
         out.add(int(parts[1][1:]))
     return sorted(out)
 
@@ -299,8 +312,10 @@ class Exchange:
     if names != set(manifest["files"]):
       return False
     got = _pool().map(lambda n: _hash_file(os.path.join(dest_dir, n)), sorted(names))
-    return all(g == (manifest["files"][n]["size"], manifest["files"][n]["sha256"])
-               for n, g in zip(sorted(names), got))
+    return all(
+      g == (manifest["files"][n]["size"], manifest["files"][n]["sha256"])
+      for n, g in zip(sorted(names), got)
+    )
 
   def fetch_weights(self, version: int, dest_dir: str) -> str | None:
     """Verified copy of version `version` in `dest_dir` (written atomically); None if corrupt.
@@ -374,8 +389,9 @@ class Exchange:
 
   def _delete_prefix(self, prefix: str):
     """Deletes every key under `prefix` (which ends with '/')."""
-    self.kv.delete_range(ts.KvStore.KeyRange(inclusive_min=prefix,
-                                             exclusive_max=prefix[:-1] + "0")).result()
+    self.kv.delete_range(
+      ts.KvStore.KeyRange(inclusive_min=prefix, exclusive_max=prefix[:-1] + "0")
+    ).result()
 
   def delete_weights(self, version: int):
     self._delete_prefix(f"weights/v{version:08d}/")
@@ -400,8 +416,9 @@ class Exchange:
     rid = safe_name(request_id or uuid.uuid4().hex, "request id")
     body = check_request(dict(request, id=rid), rid)
     raw = json.dumps(body, sort_keys=True)
-    self._write(f"requests/{rid}.json", json.dumps({"body": body, "sha256": _sha(raw.encode())
-                                                    }).encode())
+    self._write(
+      f"requests/{rid}.json", json.dumps({"body": body, "sha256": _sha(raw.encode())}).encode()
+    )
     return rid
 
   def _load_request(self, rid: str) -> dict | None:
@@ -428,7 +445,7 @@ class Exchange:
   def request_ids(self) -> list[str]:
     out = []
     for k in self._list("requests/"):
-      rid = k[len("requests/"):-len(".json")] if k.endswith(".json") else None
+      rid = k[len("requests/") : -len(".json")] if k.endswith(".json") else None
       if rid is not None and is_plain_name(rid):
         out.append(rid)
     return out
@@ -480,10 +497,14 @@ class Exchange:
 
   def heartbeat(self, claim: Claim) -> bool:
     """Renews the lease; False when it was lost (expired and taken over, or retired)."""
-    lease = {"worker": claim.worker, "attempt": claim.attempt,
-             "expires": time.time() + self.lease_seconds}
-    gen = self._write(f"leases/{claim.request_id}.json", json.dumps(lease).encode(),
-                      if_equal=claim.generation)
+    lease = {
+      "worker": claim.worker,
+      "attempt": claim.attempt,
+      "expires": time.time() + self.lease_seconds,
+    }
+    gen = self._write(
+      f"leases/{claim.request_id}.json", json.dumps(lease).encode(), if_equal=claim.generation
+    )
     if not gen:
       return False
     claim.generation = gen
@@ -496,16 +517,28 @@ class Exchange:
     rid = claim.request_id
     if not self.heartbeat(claim) or not self.has_request(rid):
       self.stats["commit_after_retire"] += 1  # retired, or taken over after our lease expired
-      log.warning("exchange: %s lost its lease on %s (retired or taken over); not committing",
-                  claim.worker, rid)
+      log.warning(
+        "exchange: %s lost its lease on %s (retired or taken over); not committing",
+        claim.worker,
+        rid,
+      )
       return False
     data = encode_arrays(arrays)
     data_key = f"results/{rid}/data-{claim.attempt}-{claim.worker}.npz"
     self._write(data_key, data)
-    manifest = dict(meta, request_id=rid, data_key=data_key, size=len(data), sha256=_sha(data),
-                    worker=claim.worker, attempt=claim.attempt, committed=time.time())
-    gen = self._write(f"results/{rid}/manifest.json", json.dumps(manifest).encode(),
-                      if_equal=_NO_VALUE)
+    manifest = dict(
+      meta,
+      request_id=rid,
+      data_key=data_key,
+      size=len(data),
+      sha256=_sha(data),
+      worker=claim.worker,
+      attempt=claim.attempt,
+      committed=time.time(),
+    )
+    gen = self._write(
+      f"results/{rid}/manifest.json", json.dumps(manifest).encode(), if_equal=_NO_VALUE
+    )
     if not gen:
       self._write(data_key, None)
       self.stats["lost_commit_race"] += 1
@@ -517,8 +550,9 @@ class Exchange:
     self._write(f"leases/{rid}.json", None)
     return True
 
-  def read_result(self, rid: str, rows: int | None = None
-                  ) -> tuple[dict, dict[str, np.ndarray]] | None:
+  def read_result(
+    self, rid: str, rows: int | None = None
+  ) -> tuple[dict, dict[str, np.ndarray]] | None:
     """(manifest, arrays) of a committed, verified result (`rows`: the rows the request asked
     for); None if absent, corrupt (skipped) or malformed (quarantined)."""
     key = f"results/{rid}/manifest.json"

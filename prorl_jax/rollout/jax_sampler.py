@@ -46,8 +46,9 @@ def filter_logits(logits_BxV, top_k: int, top_p: float):
     probs = jax.nn.softmax(sorted_l, axis=-1)
     before = jnp.cumsum(probs, axis=-1) - probs  # mass of the strictly better tokens
     drop_sorted = before >= top_p
-    drop = jnp.zeros_like(drop_sorted).at[jnp.arange(order.shape[0])[:, None], order].set(
-        drop_sorted)
+    drop = (
+      jnp.zeros_like(drop_sorted).at[jnp.arange(order.shape[0])[:, None], order].set(drop_sorted)
+    )
     logits_BxV = jnp.where(drop, -jnp.inf, logits_BxV)
   return logits_BxV
 
@@ -120,25 +121,31 @@ def prepare(cfg: Qwen2Config, params):
   a, m = lp["attn"], lp["mlp"]
   layers = []
   for i in range(cfg.num_layers):
-    layers.append({
+    layers.append(
+      {
         "input_norm": lp["input_norm"]["scale"][i].astype(dt),
-        "qkv": jnp.concatenate([a[n]["kernel"][i].reshape(d, -1)
-                                for n in ("q_proj", "k_proj", "v_proj")], axis=1).astype(dt),
-        "qkv_bias": jnp.concatenate([a[n]["bias"][i].reshape(-1)
-                                     for n in ("q_proj", "k_proj", "v_proj")]).astype(dt),
+        "qkv": jnp.concatenate(
+          [a[n]["kernel"][i].reshape(d, -1) for n in ("q_proj", "k_proj", "v_proj")], axis=1
+        ).astype(dt),
+        "qkv_bias": jnp.concatenate(
+          [a[n]["bias"][i].reshape(-1) for n in ("q_proj", "k_proj", "v_proj")]
+        ).astype(dt),
         "o": a["o_proj"]["kernel"][i].reshape(-1, d).astype(dt),
         "post_attn_norm": lp["post_attn_norm"]["scale"][i].astype(dt),
         "gate": m["gate_proj"]["kernel"][i].astype(dt),
         "up": m["up_proj"]["kernel"][i].astype(dt),
         "down": m["down_proj"]["kernel"][i].astype(dt),
-    })
-  return {"layers": tuple(layers), "embed": params["embed"]["embedding"].astype(dt),
-          "final_norm": params["final_norm"]["scale"].astype(dt),
-          "head": head_weight(cfg, params).astype(dt)}
+      }
+    )
+  return {
+    "layers": tuple(layers),
+    "embed": params["embed"]["embedding"].astype(dt),
+    "final_norm": params["final_norm"]["scale"].astype(dt),
+    "head": head_weight(cfg, params).astype(dt),
+  }
 
 
-def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, slot,
-                  valid_BxS):
+def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS):
   """One layer for one new token per row, the same math as `Qwen2` (parity-tested against the
   full forward). Keys are cached transposed so the scores are a plain [G, Dh] x [Dh, S] matmul
   per (row, kv head); the new key/value is written in place at `slot`."""
@@ -146,14 +153,17 @@ def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, 
   h, k, dh, dt = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x_BxD.dtype
   g = h // k
   qkv = rms_norm(x_BxD, w["input_norm"], cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
-  q = apply_rope(qkv[:, :h * dh].reshape(b, 1, h, dh), cos, sin)
-  q_BxKxGxDh = (q * jnp.asarray(dh ** -0.5, dt)).reshape(b, k, g, dh)
-  new_k = apply_rope(qkv[:, h * dh:(h + k) * dh].reshape(b, 1, k, dh), cos, sin)
+  q = apply_rope(qkv[:, : h * dh].reshape(b, 1, h, dh), cos, sin)
+  q_BxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(b, k, g, dh)
+  new_k = apply_rope(qkv[:, h * dh : (h + k) * dh].reshape(b, 1, k, dh), cos, sin)
   k_BxKxDhxS = jax.lax.dynamic_update_slice(
-      k_BxKxDhxS, new_k.reshape(b, k, dh, 1).astype(k_BxKxDhxS.dtype), (0, 0, 0, slot))
+    k_BxKxDhxS, new_k.reshape(b, k, dh, 1).astype(k_BxKxDhxS.dtype), (0, 0, 0, slot)
+  )
   v_BxKxSxDh = jax.lax.dynamic_update_slice(
-      v_BxKxSxDh, qkv[:, (h + k) * dh:].reshape(b, k, 1, dh).astype(v_BxKxSxDh.dtype),
-      (0, 0, slot, 0))
+    v_BxKxSxDh,
+    qkv[:, (h + k) * dh :].reshape(b, k, 1, dh).astype(v_BxKxSxDh.dtype),
+    (0, 0, slot, 0),
+  )
   scores = jnp.einsum("bkgd,bkds->bkgs", q_BxKxGxDh, k_BxKxDhxS.astype(dt)).astype(jnp.float32)
   scores = jnp.where(valid_BxS[:, None, None, :], scores, NEG_SCORE)
   probs = jax.nn.softmax(scores, axis=-1).astype(dt)
@@ -165,21 +175,39 @@ def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, 
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "sp", "pad_id"))
-def _generate(params, weights, prompt_BxP, prompt_mask_BxP, rng, *, cfg: Qwen2Config,
-              sp: SamplingParams, pad_id: int):
+def _generate(
+  params,
+  weights,
+  prompt_BxP,
+  prompt_mask_BxP,
+  rng,
+  *,
+  cfg: Qwen2Config,
+  sp: SamplingParams,
+  pad_id: int,
+):
   b, p = prompt_BxP.shape
   n = sp.max_new_tokens
   dt = jnp.dtype(cfg.compute_dtype)
   # Prefill: the model itself, over a cache of the prompt's P slots.
   cache = (jnp.zeros((cfg.num_layers, b, p, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
-  h, (k_all, v_all) = Qwen2(cfg).apply({"params": params}, prompt_BxP,
-                                       positions_from_mask(prompt_mask_BxP),
-                                       causal_mask(prompt_mask_BxP), cache, 0)
+  h, (k_all, v_all) = Qwen2(cfg).apply(
+    {"params": params},
+    prompt_BxP,
+    positions_from_mask(prompt_mask_BxP),
+    causal_mask(prompt_mask_BxP),
+    cache,
+    0,
+  )
   # Decode: one cache per layer, keys [B, K, Dh, S], values [B, K, S, Dh].
-  ks = tuple(jnp.pad(k_all[i].transpose(0, 2, 3, 1), ((0, 0), (0, 0), (0, 0), (0, n)))
-             for i in range(cfg.num_layers))
-  vs = tuple(jnp.pad(v_all[i].transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, n), (0, 0)))
-             for i in range(cfg.num_layers))
+  ks = tuple(
+    jnp.pad(k_all[i].transpose(0, 2, 3, 1), ((0, 0), (0, 0), (0, 0), (0, n)))
+    for i in range(cfg.num_layers)
+  )
+  vs = tuple(
+    jnp.pad(v_all[i].transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, n), (0, 0)))
+    for i in range(cfg.num_layers)
+  )
   key_valid_BxS = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, n)))
   next_pos_B = jnp.sum(prompt_mask_BxP, axis=-1).astype(jnp.int32)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
@@ -195,8 +223,12 @@ def _generate(params, weights, prompt_BxP, prompt_mask_BxP, rng, *, cfg: Qwen2Co
     done = done | jnp.isin(tok, stop_ids)
     return (tokens, logps, done, length), tok
 
-  out = (jnp.full((b, n), pad_id, jnp.int32), jnp.zeros((b, n), jnp.float32),
-         jnp.zeros((b,), bool), jnp.zeros((b,), jnp.int32))
+  out = (
+    jnp.full((b, n), pad_id, jnp.int32),
+    jnp.zeros((b, n), jnp.float32),
+    jnp.zeros((b,), bool),
+    jnp.zeros((b,), jnp.int32),
+  )
   rngs = jax.random.split(rng, n)
   out, tok = emit(out, h[:, -1] @ weights["head"], rngs[0], 0)
 
@@ -212,23 +244,34 @@ def _generate(params, weights, prompt_BxP, prompt_mask_BxP, rng, *, cfg: Qwen2Co
     x_BxD = weights["embed"][tok]
     new_ks, new_vs = [], []
     for layer in range(cfg.num_layers):  # unrolled: per-layer weights and caches, no slicing
-      x_BxD, kc, vc = _decode_layer(cfg, weights["layers"][layer], x_BxD, cos, sin, ks[layer],
-                                    vs[layer], slot, key_valid)
+      x_BxD, kc, vc = _decode_layer(
+        cfg, weights["layers"][layer], x_BxD, cos, sin, ks[layer], vs[layer], slot, key_valid
+      )
       new_ks.append(kc)
       new_vs.append(vc)
     x_BxD = rms_norm(x_BxD, weights["final_norm"], cfg.rms_norm_eps, dt)
     out, tok = emit(out, x_BxD @ weights["head"], rngs[i], i)
     return i + 1, tuple(new_ks), tuple(new_vs), key_valid, out, tok
 
-  _, _, _, _, out, _ = jax.lax.while_loop(cond, body,
-                                          (jnp.int32(1), ks, vs, key_valid_BxS, out, tok))
+  _, _, _, _, out, _ = jax.lax.while_loop(
+    cond, body, (jnp.int32(1), ks, vs, key_valid_BxS, out, tok)
+  )
   tokens, logps, done, length = out
   return tokens, logps, done, length
 
 
-def generate(cfg: Qwen2Config, params, prompts: list[list[int]], sp: SamplingParams, *,
-             seed: int, pad_id: int = 0, batch_multiple: int = 8, prompt_multiple: int = 32,
-             weights=None):
+def generate(
+  cfg: Qwen2Config,
+  params,
+  prompts: list[list[int]],
+  sp: SamplingParams,
+  *,
+  seed: int,
+  pad_id: int = 0,
+  batch_multiple: int = 8,
+  prompt_multiple: int = 32,
+  weights=None,
+):
   """Samples one response per prompt. Returns a dict of numpy arrays:
 
   tokens [B, N] (pad after the end), logprobs [B, N] (0 after the end), lengths [B],
@@ -243,14 +286,27 @@ def generate(cfg: Qwen2Config, params, prompts: list[list[int]], sp: SamplingPar
   toks = np.full((b, p), pad_id, np.int32)
   mask = np.zeros((b, p), np.int32)
   for i, x in enumerate(prompts):
-    toks[i, p - len(x):] = x
-    mask[i, p - len(x):] = 1
-  mask[len(prompts):, -1] = 1  # filler rows: one real token so nothing is fully masked
+    toks[i, p - len(x) :] = x
+    mask[i, p - len(x) :] = 1
+  mask[len(prompts) :, -1] = 1  # filler rows: one real token so nothing is fully masked
   if weights is None:
     weights = prepare(cfg, params)
-  tokens, logps, done, length = jax.device_get(_generate(
-      params, weights, jnp.asarray(toks), jnp.asarray(mask), jax.random.PRNGKey(seed), cfg=cfg,
-      sp=sp, pad_id=pad_id))
+  tokens, logps, done, length = jax.device_get(
+    _generate(
+      params,
+      weights,
+      jnp.asarray(toks),
+      jnp.asarray(mask),
+      jax.random.PRNGKey(seed),
+      cfg=cfg,
+      sp=sp,
+      pad_id=pad_id,
+    )
+  )
   k = len(prompts)
-  return {"tokens": tokens[:k], "logprobs": logps[:k], "lengths": length[:k],
-          "finish_reason": ["stop" if d else "length" for d in done[:k]]}
+  return {
+    "tokens": tokens[:k],
+    "logprobs": logps[:k],
+    "lengths": length[:k],
+    "finish_reason": ["stop" if d else "length" for d in done[:k]],
+  }

@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The vLLM environments `launch/vllm_env.sh gpu` and `make venv-vllm` (CPU) build, in that order.
-VLLM_VENV_PYTHONS = tuple(os.path.join(PROJECT_ROOT, d, "bin", "python")
-                          for d in (".venv-vllm-gpu", ".venv-vllm"))
+VLLM_VENV_PYTHONS = tuple(
+  os.path.join(PROJECT_ROOT, d, "bin", "python") for d in (".venv-vllm-gpu", ".venv-vllm")
+)
 SERVED_MARK = " served "  # what the worker logs after each committed request
 
 
@@ -41,23 +42,33 @@ def worker_python(engine: str, configured: str = "") -> str:
 def check_worker_python(python: str, engine: str, timeout_s: float = 600.0):
   """Raises WorkerFailure (one line, with the fix) unless `python` can import the engine."""
   module = "vllm" if engine == "vllm" else "jax"
-  fix = ("build the project's vLLM environment with `make venv-vllm` (CPU), or `pip install -r "
-         "requirements-vllm.txt` in a GPU environment, and point rollout.worker_python at its "
-         "python" if engine == "vllm" else
-         "install the project's requirements (`make venv`) or set rollout.worker_python")
+  fix = (
+    "build the project's vLLM environment with `make venv-vllm` (CPU), or `pip install -r "
+    "requirements-vllm.txt` in a GPU environment, and point rollout.worker_python at its "
+    "python"
+    if engine == "vllm"
+    else "install the project's requirements (`make venv`) or set rollout.worker_python"
+  )
   if not os.path.isfile(python) or not os.access(python, os.X_OK):
     raise WorkerFailure(f"rollout.worker_python={python!r} is not an executable Python; {fix}")
   if module == "jax" and os.path.realpath(python) == os.path.realpath(sys.executable):
     return  # the trainer's own interpreter, which runs jax already
   try:
-    res = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True,
-                         timeout=timeout_s, env=dict(os.environ, PYTHONPATH=PROJECT_ROOT))
+    res = subprocess.run(
+      [python, "-c", f"import {module}"],
+      capture_output=True,
+      text=True,
+      timeout=timeout_s,
+      env=dict(os.environ, PYTHONPATH=PROJECT_ROOT),
+    )
   except subprocess.TimeoutExpired:
     raise WorkerFailure(f"{python} took over {timeout_s:.0f}s to import {module}") from None
   if res.returncode:
     why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
-    raise WorkerFailure(f"local workers with engine={engine} need {module}, but {python} "
-                        f"cannot import it ({why}); {fix}")
+    raise WorkerFailure(
+      f"local workers with engine={engine} need {module}, but {python} "
+      f"cannot import it ({why}); {fix}"
+    )
 
 
 def _tail(path: str, start: int, lines: int = 6) -> str:
@@ -73,9 +84,17 @@ def _tail(path: str, start: int, lines: int = 6) -> str:
 class LocalWorkers:
   """Worker processes on this machine, restarted when they die, stopped on exit."""
 
-  def __init__(self, url: str, count: int, engine: str, log_dir: str,
-               unsandboxed_code: bool = False, python: str | None = None,
-               max_failures: int = 3, vllm_options: dict | None = None):
+  def __init__(
+    self,
+    url: str,
+    count: int,
+    engine: str,
+    log_dir: str,
+    unsandboxed_code: bool = False,
+    python: str | None = None,
+    max_failures: int = 3,
+    vllm_options: dict | None = None,
+  ):
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
     self.unsandboxed_code = unsandboxed_code
     self.vllm_options = vllm_options or {}
@@ -93,8 +112,11 @@ class LocalWorkers:
     return os.path.join(self.log_dir, f"worker{i}.log")
 
   def _start(self, i):
-    env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=os.pathsep.join(
-        [PROJECT_ROOT, os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+      os.environ,
+      XLA_FLAGS="",
+      PYTHONPATH=os.pathsep.join([PROJECT_ROOT, os.environ.get("PYTHONPATH", "")]),
+    )
     out = open(self._log(i), "a")
     start = out.tell()
     if i < len(self.log_start):
@@ -103,17 +125,31 @@ class LocalWorkers:
       self.log_start.append(start)
     try:
       return subprocess.Popen(
-          [self.python, "-m", "prorl_jax.rollout.worker", f"--exchange={self.url}",
-           f"--engine={self.engine}", f"--worker_id=local{i}", "--poll_seconds=0.02",
-           "--exit_with_parent",
-           f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
-           *(["--unsandboxed_code"] if self.unsandboxed_code else []),
-           *([f"--vllm_options={json.dumps(self.vllm_options)}"]
-             if self.engine == "vllm" and self.vllm_options else [])],
-          stdout=out, stderr=subprocess.STDOUT, env=env)
+        [
+          self.python,
+          "-m",
+          "prorl_jax.rollout.worker",
+          f"--exchange={self.url}",
+          f"--engine={self.engine}",
+          f"--worker_id=local{i}",
+          "--poll_seconds=0.02",
+          "--exit_with_parent",
+          f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
+          *(["--unsandboxed_code"] if self.unsandboxed_code else []),
+          *(
+            [f"--vllm_options={json.dumps(self.vllm_options)}"]
+            if self.engine == "vllm" and self.vllm_options
+            else []
+          ),
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+      )
     except OSError as e:
-      raise WorkerFailure(f"cannot start a local worker with {self.python}: {e}; set "
-                          "rollout.worker_python") from None
+      raise WorkerFailure(
+        f"cannot start a local worker with {self.python}: {e}; set rollout.worker_python"
+      ) from None
     finally:
       out.close()
 
@@ -122,13 +158,14 @@ class LocalWorkers:
     for i, p in enumerate(self.procs):
       if p.poll() is None:
         continue
-      served = SERVED_MARK in _tail(self._log(i), self.log_start[i], lines=10 ** 9)
+      served = SERVED_MARK in _tail(self._log(i), self.log_start[i], lines=10**9)
       self.failures[i] = 0 if served else self.failures[i] + 1
       if self.failures[i] >= self.max_failures:
         raise WorkerFailure(
-            f"local worker {i} exited {self.failures[i]} times in a row without serving a "
-            f"request (last exit status {p.returncode}); {self._log(i)} ends: "
-            f"{_tail(self._log(i), self.log_start[i])}")
+          f"local worker {i} exited {self.failures[i]} times in a row without serving a "
+          f"request (last exit status {p.returncode}); {self._log(i)} ends: "
+          f"{_tail(self._log(i), self.log_start[i])}"
+        )
       log.warning("local worker %d exited with %s; restarting it", i, p.returncode)
       time.sleep(min(2.0 ** self.failures[i] / 4, 2.0))  # no busy restart loop
       self.procs[i] = self._start(i)

@@ -69,8 +69,14 @@ class VllmEngine:
   def __init__(self, **llm_kwargs):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    self.llm_kwargs = dict(dtype="auto", enforce_eager="auto", seed=0, max_model_len=None,
-                           skip_tokenizer_init=True, enable_prefix_caching=True)
+    self.llm_kwargs = dict(
+      dtype="auto",
+      enforce_eager="auto",
+      seed=0,
+      max_model_len=None,
+      skip_tokenizer_init=True,
+      enable_prefix_caching=True,
+    )
     self.llm_kwargs.update(llm_kwargs)
     on_cpu = _on_cpu()
     self.llm_kwargs["enforce_eager"] = eager(self.llm_kwargs["enforce_eager"], on_cpu)
@@ -94,14 +100,19 @@ class VllmEngine:
       self._create(path)
       self.last_mismatch = self._check_probe(path)
       return
-    self.llm.collective_rpc("reload_weights", kwargs=dict(weights_path=path,
-                                                          is_checkpoint_format=True))
+    self.llm.collective_rpc(
+      "reload_weights", kwargs=dict(weights_path=path, is_checkpoint_format=True)
+    )
     self.inplace_reloads += 1
     self.path = path
     mismatch = self._check_probe(path)
     if mismatch is not None and mismatch["max"] > RELOAD_TOLERANCE:
-      log.warning("vLLM in-place reload of %s disagrees with the trainer on the probe (max "
-                  "|Δlogp| %.3g); re-creating the engine", path, mismatch["max"])
+      log.warning(
+        "vLLM in-place reload of %s disagrees with the trainer on the probe (max "
+        "|Δlogp| %.3g); re-creating the engine",
+        path,
+        mismatch["max"],
+      )
       self.close()
       self._create(path)
       self.recreated += 1
@@ -116,9 +127,11 @@ class VllmEngine:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    out = self.llm.generate([TokensPrompt(prompt_token_ids=list(tokens))],
-                            SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
-                            use_tqdm=False)
+    out = self.llm.generate(
+      [TokensPrompt(prompt_token_ids=list(tokens))],
+      SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
+      use_tqdm=False,
+    )
     plp = out[0].prompt_logprobs
     return np.asarray([plp[t][tokens[t]].logprob for t in range(1, len(tokens))], np.float32)
 
@@ -127,13 +140,20 @@ class VllmEngine:
     from vllm.inputs import TokensPrompt
 
     max_new = int(sampling["max_new_tokens"])
-    sp = SamplingParams(n=int(n), temperature=float(sampling.get("temperature", 1.0)),
-                        top_p=float(sampling.get("top_p", 1.0)),
-                        top_k=int(sampling.get("top_k", 0)) or -1, max_tokens=max_new,
-                        logprobs=0, seed=int(seed), detokenize=False,
-                        stop_token_ids=list(sampling.get("stop_token_ids") or []) or None)
-    outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp,
-                             use_tqdm=False)
+    sp = SamplingParams(
+      n=int(n),
+      temperature=float(sampling.get("temperature", 1.0)),
+      top_p=float(sampling.get("top_p", 1.0)),
+      top_k=int(sampling.get("top_k", 0)) or -1,
+      max_tokens=max_new,
+      logprobs=0,
+      seed=int(seed),
+      detokenize=False,
+      stop_token_ids=list(sampling.get("stop_token_ids") or []) or None,
+    )
+    outs = self.llm.generate(
+      [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False
+    )
     rows = len(prompts) * int(n)
     tokens = np.zeros((rows, max_new), np.int32)
     logps = np.zeros((rows, max_new), np.float32)
@@ -143,8 +163,8 @@ class VllmEngine:
     for o in outs:  # prompt-major: all n completions of prompt 0 first
       for c in o.outputs:
         ids = list(c.token_ids)[:max_new]
-        tokens[r, :len(ids)] = ids
-        logps[r, :len(ids)] = [c.logprobs[t][tok].logprob for t, tok in enumerate(ids)]
+        tokens[r, : len(ids)] = ids
+        logps[r, : len(ids)] = [c.logprobs[t][tok].logprob for t, tok in enumerate(ids)]
         lengths[r] = len(ids)
         finish.append("stop" if c.finish_reason == "stop" else "length")
         r += 1

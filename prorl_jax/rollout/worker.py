@@ -70,14 +70,17 @@ class JaxEngine:
   def generate(self, prompts, n, sampling, seed):
     from prorl_jax.rollout.jax_sampler import SamplingParams, generate
 
-    sp = SamplingParams(max_new_tokens=int(sampling["max_new_tokens"]),
-                        temperature=float(sampling.get("temperature", 1.0)),
-                        top_p=float(sampling.get("top_p", 1.0)),
-                        top_k=int(sampling.get("top_k", 0)),
-                        stop_token_ids=tuple(sampling.get("stop_token_ids") or ()))
+    sp = SamplingParams(
+      max_new_tokens=int(sampling["max_new_tokens"]),
+      temperature=float(sampling.get("temperature", 1.0)),
+      top_p=float(sampling.get("top_p", 1.0)),
+      top_k=int(sampling.get("top_k", 0)),
+      stop_token_ids=tuple(sampling.get("stop_token_ids") or ()),
+    )
     rows = [p for p in prompts for _ in range(n)]
-    return generate(self.cfg, self.params, rows, sp, seed=seed, pad_id=self.pad,
-                    weights=self.weights)
+    return generate(
+      self.cfg, self.params, rows, sp, seed=seed, pad_id=self.pad, weights=self.weights
+    )
 
 
 def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
@@ -90,23 +93,35 @@ def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
   raise ValueError(f"unknown engine {name!r}; use jax or vllm")
 
 
-def score_rows(tokenizer, out: dict, n: int, meta: list[dict], pool: VerifierPool,
-               routing: dict | None = None):
+def score_rows(
+  tokenizer, out: dict, n: int, meta: list[dict], pool: VerifierPool, routing: dict | None = None
+):
   """Decodes each response and scores it in the verifier pool: scores, failed flags, reasons."""
   jobs = []
   for r in range(len(out["lengths"])):
     m = meta[r // n]
-    text = tokenizer.decode(out["tokens"][r][:out["lengths"][r]], skip_special_tokens=False)
-    jobs.append((m.get("data_source", "length_format"), text, m.get("reference"),
-                 m.get("extra", {})))
+    text = tokenizer.decode(out["tokens"][r][: out["lengths"][r]], skip_special_tokens=False)
+    jobs.append(
+      (m.get("data_source", "length_format"), text, m.get("reference"), m.get("extra", {}))
+    )
   res = pool.score_many(jobs, routing)
-  return (np.asarray([s.value for s in res], np.float32),
-          np.asarray([s.failed for s in res], bool), [s.reason for s in res])
+  return (
+    np.asarray([s.value for s in res], np.float32),
+    np.asarray([s.failed for s in res], bool),
+    [s.reason for s in res],
+  )
 
 
 class Worker:
-  def __init__(self, exchange: Exchange, engine: Engine, cache_dir: str, worker_id: str,
-               poll_s: float = 0.2, pool: VerifierPool | None = None):
+  def __init__(
+    self,
+    exchange: Exchange,
+    engine: Engine,
+    cache_dir: str,
+    worker_id: str,
+    poll_s: float = 0.2,
+    pool: VerifierPool | None = None,
+  ):
     self.ex, self.engine, self.cache_dir, self.id = exchange, engine, cache_dir, worker_id
     self.pool = pool or VerifierPool(processes=1)
     self.poll_s = poll_s
@@ -119,8 +134,11 @@ class Worker:
 
   def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
     """Loads the newest committed version in [min_version, max_version] if it is not loaded."""
-    versions = [v for v in self.ex.weight_versions()
-                if v >= min_version and (max_version is None or v <= max_version)]
+    versions = [
+      v
+      for v in self.ex.weight_versions()
+      if v >= min_version and (max_version is None or v <= max_version)
+    ]
     if not versions or versions[-1] == self.version:
       return False
     if max_version is None and versions[-1] < self.version:
@@ -175,41 +193,60 @@ class Worker:
       sampling = dict(req["sampling"])
       if not sampling.get("stop_token_ids") and self.tokenizer.eos_token_id is not None:
         sampling["stop_token_ids"] = [self.tokenizer.eos_token_id]
-      out = self.engine.generate(req["prompts"], int(req["n"]), sampling,
-                                 int(req.get("seed", 0)))
+      out = self.engine.generate(req["prompts"], int(req["n"]), sampling, int(req.get("seed", 0)))
       t1 = time.time()
       before = dict(self.pool.stats)
-      scores, failed, reasons = score_rows(self.tokenizer, out, int(req["n"]), req["meta"],
-                                           self.pool, req.get("routing"))
+      scores, failed, reasons = score_rows(
+        self.tokenizer, out, int(req["n"]), req["meta"], self.pool, req.get("routing")
+      )
       t2 = time.time()
     finally:
       finished.set()
       beat.join()
     if lost.is_set():
-      log.warning("worker %s: lost the lease of %s; dropping the work", self.id,
-                  claim.request_id)
+      log.warning("worker %s: lost the lease of %s; dropping the work", self.id, claim.request_id)
       return False
-    arrays = {"tokens": np.asarray(out["tokens"], np.int32),
-              "logprobs": np.asarray(out["logprobs"], np.float32),
-              "lengths": np.asarray(out["lengths"], np.int32),
-              "stopped": np.asarray([f == "stop" for f in out["finish_reason"]]),
-              "scores": scores, "verifier_failed": failed}
-    meta = {"policy_version": self.version, "generate_s": t1 - t0, "score_s": t2 - t1,
-            "reasons": reasons, "tokens_generated": int(np.sum(out["lengths"])),
-            "verifier_stats": {k: v - before.get(k, 0) for k, v in self.pool.stats.items()
-                               if v - before.get(k, 0)},  # this request's counts
-            "probe_mismatch": self.mismatch}
+    arrays = {
+      "tokens": np.asarray(out["tokens"], np.int32),
+      "logprobs": np.asarray(out["logprobs"], np.float32),
+      "lengths": np.asarray(out["lengths"], np.int32),
+      "stopped": np.asarray([f == "stop" for f in out["finish_reason"]]),
+      "scores": scores,
+      "verifier_failed": failed,
+    }
+    meta = {
+      "policy_version": self.version,
+      "generate_s": t1 - t0,
+      "score_s": t2 - t1,
+      "reasons": reasons,
+      "tokens_generated": int(np.sum(out["lengths"])),
+      "verifier_stats": {
+        k: v - before.get(k, 0) for k, v in self.pool.stats.items() if v - before.get(k, 0)
+      },  # this request's counts
+      "probe_mismatch": self.mismatch,
+    }
     committed = self.ex.commit_result(claim, arrays, meta)
-    log.info("worker %s served %s: %d prompts x %d, %d tokens in %.2fs (weights v%d)", self.id,
-             claim.request_id, len(req["prompts"]), int(req["n"]), meta["tokens_generated"],
-             t2 - t0, self.version)
+    log.info(
+      "worker %s served %s: %d prompts x %d, %d tokens in %.2fs (weights v%d)",
+      self.id,
+      claim.request_id,
+      len(req["prompts"]),
+      int(req["n"]),
+      meta["tokens_generated"],
+      t2 - t0,
+      self.version,
+    )
     return committed
 
   def _orphaned(self) -> bool:
     return self.parent_pid is not None and os.getppid() != self.parent_pid
 
-  def run(self, max_requests: int | None = None, idle_exit_s: float | None = None,
-          no_weights_warn_s: float = 60.0):
+  def run(
+    self,
+    max_requests: int | None = None,
+    idle_exit_s: float | None = None,
+    no_weights_warn_s: float = 60.0,
+  ):
     idle_since = time.time()
     backoff = self.poll_s
     next_warning = time.time() + no_weights_warn_s
@@ -219,9 +256,13 @@ class Worker:
         return
       self.maybe_reload()
       if self.version < 0 and time.time() >= next_warning:
-        log.warning("worker %s: no committed weights on %s after %.0fs; is --exchange the "
-                    "trainer's rollout.exchange (default RUN_DIR/exchange)?", self.id,
-                    self.ex.url, time.time() - idle_since)
+        log.warning(
+          "worker %s: no committed weights on %s after %.0fs; is --exchange the "
+          "trainer's rollout.exchange (default RUN_DIR/exchange)?",
+          self.id,
+          self.ex.url,
+          time.time() - idle_since,
+        )
         next_warning = time.time() + no_weights_warn_s
       claim = self.ex.claim(self.id) if self.version >= 0 else None
       if claim is None:
@@ -257,15 +298,28 @@ def main(argv=None):
   ap.add_argument("--max_requests", type=int, default=None)
   ap.add_argument("--idle_exit_seconds", type=float, default=None)
   ap.add_argument("--verifier_processes", type=int, default=1)
-  ap.add_argument("--verifier_timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                  help="hard wall-clock kill of one verification, seconds")
-  ap.add_argument("--unsandboxed_code", action="store_true",
-                  help="run code rewards WITHOUT the bubblewrap sandbox (trusted data only)")
-  ap.add_argument("--vllm_options", default="{}",
-                  help="JSON object of vLLM engine options (gpu_memory_utilization, "
-                  "tensor_parallel_size, max_num_seqs, enable_prefix_caching, enforce_eager)")
-  ap.add_argument("--exit_with_parent", action="store_true",
-                  help="stop when the process that started this worker dies (local workers)")
+  ap.add_argument(
+    "--verifier_timeout",
+    type=float,
+    default=DEFAULT_TIMEOUT_S,
+    help="hard wall-clock kill of one verification, seconds",
+  )
+  ap.add_argument(
+    "--unsandboxed_code",
+    action="store_true",
+    help="run code rewards WITHOUT the bubblewrap sandbox (trusted data only)",
+  )
+  ap.add_argument(
+    "--vllm_options",
+    default="{}",
+    help="JSON object of vLLM engine options (gpu_memory_utilization, "
+    "tensor_parallel_size, max_num_seqs, enable_prefix_caching, enforce_eager)",
+  )
+  ap.add_argument(
+    "--exit_with_parent",
+    action="store_true",
+    help="stop when the process that started this worker dies (local workers)",
+  )
   args = ap.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   wid = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -283,12 +337,19 @@ def main(argv=None):
   sandbox.allow_unsandboxed(args.unsandboxed_code)
   line = sandbox.describe()
   (log.warning if args.unsandboxed_code or "unavailable" in line else log.info)(
-      "worker %s: %s", wid, line)
-  pool = VerifierPool(args.verifier_processes, args.verifier_timeout,
-                      unsandboxed_code=args.unsandboxed_code)
-  worker = Worker(Exchange(args.exchange, args.lease_seconds),
-                  make_engine(args.engine, vllm_options), cache,
-                  wid, args.poll_seconds, pool)
+    "worker %s: %s", wid, line
+  )
+  pool = VerifierPool(
+    args.verifier_processes, args.verifier_timeout, unsandboxed_code=args.unsandboxed_code
+  )
+  worker = Worker(
+    Exchange(args.exchange, args.lease_seconds),
+    make_engine(args.engine, vllm_options),
+    cache,
+    wid,
+    args.poll_seconds,
+    pool,
+  )
   if args.exit_with_parent:
     worker.parent_pid = os.getppid()
   signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
