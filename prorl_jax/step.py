@@ -35,6 +35,24 @@ def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
   return 0 <= version - policy_version <= max_staleness
 
 
+def note_probe_mismatch(manifest: dict, budget: float, stats: dict) -> None:
+  """Records a result's engine/trainer probe mismatch in `stats`; past `budget` (> 0) the run
+  stops with one line (WorkerFailure)."""
+  from prorl_jax.rollout.local import WorkerFailure
+
+  mm = manifest.get("probe_mismatch") or {}
+  if not mm:
+    return
+  stats["mismatch/probe_max"] = max(stats.get("mismatch/probe_max", 0.0), mm["max"])
+  stats["mismatch/probe_mean"] = mm["mean"]
+  if budget and mm["max"] > budget:
+    raise WorkerFailure(
+      f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
+      f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
+      f"v{manifest['policy_version']}); check the engine's dtype and weight loading"
+    )
+
+
 def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   """Fills one step's batch of informative groups (dynamic sampling with refill)."""
   c = run.cfg
@@ -86,17 +104,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
       if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
         stale["dropped"] += 1  # never train on results beyond the staleness bound
         continue
-      mm = manifest.get("probe_mismatch") or {}
-      if mm:
-        stale["mismatch/probe_max"] = max(stale.get("mismatch/probe_max", 0.0), mm["max"])
-        stale["mismatch/probe_mean"] = mm["mean"]
-        budget = c.rollout.max_probe_mismatch
-        if budget and mm["max"] > budget:
-          raise RuntimeError(
-            f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
-            f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
-            f"v{manifest['policy_version']}); check the engine's dtype and weight loading"
-          )
+      note_probe_mismatch(manifest, c.rollout.max_probe_mismatch, stale)
       for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
         stale["verifier/" + k] = stale.get("verifier/" + k, 0) + v
       for g in rl_step.results_to_groups(body, manifest, arrays):

@@ -90,7 +90,7 @@ def test_demo_smoke_raises_training_reward(tmp_path, base):
   """A shortened demo (every component on, a higher learning rate): training reward must rise.
   Seeded end to end, so the numbers are the same on every run of this machine."""
   run_dir = str(tmp_path / "smoke")
-  finish(
+  out = finish(
     start(
       run_dir,
       base,
@@ -101,9 +101,26 @@ def test_demo_smoke_raises_training_reward(tmp_path, base):
         "rollout.micro_batch_size": 32,
         "optim.lr": 3e-4,
         "checkpoint.every": 0,
+        "eval.every": 12,  # in-loop validation at the start, at step 12 and at the end
+        "eval.heldout": 64,
+        "eval.samples": 2,
+        "eval.pass_k": "1,2",
       },
     )
   )
+  vals = [r for r in metrics(run_dir) if r.get("event") in ("validation", "final")]
+  assert [r["step"] for r in vals] == [0, 12, 24, 24]
+  assert all(0 <= r["val/pass@1"] <= r["val/pass@2"] <= 1 for r in vals)
+  printed = [ln for ln in out.splitlines() if ln.startswith("validation at step")]
+  assert [ln.split(":")[0] for ln in printed] == [
+    "validation at step 0",
+    "validation at step 12",
+    "validation at step 24",
+  ]
+  assert f"pass@1 {vals[1]['val/pass@1']:.4f}" in printed[1]
+  summary = json.load(open(os.path.join(run_dir, "summary.json")))
+  assert summary["pass@1_start"] == vals[0]["val/pass@1"]
+  assert summary["pass@1_end"] == vals[-1]["val/pass@1"]
   rows = [r for r in metrics(run_dir) if "reward/raw_mean" in r]
   first = np.mean([r["reward/raw_mean"] for r in rows[:8]])
   last = np.mean([r["reward/raw_mean"] for r in rows[-8:]])

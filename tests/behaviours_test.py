@@ -1,0 +1,186 @@
+"""Behaviours of the loop checked by hand: the train-batch layout, the KL-spike and
+validation-stall resets, the probe-mismatch stop, reward-side KL, epochs, the entropy bonus,
+sampler top-k and the attention-implementation choice."""
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prorl_jax import config as config_lib
+from prorl_jax import losses, rl_step, step, train
+from prorl_jax.model import init_params, presets
+from prorl_jax.rollout.jax_sampler import SamplingParams, generate
+from prorl_jax.rollout.local import WorkerFailure
+
+
+def test_train_batch_layout_by_hand():
+  g = {
+    "prompt_ids": np.array([7, 8, 9]),
+    "lengths": np.array([2, 4]),
+    "tokens": np.array([[11, 12, 0, 0], [21, 22, 23, 24]]),
+    "gen_logp": np.array([[-0.1, -0.2, 0, 0], [-1.0, -2.0, -3.0, -4.0]], np.float32),
+  }
+  b = rl_step.build_batch([g], prompt_len=4, response_len=4, pad_id=0, rows=3)
+  # prompt left-padded into 4 slots, response right-padded; the third row is empty padding
+  assert b["tokens"].tolist() == [
+    [0, 7, 8, 9, 11, 12, 0, 0],
+    [0, 7, 8, 9, 21, 22, 23, 24],
+    [0, 0, 0, 0, 0, 0, 0, 0],
+  ]
+  assert b["attn_mask"].tolist() == [
+    [0, 1, 1, 1, 1, 1, 0, 0],
+    [0, 1, 1, 1, 1, 1, 1, 1],
+    [0, 0, 0, 1, 0, 0, 0, 0],  # an empty row sees one token (a finite softmax), never trained
+  ]
+  assert b["loss_mask"].tolist() == [[0, 0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1], [0] * 8]
+  # the engine's log-prob of token t sits at t (the position that token occupies)
+  np.testing.assert_allclose(b["gen_logp"][0], [0, 0, 0, 0, -0.1, -0.2, 0, 0])
+  np.testing.assert_allclose(b["gen_logp"][1, 4:], [-1, -2, -3, -4])
+
+
+def _run(**algo):
+  cfg = config_lib.base_config()
+  cfg.algo.ref_reset_every = 0
+  for k, v in algo.items():
+    cfg.algo[k] = v
+  return types.SimpleNamespace(cfg=cfg, host={"kl_history": [], "val_history": []})
+
+
+def test_kl_spike_reset():
+  run = _run(ref_reset_kl_spike=0.5)
+  run.host["kl_history"] = [0.1, 0.4]
+  assert train.reset_due(run, 7) is None
+  run.host["kl_history"].append(0.6)
+  assert train.reset_due(run, 8) == "kl_spike"
+  assert train.reset_due(_run(ref_reset_every=4), 8) == "schedule"
+
+
+def test_validation_stall_reset():
+  run = _run(ref_reset_stall_evals=2)
+  run.host["val_history"] = [0.30, 0.35, 0.36]  # still improving
+  assert train.reset_due(run, 1) is None
+  run.host["val_history"] = [0.30, 0.40, 0.38, 0.39]  # two validations below the best 0.40
+  assert train.reset_due(run, 1) == "validation_stall"
+  assert run.host["val_history"] == [0.39]  # a fresh start for the next stall count
+
+
+def test_probe_mismatch_stops_the_run_in_one_line():
+  stats = {}
+  m = {"probe_mismatch": {"max": 0.02, "mean": 0.01}, "worker": "w1", "policy_version": 3}
+  step.note_probe_mismatch(m, 0.05, stats)
+  assert stats == {"mismatch/probe_max": 0.02, "mismatch/probe_mean": 0.01}
+  m["probe_mismatch"] = {"max": 0.3, "mean": 0.1}
+  with pytest.raises(
+    WorkerFailure,
+    match=r"mismatch 0.3 on the probe exceeds "
+    r"rollout.max_probe_mismatch=0.05 \(worker w1, weights v3\)",
+  ):
+    step.note_probe_mismatch(m, 0.05, stats)
+  step.note_probe_mismatch(m, 0.0, stats)  # 0 = off: recorded, never fatal
+  assert stats["mismatch/probe_max"] == 0.3
+
+
+def test_kl_in_reward_puts_minus_beta_k1_into_the_returns():
+  # one prompt, 2 responses of 3 tokens; reinforce_pp: r_t = s·1[last] − β·kl_t, G_t = Σ_{u≥t}
+  scores = np.array([[1.0, 0.0]])
+  mask = np.ones((2, 3), np.float32)
+  kl = np.array([[0.1, 0.2, 0.3], [0.0, 0.5, 0.0]], np.float32)
+  adv = rl_step.token_advantages("reinforce_pp", scores, mask, kl_BxT=kl, kl_coef=0.5)
+  g = np.array([[1 - 0.5 * 0.6, 1 - 0.5 * 0.5, 1 - 0.5 * 0.3], [-0.25, -0.25, 0.0]])
+  want = (g - g.mean()) / np.sqrt(g.var() + 1e-8)
+  np.testing.assert_allclose(np.asarray(adv), want, rtol=1e-5, atol=1e-5)
+  no_kl = rl_step.token_advantages("reinforce_pp", scores, mask, kl_BxT=kl, kl_coef=0.0)
+  assert not np.allclose(np.asarray(no_kl), want)
+
+
+def test_entropy_bonus_by_hand():
+  logp = jnp.zeros((1, 2))
+  ent = jnp.array([[1.0, 3.0]])
+  mask = jnp.ones((1, 2))
+  kw = dict(clip_low=0.2, clip_high=0.28, agg="token-mean")
+  base, _ = losses.rl_loss(logp, ent, logp, logp, jnp.zeros((1, 2)), mask, **kw)
+  bonus, m = losses.rl_loss(logp, ent, logp, logp, jnp.zeros((1, 2)), mask, entropy_coef=0.1, **kw)
+  assert float(base) == 0.0 and float(bonus) == pytest.approx(-0.1 * 2.0)
+  assert float(m["actor/entropy"]) == pytest.approx(2.0)
+
+
+def test_epochs_repeat_every_mini_batch_update():
+  calls = []
+
+  def train_step(state, batch):
+    calls.append(int(np.asarray(batch["tokens"]).sum()))
+    return state, {"actor/loss": 0.0}
+
+  def logprobs(params, inputs):
+    t = np.asarray(inputs["tokens"])
+    return np.full(t.shape, -1.0, np.float32), np.ones(t.shape, np.float32)
+
+  cfg = config_lib.base_config()
+  cfg.rollout.n, cfg.rollout.mini_batch_prompts = 2, 1
+  cfg.rollout.max_prompt_len, cfg.rollout.max_response_len = 16, 16
+  cfg.algo.epochs = 3
+  groups = [
+    {
+      "prompt_ids": np.array([1, 2]),
+      "lengths": np.array([2, 3]),
+      "tokens": np.array([[3, 4, 0], [5, 6, 7]]) + i,
+      "gen_logp": np.zeros((2, 3), np.float32),
+      "stopped": np.array([True, True]),
+      "raw_scores": np.array([1.0, 0.0]),
+    }
+    for i in range(2)
+  ]
+  from prorl_jax.shaping import LengthPenaltySchedule
+
+  run = types.SimpleNamespace(
+    cfg=cfg,
+    pad_id=0,
+    rows=2,
+    batch_shardings=None,
+    train_step=train_step,
+    logprobs=logprobs,
+    state=types.SimpleNamespace(params=None, ref_params=None),
+    schedule=LengthPenaltySchedule("off"),
+    host={"lp": LengthPenaltySchedule("off").init_state()},
+  )
+  import prorl_jax.dist as dist
+
+  orig = dist.global_batch
+  dist.global_batch = lambda tree, shardings: tree
+  try:
+    metrics = step.update(run, groups, 1)
+  finally:
+    dist.global_batch = orig
+  assert len(calls) == 3 * 2 and metrics["actor/updates"] == 6
+  assert calls[:2] == calls[2:4] == calls[4:]  # each epoch sees the same mini-batches
+
+
+def test_sampler_top_k_1_is_greedy():
+  cfg = presets.tiny(vocab_size=32)
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  prompts = [[1, 5, 6], [2, 9]]
+  greedy = generate(cfg, params, prompts, SamplingParams(max_new_tokens=6, temperature=0.0), seed=0)
+  for seed in range(3):
+    top1 = generate(
+      cfg, params, prompts, SamplingParams(max_new_tokens=6, temperature=1.0, top_k=1), seed=seed
+    )
+    assert np.array_equal(top1["tokens"], greedy["tokens"])
+  wide = [
+    generate(
+      cfg, params, prompts, SamplingParams(max_new_tokens=6, temperature=1.0, top_k=0), seed=s
+    )["tokens"]
+    for s in range(3)
+  ]
+  assert any(not np.array_equal(w, greedy["tokens"]) for w in wide)  # top-k off does sample
+
+
+def test_attention_implementation_choice():
+  mc = types.SimpleNamespace(attention_impl="auto", compute_dtype="bfloat16")
+  assert train.attention_impl(mc) == ("cudnn" if jax.default_backend() == "gpu" else "xla")
+  mc.compute_dtype = "float32"
+  assert train.attention_impl(mc) == "xla"  # no fused float32 kernel
+  mc.attention_impl = "cudnn"
+  assert train.attention_impl(mc) == "cudnn"  # explicit wins
