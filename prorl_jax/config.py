@@ -319,13 +319,13 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       "data.val_suite (a prepare --suite output) and data.val_benchmarks (its benchmarks "
       "to validate on) go together"
     )
-  ks = [s for s in str(cfg.eval.pass_k).split(",") if s.strip()]
-  if not ks or not all(s.strip().isdigit() and 1 <= int(s) <= cfg.eval.samples for s in ks):
+  ks = items(str(cfg.eval.pass_k))
+  if not ks or not all(s.isdigit() and 1 <= int(s) <= cfg.eval.samples for s in ks):
     _fail(
       f"eval.pass_k must be comma-separated integers in [1, eval.samples={cfg.eval.samples}], "
       f"got {cfg.eval.pass_k!r}"
     )
-  for pair in [p for p in cfg.data.reward_routing.split(",") if p.strip()]:
+  for pair in items(cfg.data.reward_routing):
     if pair.count(":") != 1 or not all(s.strip() for s in pair.split(":")):
       _fail(f"data.reward_routing entries must look like source:verifier, got {pair!r}")
     if pair.split(":")[1].strip() not in rewards.verifier_names():
@@ -432,6 +432,24 @@ def _check_keys(known, cfg, prefix):
       if not isinstance(cfg[key], ConfigDict):
         _fail(f"{prefix}{key} must be a section, got {cfg[key]!r}")
       _check_keys(known[key], cfg[key], f"{prefix}{key}.")
+
+
+def items(value: str) -> list[str]:
+  """The one parser of comma-separated keys (data.train_files, eval.pass_k, ...): stripped,
+  empty entries dropped."""
+  return [x.strip() for x in str(value).split(",") if x.strip()]
+
+
+def pass_ks(cfg) -> list[int]:
+  """eval.pass_k as integers (validated by `validate`)."""
+  return [int(k) for k in items(cfg.eval.pass_k)]
+
+
+def routing_table(cfg) -> dict[str, str]:
+  """data.reward_routing as {data_source: verifier} (validated by `validate`)."""
+  return dict(
+    (k.strip(), v.strip()) for k, v in (p.split(":") for p in items(cfg.data.reward_routing))
+  )
 
 
 def vllm_options(cfg) -> dict:

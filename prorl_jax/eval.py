@@ -235,7 +235,7 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
   if not os.path.isfile(os.path.join(checkpoint, "config.json")):
     raise config_lib.ConfigError(f"--checkpoint={checkpoint!r} is not a HF model directory")
   tok = load_tokenizer(checkpoint)
-  from prorl_jax.sources import routing_table, sources_for
+  from prorl_jax.sources import sources_for
 
   _, items = sources_for(cfg, tok)  # the trainer's own held-out set
   if not items:
@@ -270,8 +270,8 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
         samples=cfg.eval.samples,
         sampling=sampling,
         version=0,
-        ks=[int(k) for k in str(cfg.eval.pass_k).split(",") if k.strip()],
-        routing=routing_table(cfg),
+        ks=config_lib.pass_ks(cfg),
+        routing=config_lib.routing_table(cfg),
         timeout_s=cfg.rollout.timeout_s,
         tag="eval",
         seed=cfg.seed,
@@ -345,7 +345,7 @@ def main(argv):
         temperature=F.temperature,
         top_p=F.top_p,
         max_prompt_len=F.max_prompt_len,
-        benchmarks=[b for b in F.benchmarks.split(",") if b] or None,
+        benchmarks=config_lib.items(F.benchmarks) or None,
         references=F.references or evalsuite.REFERENCES,
       )
       print(evalsuite.report_markdown(report))

@@ -9,15 +9,11 @@ from prorl_jax import config as config_lib
 from prorl_jax import data
 
 
-def _split(s: str) -> list[str]:
-  return [x.strip() for x in s.split(",") if x.strip()]
-
-
 def precheck(cfg) -> None:
   """What can be checked before any heavy work (the model load, the demo's base model build):
   the files the data keys name exist, the blend weights match them, the prepared mix and the
   validation suite are readable. Raises DataError with one line."""
-  train, val = _split(cfg.data.train_files), _split(cfg.data.val_files)
+  train, val = config_lib.items(cfg.data.train_files), config_lib.items(cfg.data.val_files)
   if cfg.data.prepared:
     p_train, _, p_val = data.prepared_files(cfg.data.prepared)
     train, val = train or p_train, val or p_val
@@ -25,7 +21,7 @@ def precheck(cfg) -> None:
     for f in files:
       if "://" not in f and not os.path.exists(f):
         raise data.DataError(f"{key}: {f}: no such file")
-  weights = _split(cfg.data.weights)
+  weights = config_lib.items(cfg.data.weights)
   if weights and len(weights) != len(train):
     raise data.DataError(
       f"data.weights has {len(weights)} values for {len(train)} training "
@@ -47,7 +43,7 @@ def precheck(cfg) -> None:
 def sources_for(cfg, tok):
   """(training source, held-out items) for the config: `data.prepared` (a prepare output) or
   `data.train_files` / `data.val_files` / `data.weights`, which override it when set."""
-  split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+  split = config_lib.items
   train, weights, val = (
     split(cfg.data.train_files),
     [float(w) for w in split(cfg.data.weights)] or None,
@@ -72,7 +68,7 @@ def sources_for(cfg, tok):
     max_prompt_len=cfg.rollout.max_prompt_len,
     seed=cfg.seed,
     heldout=cfg.eval.heldout,
-    routing=routing_table(cfg),
+    routing=config_lib.routing_table(cfg),
     use_chat_template=cfg.data.chat_template,
   )
   if cfg.data.val_suite:
@@ -85,13 +81,8 @@ def sources_for(cfg, tok):
       max_prompts=cfg.eval.max_prompts,
       max_prompt_len=cfg.rollout.max_prompt_len,
       seed=cfg.seed,
-      routing=routing_table(cfg),
+      routing=config_lib.routing_table(cfg),
       use_chat_template=cfg.data.chat_template,
     )
     blend.verifiers = set(blend.verifiers) | verifiers  # the run needs these verifiers too
   return blend, heldout
-
-
-def routing_table(cfg) -> dict[str, str]:
-  pairs = [p.split(":") for p in cfg.data.reward_routing.split(",") if p.strip()]
-  return {k.strip(): v.strip() for k, v in pairs}

@@ -9,11 +9,11 @@ import logging
 
 import numpy as np
 
+from prorl_jax import config as config_lib
 from prorl_jax import dist, rl_step, shaping
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.sources import routing_table
 
 log = logging.getLogger("prorl_jax.train")
 
@@ -75,7 +75,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
         "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31 + j) % 2**31,
         "min_version": max(0, version - c.rollout.max_staleness),
         "max_version": version,
-        "routing": routing_table(c),
+        "routing": config_lib.routing_table(c),
         "meta": [
           {
             "data_source": it["data_source"],

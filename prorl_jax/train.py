@@ -33,7 +33,7 @@ from prorl_jax.rollout.exchange import Exchange, shard_bytes
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 from prorl_jax.run_record import check_resume_config, latest_local_step, record_run
 from prorl_jax.sharding import make_mesh
-from prorl_jax.sources import precheck, routing_table, sources_for
+from prorl_jax.sources import precheck, sources_for
 from prorl_jax.step import collect, sampling, update
 
 log = logging.getLogger("prorl_jax.train")
@@ -246,7 +246,7 @@ def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
   c = run.cfg
   if not run.heldout:
     return {}
-  ks = [int(k) for k in str(c.eval.pass_k).split(",") if k.strip()]
+  ks = config_lib.pass_ks(c)
   return eval_lib.evaluate(
     ex,
     run.heldout,
@@ -258,7 +258,7 @@ def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
     tag=tag,
     seed=c.seed,
     on_idle=workers.check if workers else None,
-    routing=routing_table(c),
+    routing=config_lib.routing_table(c),
   )
 
 
