@@ -29,7 +29,7 @@ from prorl_jax.export import RUN_RECORD
 from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rewards import sandbox
-from prorl_jax.rollout.exchange import Exchange, shard_bytes
+from prorl_jax.rollout.exchange import Exchange, InvalidExchange, open_kvstore, shard_bytes
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 from prorl_jax.run_record import check_resume_config, latest_local_step, record_run
 from prorl_jax.sharding import make_mesh
@@ -311,6 +311,10 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       )
       return {"finished": True, "steps": last}
     precheck(cfg)  # before any heavy work: are the data files there?
+    try:  # ... and can the exchange be opened?
+      open_kvstore(cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange"))
+    except InvalidExchange as e:
+      raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
     if cfg.rollout.local_workers:  # before any heavy work: can the workers run at all?
       check_worker_python(
         worker_python(cfg.rollout.engine, cfg.rollout.worker_python), cfg.rollout.engine

@@ -132,6 +132,12 @@ CASES = [
     "model.path='/tmp' has no config.json",
   ),
   (
+    "exchange URL that cannot be opened",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.rollout.exchange=bogus://x/y"],
+    "rollout.exchange: exchange 'bogus://x/y': Parsing spec from url",
+  ),
+  (
     "config listing typo",
     "prorl_jax.config",
     ["--config.rollout.nn=3"],

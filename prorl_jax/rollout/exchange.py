@@ -75,8 +75,19 @@ def _normalise(url: str) -> str:
 
 
 def open_kvstore(url: str) -> ts.KvStore:
-  """`file:///dir/`, `gs://bucket/path/`, `memory://`, or a plain directory path."""
-  return ts.KvStore.open(_normalise(url)).result()
+  """`file:///dir/`, `gs://bucket/path/`, `memory://`, or a plain directory path; a URL
+  tensorstore cannot open is an InvalidExchange with one line."""
+  try:
+    return ts.KvStore.open(_normalise(url)).result()
+  except ValueError as e:
+    raise InvalidExchange(
+      f"exchange {url!r}: {str(e).splitlines()[0]}; use a directory, file:///DIR or "
+      "gs://BUCKET/PATH"
+    ) from None
+
+
+class InvalidExchange(ValueError):
+  """An exchange URL that cannot be opened (a user-fixable setting)."""
 
 
 _CHUNK_BYTES = 1 << 20
