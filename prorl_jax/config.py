@@ -141,6 +141,11 @@ FIELDS: dict = {
     "top_p": (1.0, "nucleus sampling of training rollouts"),
     "top_k": (0, "top-k sampling of training rollouts; 0 = off"),
     "max_staleness": (0, "policy versions a rollout may lag; 0 = on-policy"),
+    "pipeline": (
+      False,
+      "generate step k+1's first round while step k trains (one version behind; needs "
+      "max_staleness >= 1)",
+    ),
     "engine": ("jax", "rollout engine of local workers: jax | vllm"),
     "local_workers": (1, "workers the trainer starts itself; 0 = external workers only"),
     "external_workers": (0, "workers started elsewhere (launch/*) on the same exchange"),
@@ -335,6 +340,11 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       )
   _range(cfg, "checkpoint.every", 0, integer=True)
   _range(cfg, "checkpoint.keep", 1, integer=True)
+  if cfg.rollout.pipeline and cfg.rollout.max_staleness < 1:
+    _fail(
+      "rollout.pipeline=True samples each step's first round with the previous weights: set "
+      "rollout.max_staleness >= 1"
+    )
   _range(cfg, "model.memory_fraction", 0, 1, hi_open=True)
   _range(cfg, "vllm.gpu_memory_utilization", 0, 1, lo_open=True)
   _range(cfg, "vllm.tensor_parallel", 1, integer=True)

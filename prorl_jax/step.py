@@ -6,6 +6,7 @@ log-probs and runs the mini-batch updates."""
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -53,71 +54,136 @@ def note_probe_mismatch(manifest: dict, budget: float, stats: dict) -> None:
     )
 
 
+def _requests(run, items: list[dict], *, step: int, tag: str, version: int) -> dict[str, dict]:
+  """The request bodies of one round over `items`, split so every worker gets a share; their
+  ids name the step and round (a resumed run writes the same ids and seeds again)."""
+  c = run.cfg
+  k = len(items)
+  nreq = max(1, c.rollout.local_workers + c.rollout.external_workers)
+  per = max(1, -(-k // nreq))
+  out = {}
+  for j in range(0, k, per):
+    part = items[j : j + per]
+    rid = f"s{step:07d}-{tag}-c{j:05d}"
+    out[rid] = {
+      "prompts": [[int(t) for t in it["prompt_ids"]] for it in part],
+      "n": c.rollout.n,
+      "sampling": sampling(c),
+      "seed": (c.seed * 1_000_003 + step * 1009 + _round_salt(tag) * 31 + j) % 2**31,
+      "min_version": max(0, version - (0 if c.rollout.pipeline else c.rollout.max_staleness)),
+      "max_version": version,
+      "routing": config_lib.routing_table(c),
+      "meta": [
+        {
+          "data_source": it["data_source"],
+          "reference": it["reference"],
+          "extra": it.get("extra", {}),
+          "uid": it["uid"],
+        }
+        for it in part
+      ],
+    }
+  return out
+
+
+def _round_salt(tag: str) -> int:
+  """A round's seed salt: g00, g01, ... are the rounds 0, 1, ...; the prefetched round is -1."""
+  return -1 if tag == "p" else int(tag[1:])
+
+
+def _put(ex: Exchange, requests: dict[str, dict]) -> None:
+  for rid, body in requests.items():
+    ex.put_request(body, request_id=rid)
+
+
+def _receive(run, ex: Exchange, workers, requests: dict[str, dict], step: int, notes: dict):
+  """Waits for the results of `requests`; their admissible, verified groups."""
+  c = run.cfg
+  version = run.host["version"]
+  t0 = time.time()
+  done = eval_lib.wait_for_results(
+    ex,
+    list(requests),
+    timeout_s=c.rollout.timeout_s,
+    what=f"rollouts of step {step}",
+    on_idle=workers.check if workers else None,
+    rows={rid: len(body["prompts"]) * int(body["n"]) for rid, body in requests.items()},
+  )
+  notes["wait_s"] = notes.get("wait_s", 0.0) + time.time() - t0
+  groups = []
+  for rid, body in requests.items():
+    manifest, arrays = done[rid]
+    ex.retire(rid)
+    if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
+      notes["dropped"] += 1  # never train on results beyond the staleness bound
+      continue
+    note_probe_mismatch(manifest, c.rollout.max_probe_mismatch, notes)
+    for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
+      notes["verifier/" + k] = notes.get("verifier/" + k, 0) + v
+    for g in rl_step.results_to_groups(dict(body, id=rid), manifest, arrays):
+      if g["verifier_failed"].any():
+        notes["verifier_failed_groups"] += 1
+        continue
+      groups.append(g)
+  return groups
+
+
+def prefetch(run, ex: Exchange, step: int) -> None:
+  """Pipelined loop: step `step`'s first round goes out now, sampled with the weights published
+  last, so the workers generate while the trainer updates. The requests are kept in the loop
+  state (a checkpoint stores them; a resumed run writes them again)."""
+  version = run.host["version"]
+  items = run.source.take(run.cfg.rollout.prompts_per_step)
+  requests = _requests(run, items, step=step, tag="p", version=version)
+  _put(ex, requests)
+  run.host["prefetch"] = {"step": step, "version": version, "requests": requests}
+
+
+def _take_prefetched(run, ex: Exchange, step: int) -> dict[str, dict] | None:
+  """The prefetched requests of `step` (written again after a resume); None without them, or
+  when their weights version is gone from the exchange (its first round is redone fresh)."""
+  pf = run.host.pop("prefetch", None)
+  if not pf or pf["step"] != step:
+    return None
+  if pf["version"] not in ex.weight_versions():
+    log.warning(
+      "the prefetched rollouts of step %d need weights v%d, which the exchange no longer "
+      "holds; generating them again with the current weights",
+      step,
+      pf["version"],
+    )
+    return None
+  for rid, body in pf["requests"].items():
+    if not ex.is_committed(rid) and not ex.has_request(rid):
+      ex.put_request(body, request_id=rid)
+  return pf["requests"]
+
+
 def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   """Fills one step's batch of informative groups (dynamic sampling with refill)."""
   c = run.cfg
   version = run.host["version"]
   rnd = {"i": 0}
-  stale = {"dropped": 0, "verifier_failed_groups": 0}
+  notes = {"dropped": 0, "verifier_failed_groups": 0}
 
   def generate():
-    k = c.rollout.prompts_per_step
-    items = run.source.take(k)
-    nreq = max(1, c.rollout.local_workers + c.rollout.external_workers)
-    per = -(-k // nreq)
-    rids = {}
-    for j in range(0, k, per):
-      part = items[j : j + per]
-      request = {
-        "prompts": [it["prompt_ids"] for it in part],
-        "n": c.rollout.n,
-        "sampling": sampling(c),
-        "seed": (c.seed * 1_000_003 + step * 1009 + rnd["i"] * 31 + j) % 2**31,
-        "min_version": max(0, version - c.rollout.max_staleness),
-        "max_version": version,
-        "routing": config_lib.routing_table(c),
-        "meta": [
-          {
-            "data_source": it["data_source"],
-            "reference": it["reference"],
-            "extra": it.get("extra", {}),
-            "uid": it["uid"],
-          }
-          for it in part
-        ],
-      }
-      rid = ex.put_request(request, request_id=f"s{step:07d}-g{rnd['i']:02d}-c{j:05d}")
-      rids[rid] = dict(request, id=rid)
+    items = run.source.take(c.rollout.prompts_per_step)
+    requests = _requests(run, items, step=step, tag=f"g{rnd['i']:02d}", version=version)
     rnd["i"] += 1
-    done = eval_lib.wait_for_results(
-      ex,
-      list(rids),
-      timeout_s=c.rollout.timeout_s,
-      what=f"rollouts of step {step}",
-      on_idle=workers.check if workers else None,
-      rows={rid: len(body["prompts"]) * int(body["n"]) for rid, body in rids.items()},
-    )
-    groups = []
-    for rid, body in rids.items():
-      manifest, arrays = done[rid]
-      ex.retire(rid)
-      if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
-        stale["dropped"] += 1  # never train on results beyond the staleness bound
-        continue
-      note_probe_mismatch(manifest, c.rollout.max_probe_mismatch, stale)
-      for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
-        stale["verifier/" + k] = stale.get("verifier/" + k, 0) + v
-      for g in rl_step.results_to_groups(body, manifest, arrays):
-        if g["verifier_failed"].any():
-          stale["verifier_failed_groups"] += 1
-          continue
-        groups.append(g)
-    return groups
+    _put(ex, requests)
+    return _receive(run, ex, workers, requests, step, notes)
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
   expired = run.buffer.evict(
     lambda g: not admissible(version, g["policy_version"], c.rollout.max_staleness + 1)
   )
+  prefetched = _take_prefetched(run, ex, step)
+  kept_prefetched = 0
+  if prefetched:  # sampled while the previous step trained
+    kept_prefetched = run.buffer.add(
+      _receive(run, ex, workers, prefetched, step, notes),
+      filter_uninformative=c.algo.dynamic_sampling,
+    )
   groups, stats = shaping.fill(
     run.buffer,
     generate,
@@ -130,15 +196,21 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
     "sampling/keep_rate": stats.keep_rate,
     "sampling/groups_kept": stats.groups_kept,
     "sampling/short": float(stats.short),
-    "sampling/carry_over": stats.from_carry_over,
+    "sampling/carry_over": stats.from_carry_over - kept_prefetched,
     "sampling/buffer": len(run.buffer),
-    "sampling/stale_dropped": stale["dropped"],
+    "sampling/stale_dropped": notes["dropped"],
     "sampling/carry_over_expired": expired,
-    "sampling/verifier_failed_groups": stale["verifier_failed_groups"],
+    "sampling/verifier_failed_groups": notes["verifier_failed_groups"],
+    "time/wait_rollouts_s": notes.get("wait_s", 0.0),
   }
-  info.update({k: v for k, v in stale.items() if k.startswith(("verifier/", "mismatch/"))})
+  if c.rollout.pipeline:
+    info["pipeline/prefetched_kept"] = kept_prefetched
+  info.update({k: v for k, v in notes.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
-    info["sampling/staleness"] = float(np.mean([version - g["policy_version"] for g in groups]))
+    lag = [version - g["policy_version"] for g in groups]
+    info["sampling/staleness"] = float(np.mean(lag))
+    for d in range(max(lag) + 1):
+      info[f"staleness/{d}"] = lag.count(d)
   return groups, info
 
 

@@ -34,7 +34,7 @@ from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_py
 from prorl_jax.run_record import check_resume_config, latest_local_step, record_run
 from prorl_jax.sharding import make_mesh
 from prorl_jax.sources import precheck, sources_for
-from prorl_jax.step import collect, sampling, update
+from prorl_jax.step import collect, prefetch, sampling, update
 
 log = logging.getLogger("prorl_jax.train")
 
@@ -392,6 +392,8 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     for step in range(first + 1, cfg.total_steps + 1):
       t0 = time.time()
       groups, info = dist.broadcast(collect(r, ex, workers, step) if primary else None)
+      if cfg.rollout.pipeline and primary and step < cfg.total_steps:
+        prefetch(r, ex, step + 1)  # the workers generate the next step while this one trains
       t1 = time.time()
       metrics = dict(info)
       metrics["data/dropped_too_long"] = r.dropped_too_long

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 
 from prorl_jax.step import admissible
 from tests.loop_helpers import finish, metrics, params_hash, start
@@ -26,19 +27,30 @@ def _kill9(proc):
   proc.wait(timeout=30)
 
 
-def test_exact_resume_after_kill9(tmp_path, base):
+PIPELINE = {"rollout.pipeline": True, "rollout.max_staleness": 1}
+
+
+@pytest.mark.parametrize("extra", [{}, PIPELINE], ids=["serial", "pipelined"])
+def test_exact_resume_after_kill9(tmp_path, base, extra):
   ref_dir, cut_dir = str(tmp_path / "ref"), str(tmp_path / "cut")
-  finish(start(ref_dir, base, 6))
-  proc = start(cut_dir, base, 6)
+  finish(start(ref_dir, base, 6, **extra))
+  proc = start(cut_dir, base, 6, **extra)
   _wait_for_checkpoint(cut_dir, 3, proc)
-  _kill9(proc)  # right after step 3's checkpoint
+  _kill9(proc)  # right after step 3's checkpoint (with the pipeline: step 4's rollouts in flight)
   time.sleep(1.0)
-  out = finish(start(cut_dir, base, 6))
+  out = finish(start(cut_dir, base, 6, **extra))
   assert "resumed from checkpoint step 3" in out
   assert metrics(cut_dir) == metrics(ref_dir)
   assert params_hash(cut_dir) == params_hash(ref_dir)
   summary = json.load(open(os.path.join(cut_dir, "summary.json")))
   assert summary["steps"] == 6
+  if extra:  # pipelined: steps after the first also train on rollouts one version behind
+    rows = [r for r in metrics(ref_dir) if "sampling/rounds" in r]
+    assert rows[0]["pipeline/prefetched_kept"] == 0  # nothing to prefetch before step 1
+    assert sum(r["pipeline/prefetched_kept"] for r in rows[1:]) > 0
+    assert sum(r.get("staleness/1", 0) for r in rows) == sum(
+      r["pipeline/prefetched_kept"] for r in rows
+    )
 
 
 def test_exact_resume_after_kill9_during_a_save(tmp_path, base):
