@@ -118,6 +118,9 @@ def _receive(run, ex: Exchange, workers, requests: dict[str, dict], step: int, n
       notes["dropped"] += 1  # never train on results beyond the staleness bound
       continue
     note_probe_mismatch(manifest, c.rollout.max_probe_mismatch, notes)
+    wait = manifest.get("weights_wait_s")
+    if isinstance(wait, (int, float)) and wait >= 0:
+      notes["workers_wait_s"] = notes.get("workers_wait_s", 0.0) + float(wait)
     for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
       notes["verifier/" + k] = notes.get("verifier/" + k, 0) + v
     for g in rl_step.results_to_groups(dict(body, id=rid), manifest, arrays):
@@ -202,6 +205,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
     "sampling/carry_over_expired": expired,
     "sampling/verifier_failed_groups": notes["verifier_failed_groups"],
     "time/wait_rollouts_s": notes.get("wait_s", 0.0),
+    "time/workers_wait_weights_s": notes.get("workers_wait_s", 0.0),
   }
   if c.rollout.pipeline:
     info["pipeline/prefetched_kept"] = kept_prefetched

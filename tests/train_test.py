@@ -49,6 +49,9 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
     assert rows[0]["pipeline/prefetched_kept"] == 0  # nothing to prefetch before step 1
     assert sum(r["pipeline/prefetched_kept"] for r in rows[1:]) > 0
     assert sum(r.get("staleness/1", 0) for r in rows) > 0
+    raw = [json.loads(x) for x in open(os.path.join(ref_dir, "metrics.jsonl"))]
+    timed = [r for r in raw if "time/wait_rollouts_s" in r]
+    assert all(r["time/workers_wait_weights_s"] >= 0 for r in timed) and len(timed) == 6
 
 
 def test_exact_resume_after_kill9_during_a_save(tmp_path, base):

@@ -131,6 +131,7 @@ class Worker:
     self.done = 0
     self.parent_pid: int | None = None  # exit when this process (a local trainer) dies
     self.mismatch: dict | None = None
+    self.weights_wait_s = 0.0
 
   def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
     """Loads the newest committed version in [min_version, max_version] if it is not loaded."""
@@ -217,6 +218,7 @@ class Worker:
     meta = {
       "policy_version": self.version,
       "generate_s": t1 - t0,
+      "weights_wait_s": self.weights_wait_s,  # claimed, waiting for the request's weights
       "score_s": t2 - t1,
       "reasons": reasons,
       "tokens_generated": int(np.sum(out["lengths"])),
@@ -274,12 +276,14 @@ class Worker:
       backoff = self.poll_s
       lo = int(claim.request.get("min_version", 0))
       hi = claim.request.get("max_version")
+      t_wait = time.time()
       while not (lo <= self.version and (hi is None or self.version <= hi)):
         if self.stop.is_set() or self._orphaned():
           return
         if not self.maybe_reload(lo, hi):
           self.ex.heartbeat(claim)
           time.sleep(self.poll_s)
+      self.weights_wait_s = time.time() - t_wait
       if self.serve_one(claim):
         self.done += 1
       idle_since = time.time()
