@@ -5,8 +5,10 @@ default (serial, both processes on every CPU) for reference.
 
   python bench/pipeline.py [--steps 14] [--reps 2]
 
-Per run: seconds per step over the steps after the first two (compilation excluded), the
-trainer's wait for rollouts g (generation it could not overlap) and its update time u. The
+The base model is the demo's (warm-started, built once here), so dynamic sampling needs about as
+many rounds as in `make demo`. Per run: seconds per step over the steps after the first two
+(compilation excluded), the trainer's wait for rollouts g (generation it could not overlap) and
+its update time u. The
 ceiling of pipelining is (g_serial + u)/max(g_serial, u). The last line is one JSON object with
 `pipelined_vs_serial` = steps per hour pipelined ÷ serial (medians).
 """
@@ -94,10 +96,12 @@ def main():
   args = ap.parse_args()
   if len(os.sched_getaffinity(0)) < 2:
     raise SystemExit("needs 2 CPUs (one for the trainer, one for the worker)")
-  from prorl_jax import tiny_base
+  from prorl_jax import demo_task
 
   tmp = tempfile.mkdtemp(prefix="prorl_pipeline_bench_")
-  base = tiny_base.build(os.path.join(tmp, "base"))
+  t0 = time.time()
+  base = demo_task.build(os.path.join(tmp, "base"), seed=0)  # the demo's warm-started base
+  print(json.dumps({"base_build_s": round(time.time() - t0)}))
   runs = {"serial": [], "pipelined": []}
   for rep in range(args.reps):
     for mode in ("serial", "pipelined"):

@@ -131,12 +131,14 @@ def _receive(run, ex: Exchange, workers, requests: dict[str, dict], step: int, n
   return groups
 
 
-def prefetch(run, ex: Exchange, step: int) -> None:
-  """Pipelined loop: step `step`'s first round goes out now, sampled with the weights published
-  last, so the workers generate while the trainer updates. The requests are kept in the loop
-  state (a checkpoint stores them; a resumed run writes them again)."""
+def prefetch(run, ex: Exchange, step: int, rounds: int = 1) -> None:
+  """Pipelined loop: step `step`'s first `rounds` rounds of prompts (as many as the step before
+  needed, so dynamic sampling rarely has to refill) go out now, sampled with the weights
+  published last, so the workers generate while the trainer updates. The requests are kept in
+  the loop state (a checkpoint stores them; a resumed run writes them again)."""
   version = run.host["version"]
-  items = run.source.take(run.cfg.rollout.prompts_per_step)
+  rounds = max(1, min(rounds, run.cfg.algo.max_gen_rounds or rounds))
+  items = run.source.take(run.cfg.rollout.prompts_per_step * rounds)
   requests = _requests(run, items, step=step, tag="p", version=version)
   _put(ex, requests)
   run.host["prefetch"] = {"step": step, "version": version, "requests": requests}
@@ -209,6 +211,8 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   }
   if c.rollout.pipeline:
     info["pipeline/prefetched_kept"] = kept_prefetched
+    # rounds of prompts this step took: how many the next step's prefetch sends at once
+    info["pipeline/rounds_used"] = stats.rounds + (1 if prefetched else 0)
   info.update({k: v for k, v in notes.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
     lag = [version - g["policy_version"] for g in groups]

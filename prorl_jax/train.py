@@ -393,7 +393,8 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       t0 = time.time()
       groups, info = dist.broadcast(collect(r, ex, workers, step) if primary else None)
       if cfg.rollout.pipeline and primary and step < cfg.total_steps:
-        prefetch(r, ex, step + 1)  # the workers generate the next step while this one trains
+        # the workers generate the next step while this one trains
+        prefetch(r, ex, step + 1, rounds=int(info["pipeline/rounds_used"]))
       t1 = time.time()
       metrics = dict(info)
       metrics["data/dropped_too_long"] = r.dropped_too_long
