@@ -141,12 +141,13 @@ def prefetch(run, ex: Exchange, step: int, rounds: int = 1) -> None:
   items = run.source.take(run.cfg.rollout.prompts_per_step * rounds)
   requests = _requests(run, items, step=step, tag="p", version=version)
   _put(ex, requests)
-  run.host["prefetch"] = {"step": step, "version": version, "requests": requests}
+  run.host["prefetch"] = {"step": step, "version": version, "rounds": rounds, "requests": requests}
 
 
-def _take_prefetched(run, ex: Exchange, step: int) -> dict[str, dict] | None:
-  """The prefetched requests of `step` (written again after a resume); None without them, or
-  when their weights version is gone from the exchange (its first round is redone fresh)."""
+def _take_prefetched(run, ex: Exchange, step: int) -> dict | None:
+  """The prefetch of `step` ({rounds, requests, ...}; its requests written again after a
+  resume); None without one, or when its weights version is gone from the exchange (the step
+  then generates fresh)."""
   pf = run.host.pop("prefetch", None)
   if not pf or pf["step"] != step:
     return None
@@ -161,7 +162,7 @@ def _take_prefetched(run, ex: Exchange, step: int) -> dict[str, dict] | None:
   for rid, body in pf["requests"].items():
     if not ex.is_committed(rid) and not ex.has_request(rid):
       ex.put_request(body, request_id=rid)
-  return pf["requests"]
+  return pf
 
 
 def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
@@ -186,7 +187,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   kept_prefetched = 0
   if prefetched:  # sampled while the previous step trained
     kept_prefetched = run.buffer.add(
-      _receive(run, ex, workers, prefetched, step, notes),
+      _receive(run, ex, workers, prefetched["requests"], step, notes),
       filter_uninformative=c.algo.dynamic_sampling,
     )
   groups, stats = shaping.fill(
@@ -212,7 +213,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   if c.rollout.pipeline:
     info["pipeline/prefetched_kept"] = kept_prefetched
     # rounds of prompts this step took: how many the next step's prefetch sends at once
-    info["pipeline/rounds_used"] = stats.rounds + (1 if prefetched else 0)
+    info["pipeline/rounds_used"] = stats.rounds + (prefetched.get("rounds", 1) if prefetched else 0)
   info.update({k: v for k, v in notes.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
     lag = [version - g["policy_version"] for g in groups]
