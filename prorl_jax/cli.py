@@ -41,21 +41,10 @@ def user_errors(*types: type[BaseException]):
     fail(str(e))
 
 
-def _fields(cfg, prefix="") -> dict[str, object]:
-  out = {}
-  for k, v in cfg.items():
-    if hasattr(v, "items"):
-      out[f"{prefix}{k}"] = v
-      out.update(_fields(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
-
-
 def check_config_args(argv: list[str]) -> None:
   """Fails in one line on a missing config file or an override of a field that does not exist
   (naming the closest field)."""
-  from prorl_jax.config import base_config
+  from prorl_jax import config as config_lib
 
   fields = None
   for arg in argv[1:]:
@@ -72,7 +61,9 @@ def check_config_args(argv: list[str]) -> None:
     m = re.match(r"--config\.([^=]+)", arg)
     if m:
       key = m.group(1)
-      fields = fields if fields is not None else _fields(base_config())
+      if fields is None:
+        sections = config_lib.sections()
+        fields = list(config_lib.flat(config_lib.base_config())) + list(sections)
       if key not in fields:
         near = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
         fail(
@@ -83,10 +74,9 @@ def check_config_args(argv: list[str]) -> None:
             else "; list them with python -m prorl_jax.config"
           )
         )
-      if hasattr(fields[key], "items") and "=" in arg:
+      if key in sections and "=" in arg:
         fail(
-          f"--config.{key} is a section; set one of its fields, e.g. --config.{key}."
-          f"{next(iter(fields[key]))}=..."
+          f"--config.{key} is a section; set one of its fields, e.g. --config.{sections[key]}=..."
         )
 
 

@@ -237,6 +237,28 @@ def flat(cfg, prefix: str = "", fields: dict = FIELDS) -> dict:
   return out
 
 
+def leaves(tree, prefix: str = "") -> dict:
+  """{"a.b": value} of every leaf of any nested mapping (a run record's config, whose keys may
+  differ from today's)."""
+  out = {}
+  for k, v in tree.items():
+    if hasattr(v, "items"):
+      out.update(leaves(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def sections(fields: dict = FIELDS, prefix: str = "") -> dict[str, str]:
+  """{"algo": "algo.estimator", ...}: every section with one of its fields (for messages)."""
+  out = {}
+  for k, spec in fields.items():
+    if isinstance(spec, dict):
+      out[f"{prefix}{k}"] = f"{prefix}{k}.{next(iter(spec))}"
+      out.update(sections(spec, f"{prefix}{k}."))
+  return out
+
+
 class ConfigError(ValueError):
   """A user-fixable problem with the config or the files it names; main prints it as one line."""
 

@@ -48,23 +48,13 @@ def config_changes(cfg) -> list[str]:
   rec = _recorded(cfg)
   if rec is None or "config" not in rec:
     return []
-  old = _flat(rec["config"])
-  new = _flat(cfg.to_dict())
+  old = config_lib.leaves(rec["config"])
+  new = config_lib.leaves(cfg.to_dict())
   return [
     f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
     for k in sorted(set(old) | set(new))
     if old.get(k) != new.get(k) and k not in OPERATIONAL_KEYS
   ]
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flat(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
 
 
 def latest_local_step(cfg) -> int | None:

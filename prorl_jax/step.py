@@ -184,7 +184,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
     lambda g: not admissible(version, g["policy_version"], c.rollout.max_staleness + 1)
   )
   prefetched = _take_prefetched(run, ex, step)
-  kept_prefetched = 0
+  kept_prefetched, carried = 0, len(run.buffer)  # carried: groups from earlier steps
   if prefetched:  # sampled while the previous step trained
     kept_prefetched = run.buffer.add(
       _receive(run, ex, workers, prefetched["requests"], step, notes),
@@ -202,7 +202,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
     "sampling/keep_rate": stats.keep_rate,
     "sampling/groups_kept": stats.groups_kept,
     "sampling/short": float(stats.short),
-    "sampling/carry_over": stats.from_carry_over - kept_prefetched,
+    "sampling/carry_over": min(carried, c.rollout.prompts_per_step),
     "sampling/buffer": len(run.buffer),
     "sampling/stale_dropped": notes["dropped"],
     "sampling/carry_over_expired": expired,
