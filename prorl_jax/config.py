@@ -23,7 +23,7 @@ IS_MODES = ("none", "tis", "icepop")
 LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
-ATTENTION_IMPLS = ("auto", "xla", "cudnn")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
 ENGINES = ("jax", "vllm")
 
 
@@ -40,7 +40,12 @@ FIELDS: dict = {
     "remat": ("full", "per-layer rematerialisation: none | full (least memory) | dots"),
     "attention_impl": (
       "auto",
-      "auto (cuDNN fused attention on NVIDIA GPUs with 16-bit compute, else XLA) | xla | cudnn",
+      "auto (cuDNN fused attention on NVIDIA GPUs with 16-bit compute, Pallas splash attention "
+      "on TPUs, else XLA) | xla | cudnn | splash",
+    ),
+    "attention_chunk": (
+      1024,
+      "xla attention: query rows per block, so a long row's scores never exist at once; 0 = one",
     ),
     "build_tiny": (
       False,
@@ -368,6 +373,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       "rollout.max_staleness >= 1"
     )
   _range(cfg, "model.memory_fraction", 0, 1, hi_open=True)
+  _range(cfg, "model.attention_chunk", 0, integer=True)
   _range(cfg, "vllm.gpu_memory_utilization", 0, 1, lo_open=True)
   _range(cfg, "vllm.tensor_parallel", 1, integer=True)
   _range(cfg, "vllm.max_num_seqs", 1, integer=True)

@@ -62,9 +62,12 @@ def resolve_model_path(cfg) -> str:
 
 
 def attention_impl(model_cfg) -> str:
-  """`model.attention_impl`, with auto = cuDNN fused attention on NVIDIA GPUs in 16-bit compute."""
+  """`model.attention_impl`, with auto = cuDNN fused attention on NVIDIA GPUs in 16-bit compute,
+  splash attention on TPUs, XLA otherwise."""
   if model_cfg.attention_impl != "auto":
     return model_cfg.attention_impl
+  if jax.default_backend() == "tpu":
+    return "splash"
   fused = jax.default_backend() == "gpu" and model_cfg.compute_dtype in ("bfloat16", "float16")
   return "cudnn" if fused else "xla"
 
@@ -127,6 +130,7 @@ class Run:
       compute_dtype=c.model.compute_dtype,
       remat=c.model.remat,
       attention_impl=attention_impl(c.model),
+      attention_chunk=c.model.attention_chunk,
     )
     self.tx = ts.make_optimizer(
       c.optim.lr,

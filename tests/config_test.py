@@ -86,7 +86,7 @@ BAD = [
   ("rollout.engine", "sglang", r"rollout.engine must be one of jax, vllm"),
   ("model.compute_dtype", "float16", r"model.compute_dtype must be one of float32, bfloat16"),
   ("model.remat", "some", r"model.remat must be one of none, full, dots"),
-  ("model.attention_impl", "flash", r"model.attention_impl must be one of auto, xla, cudnn"),
+  ("model.attention_impl", "flash", r"model.attention_impl must be one of auto, xla, cudnn, spl"),
   ("dist.process_id", 2, r"dist.process_id must be in \[0, 0\]"),
   ("dist.num_processes", 0, r"dist.num_processes must be in \[1, inf\]"),
   ("dist.coordinator", "node0", r"dist.coordinator must be host:port"),

@@ -47,15 +47,32 @@ def causal_mask(mask_BxT):
   return tril[None] & mask_BxT.astype(bool)[:, None, :]
 
 
-def hidden_states(cfg: Qwen2Config, params, tokens_BxT, attention_mask_BxT=None, mesh=None):
-  """Final hidden states [B, T, D] in the compute dtype."""
-  if attention_mask_BxT is None:
-    attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
+def hidden_states(
+  cfg: Qwen2Config,
+  params,
+  tokens_BxT,
+  attention_mask_BxT=None,
+  mesh=None,
+  *,
+  segment_ids_BxT=None,
+  positions_BxT=None,
+):
+  """Final hidden states [B, T, D] in the compute dtype.
+
+  A padded batch gives `attention_mask_BxT` (1 on real tokens; positions count from each row's
+  first real token). A packed batch gives `segment_ids_BxT` (1, 2, ... per sequence of a row, 0
+  on padding) and `positions_BxT` (restarting at 0 in each sequence): each token attends only to
+  the earlier tokens of its own sequence.
+  """
+  if segment_ids_BxT is None:
+    if attention_mask_BxT is None:
+      attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
+    segment_ids_BxT = attention_mask_BxT.astype(jnp.int32)
+    positions_BxT = positions_from_mask(attention_mask_BxT)
+  elif positions_BxT is None:
+    raise ValueError("a packed batch (segment_ids_BxT) needs positions_BxT")
   h, _ = Qwen2(cfg, mesh).apply(
-    {"params": params},
-    tokens_BxT,
-    positions_from_mask(attention_mask_BxT),
-    causal_mask(attention_mask_BxT),
+    {"params": params}, tokens_BxT, positions_BxT, segment_ids_BxT.astype(jnp.int32)
   )
   return h
 
@@ -108,6 +125,7 @@ def load_hf(
   compute_dtype: str | None = None,
   remat: str = "none",
   attention_impl: str = "xla",
+  attention_chunk: int = 1024,
 ):
   """(cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
   cfg = Qwen2Config.from_hf_dict(
@@ -116,6 +134,7 @@ def load_hf(
     compute_dtype=compute_dtype or dtype,
     remat=remat,
     attention_impl=attention_impl,
+    attention_chunk=attention_chunk,
   )
   host = hf_weights.hf_to_params(cfg, hf_weights.read_tensors(path), jnp.dtype(dtype))
   if mesh is None:

@@ -32,7 +32,8 @@ class Qwen2Config:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   remat: str = "none"  # none | full | dots
-  attention_impl: str = "xla"  # xla | cudnn (training/prefill without a cache only)
+  attention_impl: str = "xla"  # xla | cudnn | splash (full passes without a cache only)
+  attention_chunk: int = 1024  # xla: query rows per attention block (0 = one block)
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
@@ -44,8 +45,8 @@ class Qwen2Config:
       raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
     if self.remat not in ("none", "full", "dots"):
       raise ValueError(f"remat must be one of none, full, dots, got {self.remat!r}")
-    if self.attention_impl not in ("xla", "cudnn"):
-      raise ValueError(f"attention_impl must be xla or cudnn, got {self.attention_impl!r}")
+    if self.attention_impl not in ("xla", "cudnn", "splash"):
+      raise ValueError(f"attention_impl must be xla, cudnn or splash, got {self.attention_impl!r}")
 
   def replace(self, **kw) -> Qwen2Config:
     return dataclasses.replace(self, **kw)

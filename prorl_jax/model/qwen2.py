@@ -20,12 +20,12 @@ import jax
 import jax.numpy as jnp
 
 from prorl_jax import sharding
+from prorl_jax.model import attention as attn_lib
+from prorl_jax.model.attention import NEG_SCORE  # noqa: F401  (re-exported for the sampler)
 from prorl_jax.model.presets import Qwen2Config
 
 # (k_LxBxSxKxDh, v_LxBxSxKxDh) for the whole stack; one layer's slice inside a Block.
 KVCache = tuple[jax.Array, jax.Array]
-
-NEG_SCORE = -1e30  # masked score: finite so a fully masked (padding) query row stays finite
 
 
 def _dtype(name: str):
@@ -106,46 +106,6 @@ class RMSNorm(nn.Module):
     return rms_norm(x, scale, self.eps, self.dtype)
 
 
-def attention(q_BxTxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxTxS):
-  """Grouped-query softmax attention; `mask_BxTxS` true where query t may see key s.
-
-  Heads-major layout: each kv head's G query heads are stacked along the query axis, so both
-  products are plain batched matmuls over (B, K) (2x faster fwd+bwd on XLA:CPU than the
-  [B, K, G, T, S] einsum).
-  """
-  b, t, h, dh = q_BxTxHxDh.shape
-  s, k = k_BxSxKxDh.shape[1], k_BxSxKxDh.shape[2]
-  g = h // k
-  q_BxKxGTxDh = (
-    (q_BxTxHxDh * jnp.asarray(dh**-0.5, q_BxTxHxDh.dtype))
-    .reshape(b, t, k, g, dh)
-    .transpose(0, 2, 3, 1, 4)
-    .reshape(b, k, g * t, dh)
-  )
-  k_BxKxSxDh = k_BxSxKxDh.transpose(0, 2, 1, 3)
-  v_BxKxSxDh = v_BxSxKxDh.transpose(0, 2, 1, 3)
-  scores = jnp.einsum("bkqd,bksd->bkqs", q_BxKxGTxDh, k_BxKxSxDh)
-  # Softmax in float32: bf16 scores lose the small differences that decide attention weights.
-  scores = scores.astype(jnp.float32).reshape(b, k, g, t, s)
-  scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, NEG_SCORE)
-  probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxHxDh.dtype).reshape(b, k, g * t, s)
-  out = jnp.einsum("bkqs,bksd->bkqd", probs, v_BxKxSxDh)
-  return out.reshape(b, k, g, t, dh).transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
-
-
-def fused_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask_BxTxT):
-  """cuDNN flash attention for a full (no cache) causal pass; same result as `attention`.
-
-  Each query also sees itself, so rows of padding are never fully masked (the fused kernel would
-  give NaN there, the XLA path a uniform average; neither reaches a real token or the loss).
-  """
-  t = q_BxTxHxDh.shape[1]
-  mask = mask_BxTxT | jnp.eye(t, dtype=bool)[None]
-  return jax.nn.dot_product_attention(
-    q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask=mask[:, None], is_causal=True, implementation="cudnn"
-  )
-
-
 class Attention(nn.Module):
   cfg: Qwen2Config
   mesh: Any = None
@@ -183,12 +143,19 @@ class Attention(nn.Module):
     else:
       k_BxSxKxDh, v_BxSxKxDh = k_BxTxKxDh, v_BxTxKxDh
 
-    if c.attention_impl == "cudnn" and kv is None:
-      out_BxTxHxDh = fused_attention(
-        q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt), mask_BxTxS
+    if mask_BxTxS.ndim == 2:  # segment ids [B, T] of a full pass (no cache)
+      out_BxTxHxDh = attn_lib.segment_attention(
+        c.attention_impl,
+        q_BxTxHxDh,
+        k_BxSxKxDh.astype(dt),
+        v_BxSxKxDh.astype(dt),
+        mask_BxTxS,
+        c.attention_chunk,
       )
     else:
-      out_BxTxHxDh = attention(q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt), mask_BxTxS)
+      out_BxTxHxDh = attn_lib.dense_attention(
+        q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt), mask_BxTxS
+      )
     out = Linear((c.hidden_size,), 2, ("heads", "head_dim", "embed"), False, pd, dt, name="o_proj")(
       out_BxTxHxDh
     )

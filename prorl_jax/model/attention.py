@@ -1,0 +1,147 @@
+"""Attention over segment ids: one causal sequence per segment, several segments per row.
+
+A full pass (training, log-probs, prefill without a cache) describes its rows by segment ids
+[B, T]: query t sees key s when s <= t and both carry the same id. A padded batch is the case of
+one segment per row (id 1 on real tokens, 0 on padding); a packed batch holds several whole
+sequences per row. Three implementations, chosen by `model.attention_impl`:
+
+  xla     query blocks of `chunk` rows, each block's scores [B, K, G, chunk, T] rematerialised in
+          the backward pass, so the float32 scores of a long row never exist at once (any backend)
+  cudnn   cuDNN fused attention with the block-diagonal causal mask (NVIDIA GPUs, 16-bit compute)
+  splash  Pallas splash attention with segment ids (TPU; Pallas interpret mode elsewhere)
+
+Padding queries (id 0) see the earlier padding of their row; nothing of theirs reaches a real
+token or the loss. Legend: B rows, T tokens, H query heads, K kv heads, G = H/K, Dh head dim.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+NEG_SCORE = -1e30  # masked score: finite so a fully masked (padding) query row stays finite
+
+
+def segment_mask(seg_q_BxC, seg_k_BxS, q_start=0):
+  """[B, C, S] bool: query q_start + i sees key j <= q_start + i of the same segment."""
+  c, s = seg_q_BxC.shape[-1], seg_k_BxS.shape[-1]
+  causal = (q_start + jnp.arange(c))[:, None] >= jnp.arange(s)[None, :]
+  return causal[None] & (seg_q_BxC[:, :, None] == seg_k_BxS[:, None, :])
+
+
+def dense_attention(q_BxTxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxTxS):
+  """Grouped-query softmax attention; `mask_BxTxS` true where query t may see key s.
+
+  Heads-major layout: each kv head's G query heads are stacked along the query axis, so both
+  products are plain batched matmuls over (B, K) (2x faster fwd+bwd on XLA:CPU than the
+  [B, K, G, T, S] einsum).
+  """
+  b, t, h, dh = q_BxTxHxDh.shape
+  s, k = k_BxSxKxDh.shape[1], k_BxSxKxDh.shape[2]
+  g = h // k
+  q_BxKxGTxDh = (
+    (q_BxTxHxDh * jnp.asarray(dh**-0.5, q_BxTxHxDh.dtype))
+    .reshape(b, t, k, g, dh)
+    .transpose(0, 2, 3, 1, 4)
+    .reshape(b, k, g * t, dh)
+  )
+  k_BxKxSxDh = k_BxSxKxDh.transpose(0, 2, 1, 3)
+  v_BxKxSxDh = v_BxSxKxDh.transpose(0, 2, 1, 3)
+  scores = jnp.einsum("bkqd,bksd->bkqs", q_BxKxGTxDh, k_BxKxSxDh)
+  # Softmax in float32: bf16 scores lose the small differences that decide attention weights.
+  scores = scores.astype(jnp.float32).reshape(b, k, g, t, s)
+  scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, NEG_SCORE)
+  probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxHxDh.dtype).reshape(b, k, g * t, s)
+  out = jnp.einsum("bkqs,bksd->bkqd", probs, v_BxKxSxDh)
+  return out.reshape(b, k, g, t, dh).transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
+
+
+def xla_segment_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, chunk: int = 1024):
+  """Segment attention in query blocks of `chunk` rows (one block when T <= chunk or chunk=0)."""
+  t = q_BxTxHxDh.shape[1]
+  if not chunk or t <= chunk:
+    return dense_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, segment_mask(seg_BxT, seg_BxT))
+  pad = (-t) % chunk
+  n = (t + pad) // chunk
+  q = jnp.pad(q_BxTxHxDh, ((0, 0), (0, pad), (0, 0), (0, 0)))
+  seg_q = jnp.pad(seg_BxT, ((0, 0), (0, pad)), constant_values=-1)
+
+  @jax.checkpoint
+  def block(i):
+    start = i * chunk
+    q_BxCxHxDh = jax.lax.dynamic_slice_in_dim(q, start, chunk, axis=1)
+    sq_BxC = jax.lax.dynamic_slice_in_dim(seg_q, start, chunk, axis=1)
+    mask = segment_mask(sq_BxC, seg_BxT, start) | (sq_BxC == -1)[:, :, None]
+    return dense_attention(q_BxCxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask)
+
+  out_NxBxCxHxDh = jax.lax.map(block, jnp.arange(n))
+  b, _, h, dh = q_BxTxHxDh.shape
+  return out_NxBxCxHxDh.swapaxes(0, 1).reshape(b, n * chunk, h, dh)[:, :t]
+
+
+def cudnn_segment_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT):
+  """cuDNN flash attention with the block-diagonal causal mask; same result as the XLA path."""
+  mask = segment_mask(seg_BxT, seg_BxT)
+  return jax.nn.dot_product_attention(
+    q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask=mask[:, None], is_causal=True, implementation="cudnn"
+  )
+
+
+@functools.lru_cache(maxsize=16)
+def _splash_kernel(t: int, g: int, interpret: bool, block: int):
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+  mask = sm.MultiHeadMask([sm.CausalMask((t, t)) for _ in range(g)])
+  bs = min(block, t)
+  sizes = sk.BlockSizes(
+    block_q=bs,
+    block_kv=bs,
+    block_kv_compute=bs,
+    block_q_dkv=bs,
+    block_kv_dkv=bs,
+    block_kv_dkv_compute=bs,
+    block_q_dq=bs,
+    block_kv_dq=bs,
+  )
+  return sk.make_splash_mqa_single_device(mask, block_sizes=sizes, interpret=interpret)
+
+
+def splash_segment_attention(
+  q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, *, interpret: bool | None = None, block: int = 512
+):
+  """Pallas splash attention (TPU) with segment ids: per row and kv head, an MQA kernel over
+  that head's G query heads. Interpret mode (any backend, slow) when not on a TPU."""
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+
+  if interpret is None:
+    interpret = jax.default_backend() != "tpu"
+  b, t, h, dh = q_BxTxHxDh.shape
+  k = k_BxTxKxDh.shape[2]
+  g = h // k
+  if t % min(block, t) or (t > block and t % 128):
+    raise ValueError(f"splash attention needs the row length ({t}) to be a multiple of {block}")
+  kernel = _splash_kernel(t, g, interpret, block)
+  scale = jnp.asarray(dh**-0.5, q_BxTxHxDh.dtype)
+  q_BxKxGxTxDh = (q_BxTxHxDh * scale).reshape(b, t, k, g, dh).transpose(0, 2, 3, 1, 4)
+  k_BxKxTxDh = k_BxTxKxDh.transpose(0, 2, 1, 3)
+  v_BxKxTxDh = v_BxTxKxDh.transpose(0, 2, 1, 3)
+
+  def row(q_KxGxTxDh, k_KxTxDh, v_KxTxDh, seg_T):
+    ids = sk.SegmentIds(q=seg_T, kv=seg_T)
+    return jax.vmap(lambda q, kk, vv: kernel(q, kk, vv, segment_ids=ids))(
+      q_KxGxTxDh, k_KxTxDh, v_KxTxDh
+    )
+
+  out_BxKxGxTxDh = jax.vmap(row)(q_BxKxGxTxDh, k_BxKxTxDh, v_BxKxTxDh, seg_BxT.astype(jnp.int32))
+  return out_BxKxGxTxDh.transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
+
+
+def segment_attention(impl: str, q, k, v, seg_BxT, chunk: int = 1024):
+  if impl == "cudnn":
+    return cudnn_segment_attention(q, k, v, seg_BxT)
+  if impl == "splash":
+    return splash_segment_attention(q, k, v, seg_BxT)
+  return xla_segment_attention(q, k, v, seg_BxT, chunk)
