@@ -60,25 +60,38 @@ def token_logprobs(hidden_BxTxD, head_DxV, targets_BxT, temperature: float = 1.0
 
 
 def aggregate(
-  x_BxT, mask_BxT, mode: str = "token-mean", *, num_tokens=None, num_seqs=None, norm_const=None
+  x_BxT,
+  mask_BxT,
+  mode: str = "token-mean",
+  *,
+  num_tokens=None,
+  num_seqs=None,
+  norm_const=None,
+  seq_tokens_BxT=None,
 ):
   """The four loss aggregation modes.
 
   `num_tokens` / `num_seqs` are the *global* counts of the mini-batch: pass them when this call
   sees one micro-batch, so that the micro-batch losses sum to the full-batch loss. Without them
   the counts of `mask_BxT` itself are used. Sequences with no valid token never count.
+  One sequence per row unless `seq_tokens_BxT` is given (packed rows): then each token carries
+  the valid-token count of its own sequence, and a sequence's mean is Σ x / seq_tokens.
   """
   m = mask_BxT.astype(jnp.float32)
   x = jnp.where(m > 0, x_BxT, 0.0)
-  tok_per_seq = jnp.sum(m, axis=-1)
+  if seq_tokens_BxT is None:
+    tok_per_seq = jnp.sum(m, axis=-1, keepdims=True)
+    per_seq_count = (tok_per_seq > 0).astype(jnp.float32)
+  else:
+    tok_per_seq = seq_tokens_BxT.astype(jnp.float32)
+    per_seq_count = m / jnp.maximum(tok_per_seq, 1.0)  # each sequence's tokens sum to 1
   if num_seqs is None:
-    num_seqs = jnp.sum(tok_per_seq > 0)
+    num_seqs = jnp.sum(per_seq_count)
   if mode == "token-mean":
     denom = jnp.sum(m) if num_tokens is None else num_tokens
     return jnp.sum(x) / jnp.maximum(denom, 1.0)
   if mode == "seq-mean-token-mean":
-    per_seq = jnp.sum(x, axis=-1) / jnp.maximum(tok_per_seq, 1.0)
-    return jnp.sum(per_seq) / jnp.maximum(num_seqs, 1.0)
+    return jnp.sum(x / jnp.maximum(tok_per_seq, 1.0)) / jnp.maximum(num_seqs, 1.0)
   if mode == "seq-mean-token-sum":
     return jnp.sum(x) / jnp.maximum(num_seqs, 1.0)
   if mode == "seq-mean-token-sum-norm":
@@ -168,6 +181,7 @@ def policy_loss(
   num_tokens=None,
   num_seqs=None,
   norm_const=None,
+  seq_tokens=None,
   log_ratio_clamp: float = 20.0,
 ):
   """Token-level PPO-clip with decoupled ε (clip-higher) and optional dual-clip.
@@ -190,7 +204,15 @@ def policy_loss(
     per_tok = jnp.where(adv < 0, jnp.minimum(per_tok, -dual_clip * adv), per_tok)
   if is_weights is not None:
     per_tok = per_tok * jax.lax.stop_gradient(is_weights)
-  loss = aggregate(per_tok, m, agg, num_tokens=num_tokens, num_seqs=num_seqs, norm_const=norm_const)
+  loss = aggregate(
+    per_tok,
+    m,
+    agg,
+    num_tokens=num_tokens,
+    num_seqs=num_seqs,
+    norm_const=norm_const,
+    seq_tokens_BxT=seq_tokens,
+  )
   tmean = lambda x: aggregate(x.astype(jnp.float32), m, "token-mean", num_tokens=num_tokens)  # noqa: E731
   metrics = {
     "actor/pg_loss": loss,
@@ -220,6 +242,7 @@ def rl_loss(
   num_tokens=None,
   num_seqs=None,
   norm_const=None,
+  seq_tokens=None,
   log_ratio_clamp=20.0,
   kl_kind="k2",
   kl_coef=0.0,
@@ -228,6 +251,7 @@ def rl_loss(
 ):
   """policy_loss + β·agg(KL to ref) − entropy_coef·agg(entropy), with the same aggregation."""
   agg_kw = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm_const=norm_const)
+  seq_kw = dict(seq_tokens_BxT=seq_tokens)
   loss, metrics = policy_loss(
     logp,
     old_logp,
@@ -239,13 +263,14 @@ def rl_loss(
     agg=agg,
     is_weights=is_weights,
     log_ratio_clamp=log_ratio_clamp,
+    seq_tokens=seq_tokens,
     **agg_kw,
   )
-  kl = aggregate(kl_penalty(logp, ref_logp, kl_kind, kl_clamp), mask, agg, **agg_kw)
+  kl = aggregate(kl_penalty(logp, ref_logp, kl_kind, kl_clamp), mask, agg, **agg_kw, **seq_kw)
   ent = aggregate(entropy, mask, "token-mean", num_tokens=num_tokens)
   if kl_coef:
     loss = loss + kl_coef * kl
   if entropy_coef:
-    loss = loss - entropy_coef * aggregate(entropy, mask, agg, **agg_kw)
+    loss = loss - entropy_coef * aggregate(entropy, mask, agg, **agg_kw, **seq_kw)
   metrics.update({"actor/kl_ref": kl, "actor/entropy": ent, "actor/loss": loss})
   return loss, metrics

@@ -14,6 +14,10 @@ Batch layout (all [B, T], prompt left-padded then response right-padded, T = pro
   gen_logp    the inference engine's log-prob of tokens[t] (for TIS / ICE-POP)
   adv         token advantages
 Per-token arrays hold at index t the value for token t (predicted from position t−1).
+
+Packed layout (`packing`): micro-batches are fixed [R, L] slabs of whole sequences with
+`positions`, `segment_ids` and `seq_tokens` instead of `attn_mask`; `packed_train_step` runs
+one jitted accumulation per slab and one jitted update, so the number of slabs may vary.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from prorl_jax.model import head_weight, hidden_states, init_params, param_shard
 from prorl_jax.model.presets import Qwen2Config
 
 BATCH_KEYS = ("tokens", "attn_mask", "loss_mask", "old_logp", "ref_logp", "gen_logp", "adv")
+PER_TOKEN_KEYS = ("tokens", "loss_mask", "old_logp", "ref_logp", "gen_logp", "adv")
+PACKED_KEYS = PER_TOKEN_KEYS + ("positions", "segment_ids", "seq_tokens")
+PACKED_MODEL_KEYS = ("tokens", "positions", "segment_ids")
 
 
 @flax.struct.dataclass
@@ -141,7 +148,17 @@ def create_train_state(model_cfg: Qwen2Config, tx, mesh, rng, params=None) -> Tr
 
 def _token_logprobs(model_cfg, params, batch, temperature, chunk, mesh):
   """ℓ and entropy of tokens[t] for t >= 1 (index 0 is 0), from logits/temperature."""
-  h_BxTxD = hidden_states(model_cfg, params, batch["tokens"], batch["attn_mask"], mesh)
+  if "segment_ids" in batch:
+    h_BxTxD = hidden_states(
+      model_cfg,
+      params,
+      batch["tokens"],
+      mesh=mesh,
+      segment_ids_BxT=batch["segment_ids"],
+      positions_BxT=batch["positions"],
+    )
+  else:
+    h_BxTxD = hidden_states(model_cfg, params, batch["tokens"], batch["attn_mask"], mesh)
   lp, ent = losses.token_logprobs(
     h_BxTxD[:, :-1], head_weight(model_cfg, params), batch["tokens"][:, 1:], temperature, chunk
   )
@@ -178,6 +195,7 @@ def _micro_loss(params, mb, counts, model_cfg, lc: LossConfig, mesh):
     num_tokens=num_tokens,
     num_seqs=num_seqs,
     norm_const=lc.norm_const or None,
+    seq_tokens=mb.get("seq_tokens"),
     log_ratio_clamp=lc.log_ratio_clamp,
     kl_kind=lc.kl_kind,
     kl_coef=lc.kl_coef,
@@ -238,7 +256,13 @@ def train_step(
   }
   g0 = jax.tree.map(jnp.zeros_like, state.params)
   (grads, metrics), _ = jax.lax.scan(body, (g0, m0), micro)
+  return apply_grads(state, (grads, metrics), counts, tx=tx)
 
+
+def apply_grads(state: TrainState, acc, counts, *, tx) -> tuple[TrainState, dict]:
+  """The optimizer update from accumulated (grads, metrics); skipped when not finite."""
+  grads, metrics = acc
+  metrics = dict(metrics)
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(metrics["actor/loss"]) & jnp.isfinite(grad_norm)
   updates, new_opt = tx.update(grads, state.opt_state, state.params)
@@ -259,6 +283,97 @@ def train_step(
     }
   )
   return new_state, metrics
+
+
+def accumulate_slab(
+  params, acc, slab: dict, counts, *, model_cfg: Qwen2Config, lc: LossConfig, mesh
+):
+  """acc + (gradient, metrics) of one packed micro-batch; counts are the mini-batch's."""
+  (_, metrics), g = jax.value_and_grad(_micro_loss, has_aux=True)(
+    params, slab, counts, model_cfg, lc, mesh
+  )
+  g_acc, m_acc = acc
+  return jax.tree.map(jnp.add, g_acc, g), _reduce_metrics(m_acc, metrics)
+
+
+def empty_acc(params, slab_shapes: dict, counts, *, model_cfg, lc, mesh):
+  """Zero gradients and the metrics' neutral values, for `accumulate_slab`."""
+  shapes = jax.eval_shape(
+    lambda p, s: _micro_loss(p, s, counts, model_cfg, lc, mesh)[1], params, slab_shapes
+  )
+  m0 = {
+    k: jnp.full(v.shape, _METRIC_INIT.get(k.rsplit("_", 1)[-1], 0.0), v.dtype)
+    for k, v in shapes.items()
+  }
+  return jax.tree.map(jnp.zeros_like, params), m0
+
+
+class PackedTrainStep:
+  """`(state, slabs, counts) -> (state, metrics)`: one update over a mini-batch given as any
+  number of [R, L] slabs. Three compiled functions of fixed shapes (zero accumulators, add one
+  slab, apply) — a new slab count never recompiles. counts = (trained tokens, sequences) of the
+  whole mini-batch, so the result equals the padded step's."""
+
+  def __init__(self, model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, slab_shape):
+    st_sh = state_shardings(model_cfg, tx, mesh)
+    self.slab_sh = packed_shardings(mesh, slab_shape)
+    rep = sharding.replicated(mesh)
+    kw = dict(model_cfg=model_cfg, lc=lc, mesh=mesh)
+    slab_shapes = {
+      k: jax.ShapeDtypeStruct(slab_shape, jnp.float32 if k in _FLOAT_KEYS else jnp.int32)
+      for k in PACKED_KEYS
+    }
+    acc_sh = (st_sh.params, rep)
+    self._zeros = jax.jit(
+      lambda p, c: empty_acc(p, slab_shapes, c, **kw),
+      in_shardings=(st_sh.params, rep),
+      out_shardings=acc_sh,
+    )
+    self._add = jax.jit(
+      functools.partial(accumulate_slab, **kw),
+      in_shardings=(st_sh.params, acc_sh, self.slab_sh, rep),
+      out_shardings=acc_sh,
+      donate_argnums=(1,),
+    )
+    self._apply = jax.jit(
+      functools.partial(apply_grads, tx=tx),
+      in_shardings=(st_sh, acc_sh, rep),
+      out_shardings=(st_sh, rep),
+      donate_argnums=(0,),
+    )
+
+  def __call__(self, state: TrainState, slabs: list[dict], counts) -> tuple[TrainState, dict]:
+    counts = tuple(jnp.asarray(c, jnp.float32) for c in counts)
+    acc = self._zeros(state.params, counts)
+    for s in slabs:
+      acc = self._add(state.params, acc, {k: s[k] for k in PACKED_KEYS}, counts)
+    return self._apply(state, acc, counts)
+
+
+_FLOAT_KEYS = ("old_logp", "ref_logp", "gen_logp", "adv", "seq_tokens")
+
+
+def packed_shardings(mesh, slab_shape) -> dict:
+  spec = sharding.fit_spec(batch_spec(), slab_shape, mesh)
+  return {k: NamedSharding(mesh, spec) for k in PACKED_KEYS}
+
+
+def jit_packed_logprob_step(
+  model_cfg: Qwen2Config, mesh, slab_shape, *, temperature, logit_chunk=256
+):
+  """(ℓ, entropy) [R, L] of one slab's tokens under `params`."""
+  p_sh = param_shardings(model_cfg, mesh)
+  sh = packed_shardings(mesh, slab_shape)
+
+  def fn(params, slab):
+    params = jax.lax.stop_gradient(params)
+    return _token_logprobs(model_cfg, params, slab, temperature, logit_chunk, mesh)
+
+  return jax.jit(
+    fn,
+    in_shardings=(p_sh, {k: sh[k] for k in PACKED_MODEL_KEYS}),
+    out_shardings=(sh["tokens"], sh["tokens"]),
+  )
 
 
 def logprob_step(
