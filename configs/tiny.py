@@ -21,9 +21,12 @@ def get_config(arg=None):
   c.rollout.n = 4
   c.rollout.prompts_per_step = 64
   c.rollout.mini_batch_prompts = 16  # 4 optimizer updates of 64 samples per RL step
-  c.rollout.micro_batch_size = 64
   c.rollout.max_prompt_len = 16
   c.rollout.max_response_len = 40
+  # Packed micro-batches of 32 rows x 64 tokens: a mini-batch of 64 samples (~2K real tokens)
+  # is one slab; short rows keep the XLA attention's [row, row] scores small.
+  c.rollout.token_budget = 2048
+  c.rollout.pack_row_len = 64
   c.rollout.timeout_s = 600.0
   # Every ProRL v2 component stays on, with cycles scaled to a short run.
   c.algo.length_penalty_on_steps = 10

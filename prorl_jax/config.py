@@ -139,7 +139,16 @@ FIELDS: dict = {
     "n": (16, "samples per prompt (the group of the baseline)"),
     "prompts_per_step": (512, "prompts per RL step (after dynamic sampling)"),
     "mini_batch_prompts": (64, "prompts per optimizer update"),
-    "micro_batch_size": (8, "sequences per gradient-accumulation micro-batch"),
+    "token_budget": (
+      16384,
+      "tokens per device per micro-batch: whole sequences packed into rows (first-fit "
+      "decreasing, segment-aware attention); 0 = padded micro-batches of micro_batch_size",
+    ),
+    "pack_row_len": (
+      0,
+      "tokens per packed row (token_budget // pack_row_len rows per device); 0 = token_budget",
+    ),
+    "micro_batch_size": (8, "with token_budget=0: sequences per padded micro-batch"),
     "max_prompt_len": (1024, "longer prompts are left out (counted)"),
     "max_response_len": (8192, "response token budget"),
     "temperature": (1.0, "sampling temperature of training rollouts"),
@@ -374,6 +383,19 @@ def validate(cfg: ConfigDict) -> ConfigDict:
     )
   _range(cfg, "model.memory_fraction", 0, 1, hi_open=True)
   _range(cfg, "model.attention_chunk", 0, integer=True)
+  r = cfg.rollout
+  _range(cfg, "rollout.token_budget", 0, integer=True)
+  _range(cfg, "rollout.pack_row_len", 0, integer=True)
+  if r.token_budget:
+    row = r.pack_row_len or r.token_budget
+    longest = r.max_prompt_len + r.max_response_len
+    if row < longest:
+      _fail(
+        f"rollout.pack_row_len={row} (0 = token_budget) cannot hold the longest sequence "
+        f"(max_prompt_len + max_response_len = {longest}); raise it to at least {longest}"
+      )
+    if row > r.token_budget:
+      _fail(f"rollout.pack_row_len={row} is larger than rollout.token_budget={r.token_budget}")
   _range(cfg, "vllm.gpu_memory_utilization", 0, 1, lo_open=True)
   _range(cfg, "vllm.tensor_parallel", 1, integer=True)
   _range(cfg, "vllm.max_num_seqs", 1, integer=True)
@@ -434,7 +456,7 @@ def _validate_rollout(cfg):
     )
   _range(cfg, "rollout.micro_batch_size", 1, integer=True)
   seqs = r.mini_batch_prompts * r.n
-  if seqs % r.micro_batch_size:
+  if not r.token_budget and seqs % r.micro_batch_size:
     _fail(
       f"rollout.micro_batch_size must divide a mini-batch of {seqs} sequences "
       f"(mini_batch_prompts*n), got {r.micro_batch_size}"

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import dist, rl_step, shaping
+from prorl_jax import dist, packing, rl_step, shaping
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.rollout.exchange import Exchange
@@ -223,6 +223,19 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   return groups, info
 
 
+def _packed_logprobs(run, b: dict):
+  """(old, ref, entropy) [B, T] of a padded batch, computed on its packed slabs."""
+  p = b["plan"]
+  outs = {"old": [], "ref": [], "ent": []}
+  for s in packing.slabs(p, {"tokens": b["tokens"]}, ("tokens",), run.pad_id):
+    inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, run.slab_shardings)
+    old, ent = run.packed_logprobs(run.state.params, inputs)
+    ref, _ = run.packed_logprobs(run.state.ref_params, inputs)
+    for k, v in (("old", old), ("ref", ref), ("ent", ent)):
+      outs[k].append(dist.to_host(v))
+  return tuple(packing.unpack(p, np.stack(outs[k])) for k in ("old", "ref", "ent"))
+
+
 def update(run, groups: list[dict], step: int) -> dict:
   """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step."""
   c, a, r = run.cfg, run.cfg.algo, run.cfg.rollout
@@ -251,15 +264,18 @@ def update(run, groups: list[dict], step: int) -> dict:
     b = rl_step.build_batch(
       gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=run.pad_id, rows=run.rows
     )
-    inputs = dist.global_batch(
-      {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, run.batch_shardings
-    )
-    old, ent = run.logprobs(run.state.params, inputs)
-    ref, _ = run.logprobs(run.state.ref_params, inputs)
     m = b["loss_mask"].astype(np.float32)
-    b["old_logp"] = dist.to_host(old) * m
-    b["ref_logp"] = dist.to_host(ref) * m
-    b["entropy"] = dist.to_host(ent) * m
+    if run.slab_shape:
+      rows, length = run.slab_shape
+      b["plan"] = packing.plan(b["attn_mask"], b["loss_mask"], length=length, rows=rows)
+      old, ref, ent = _packed_logprobs(run, b)
+    else:
+      inputs = dist.global_batch(
+        {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, run.batch_shardings
+      )
+      old, ent = (dist.to_host(x) for x in run.logprobs(run.state.params, inputs))
+      ref = dist.to_host(run.logprobs(run.state.ref_params, inputs)[0])
+    b["old_logp"], b["ref_logp"], b["entropy"] = old * m, ref * m, ent * m
     batches.append((b, shaped[start : start + per_mb], gs))
   # advantages use batch statistics over the whole post-filter batch
   loss_mask = np.concatenate([b["loss_mask"][: len(gs) * r.n] for b, _, gs in batches])
@@ -289,11 +305,24 @@ def update(run, groups: list[dict], step: int) -> dict:
     b["adv"][:rows] = adv_all[offset : offset + rows]
     offset += rows
   sums, pending = {}, []
+  if run.slab_shape:
+    fills = [b["plan"].fill for b, _, _ in batches]
+    metrics["packing/fill"] = float(np.mean(fills))
+    metrics["packing/slabs"] = float(sum(b["plan"].slabs for b, _, _ in batches))
   for _ in range(a.epochs):
     for b, _, _ in batches:
-      run.state, m = run.train_step(
-        run.state, dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, run.batch_shardings)
-      )
+      if run.slab_shape:
+        lm = b["loss_mask"]
+        counts = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
+        slabs = [
+          dist.global_batch(s, run.slab_shardings)
+          for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, run.pad_id)
+        ]
+        run.state, m = run.packed_train_step(run.state, slabs, counts)
+      else:
+        run.state, m = run.train_step(
+          run.state, dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, run.batch_shardings)
+        )
       pending.append(m)  # fetched once after all updates: no host sync between them
   for m in dist.host_tree(pending):
     for k, v in m.items():

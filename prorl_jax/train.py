@@ -72,6 +72,11 @@ def attention_impl(model_cfg) -> str:
   return "cudnn" if fused else "xla"
 
 
+def packed_row_len(r) -> int:
+  """Tokens per packed row: rollout.pack_row_len, or the whole per-device budget when 0."""
+  return r.pack_row_len or r.token_budget
+
+
 def loss_config(cfg) -> ts.LossConfig:
   a, r = cfg.algo, cfg.rollout
   return ts.LossConfig(
@@ -157,6 +162,19 @@ class Run:
       temperature=c.rollout.temperature,
       micro_batches=loss_config(c).micro_batches,
     )
+    # Packed layout: micro-batches of [slab_rows, row_len] (token_budget per device).
+    self.slab_shape = None
+    if c.rollout.token_budget:
+      shards = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+      row_len = packed_row_len(c.rollout)
+      self.slab_shape = (shards * (c.rollout.token_budget // row_len), row_len)
+      self.slab_shardings = ts.packed_shardings(self.mesh, self.slab_shape)
+      self.packed_train_step = ts.PackedTrainStep(
+        self.model_cfg, self.tx, loss_config(c), self.mesh, self.slab_shape
+      )
+      self.packed_logprobs = ts.jit_packed_logprob_step(
+        self.model_cfg, self.mesh, self.slab_shape, temperature=c.rollout.temperature
+      )
     self.reset_ref = ts.jit_reset_reference(
       self.model_cfg, self.tx, self.mesh, c.algo.ref_reset_optimizer
     )

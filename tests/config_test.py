@@ -80,7 +80,9 @@ BAD = [
   ("rollout.n", 0, r"rollout.n must be in \[1, inf\]"),
   ("rollout.n", 1, r"rollout.n must be >= 2 for algo.estimator='reinforce_pp_baseline'"),
   ("rollout.mini_batch_prompts", 100, r"rollout.mini_batch_prompts must divide"),
-  ("rollout.micro_batch_size", 7, r"rollout.micro_batch_size must divide a mini-batch of 1024"),
+  ("rollout.token_budget", 4096, r"rollout.pack_row_len=4096 \(0 = token_budget\) cannot hold"),
+  ("rollout.pack_row_len", 32768, r"rollout.pack_row_len=32768 is larger than rollout.token_b"),
+  ("rollout.token_budget", -1, r"rollout.token_budget must be in \[0, inf\]"),
   ("rollout.temperature", 0.0, r"rollout.temperature must be in \(0, inf\]"),
   ("rollout.top_p", 1.5, r"rollout.top_p must be in \(0, 1\]"),
   ("rollout.engine", "sglang", r"rollout.engine must be one of jax, vllm"),
@@ -96,6 +98,18 @@ BAD = [
   ("checkpoint.keep", 0, r"checkpoint.keep must be in \[1, inf\]"),
   ("seed", 1.5, r"seed must be an integer"),
 ]
+
+
+def test_micro_batch_size_must_divide_the_padded_mini_batch():
+  c = base_config()
+  c.rollout.token_budget = 0
+  c.rollout.micro_batch_size = 7
+  with pytest.raises(
+    ConfigError, match="rollout.micro_batch_size must divide a mini-batch of 1024"
+  ):
+    validate(c)
+  c.rollout.token_budget = 16384  # packed: micro_batch_size is not used
+  validate(c)
 
 
 @pytest.mark.parametrize("path,value,msg", BAD, ids=[f"{p}={v}" for p, v, _ in BAD])
