@@ -159,9 +159,7 @@ def aot_report():
     mesh = make_mesh(*shape)
     st_sh = ts.state_shardings(cfg, tx, mesh)
     abstract_params = jax.eval_shape(lambda: ts.init_params(cfg, jax.random.PRNGKey(0)))
-    abstract = jax.eval_shape(
-      lambda p: ts._new_state(p, tx, jax.random.PRNGKey(0)), abstract_params
-    )
+    abstract = jax.eval_shape(lambda p: ts._new_state(p, tx), abstract_params)
     abstract = jax.tree.map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh
     )

@@ -3,8 +3,8 @@
 Legend: P prompts, N responses per prompt, B = P·N sequences (prompt-major: all N responses of
 prompt 0, then prompt 1, ...), T response tokens. `mask_BxT` is 1 on valid response tokens.
 
-Batch statistics are sums over the whole (global) array: under `jax.jit` with sharded inputs they
-are global across devices. Inside `shard_map`, pass `axis_name` to psum them explicitly.
+Batch statistics are sums over the whole array the function is given: the trainer calls these on
+the full host batch of a step.
 """
 
 from __future__ import annotations
@@ -15,25 +15,21 @@ import jax.numpy as jnp
 ESTIMATORS = ("reinforce_pp_baseline", "reinforce_pp", "grpo", "rloo", "dr_grpo")
 
 
-def _psum(x, axis_name):
-  return x if axis_name is None else jax.lax.psum(x, axis_name)
-
-
-def masked_mean(x, mask, axis_name=None):
+def masked_mean(x, mask):
   mask = mask.astype(jnp.float32)
-  return _psum(jnp.sum(x * mask), axis_name) / jnp.maximum(_psum(jnp.sum(mask), axis_name), 1.0)
+  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def masked_whiten(x_BxT, mask_BxT, *, unbiased: bool = False, eps: float = 1e-8, axis_name=None):
+def masked_whiten(x_BxT, mask_BxT, *, unbiased: bool = False, eps: float = 1e-8):
   """(x − μ)·rsqrt(max(var, eps)) over valid tokens; padding stays 0.
 
   Token-weighted statistics with the biased variance (NeMo-RL / OpenRLHF); `unbiased=True` gives
   verl's Bessel-corrected variance, `(x − μ)·rsqrt(var + eps)`.
   """
   m = mask_BxT.astype(jnp.float32)
-  n = _psum(jnp.sum(m), axis_name)
-  mean = _psum(jnp.sum(x_BxT * m), axis_name) / jnp.maximum(n, 1.0)
-  sq = _psum(jnp.sum(jnp.square(x_BxT - mean) * m), axis_name)
+  n = jnp.sum(m)
+  mean = jnp.sum(x_BxT * m) / jnp.maximum(n, 1.0)
+  sq = jnp.sum(jnp.square(x_BxT - mean) * m)
   if unbiased:
     var = sq / jnp.maximum(n - 1.0, 1.0)
     scale = jax.lax.rsqrt(var + eps)
@@ -76,17 +72,13 @@ def broadcast(seq_B, mask_BxT):
   return seq_B[:, None] * mask_BxT.astype(jnp.float32)
 
 
-def reinforce_pp_baseline(scores_PxN, mask_BxT, *, unbiased: bool = False, axis_name=None):
+def reinforce_pp_baseline(scores_PxN, mask_BxT, *, unbiased: bool = False):
   """ProRL v2: subtract the group mean, broadcast, whiten over all valid tokens of the batch."""
   local_B = dr_grpo(scores_PxN).reshape(-1)
-  return masked_whiten(
-    broadcast(local_B, mask_BxT), mask_BxT, unbiased=unbiased, axis_name=axis_name
-  )
+  return masked_whiten(broadcast(local_B, mask_BxT), mask_BxT, unbiased=unbiased)
 
 
-def reinforce_pp(
-  scores_B, mask_BxT, *, kl_BxT=None, kl_coef: float = 0.0, unbiased: bool = False, axis_name=None
-):
+def reinforce_pp(scores_B, mask_BxT, *, kl_BxT=None, kl_coef: float = 0.0, unbiased: bool = False):
   """REINFORCE++: r_t = s·1[t = last] − β·kl_t, G_t = Σ_{u≥t} r_u (γ = 1), then whiten."""
   m = mask_BxT.astype(jnp.float32)
   # The last valid token of each row: the valid token with no valid token after it.
@@ -96,7 +88,7 @@ def reinforce_pp(
   if kl_BxT is not None:
     r_BxT = r_BxT - kl_coef * kl_BxT * m
   returns_BxT = jnp.flip(jnp.cumsum(jnp.flip(r_BxT, -1), -1), -1) * m
-  return masked_whiten(returns_BxT, mask_BxT, unbiased=unbiased, axis_name=axis_name)
+  return masked_whiten(returns_BxT, mask_BxT, unbiased=unbiased)
 
 
 def compute_advantages(
@@ -109,7 +101,6 @@ def compute_advantages(
   boost: float = 0.0,
   correct_PxN=None,
   unbiased: bool = False,
-  axis_name=None,
 ):
   """Token advantages [B, T] for B = P·N prompt-major rows.
 
@@ -130,15 +121,10 @@ def compute_advantages(
       f"scores are {p}x{n} = {p * n} sequences but the mask has {mask_BxT.shape[0]} rows"
     )
   if estimator == "reinforce_pp_baseline":
-    adv = reinforce_pp_baseline(scores_PxN, mask_BxT, unbiased=unbiased, axis_name=axis_name)
+    adv = reinforce_pp_baseline(scores_PxN, mask_BxT, unbiased=unbiased)
   elif estimator == "reinforce_pp":
     adv = reinforce_pp(
-      scores_PxN.reshape(-1),
-      mask_BxT,
-      kl_BxT=kl_BxT,
-      kl_coef=kl_coef,
-      unbiased=unbiased,
-      axis_name=axis_name,
+      scores_PxN.reshape(-1), mask_BxT, kl_BxT=kl_BxT, kl_coef=kl_coef, unbiased=unbiased
     )
   elif estimator in ("grpo", "rloo", "dr_grpo"):
     fn = {"grpo": grpo, "rloo": rloo, "dr_grpo": dr_grpo}[estimator]

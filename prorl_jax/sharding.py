@@ -8,6 +8,8 @@ pass the mesh explicitly.
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -35,6 +37,8 @@ LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
   ("act_vocab", "tensor"),
 )
 _RULES = dict(LOGICAL_RULES)
+log = logging.getLogger("prorl_jax.sharding")
+_logged: set = set()
 
 
 def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None) -> Mesh:
@@ -68,41 +72,61 @@ def logical_to_spec(names) -> P:
     mesh_axes = _RULES[name]
     flat = (mesh_axes,) if isinstance(mesh_axes, str) else (mesh_axes or ())
     if used & set(flat):
-      mesh_axes = None  # a mesh axis may shard only one dimension of an array
-    else:
-      used |= set(flat)
+      raise ValueError(
+        f"logical axes {tuple(names)}: {name!r} maps to mesh axis {mesh_axes!r}, which an "
+        "earlier dimension already uses; a mesh axis can split only one dimension"
+      )
+    used |= set(flat)
     axes.append(mesh_axes)
   return P(*axes)
 
 
-def logical_to_sharding(names, mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, logical_to_spec(names))
-
-
-def tree_shardings(logical_tree, mesh: Mesh):
-  """Maps a pytree of logical-name tuples (or PartitionSpecs of names) to NamedShardings."""
-  return jax.tree.map(
-    lambda names: logical_to_sharding(tuple(names), mesh),
-    logical_tree,
-    is_leaf=lambda x: isinstance(x, (tuple, P)),
-  )
-
-
-def fit_spec(spec: P, shape, mesh: Mesh) -> P:
-  """Drops mesh axes from dims they do not divide (2 kv heads on tensor=4): replicate instead."""
+def fit_spec(spec: P, shape, mesh: Mesh, what: str = "array") -> P:
+  """Drops mesh axes from dims they do not divide (2 kv heads on tensor=4), which then stay
+  whole on every device; said once per (what, dim, axes) in the log."""
   out = []
-  for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
-    flat = (axes,) if isinstance(axes, str) else (axes or ())
-    size = int(np.prod([mesh.shape[a] for a in flat])) if flat else 1
-    out.append(axes if dim % size == 0 else None)
+  for i, (dim, axes) in enumerate(zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)))):
+    size = axes_size(axes, mesh)
+    if dim % size:
+      key = (what, i, dim, axes)
+      if key not in _logged:
+        _logged.add(key)
+        log.info(
+          "%s: dimension %d of size %d is not divisible by mesh axes %s (%d); kept whole",
+          what,
+          i,
+          dim,
+          axes,
+          size,
+        )
+      axes = None
+    out.append(axes)
   return P(*out)
+
+
+def axes_size(axes, mesh: Mesh) -> int:
+  flat = (axes,) if isinstance(axes, str) else (axes or ())
+  return int(np.prod([mesh.shape[a] for a in flat])) if flat else 1
+
+
+def batch_spec(shape, mesh: Mesh) -> P:
+  """The spec of a [batch, ...] array: rows split over (data, fsdp). A batch that the mesh does
+  not divide is an error (replicating it would run every row on every device)."""
+  spec = logical_to_spec(("act_batch",))
+  n = axes_size(spec[0], mesh)
+  if shape[0] % n:
+    raise ValueError(
+      f"a batch of {shape[0]} rows cannot be split over mesh.data x mesh.fsdp = {n} devices; "
+      "use a batch size that is a multiple of it"
+    )
+  return spec
 
 
 def constrain(x, names, mesh: Mesh | None):
   """`with_sharding_constraint` by logical names; a no-op without a mesh."""
   if mesh is None:
     return x
-  spec = fit_spec(logical_to_spec(names), x.shape, mesh)
+  spec = fit_spec(logical_to_spec(names), x.shape, mesh, f"activation {tuple(names)}")
   return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 
 

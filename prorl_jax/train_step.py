@@ -49,7 +49,6 @@ class TrainState:
   params: Any
   opt_state: Any
   ref_params: Any
-  rng: jax.Array
   skipped: jax.Array  # updates skipped for a non-finite loss or gradient
 
 
@@ -103,10 +102,6 @@ def make_optimizer(
 # ----------------------------------------------------------------------------- shardings
 
 
-def batch_spec() -> P:
-  return sharding.logical_to_spec(("act_batch", None))
-
-
 def state_shardings(model_cfg: Qwen2Config, tx, mesh) -> TrainState:
   p_sh = param_shardings(model_cfg, mesh)
   abstract_params = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
@@ -115,16 +110,15 @@ def state_shardings(model_cfg: Qwen2Config, tx, mesh) -> TrainState:
   opt_sh = optax.tree_map_params(
     tx, lambda _, s: s, abstract_opt, p_sh, transform_non_params=lambda _: rep
   )
-  return TrainState(step=rep, params=p_sh, opt_state=opt_sh, ref_params=p_sh, rng=rep, skipped=rep)
+  return TrainState(step=rep, params=p_sh, opt_state=opt_sh, ref_params=p_sh, skipped=rep)
 
 
-def _new_state(params, tx, rng):
+def _new_state(params, tx):
   return TrainState(
     step=jnp.zeros((), jnp.int32),
     params=params,
     opt_state=tx.init(params),
     ref_params=params,
-    rng=rng,
     skipped=jnp.zeros((), jnp.int32),
   )
 
@@ -132,15 +126,14 @@ def _new_state(params, tx, rng):
 def create_train_state(model_cfg: Qwen2Config, tx, mesh, rng, params=None) -> TrainState:
   """A sharded TrainState; random params are created in place, given params are re-laid out.
 
-  The reference policy starts equal to the policy (a separate buffer).
+  `rng` seeds the random params (unused when params are given). The reference policy starts
+  equal to the policy (a separate buffer).
   """
   sh = state_shardings(model_cfg, tx, mesh)
   if params is None:
-    init = lambda r: _new_state(init_params(model_cfg, r), tx, r)  # noqa: E731
+    init = lambda r: _new_state(init_params(model_cfg, r), tx)  # noqa: E731
     return jax.jit(init, out_shardings=sh)(rng)
-  return jax.jit(
-    lambda p, r: _new_state(p, tx, r), in_shardings=(sh.params, sh.rng), out_shardings=sh
-  )(params, rng)
+  return jax.jit(lambda p: _new_state(p, tx), in_shardings=(sh.params,), out_shardings=sh)(params)
 
 
 # ----------------------------------------------------------------------------- the step
@@ -227,7 +220,7 @@ def split_micro(x_BxT, m: int, mesh=None):
     raise ValueError(f"mini-batch of {b} sequences is not divisible into {m} micro-batches")
   out = x_BxT.reshape((b // m, m) + x_BxT.shape[1:]).swapaxes(0, 1)
   if mesh is not None:
-    spec = P(None, *sharding.fit_spec(batch_spec(), out.shape[1:], mesh))
+    spec = P(None, *sharding.batch_spec(out.shape[1:], mesh))
     out = jax.lax.with_sharding_constraint(out, NamedSharding(mesh, spec))
   return out
 
@@ -354,7 +347,7 @@ _FLOAT_KEYS = ("old_logp", "ref_logp", "gen_logp", "adv", "seq_tokens")
 
 
 def packed_shardings(mesh, slab_shape) -> dict:
-  spec = sharding.fit_spec(batch_spec(), slab_shape, mesh)
+  spec = sharding.batch_spec(slab_shape, mesh)
   return {k: NamedSharding(mesh, spec) for k in PACKED_KEYS}
 
 
@@ -409,7 +402,7 @@ def reset_reference(state: TrainState, tx, reinit_optimizer: bool = False) -> Tr
 
 
 def batch_shardings(mesh, batch_shape):
-  spec = sharding.fit_spec(batch_spec(), batch_shape, mesh)
+  spec = sharding.batch_spec(batch_shape, mesh)
   return {k: NamedSharding(mesh, spec) for k in BATCH_KEYS}
 
 

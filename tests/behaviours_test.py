@@ -107,11 +107,17 @@ def test_entropy_bonus_by_hand():
   assert float(m["actor/entropy"]) == pytest.approx(2.0)
 
 
-def test_epochs_repeat_every_mini_batch_update():
+@pytest.mark.parametrize("packed", [False, True])
+def test_epochs_repeat_every_mini_batch_update(packed):
   calls = []
 
   def train_step(state, batch):
     calls.append(int(np.asarray(batch["tokens"]).sum()))
+    return state, {"actor/loss": 0.0}
+
+  def packed_train_step(state, slabs, counts):
+    assert counts == (5.0, 2.0)  # the mini-batch's trained tokens and sequences
+    calls.append(int(sum(np.asarray(s["tokens"]).sum() for s in slabs)))
     return state, {"actor/loss": 0.0}
 
   def logprobs(params, inputs):
@@ -142,6 +148,10 @@ def test_epochs_repeat_every_mini_batch_update():
     batch_shardings=None,
     train_step=train_step,
     logprobs=logprobs,
+    slab_shape=(2, 8) if packed else None,
+    slab_shardings=None,
+    packed_train_step=packed_train_step,
+    packed_logprobs=logprobs,
     state=types.SimpleNamespace(params=None, ref_params=None),
     schedule=LengthPenaltySchedule("off"),
     host={"lp": LengthPenaltySchedule("off").init_state()},
@@ -156,6 +166,10 @@ def test_epochs_repeat_every_mini_batch_update():
     dist.global_batch = orig
   assert len(calls) == 3 * 2 and metrics["actor/updates"] == 6
   assert calls[:2] == calls[2:4] == calls[4:]  # each epoch sees the same mini-batches
+  # group i: prompt [1, 2] before responses [3, 4] + i and [5, 6, 7] + i, nothing else
+  assert sorted(calls[:2]) == [2 * 3 + 3 + 4 + 5 + 6 + 7, 2 * 3 + 4 + 5 + 6 + 7 + 8]
+  if packed:
+    assert metrics["packing/slabs"] == 2 and metrics["packing/fill"] == 9 / 16
 
 
 def test_sampler_top_k_1_is_greedy():

@@ -11,7 +11,6 @@ LAYERS = {
   0: [
     "config",
     "cli",
-    "datatypes",
     "dist",
     "sharding",
     "losses",
@@ -24,6 +23,7 @@ LAYERS = {
     "__init__",
   ],
   1: [
+    "packing",
     "model.qwen2",
     "model.hf_weights",
     "model",

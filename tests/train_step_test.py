@@ -165,3 +165,32 @@ def test_make_mesh_errors():
   with pytest.raises(ValueError, match="does not divide the 8 devices"):
     make_mesh(3, -1, 1)
   assert make_mesh(2, -1, 2).shape == {"data": 2, "fsdp": 2, "tensor": 2}
+
+
+def test_sharding_says_what_it_does(caplog):
+  from prorl_jax import sharding
+  from prorl_jax.model import param_shardings
+
+  with pytest.raises(ValueError, match="'act_vocab' maps to mesh axis 'tensor', which an earlier"):
+    sharding.logical_to_spec(("act_heads", "act_vocab"))
+  mesh = make_mesh(1, 8, 1)
+  with pytest.raises(ValueError, match="a batch of 12 rows cannot be split over .* = 8 devices"):
+    ts.batch_shardings(mesh, (12, 16))
+  with pytest.raises(ValueError, match="a batch of 4 rows cannot be split"):
+    ts.split_micro(jnp.zeros((8, 4)), 2, mesh)
+  # 2 kv heads on tensor=4: those dims stay whole, said once in the log per parameter
+  cfg = presets.tiny(
+    vocab_size=64, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+    num_kv_heads=2, head_dim=16,
+  )  # fmt: skip
+  mesh = make_mesh(1, 2, 4)
+  with caplog.at_level("INFO", logger="prorl_jax.sharding"):
+    sh = param_shardings(cfg, mesh)
+    param_shardings(cfg, mesh)
+  k_spec = sh["layers"]["attn"]["k_proj"]["kernel"].spec
+  assert "tensor" not in jax.tree.leaves(tuple(k_spec))
+  lines = [r.getMessage() for r in caplog.records if "k_proj/kernel" in r.getMessage()]
+  assert lines == [
+    "param layers/attn/k_proj/kernel: dimension 2 of size 2 is not divisible by mesh axes "
+    "tensor (4); kept whole"
+  ]

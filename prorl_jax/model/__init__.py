@@ -98,10 +98,15 @@ def param_logical_axes(cfg: Qwen2Config):
 def param_shardings(cfg: Qwen2Config, mesh):
   """NamedShardings for the params on `mesh` (dims a mesh axis does not divide stay whole)."""
   abstract = nn.meta.unbox(_abstract_boxed(cfg))["params"]
-  return jax.tree.map(
-    lambda spec, a: jax.sharding.NamedSharding(
-      mesh, sharding.fit_spec(sharding.logical_to_spec(tuple(spec)), a.shape, mesh)
-    ),
+
+  def one(path, spec, a):
+    name = "param " + "/".join(str(getattr(k, "key", k)) for k in path)
+    return jax.sharding.NamedSharding(
+      mesh, sharding.fit_spec(sharding.logical_to_spec(tuple(spec)), a.shape, mesh, name)
+    )
+
+  return jax.tree_util.tree_map_with_path(
+    one,
     param_logical_axes(cfg),
     abstract,
     is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
