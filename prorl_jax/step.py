@@ -14,6 +14,7 @@ from prorl_jax import config as config_lib
 from prorl_jax import dist, packing, rl_step, shaping
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
+from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
 
 log = logging.getLogger("prorl_jax.train")
@@ -34,24 +35,6 @@ def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
   """A result is trained on only if sampled by one of the last `max_staleness`+1 versions (a
   version from the future comes from an interrupted run and is never admitted)."""
   return 0 <= version - policy_version <= max_staleness
-
-
-def note_probe_mismatch(manifest: dict, budget: float, stats: dict) -> None:
-  """Records a result's engine/trainer probe mismatch in `stats`; past `budget` (> 0) the run
-  stops with one line (WorkerFailure)."""
-  from prorl_jax.rollout.local import WorkerFailure
-
-  mm = manifest.get("probe_mismatch") or {}
-  if not mm:
-    return
-  stats["mismatch/probe_max"] = max(stats.get("mismatch/probe_max", 0.0), mm["max"])
-  stats["mismatch/probe_mean"] = mm["mean"]
-  if budget and mm["max"] > budget:
-    raise WorkerFailure(
-      f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
-      f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
-      f"v{manifest['policy_version']}); check the engine's dtype and weight loading"
-    )
 
 
 def _requests(run, items: list[dict], *, step: int, tag: str, version: int) -> dict[str, dict]:
@@ -117,7 +100,7 @@ def _receive(run, ex: Exchange, workers, requests: dict[str, dict], step: int, n
     if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
       notes["dropped"] += 1  # never train on results beyond the staleness bound
       continue
-    note_probe_mismatch(manifest, c.rollout.max_probe_mismatch, notes)
+    probe.note_probe_mismatch(manifest, c.rollout.max_probe_mismatch, notes)
     wait = manifest.get("weights_wait_s")
     if isinstance(wait, (int, float)) and wait >= 0:
       notes["workers_wait_s"] = notes.get("workers_wait_s", 0.0) + float(wait)

@@ -29,6 +29,7 @@ from prorl_jax.export import RUN_RECORD
 from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rewards import sandbox
+from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange, InvalidExchange, open_kvstore, shard_bytes
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 from prorl_jax.run_record import check_resume_config, latest_local_step, record_run
@@ -230,16 +231,8 @@ def _probe_logprobs(model_cfg, params, tokens_BxT):
 
 
 def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
-  """probe.json: a few fixed sequences and the trainer's log-probs (T=1) for the workers'
-  engine/trainer mismatch guard."""
-  width = max(len(t) for t in tokens)
-  padded = np.zeros((len(tokens), width), np.int32)
-  for i, t in enumerate(tokens):
-    padded[i, : len(t)] = t  # right padding: causal, so it changes no log-prob we keep
-  lp = np.asarray(_probe_logprobs(model_cfg, params, padded))
-  out = [lp[i, np.arange(len(t) - 1), t[1:]].tolist() for i, t in enumerate(tokens)]
-  with open(os.path.join(path, "probe.json"), "w") as f:
-    json.dump({"tokens": tokens, "logprobs": out}, f)
+  """The version's probe (`rollout.probe`) from the trainer's own log-probs."""
+  probe.write_probe(lambda t: _probe_logprobs(model_cfg, params, t), tokens, path)
 
 
 def publish(run: Run, ex: Exchange | None, version: int):

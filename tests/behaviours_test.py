@@ -12,6 +12,7 @@ import pytest
 from prorl_jax import config as config_lib
 from prorl_jax import losses, rl_step, step, train
 from prorl_jax.model import init_params, presets
+from prorl_jax.rollout import probe
 from prorl_jax.rollout.jax_sampler import SamplingParams, generate
 from prorl_jax.rollout.local import WorkerFailure
 
@@ -70,7 +71,7 @@ def test_validation_stall_reset():
 def test_probe_mismatch_stops_the_run_in_one_line():
   stats = {}
   m = {"probe_mismatch": {"max": 0.02, "mean": 0.01}, "worker": "w1", "policy_version": 3}
-  step.note_probe_mismatch(m, 0.05, stats)
+  probe.note_probe_mismatch(m, 0.05, stats)
   assert stats == {"mismatch/probe_max": 0.02, "mismatch/probe_mean": 0.01}
   m["probe_mismatch"] = {"max": 0.3, "mean": 0.1}
   with pytest.raises(
@@ -78,8 +79,8 @@ def test_probe_mismatch_stops_the_run_in_one_line():
     match=r"mismatch 0.3 on the probe exceeds "
     r"rollout.max_probe_mismatch=0.05 \(worker w1, weights v3\)",
   ):
-    step.note_probe_mismatch(m, 0.05, stats)
-  step.note_probe_mismatch(m, 0.0, stats)  # 0 = off: recorded, never fatal
+    probe.note_probe_mismatch(m, 0.05, stats)
+  probe.note_probe_mismatch(m, 0.0, stats)  # 0 = off: recorded, never fatal
   assert stats["mismatch/probe_max"] == 0.3
 
 

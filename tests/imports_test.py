@@ -39,6 +39,7 @@ LAYERS = {
     "rollout.worker",
     "rollout.vllm_engine",
     "rollout.local",
+    "rollout.probe",
     "tiny_base",
     "demo_task",
   ],
@@ -47,7 +48,14 @@ LAYERS = {
   5: ["main"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.
-NO_JAX = ("rewards", "rollout.vllm_engine", "rollout.exchange", "rollout.entries", "tokenizer")
+NO_JAX = (
+  "rewards",
+  "rollout.probe",
+  "rollout.vllm_engine",
+  "rollout.exchange",
+  "rollout.entries",
+  "tokenizer",
+)
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -13,38 +13,14 @@ over a truncated support). This module never imports jax.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 
 import numpy as np
 
+from prorl_jax.rollout.probe import RELOAD_TOLERANCE, check_probe
+
 log = logging.getLogger(__name__)
-
-PROBE_FILE = "probe.json"
-RELOAD_TOLERANCE = 0.05  # max |engine − trainer| log-prob on the probe after an in-place reload
-
-
-def probe_mismatch(engine_logp: np.ndarray, trainer_logp: np.ndarray) -> dict:
-  d = np.abs(np.asarray(engine_logp, np.float64) - np.asarray(trainer_logp, np.float64))
-  return {"max": float(d.max()) if d.size else 0.0, "mean": float(d.mean()) if d.size else 0.0}
-
-
-def check_probe(score_tokens, path: str) -> dict | None:
-  """|engine − trainer| log-prob on the version's probe; None when it has no probe.json."""
-  probe = read_probe(path)
-  if probe is None:
-    return None
-  got = np.concatenate([score_tokens(seq) for seq in probe["tokens"]])
-  return probe_mismatch(got, np.concatenate([np.asarray(x) for x in probe["logprobs"]]))
-
-
-def read_probe(path: str) -> dict | None:
-  f = os.path.join(path, PROBE_FILE)
-  if not os.path.isfile(f):
-    return None
-  with open(f) as fh:
-    return json.load(fh)
 
 
 def eager(setting, on_cpu: bool) -> bool:

@@ -171,7 +171,7 @@ class Worker:
 
   def check_probe(self, path: str) -> dict | None:
     """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
-    from prorl_jax.rollout.vllm_engine import check_probe
+    from prorl_jax.rollout.probe import check_probe
 
     cached = getattr(self.engine, "last_mismatch", None)  # the vLLM engine checks on load
     if cached is not None:
