@@ -96,11 +96,11 @@ def main():
   args = ap.parse_args()
   if len(os.sched_getaffinity(0)) < 2:
     raise SystemExit("needs 2 CPUs (one for the trainer, one for the worker)")
-  from prorl_jax import demo_task
+  from prorl_jax.demo import warm_start
 
   tmp = tempfile.mkdtemp(prefix="prorl_pipeline_bench_")
   t0 = time.time()
-  base = demo_task.build(os.path.join(tmp, "base"), seed=0)  # the demo's warm-started base
+  base = warm_start.build(os.path.join(tmp, "base"), seed=0)  # the demo's warm-started base
   print(json.dumps({"base_build_s": round(time.time() - t0)}))
   runs = {"serial": [], "pipelined": []}
   for rep in range(args.reps):

@@ -21,7 +21,7 @@ declare -A grid=(
 )
 if [ ! -f "$root/base/config.json" ]; then  # one shared warm-started base model
   run mkdir -p "$root"
-  run "$PY" -c "from prorl_jax import demo_task; demo_task.build('$root/base')"
+  run "$PY" -c "from prorl_jax.demo import warm_start; warm_start.build('$root/base')"
 fi
 for name in $(printf '%s\n' "${!grid[@]}" | sort); do
   # shellcheck disable=SC2206  # a grid entry is zero or one flag

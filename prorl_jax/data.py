@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from prorl_jax import rewards
-from prorl_jax.rewards import chain_sum
+from prorl_jax.demo import chain_sum
 from prorl_jax.tokenizer import prompt_ids
 
 

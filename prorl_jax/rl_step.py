@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prorl_jax import advantages, shaping
+from prorl_jax.algo import advantages, shaping
 
 
 def results_to_groups(request: dict, manifest: dict, arrays: dict) -> list[dict]:

@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import dist, packing, rl_step, shaping
+from prorl_jax import dist, dynamic_sampling, packing, rl_step
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.rollout import probe
@@ -173,7 +173,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
       _receive(run, ex, workers, prefetched["requests"], step, notes),
       filter_uninformative=c.algo.dynamic_sampling,
     )
-  groups, stats = shaping.fill(
+  groups, stats = dynamic_sampling.fill(
     run.buffer,
     generate,
     c.rollout.prompts_per_step,

@@ -21,9 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import dist, shaping
+from prorl_jax import dist, dynamic_sampling
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
+from prorl_jax.algo import shaping
 from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.export import RUN_RECORD
 from prorl_jax.metrics import MetricWriter, NullWriter
@@ -56,9 +57,9 @@ def resolve_model_path(cfg) -> str:
       )
     return cfg.model.path
   if cfg.model.build_tiny:
-    from prorl_jax import demo_task
+    from prorl_jax.demo import warm_start
 
-    return demo_task.build(os.path.join(cfg.run_dir, "base"), seed=cfg.seed)
+    return warm_start.build(os.path.join(cfg.run_dir, "base"), seed=cfg.seed)
   raise config_lib.ConfigError(R1_DISTILL_HINT)
 
 
@@ -186,7 +187,7 @@ class Run:
       + [int(x) for x in rng.randint(0, self.model_cfg.vocab_size, 16)]
       for it in probe_items
     ]
-    self.buffer = shaping.GroupBuffer()
+    self.buffer = dynamic_sampling.GroupBuffer()
     self.schedule = shaping.LengthPenaltySchedule(
       c.algo.length_penalty, c.algo.length_penalty_on_steps, c.algo.length_penalty_off_steps
     )
@@ -205,7 +206,7 @@ class Run:
 
   def load_host(self, host: dict):
     self.source.load_state(host.pop("data"))
-    self.buffer = shaping.GroupBuffer.from_state(host.pop("buffer"))
+    self.buffer = dynamic_sampling.GroupBuffer.from_state(host.pop("buffer"))
     self.host = host
 
 

@@ -33,7 +33,8 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from prorl_jax import losses, sharding
+from prorl_jax import sharding
+from prorl_jax.algo import losses
 from prorl_jax.model import head_weight, hidden_states, init_params, param_shardings
 from prorl_jax.model.presets import Qwen2Config
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prorl_jax.advantages import compute_advantages, masked_whiten, rloo
+from prorl_jax.algo.advantages import compute_advantages, masked_whiten, rloo
 
 A = np.testing.assert_allclose
 

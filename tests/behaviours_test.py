@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax import losses, rl_step, step, train
+from prorl_jax import rl_step, step, train
+from prorl_jax.algo import losses
 from prorl_jax.model import init_params, presets
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.jax_sampler import SamplingParams, generate
@@ -140,7 +141,7 @@ def test_epochs_repeat_every_mini_batch_update(packed):
     }
     for i in range(2)
   ]
-  from prorl_jax.shaping import LengthPenaltySchedule
+  from prorl_jax.algo.shaping import LengthPenaltySchedule
 
   run = types.SimpleNamespace(
     cfg=cfg,

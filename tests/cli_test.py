@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from prorl_jax import tiny_base
+from prorl_jax.demo import tiny_base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -21,6 +21,6 @@ jax.config.update("jax_default_matmul_precision", "highest")
 @pytest.fixture(scope="session")
 def base(tmp_path_factory):
   """The demo's tiny base model with a short (60-step) warm start, shared by the loop tests."""
-  from prorl_jax import demo_task
+  from prorl_jax.demo import warm_start
 
-  return demo_task.build(str(tmp_path_factory.mktemp("base") / "base"), steps=60)
+  return warm_start.build(str(tmp_path_factory.mktemp("base") / "base"), steps=60)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from prorl_jax import data, tiny_base
+from prorl_jax import data
+from prorl_jax.demo import tiny_base
 from prorl_jax.model import load_tokenizer
 
 

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from prorl_jax import tiny_base
+from prorl_jax.demo import tiny_base
 from prorl_jax.eval import pass_at_k
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

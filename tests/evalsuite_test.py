@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from prorl_jax import evalsuite, prepare, tiny_base
+from prorl_jax import evalsuite, prepare
 from prorl_jax import suite as suite_lib
+from prorl_jax.demo import tiny_base
 from prorl_jax.eval import summarize
 from tests.suite_test import FIXTURES, _write_sources
 

@@ -8,9 +8,10 @@ import numpy as np
 import optax
 import pytest
 
-from prorl_jax import export, tiny_base
+from prorl_jax import export
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer
+from prorl_jax.demo import tiny_base
 from prorl_jax.model import forward, load_hf
 from prorl_jax.sharding import make_mesh
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prorl_jax import losses
+from prorl_jax.algo import losses
 
 A = np.testing.assert_allclose
 CLIP = dict(clip_low=0.2, clip_high=0.28)

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prorl_jax import data, prepare, rewards, tiny_base
+from prorl_jax import data, prepare, rewards
+from prorl_jax.demo import tiny_base
 from prorl_jax.rewards import puzzles
 
 BOX = prepare.BOXED_INSTRUCTION

@@ -346,8 +346,8 @@ def test_unknown_benchmark_and_bad_dates_are_one_line_errors(tmp_path, capsys):
 
 def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_path):
   from prorl_jax import config as config_lib
-  from prorl_jax import tiny_base
   from prorl_jax.data import DataError
+  from prorl_jax.demo import tiny_base
   from prorl_jax.sources import sources_for
 
   out, _ = built

@@ -80,7 +80,7 @@ def test_vllm_logprobs_match_jax_before_and_after_a_weight_update(tmp_path, tie)
 
 
 def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
-  from prorl_jax import tiny_base
+  from prorl_jax.demo import tiny_base
 
   base = tiny_base.build(str(tmp_path / "base"))
   url = f"file://{tmp_path}/ex"

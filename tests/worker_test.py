@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from prorl_jax import tiny_base
+from prorl_jax.demo import chain_sum, tiny_base
 from prorl_jax.model import load_tokenizer
-from prorl_jax.rewards import chain_sum, ifeval
+from prorl_jax.rewards import ifeval
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.tokenizer import prompt_ids
 

@@ -22,7 +22,8 @@ Verifier = Callable[..., Score]
 
 
 def _registry() -> dict[str, Verifier]:
-  from prorl_jax.rewards import chain_sum, code, ifeval, math, mcq, puzzles
+  from prorl_jax.demo import chain_sum
+  from prorl_jax.rewards import code, ifeval, math, mcq, puzzles
 
   return {
     "chain_sum": chain_sum.score,

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from prorl_jax import data, tiny_base
+from prorl_jax import data
+from prorl_jax.demo import tiny_base
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,100 @@
+"""Dynamic sampling's generation rounds and carry-over buffer (DAPO): groups are generated
+round after round until enough informative ones are kept; extra informative groups wait in a
+buffer for the next step. The buffer's state is a small dict, so checkpoints hold it and a
+resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable
+
+import numpy as np
+
+from prorl_jax.algo.shaping import informative_groups
+
+
+@dataclasses.dataclass
+class FillStats:
+  rounds: int = 0
+  groups_generated: int = 0
+  groups_kept: int = 0
+  from_carry_over: int = 0
+  exhausted: bool = False
+  short: bool = False  # fewer groups than asked: trained on what there was
+
+  @property
+  def keep_rate(self) -> float:
+    return self.groups_kept / max(self.groups_generated, 1)
+
+
+class GroupBuffer:
+  """Informative prompt groups waiting to be trained on; leftovers carry over to the next step.
+
+  A group is any dict with a `raw_scores` entry of shape [N]. `state()`/`from_state()` round-trip
+  through checkpoints.
+  """
+
+  def __init__(self, groups: Iterable[dict] | None = None):
+    self.groups: list[dict] = list(groups or [])
+
+  def __len__(self):
+    return len(self.groups)
+
+  def add(self, groups: Iterable[dict], filter_uninformative: bool = True) -> int:
+    groups = list(groups)
+    if filter_uninformative and groups:
+      keep = informative_groups(np.stack([np.asarray(g["raw_scores"]) for g in groups]))
+      groups = [g for g, k in zip(groups, keep) if k]
+    self.groups.extend(groups)
+    return len(groups)
+
+  def evict(self, expired: Callable[[dict], bool]) -> int:
+    """Drops the groups for which `expired(group)` is true; returns how many."""
+    keep = [g for g in self.groups if not expired(g)]
+    n, self.groups = len(self.groups) - len(keep), keep
+    return n
+
+  def take(self, k: int) -> list[dict]:
+    out, self.groups = self.groups[:k], self.groups[k:]
+    return out
+
+  def state(self) -> list[dict]:
+    return [
+      {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in g.items()}
+      for g in self.groups
+    ]
+
+  @classmethod
+  def from_state(cls, state: list[dict]) -> GroupBuffer:
+    return cls(
+      [{k: (np.asarray(v) if isinstance(v, list) else v) for k, v in g.items()} for g in state]
+    )
+
+
+def fill(
+  buffer: GroupBuffer,
+  generate: Callable[[], list[dict] | None],
+  needed: int,
+  *,
+  max_rounds: int = 10,
+  dynamic_sampling: bool = True,
+) -> tuple[list[dict], FillStats]:
+  """Takes `needed` groups, generating rounds until the buffer holds enough.
+
+  `generate()` returns one round of scored groups, or None when the prompt source is exhausted.
+  Stops after `max_rounds` rounds (0 = no limit). Never raises for lack of prompts: returns what
+  there is and marks the stats `short`.
+  """
+  stats = FillStats(from_carry_over=min(len(buffer), needed))
+  while len(buffer) < needed and (max_rounds == 0 or stats.rounds < max_rounds):
+    groups = generate()
+    if groups is None:
+      stats.exhausted = True
+      break
+    stats.rounds += 1
+    stats.groups_generated += len(groups)
+    stats.groups_kept += buffer.add(groups, filter_uninformative=dynamic_sampling)
+  out = buffer.take(needed)
+  stats.short = len(out) < needed
+  return out, stats
