@@ -82,7 +82,7 @@ def _put(ex: Exchange, requests: dict[str, dict]) -> None:
 def _receive(run, ex: Exchange, workers, requests: dict[str, dict], step: int, notes: dict):
   """Waits for the results of `requests`; their admissible, verified groups."""
   c = run.cfg
-  version = run.host["version"]
+  version = run.loop.version
   t0 = time.time()
   done = eval_lib.wait_for_results(
     ex,
@@ -119,19 +119,19 @@ def prefetch(run, ex: Exchange, step: int, rounds: int = 1) -> None:
   needed, so dynamic sampling rarely has to refill) go out now, sampled with the weights
   published last, so the workers generate while the trainer updates. The requests are kept in
   the loop state (a checkpoint stores them; a resumed run writes them again)."""
-  version = run.host["version"]
+  version = run.loop.version
   rounds = max(1, min(rounds, run.cfg.algo.max_gen_rounds or rounds))
   items = run.source.take(run.cfg.rollout.prompts_per_step * rounds)
   requests = _requests(run, items, step=step, tag="p", version=version)
   _put(ex, requests)
-  run.host["prefetch"] = {"step": step, "version": version, "rounds": rounds, "requests": requests}
+  run.loop.prefetch = {"step": step, "version": version, "rounds": rounds, "requests": requests}
 
 
 def _take_prefetched(run, ex: Exchange, step: int) -> dict | None:
   """The prefetch of `step` ({rounds, requests, ...}; its requests written again after a
   resume); None without one, or when its weights version is gone from the exchange (the step
   then generates fresh)."""
-  pf = run.host.pop("prefetch", None)
+  pf, run.loop.prefetch = run.loop.prefetch, None
   if not pf or pf["step"] != step:
     return None
   if pf["version"] not in ex.weight_versions():
@@ -151,7 +151,7 @@ def _take_prefetched(run, ex: Exchange, step: int) -> dict | None:
 def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   """Fills one step's batch of informative groups (dynamic sampling with refill)."""
   c = run.cfg
-  version = run.host["version"]
+  version = run.loop.version
   rnd = {"i": 0}
   notes = {"dropped": 0, "verifier_failed_groups": 0}
 
@@ -222,7 +222,7 @@ def _packed_logprobs(run, b: dict):
 def update(run, groups: list[dict], step: int) -> dict:
   """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step."""
   c, a, r = run.cfg, run.cfg.algo, run.cfg.rollout
-  lp_on = run.schedule.is_on(run.host["lp"])
+  lp_on = run.schedule.is_on(run.loop.length_penalty)
   metrics = {"length_penalty/on": float(lp_on)}
   order = np.random.RandomState((c.seed, step)).permutation(len(groups))
   groups = [groups[i] for i in order]

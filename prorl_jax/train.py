@@ -27,6 +27,7 @@ from prorl_jax import train_step as ts
 from prorl_jax.algo import shaping
 from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.export import RUN_RECORD
+from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rewards import sandbox
@@ -102,7 +103,8 @@ def loss_config(cfg) -> ts.LossConfig:
 
 
 class Run:
-  """Everything a run holds between steps; `host_state()` is what a checkpoint stores."""
+  """A run's setup (config, mesh, model, jitted steps, data, schedule) and its state: `state`
+  (the TrainState) and `loop` (a LoopState; `loop_json()` is what a checkpoint stores beside it)."""
 
   def __init__(self, cfg):
     self.cfg = cfg
@@ -191,23 +193,17 @@ class Run:
     self.schedule = shaping.LengthPenaltySchedule(
       c.algo.length_penalty, c.algo.length_penalty_on_steps, c.algo.length_penalty_off_steps
     )
-    self.host = {
-      "step": 0,
-      "version": 0,
-      "lp": self.schedule.init_state(),
-      "resets": [],
-      "kl_history": [],
-      "val_history": [],
-      "pass@1_start": None,
-    }
+    self.loop = LoopState(length_penalty=self.schedule.init_state())
 
-  def host_state(self) -> dict:
-    return dict(self.host, data=self.source.state(), buffer=self.buffer.state())
+  def loop_json(self) -> dict:
+    """The loop state with the data cursor and carry-over buffer, as a checkpoint stores it."""
+    self.loop.data, self.loop.buffer = self.source.state(), self.buffer.state()
+    return self.loop.to_json()
 
-  def load_host(self, host: dict):
-    self.source.load_state(host.pop("data"))
-    self.buffer = dynamic_sampling.GroupBuffer.from_state(host.pop("buffer"))
-    self.host = host
+  def load_loop(self, d: dict):
+    self.loop = LoopState.from_json(d)
+    self.source.load_state(self.loop.data)
+    self.buffer = dynamic_sampling.GroupBuffer.from_state(self.loop.buffer)
 
 
 def check_code_sandbox(cfg, verifiers: set[str]):
@@ -268,7 +264,7 @@ def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
     run.heldout,
     samples=c.eval.samples,
     sampling=sampling(c, eval_mode=True),
-    version=run.host["version"],
+    version=run.loop.version,
     ks=ks,
     timeout_s=c.rollout.timeout_s,
     tag=tag,
@@ -276,21 +272,6 @@ def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
     on_idle=workers.check if workers else None,
     routing=config_lib.routing_table(c),
   )
-
-
-def reset_due(run: Run, step: int) -> str | None:
-  a = run.cfg.algo
-  if a.ref_reset_every and step % a.ref_reset_every == 0:
-    return "schedule"
-  kl = run.host["kl_history"]
-  if a.ref_reset_kl_spike and kl and kl[-1] > a.ref_reset_kl_spike:
-    return "kl_spike"
-  vals = run.host["val_history"]
-  n = a.ref_reset_stall_evals
-  if n and len(vals) > n and max(vals[-n:]) <= max(vals[:-n]):
-    run.host["val_history"] = vals[-1:]
-    return "validation_stall"
-  return None
 
 
 def _val_line(step: int, val: dict) -> str:
@@ -360,10 +341,10 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     else NullWriter()
   )
   if restored:
-    step0, r.state, host = restored
-    r.load_host(host)
+    step0, r.state, loop = restored
+    r.load_loop(loop)
     writer.truncate_after(step0)
-    log.info("resumed from checkpoint step %d (policy version %d)", step0, r.host["version"])
+    log.info("resumed from checkpoint step %d (policy version %d)", step0, r.loop.version)
     if step0 >= cfg.total_steps:
       ckpt.close()
       writer.close()
@@ -380,9 +361,9 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     for rid in ex.request_ids():  # requests of an interrupted run are redone deterministically
       ex.retire(rid)
     for v in ex.weight_versions():
-      if v > r.host["version"]:  # published after the checkpoint we resumed from: redone
+      if v > r.loop.version:  # published after the checkpoint we resumed from: redone
         ex.delete_weights(v)
-  publish(r, ex, r.host["version"])
+  publish(r, ex, r.loop.version)
   workers = None
   if cfg.rollout.local_workers and primary:
     workers = LocalWorkers(
@@ -396,14 +377,14 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     )
   summary = {}
   try:
-    if r.host["pass@1_start"] is None and cfg.eval.every:
+    if r.loop.pass1_start is None and cfg.eval.every:
       val = dist.broadcast(
-        validate_now(r, ex, workers, f"val-s{r.host['step']:07d}") if primary else None
+        validate_now(r, ex, workers, f"val-s{r.loop.step:07d}") if primary else None
       )
-      r.host["pass@1_start"] = val.get("pass@1")
-      writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="validation")
-      writer.say(_val_line(r.host["step"], val))
-    first = r.host["step"]
+      r.loop.pass1_start = val.get("pass@1")
+      writer.write(r.loop.step, {f"val/{k}": v for k, v in val.items()}, event="validation")
+      writer.say(_val_line(r.loop.step, val))
+    first = r.loop.step
     last_val = None  # (step, validation) of the newest in-loop validation
     for step in range(first + 1, cfg.total_steps + 1):
       t0 = time.time()
@@ -417,12 +398,12 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       if groups:
         metrics.update(update(r, groups, step))
       t2 = time.time()
-      r.host["version"] += 1
-      publish(r, ex, r.host["version"])
+      r.loop.version += 1
+      publish(r, ex, r.loop.version)
       t3 = time.time()
-      r.host["lp"], lp_event = r.schedule.advance(r.host["lp"])
-      r.host["step"] = step
-      r.host["kl_history"] = (r.host["kl_history"] + [metrics.get("actor/kl_ref_old", 0.0)])[-50:]
+      r.loop.length_penalty, lp_event = r.schedule.advance(r.loop.length_penalty)
+      r.loop.step = step
+      r.loop.kl_history = (r.loop.kl_history + [metrics.get("actor/kl_ref_old", 0.0)])[-50:]
       metrics.update(
         {
           "time/rollout_s": t1 - t0,
@@ -430,7 +411,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
           "time/publish_s": t3 - t2,
           "time/step_s": t3 - t0,
           "perf/tokens_per_s": metrics.get("response/tokens", 0) / max(t2 - t1, 1e-9),
-          "policy_version": r.host["version"],
+          "policy_version": r.loop.version,
         }
       )
       if workers:
@@ -444,30 +425,32 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
         val = dist.broadcast(validate_now(r, ex, workers, f"val-s{step:07d}") if primary else None)
         val_metric = val.get("pass@1")
         last_val = (step, val)
-        r.host["val_history"].append(val_metric)
+        r.loop.val_history.append(val_metric)
         writer.write(step, {f"val/{k}": v for k, v in val.items()}, event="validation")
         writer.say(_val_line(step, val))
-      why = reset_due(r, step)
+      why = reset_reason(cfg.algo, step, r.loop.kl_history, r.loop.val_history)
+      if why == "validation_stall":
+        r.loop.val_history = r.loop.val_history[-1:]  # a fresh start for the next stall count
       if why:
         r.state = r.reset_ref(r.state)
-        r.host["resets"].append({"step": step, "why": why})
+        r.loop.resets.append({"step": step, "why": why})
         writer.write(
           step,
           {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
           event=f"reference_reset_{why}",
         )
       if cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == cfg.total_steps):
-        ckpt.save(step, r.state, r.host_state(), val_metric)
+        ckpt.save(step, r.state, r.loop_json(), val_metric)
     if primary and sys.stdout.isatty():
       print(flush=True)  # past the progress bar
     if cfg.eval.every:
-      if last_val and last_val[0] == r.host["step"]:  # the last step was just validated
+      if last_val and last_val[0] == r.loop.step:  # the last step was just validated
         val = last_val[1]
       else:
         val = dist.broadcast(validate_now(r, ex, workers, "val-final") if primary else None)
-      writer.write(r.host["step"], {f"val/{k}": v for k, v in val.items()}, event="final")
+      writer.write(r.loop.step, {f"val/{k}": v for k, v in val.items()}, event="final")
       summary = {
-        "pass@1_start": r.host["pass@1_start"],
+        "pass@1_start": r.loop.pass1_start,
         "pass@1_end": val.get("pass@1"),
         **{f"final/{k}": v for k, v in val.items()},
       }
@@ -478,11 +461,11 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     writer.close()
   summary.update(
     {
-      "steps": r.host["step"],
+      "steps": r.loop.step,
       "wall_seconds": time.time() - t_start,
       "model_path": r.path,
       "num_params": r.model_cfg.num_params,
-      "resets": r.host["resets"],
+      "resets": r.loop.resets,
       "processes": jax.process_count(),
     }
   )

@@ -2,6 +2,7 @@
 validation-stall resets, the probe-mismatch stop, reward-side KL, epochs, the entropy bonus,
 sampler top-k and the attention-implementation choice."""
 
+import json
 import types
 
 import jax
@@ -12,6 +13,7 @@ import pytest
 from prorl_jax import config as config_lib
 from prorl_jax import rl_step, step, train
 from prorl_jax.algo import losses
+from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.model import init_params, presets
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.jax_sampler import SamplingParams, generate
@@ -43,30 +45,35 @@ def test_train_batch_layout_by_hand():
   np.testing.assert_allclose(b["gen_logp"][1, 4:], [-1, -2, -3, -4])
 
 
-def _run(**algo):
+def _algo(**algo):
   cfg = config_lib.base_config()
   cfg.algo.ref_reset_every = 0
   for k, v in algo.items():
     cfg.algo[k] = v
-  return types.SimpleNamespace(cfg=cfg, host={"kl_history": [], "val_history": []})
+  return cfg.algo
 
 
 def test_kl_spike_reset():
-  run = _run(ref_reset_kl_spike=0.5)
-  run.host["kl_history"] = [0.1, 0.4]
-  assert train.reset_due(run, 7) is None
-  run.host["kl_history"].append(0.6)
-  assert train.reset_due(run, 8) == "kl_spike"
-  assert train.reset_due(_run(ref_reset_every=4), 8) == "schedule"
+  a = _algo(ref_reset_kl_spike=0.5)
+  assert reset_reason(a, 7, [0.1, 0.4], []) is None
+  assert reset_reason(a, 8, [0.1, 0.4, 0.6], []) == "kl_spike"
+  assert reset_reason(_algo(ref_reset_every=4), 8, [], []) == "schedule"
+  assert reset_reason(_algo(ref_reset_every=4), 9, [], []) is None
 
 
 def test_validation_stall_reset():
-  run = _run(ref_reset_stall_evals=2)
-  run.host["val_history"] = [0.30, 0.35, 0.36]  # still improving
-  assert train.reset_due(run, 1) is None
-  run.host["val_history"] = [0.30, 0.40, 0.38, 0.39]  # two validations below the best 0.40
-  assert train.reset_due(run, 1) == "validation_stall"
-  assert run.host["val_history"] == [0.39]  # a fresh start for the next stall count
+  a = _algo(ref_reset_stall_evals=2)
+  assert reset_reason(a, 1, [], [0.30, 0.35, 0.36]) is None  # still improving
+  # two validations below the best 0.40
+  assert reset_reason(a, 1, [], [0.30, 0.40, 0.38, 0.39]) == "validation_stall"
+
+
+def test_loop_state_round_trips_and_reads_old_checkpoints():
+  s = LoopState(step=3, version=4, length_penalty={"on": True}, pass1_start=0.25)
+  assert LoopState.from_json(json.loads(json.dumps(s.to_json()))) == s
+  old = {"step": 2, "version": 2, "lp": {"on": False}, "pass@1_start": 0.5, "resets": []}
+  got = LoopState.from_json(old)
+  assert (got.length_penalty, got.pass1_start, got.step) == ({"on": False}, 0.5, 2)
 
 
 def test_probe_mismatch_stops_the_run_in_one_line():
@@ -156,7 +163,7 @@ def test_epochs_repeat_every_mini_batch_update(packed):
     packed_logprobs=logprobs,
     state=types.SimpleNamespace(params=None, ref_params=None),
     schedule=LengthPenaltySchedule("off"),
-    host={"lp": LengthPenaltySchedule("off").init_state()},
+    loop=LoopState(length_penalty=LengthPenaltySchedule("off").init_state()),
   )
   import prorl_jax.dist as dist
 

@@ -390,6 +390,8 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
     {"id": "r000", "prompts": "hello", "n": 2},
     {"id": "r000", "prompts": [[1]], "n": 0, "sampling": {}, "meta": [{}]},
     {"id": "other", "prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1}, "meta": [{}]},
+    # well formed but for the verifier: never scored by a stand-in
+    {"id": "r000", "prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1}, "meta": [{}]},
   ):
     raw = json.dumps(bad_body, sort_keys=True).encode()
     ex._write(
@@ -400,7 +402,7 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
     c = ex.claim("w")
     assert c is not None and c.request_id == "r001"
     ex.retire("r001")
-  assert ex.stats["quarantined_request"] == 3
+  assert ex.stats["quarantined_request"] == 4
   with pytest.raises(ValueError, match="plain file name"):
     _req_id = "../escape"
     ex.put_request(

@@ -25,6 +25,7 @@ LAYERS = {
   1: [
     "packing",
     "dynamic_sampling",
+    "loop_state",
     "model.qwen2",
     "model.hf_weights",
     "model",

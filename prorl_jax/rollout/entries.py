@@ -102,6 +102,10 @@ def check_request(body: dict, rid: str) -> dict:
     isinstance(meta, list) and len(meta) == len(prompts) and all(isinstance(m, dict) for m in meta),
     "meta must be one object per prompt",
   )
+  require(
+    all(isinstance(m.get("data_source"), str) and m["data_source"] for m in meta),
+    "every meta object needs a data_source (it names the verifier that scores the prompt)",
+  )
   require(_is_int(body.get("min_version", 0)), "min_version must be an integer >= 0")
   require(
     body.get("max_version") is None or _is_int(body["max_version"]),

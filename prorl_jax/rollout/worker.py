@@ -101,9 +101,7 @@ def score_rows(
   for r in range(len(out["lengths"])):
     m = meta[r // n]
     text = tokenizer.decode(out["tokens"][r][: out["lengths"][r]], skip_special_tokens=False)
-    jobs.append(
-      (m.get("data_source", "length_format"), text, m.get("reference"), m.get("extra", {}))
-    )
+    jobs.append((m["data_source"], text, m.get("reference"), m.get("extra", {})))
   res = pool.score_many(jobs, routing)
   return (
     np.asarray([s.value for s in res], np.float32),

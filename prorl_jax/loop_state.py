@@ -1,0 +1,46 @@
+"""The RL loop's state between steps, apart from the model's: what a checkpoint stores beside the
+TrainState (as JSON), and all a resumed run needs to continue exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+# checkpoints written before these fields had their present names
+_OLD_NAMES = {"lp": "length_penalty", "pass@1_start": "pass1_start"}
+
+
+@dataclasses.dataclass
+class LoopState:
+  step: int = 0  # RL steps done
+  version: int = 0  # the newest published policy version
+  length_penalty: dict = dataclasses.field(default_factory=dict)  # LengthPenaltySchedule state
+  resets: list = dataclasses.field(default_factory=list)  # [{step, why}] reference resets
+  kl_history: list = dataclasses.field(default_factory=list)  # KL to the reference, last 50 steps
+  val_history: list = dataclasses.field(default_factory=list)  # pass@1 since the last stall reset
+  pass1_start: float | None = None  # pass@1 of the validation before the first step
+  prefetch: dict | None = None  # the pipelined next step's requests (rollout.pipeline)
+  data: dict = dataclasses.field(default_factory=dict)  # the training source's cursor
+  buffer: dict = dataclasses.field(default_factory=dict)  # dynamic sampling's carry-over groups
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, d: dict) -> LoopState:
+    d = {_OLD_NAMES.get(k, k): v for k, v in d.items()}
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+def reset_reason(algo, step: int, kl_history: list, val_history: list) -> str | None:
+  """Why the reference policy is reset after `step`, or None: the schedule
+  (`algo.ref_reset_every`), a KL spike, or `algo.ref_reset_stall_evals` validations without a new
+  best. After a stall reset the caller keeps only the newest validation in the history."""
+  if algo.ref_reset_every and step % algo.ref_reset_every == 0:
+    return "schedule"
+  if algo.ref_reset_kl_spike and kl_history and kl_history[-1] > algo.ref_reset_kl_spike:
+    return "kl_spike"
+  n = algo.ref_reset_stall_evals
+  if n and len(val_history) > n and max(val_history[-n:]) <= max(val_history[:-n]):
+    return "validation_stall"
+  return None
