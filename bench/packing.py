@@ -135,7 +135,7 @@ def throughput(reps: int) -> dict:
       "real_tokens": real,
       "padded_fill": round(real / b["tokens"].size, 3),
       "packed_slabs": p.slabs,
-      "packed_fill": round(p.fill, 3),
+      "packed_fill": round(p.fill_fraction, 3),
       "mean_prompt": pm,
       "mean_response": rm,
       "truncated": round(trunc, 3),

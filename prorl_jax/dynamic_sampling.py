@@ -72,7 +72,7 @@ class GroupBuffer:
     )
 
 
-def fill(
+def gather_groups(
   buffer: GroupBuffer,
   generate: Callable[[], list[dict] | None],
   needed: int,

@@ -65,7 +65,7 @@ class Plan:
     return len(self.src[0])
 
   @property
-  def fill(self) -> float:
+  def fill_fraction(self) -> float:
     """Fraction of slab slots holding a real token."""
     return self.real_tokens / max(self.slabs * self.rows * self.length, 1)
 
@@ -119,18 +119,18 @@ def plan(attn_mask_BxT, loss_mask_BxT, *, length: int, rows: int) -> Plan:
   )
 
 
-def pack(p: Plan, x_BxT, fill=0) -> np.ndarray:
-  """[B, T] per-token values -> [S, R, L] (slots without a token hold `fill`)."""
+def pack(p: Plan, x_BxT, pad_value=0) -> np.ndarray:
+  """[B, T] per-token values -> [S, R, L] (slots without a token hold `pad_value`)."""
   x = np.asarray(x_BxT)
-  out = np.full((p.slabs, p.rows, p.length), fill, x.dtype)
+  out = np.full((p.slabs, p.rows, p.length), pad_value, x.dtype)
   out[p.dst] = x[p.src]
   return out
 
 
-def unpack(p: Plan, y_SxRxL, fill=0) -> np.ndarray:
-  """[S, R, L] -> [B, T] (padding and left-out rows hold `fill`)."""
+def unpack(p: Plan, y_SxRxL, pad_value=0) -> np.ndarray:
+  """[S, R, L] -> [B, T] (padding and left-out rows hold `pad_value`)."""
   y = np.asarray(y_SxRxL)
-  out = np.full(p.padded_shape, fill, y.dtype)
+  out = np.full(p.padded_shape, pad_value, y.dtype)
   out[p.src] = y[p.dst]
   return out
 

@@ -37,10 +37,10 @@ def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
   return 0 <= version - policy_version <= max_staleness
 
 
-def _requests(run, items: list[dict], *, step: int, tag: str, version: int) -> dict[str, dict]:
+def _requests(trainer, items: list[dict], *, step: int, tag: str, version: int) -> dict[str, dict]:
   """The request bodies of one round over `items`, split so every worker gets a share; their
   ids name the step and round (a resumed run writes the same ids and seeds again)."""
-  c = run.cfg
+  c = trainer.cfg
   k = len(items)
   nreq = max(1, c.rollout.local_workers + c.rollout.external_workers)
   per = max(1, -(-k // nreq))
@@ -79,10 +79,10 @@ def _put(ex: Exchange, requests: dict[str, dict]) -> None:
     ex.put_request(body, request_id=rid)
 
 
-def _receive(run, ex: Exchange, workers, requests: dict[str, dict], step: int, notes: dict):
+def _receive(trainer, ex: Exchange, workers, requests: dict[str, dict], step: int, notes: dict):
   """Waits for the results of `requests`; their admissible, verified groups."""
-  c = run.cfg
-  version = run.loop.version
+  c = trainer.cfg
+  version = trainer.loop.version
   t0 = time.time()
   done = eval_lib.wait_for_results(
     ex,
@@ -114,24 +114,24 @@ def _receive(run, ex: Exchange, workers, requests: dict[str, dict], step: int, n
   return groups
 
 
-def prefetch(run, ex: Exchange, step: int, rounds: int = 1) -> None:
+def prefetch(trainer, ex: Exchange, step: int, rounds: int = 1) -> None:
   """Pipelined loop: step `step`'s first `rounds` rounds of prompts (as many as the step before
   needed, so dynamic sampling rarely has to refill) go out now, sampled with the weights
   published last, so the workers generate while the trainer updates. The requests are kept in
   the loop state (a checkpoint stores them; a resumed run writes them again)."""
-  version = run.loop.version
-  rounds = max(1, min(rounds, run.cfg.algo.max_gen_rounds or rounds))
-  items = run.source.take(run.cfg.rollout.prompts_per_step * rounds)
-  requests = _requests(run, items, step=step, tag="p", version=version)
+  version = trainer.loop.version
+  rounds = max(1, min(rounds, trainer.cfg.algo.max_gen_rounds or rounds))
+  items = trainer.source.take(trainer.cfg.rollout.prompts_per_step * rounds)
+  requests = _requests(trainer, items, step=step, tag="p", version=version)
   _put(ex, requests)
-  run.loop.prefetch = {"step": step, "version": version, "rounds": rounds, "requests": requests}
+  trainer.loop.prefetch = {"step": step, "version": version, "rounds": rounds, "requests": requests}
 
 
-def _take_prefetched(run, ex: Exchange, step: int) -> dict | None:
+def _take_prefetched(trainer, ex: Exchange, step: int) -> dict | None:
   """The prefetch of `step` ({rounds, requests, ...}; its requests written again after a
   resume); None without one, or when its weights version is gone from the exchange (the step
   then generates fresh)."""
-  pf, run.loop.prefetch = run.loop.prefetch, None
+  pf, trainer.loop.prefetch = trainer.loop.prefetch, None
   if not pf or pf["step"] != step:
     return None
   if pf["version"] not in ex.weight_versions():
@@ -148,33 +148,33 @@ def _take_prefetched(run, ex: Exchange, step: int) -> dict | None:
   return pf
 
 
-def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
+def collect(trainer, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   """Fills one step's batch of informative groups (dynamic sampling with refill)."""
-  c = run.cfg
-  version = run.loop.version
-  rnd = {"i": 0}
+  c = trainer.cfg
+  version = trainer.loop.version
+  next_round = {"i": 0}
   notes = {"dropped": 0, "verifier_failed_groups": 0}
 
   def generate():
-    items = run.source.take(c.rollout.prompts_per_step)
-    requests = _requests(run, items, step=step, tag=f"g{rnd['i']:02d}", version=version)
-    rnd["i"] += 1
+    items = trainer.source.take(c.rollout.prompts_per_step)
+    requests = _requests(trainer, items, step=step, tag=f"g{next_round['i']:02d}", version=version)
+    next_round["i"] += 1
     _put(ex, requests)
-    return _receive(run, ex, workers, requests, step, notes)
+    return _receive(trainer, ex, workers, requests, step, notes)
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
-  expired = run.buffer.evict(
+  expired = trainer.buffer.evict(
     lambda g: not admissible(version, g["policy_version"], c.rollout.max_staleness + 1)
   )
-  prefetched = _take_prefetched(run, ex, step)
-  kept_prefetched, carried = 0, len(run.buffer)  # carried: groups from earlier steps
+  prefetched = _take_prefetched(trainer, ex, step)
+  kept_prefetched, carried = 0, len(trainer.buffer)  # carried: groups from earlier steps
   if prefetched:  # sampled while the previous step trained
-    kept_prefetched = run.buffer.add(
-      _receive(run, ex, workers, prefetched["requests"], step, notes),
+    kept_prefetched = trainer.buffer.add(
+      _receive(trainer, ex, workers, prefetched["requests"], step, notes),
       filter_uninformative=c.algo.dynamic_sampling,
     )
-  groups, stats = dynamic_sampling.fill(
-    run.buffer,
+  groups, stats = dynamic_sampling.gather_groups(
+    trainer.buffer,
     generate,
     c.rollout.prompts_per_step,
     max_rounds=c.algo.max_gen_rounds,
@@ -186,7 +186,7 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
     "sampling/groups_kept": stats.groups_kept,
     "sampling/short": float(stats.short),
     "sampling/carry_over": min(carried, c.rollout.prompts_per_step),
-    "sampling/buffer": len(run.buffer),
+    "sampling/buffer": len(trainer.buffer),
     "sampling/stale_dropped": notes["dropped"],
     "sampling/carry_over_expired": expired,
     "sampling/verifier_failed_groups": notes["verifier_failed_groups"],
@@ -206,23 +206,23 @@ def collect(run, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
   return groups, info
 
 
-def _packed_logprobs(run, b: dict):
+def _packed_logprobs(trainer, b: dict):
   """(old, ref, entropy) [B, T] of a padded batch, computed on its packed slabs."""
   p = b["plan"]
   outs = {"old": [], "ref": [], "ent": []}
-  for s in packing.slabs(p, {"tokens": b["tokens"]}, ("tokens",), run.pad_id):
-    inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, run.slab_shardings)
-    old, ent = run.packed_logprobs(run.state.params, inputs)
-    ref, _ = run.packed_logprobs(run.state.ref_params, inputs)
+  for s in packing.slabs(p, {"tokens": b["tokens"]}, ("tokens",), trainer.pad_id):
+    inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, trainer.slab_shardings)
+    old, ent = trainer.packed_logprobs(trainer.state.params, inputs)
+    ref, _ = trainer.packed_logprobs(trainer.state.ref_params, inputs)
     for k, v in (("old", old), ("ref", ref), ("ent", ent)):
       outs[k].append(dist.to_host(v))
   return tuple(packing.unpack(p, np.stack(outs[k])) for k in ("old", "ref", "ent"))
 
 
-def update(run, groups: list[dict], step: int) -> dict:
+def update(trainer, groups: list[dict], step: int) -> dict:
   """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step."""
-  c, a, r = run.cfg, run.cfg.algo, run.cfg.rollout
-  lp_on = run.schedule.is_on(run.loop.length_penalty)
+  c, a, r = trainer.cfg, trainer.cfg.algo, trainer.cfg.rollout
+  lp_on = trainer.schedule.is_on(trainer.loop.length_penalty)
   metrics = {"length_penalty/on": float(lp_on)}
   order = np.random.RandomState((c.seed, step)).permutation(len(groups))
   groups = [groups[i] for i in order]
@@ -245,19 +245,19 @@ def update(run, groups: list[dict], step: int) -> dict:
   for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
     gs = groups[start : start + per_mb]
     b = rl_step.build_batch(
-      gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=run.pad_id, rows=run.rows
+      gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=trainer.pad_id, rows=trainer.rows
     )
     m = b["loss_mask"].astype(np.float32)
-    if run.slab_shape:
-      rows, length = run.slab_shape
+    if trainer.slab_shape:
+      rows, length = trainer.slab_shape
       b["plan"] = packing.plan(b["attn_mask"], b["loss_mask"], length=length, rows=rows)
-      old, ref, ent = _packed_logprobs(run, b)
+      old, ref, ent = _packed_logprobs(trainer, b)
     else:
       inputs = dist.global_batch(
-        {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, run.batch_shardings
+        {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, trainer.batch_shardings
       )
-      old, ent = (dist.to_host(x) for x in run.logprobs(run.state.params, inputs))
-      ref = dist.to_host(run.logprobs(run.state.ref_params, inputs)[0])
+      old, ent = (dist.to_host(x) for x in trainer.logprobs(trainer.state.params, inputs))
+      ref = dist.to_host(trainer.logprobs(trainer.state.ref_params, inputs)[0])
     b["old_logp"], b["ref_logp"], b["entropy"] = old * m, ref * m, ent * m
     batches.append((b, shaped[start : start + per_mb], gs))
   # advantages use batch statistics over the whole post-filter batch
@@ -288,23 +288,24 @@ def update(run, groups: list[dict], step: int) -> dict:
     b["adv"][:rows] = adv_all[offset : offset + rows]
     offset += rows
   sums, pending = {}, []
-  if run.slab_shape:
-    fills = [b["plan"].fill for b, _, _ in batches]
+  if trainer.slab_shape:
+    fills = [b["plan"].fill_fraction for b, _, _ in batches]
     metrics["packing/fill"] = float(np.mean(fills))
     metrics["packing/slabs"] = float(sum(b["plan"].slabs for b, _, _ in batches))
   for _ in range(a.epochs):
     for b, _, _ in batches:
-      if run.slab_shape:
+      if trainer.slab_shape:
         lm = b["loss_mask"]
         counts = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
         slabs = [
-          dist.global_batch(s, run.slab_shardings)
-          for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, run.pad_id)
+          dist.global_batch(s, trainer.slab_shardings)
+          for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, trainer.pad_id)
         ]
-        run.state, m = run.packed_train_step(run.state, slabs, counts)
+        trainer.state, m = trainer.packed_train_step(trainer.state, slabs, counts)
       else:
-        run.state, m = run.train_step(
-          run.state, dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, run.batch_shardings)
+        trainer.state, m = trainer.train_step(
+          trainer.state,
+          dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, trainer.batch_shardings),
         )
       pending.append(m)  # fetched once after all updates: no host sync between them
   for m in dist.host_tree(pending):

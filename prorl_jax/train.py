@@ -102,7 +102,7 @@ def loss_config(cfg) -> ts.LossConfig:
   )
 
 
-class Run:
+class Trainer:
   """A run's setup (config, mesh, model, jitted steps, data, schedule) and its state: `state`
   (the TrainState) and `loop` (a LoopState; `loop_json()` is what a checkpoint stores beside it)."""
 
@@ -228,43 +228,45 @@ def _probe_logprobs(model_cfg, params, tokens_BxT):
 
 
 def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
-  """The version's probe (`rollout.probe`) from the trainer's own log-probs."""
+  """The version's probe (`rollout/probe.py`) from the trainer's own log-probs."""
   probe.write_probe(lambda t: _probe_logprobs(model_cfg, params, t), tokens, path)
 
 
-def publish(run: Run, ex: Exchange | None, version: int):
+def publish(trainer: Trainer, ex: Exchange | None, version: int):
   """Weights v -> the exchange. Every process takes part in gathering them; the primary writes."""
-  params = dist.host_tree(run.state.params)
+  params = dist.host_tree(trainer.state.params)
   if not dist.is_primary():
     return
-  with tempfile.TemporaryDirectory(dir=run.cfg.run_dir) as tmp:
-    dtype = run.cfg.model.compute_dtype
+  with tempfile.TemporaryDirectory(dir=trainer.cfg.run_dir) as tmp:
+    dtype = trainer.cfg.model.compute_dtype
     nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
     save_hf(
-      run.model_cfg,
+      trainer.model_cfg,
       params,
       tmp,
-      tokenizer_dir=run.path,
+      tokenizer_dir=trainer.path,
       dtype=dtype,
       max_shard_bytes=shard_bytes(nbytes),
     )
     # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
-    write_probe(run.model_cfg, params if dist.multi() else run.state.params, run.probe_tokens, tmp)
-    ex.publish_weights(version, int(run.state.step), tmp)
+    write_probe(
+      trainer.model_cfg, params if dist.multi() else trainer.state.params, trainer.probe_tokens, tmp
+    )
+    ex.publish_weights(version, int(trainer.state.step), tmp)
   ex.prune_weights(keep=2)
 
 
-def validate_now(run: Run, ex: Exchange, workers, tag: str) -> dict:
-  c = run.cfg
-  if not run.heldout:
+def validate_now(trainer: Trainer, ex: Exchange, workers, tag: str) -> dict:
+  c = trainer.cfg
+  if not trainer.heldout:
     return {}
   ks = config_lib.pass_ks(c)
   return eval_lib.evaluate(
     ex,
-    run.heldout,
+    trainer.heldout,
     samples=c.eval.samples,
     sampling=sampling(c, eval_mode=True),
-    version=run.loop.version,
+    version=trainer.loop.version,
     ks=ks,
     timeout_s=c.rollout.timeout_s,
     tag=tag,
@@ -318,16 +320,16 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       )
     resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   dist.barrier("base_model")
-  r = Run(cfg)
+  trainer = Trainer(cfg)
   if primary:
-    record_run(cfg, r.path, changes)
+    record_run(cfg, trainer.path, changes)
   ckpt = Checkpointer(
     cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
     cfg.checkpoint.keep,
     cfg.checkpoint.async_save,
   )
   restored = ckpt.restore_latest(
-    abstract_like(r.state, ts.state_shardings(r.model_cfg, r.tx, r.mesh))
+    abstract_like(trainer.state, ts.state_shardings(trainer.model_cfg, trainer.tx, trainer.mesh))
   )
   writer = (
     MetricWriter(
@@ -341,10 +343,10 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     else NullWriter()
   )
   if restored:
-    step0, r.state, loop = restored
-    r.load_loop(loop)
+    step0, trainer.state, loop = restored
+    trainer.load_loop(loop)
     writer.truncate_after(step0)
-    log.info("resumed from checkpoint step %d (policy version %d)", step0, r.loop.version)
+    log.info("resumed from checkpoint step %d (policy version %d)", step0, trainer.loop.version)
     if step0 >= cfg.total_steps:
       ckpt.close()
       writer.close()
@@ -361,9 +363,9 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     for rid in ex.request_ids():  # requests of an interrupted run are redone deterministically
       ex.retire(rid)
     for v in ex.weight_versions():
-      if v > r.loop.version:  # published after the checkpoint we resumed from: redone
+      if v > trainer.loop.version:  # published after the checkpoint we resumed from: redone
         ex.delete_weights(v)
-  publish(r, ex, r.loop.version)
+  publish(trainer, ex, trainer.loop.version)
   workers = None
   if cfg.rollout.local_workers and primary:
     workers = LocalWorkers(
@@ -377,33 +379,35 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     )
   summary = {}
   try:
-    if r.loop.pass1_start is None and cfg.eval.every:
+    if trainer.loop.pass1_start is None and cfg.eval.every:
       val = dist.broadcast(
-        validate_now(r, ex, workers, f"val-s{r.loop.step:07d}") if primary else None
+        validate_now(trainer, ex, workers, f"val-s{trainer.loop.step:07d}") if primary else None
       )
-      r.loop.pass1_start = val.get("pass@1")
-      writer.write(r.loop.step, {f"val/{k}": v for k, v in val.items()}, event="validation")
-      writer.say(_val_line(r.loop.step, val))
-    first = r.loop.step
+      trainer.loop.pass1_start = val.get("pass@1")
+      writer.write(trainer.loop.step, {f"val/{k}": v for k, v in val.items()}, event="validation")
+      writer.say(_val_line(trainer.loop.step, val))
+    first = trainer.loop.step
     last_val = None  # (step, validation) of the newest in-loop validation
     for step in range(first + 1, cfg.total_steps + 1):
       t0 = time.time()
-      groups, info = dist.broadcast(collect(r, ex, workers, step) if primary else None)
+      groups, info = dist.broadcast(collect(trainer, ex, workers, step) if primary else None)
       if cfg.rollout.pipeline and primary and step < cfg.total_steps:
         # the workers generate the next step while this one trains
-        prefetch(r, ex, step + 1, rounds=int(info["pipeline/rounds_used"]))
+        prefetch(trainer, ex, step + 1, rounds=int(info["pipeline/rounds_used"]))
       t1 = time.time()
       metrics = dict(info)
-      metrics["data/dropped_too_long"] = r.dropped_too_long
+      metrics["data/dropped_too_long"] = trainer.dropped_too_long
       if groups:
-        metrics.update(update(r, groups, step))
+        metrics.update(update(trainer, groups, step))
       t2 = time.time()
-      r.loop.version += 1
-      publish(r, ex, r.loop.version)
+      trainer.loop.version += 1
+      publish(trainer, ex, trainer.loop.version)
       t3 = time.time()
-      r.loop.length_penalty, lp_event = r.schedule.advance(r.loop.length_penalty)
-      r.loop.step = step
-      r.loop.kl_history = (r.loop.kl_history + [metrics.get("actor/kl_ref_old", 0.0)])[-50:]
+      trainer.loop.length_penalty, lp_event = trainer.schedule.advance(trainer.loop.length_penalty)
+      trainer.loop.step = step
+      trainer.loop.kl_history = (trainer.loop.kl_history + [metrics.get("actor/kl_ref_old", 0.0)])[
+        -50:
+      ]
       metrics.update(
         {
           "time/rollout_s": t1 - t0,
@@ -411,7 +415,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
           "time/publish_s": t3 - t2,
           "time/step_s": t3 - t0,
           "perf/tokens_per_s": metrics.get("response/tokens", 0) / max(t2 - t1, 1e-9),
-          "policy_version": r.loop.version,
+          "policy_version": trainer.loop.version,
         }
       )
       if workers:
@@ -422,35 +426,39 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       writer.progress(step, first, f"reward {metrics.get('reward/raw_mean', 0):.3f}")
       val_metric = None
       if cfg.eval.every and step % cfg.eval.every == 0:
-        val = dist.broadcast(validate_now(r, ex, workers, f"val-s{step:07d}") if primary else None)
+        val = dist.broadcast(
+          validate_now(trainer, ex, workers, f"val-s{step:07d}") if primary else None
+        )
         val_metric = val.get("pass@1")
         last_val = (step, val)
-        r.loop.val_history.append(val_metric)
+        trainer.loop.val_history.append(val_metric)
         writer.write(step, {f"val/{k}": v for k, v in val.items()}, event="validation")
         writer.say(_val_line(step, val))
-      why = reset_reason(cfg.algo, step, r.loop.kl_history, r.loop.val_history)
+      why = reset_reason(cfg.algo, step, trainer.loop.kl_history, trainer.loop.val_history)
       if why == "validation_stall":
-        r.loop.val_history = r.loop.val_history[-1:]  # a fresh start for the next stall count
+        trainer.loop.val_history = trainer.loop.val_history[
+          -1:
+        ]  # a fresh start for the next stall count
       if why:
-        r.state = r.reset_ref(r.state)
-        r.loop.resets.append({"step": step, "why": why})
+        trainer.state = trainer.reset_ref(trainer.state)
+        trainer.loop.resets.append({"step": step, "why": why})
         writer.write(
           step,
           {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
           event=f"reference_reset_{why}",
         )
       if cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == cfg.total_steps):
-        ckpt.save(step, r.state, r.loop_json(), val_metric)
+        ckpt.save(step, trainer.state, trainer.loop_json(), val_metric)
     if primary and sys.stdout.isatty():
       print(flush=True)  # past the progress bar
     if cfg.eval.every:
-      if last_val and last_val[0] == r.loop.step:  # the last step was just validated
+      if last_val and last_val[0] == trainer.loop.step:  # the last step was just validated
         val = last_val[1]
       else:
-        val = dist.broadcast(validate_now(r, ex, workers, "val-final") if primary else None)
-      writer.write(r.loop.step, {f"val/{k}": v for k, v in val.items()}, event="final")
+        val = dist.broadcast(validate_now(trainer, ex, workers, "val-final") if primary else None)
+      writer.write(trainer.loop.step, {f"val/{k}": v for k, v in val.items()}, event="final")
       summary = {
-        "pass@1_start": r.loop.pass1_start,
+        "pass@1_start": trainer.loop.pass1_start,
         "pass@1_end": val.get("pass@1"),
         **{f"final/{k}": v for k, v in val.items()},
       }
@@ -461,11 +469,11 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     writer.close()
   summary.update(
     {
-      "steps": r.loop.step,
+      "steps": trainer.loop.step,
       "wall_seconds": time.time() - t_start,
-      "model_path": r.path,
-      "num_params": r.model_cfg.num_params,
-      "resets": r.loop.resets,
+      "model_path": trainer.path,
+      "num_params": trainer.model_cfg.num_params,
+      "resets": trainer.loop.resets,
       "processes": jax.process_count(),
     }
   )

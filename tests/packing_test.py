@@ -76,7 +76,7 @@ def test_plan_round_trips_every_token_and_restarts_positions():
   # each sequence's tokens carry its trained-token count
   lm = packing.pack(p, b["loss_mask"])
   assert np.isclose((lm / p.seq_tokens).sum(), keep.sum())
-  assert p.fill > 0.5
+  assert p.fill_fraction > 0.5
   with pytest.raises(packing.PackingError, match="raise rollout.token_budget"):
     packing.plan(b["attn_mask"], b["loss_mask"], length=10, rows=2)
 

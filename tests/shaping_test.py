@@ -77,22 +77,22 @@ def _rounds(groups_per_round, total_rounds):
 
 def test_fill_refills_and_carries_over():
   buf = dynamic_sampling.GroupBuffer()
-  out, stats = dynamic_sampling.fill(buf, _rounds(6, 100), needed=5, max_rounds=10)
+  out, stats = dynamic_sampling.gather_groups(buf, _rounds(6, 100), needed=5, max_rounds=10)
   assert len(out) == 5 and not stats.short
   assert all(np.std(g["raw_scores"]) > 0 for g in out)
   leftover = len(buf)
   assert stats.groups_kept == 5 + leftover
   restored = dynamic_sampling.GroupBuffer.from_state(buf.state())
-  out2, stats2 = dynamic_sampling.fill(restored, _rounds(6, 0), needed=leftover)
+  out2, stats2 = dynamic_sampling.gather_groups(restored, _rounds(6, 0), needed=leftover)
   assert [g["id"] for g in out2] == [g["id"] for g in buf.groups]  # carry-over first, in order
   assert stats2.from_carry_over == leftover
 
 
 def test_fill_never_raises_when_prompts_run_out():
   buf = dynamic_sampling.GroupBuffer()
-  out, stats = dynamic_sampling.fill(buf, _rounds(2, 1), needed=50)
+  out, stats = dynamic_sampling.gather_groups(buf, _rounds(2, 1), needed=50)
   assert stats.exhausted and stats.short and len(out) <= 2
-  out, stats = dynamic_sampling.fill(
+  out, stats = dynamic_sampling.gather_groups(
     dynamic_sampling.GroupBuffer(), _rounds(1, 100), needed=50, max_rounds=3
   )
   assert stats.rounds == 3 and stats.short
@@ -100,7 +100,7 @@ def test_fill_never_raises_when_prompts_run_out():
 
 def test_fill_without_dynamic_sampling_keeps_everything():
   buf = dynamic_sampling.GroupBuffer()
-  out, stats = dynamic_sampling.fill(buf, _rounds(4, 10), needed=4, dynamic_sampling=False)
+  out, stats = dynamic_sampling.gather_groups(buf, _rounds(4, 10), needed=4, dynamic_sampling=False)
   assert len(out) == 4 and stats.rounds == 1 and stats.keep_rate == 1.0
 
 
