@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rollout.exchange import Exchange
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def collect(
   items: list[dict],
   *,
   samples: int,
-  sampling: dict,
+  sampling: SamplingParams,
   version: int,
   timeout_s: float,
   tag: str,
@@ -107,23 +108,15 @@ def collect(
     rows[f"{tag}-c{c // chunk:04d}"] = len(part) * samples
     rids.append(
       ex.put_request(
-        {
-          "prompts": [it["prompt_ids"] for it in part],
-          "n": samples,
-          "sampling": sampling,
-          "seed": seed + c,
-          "min_version": version,
-          "max_version": version,
-          "meta": [
-            {
-              "data_source": it["data_source"],
-              "reference": it["reference"],
-              "extra": it.get("extra", {}),
-              "uid": it["uid"],
-            }
-            for it in part
-          ],
-        },
+        Request(
+          prompts=[list(it["prompt_ids"]) for it in part],
+          n=samples,
+          sampling=sampling,
+          meta=[PromptMeta.of_item(it) for it in part],
+          seed=seed + c,
+          min_version=version,
+          max_version=version,
+        ).to_json(),
         request_id=f"{tag}-c{c // chunk:04d}",
       )
     )
@@ -179,7 +172,7 @@ def evaluate(
   items: list[dict],
   *,
   samples: int,
-  sampling: dict,
+  sampling: SamplingParams,
   version: int,
   ks: list[int],
   timeout_s: float,
@@ -244,12 +237,11 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
     )
   python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
   check_worker_python(python, cfg.rollout.engine)
-  sampling = {
-    "max_new_tokens": cfg.rollout.max_response_len,
-    "temperature": cfg.eval.temperature,
-    "top_p": cfg.eval.top_p,
-    "top_k": 0,
-  }
+  sampling = SamplingParams(
+    max_new_tokens=cfg.rollout.max_response_len,
+    temperature=cfg.eval.temperature,
+    top_p=cfg.eval.top_p,
+  )
   with tempfile.TemporaryDirectory() as tmp:
     url = f"file://{tmp}/exchange"
     ex = Exchange(url)

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from prorl_jax import suite as suite_lib
+from prorl_jax.records import SamplingParams
 
 DEFAULT_SAMPLES = {"math": 16, "code": 16, "stem": 16, "instruction_following": 4, "logic": 4}
 REFERENCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference_numbers.json")
@@ -179,12 +180,9 @@ def run_suite(
         tag=f"suite-{name}",
         seed=cfg.seed,
         on_idle=runner.workers.check,
-        sampling={
-          "max_new_tokens": max_response_len,
-          "temperature": temperature,
-          "top_p": top_p,
-          "top_k": 0,
-        },
+        sampling=SamplingParams(
+          max_new_tokens=max_response_len, temperature=temperature, top_p=top_p
+        ),
       )
       cont = rewards.continuous(items[0]["data_source"])
       summary = eval_lib.summarize(got["scores"], got["failed"], continuous=cont, ks=[])

@@ -9,19 +9,20 @@ from __future__ import annotations
 import numpy as np
 
 from prorl_jax.algo import advantages, shaping
+from prorl_jax.records import Request
 
 
-def results_to_groups(request: dict, manifest: dict, arrays: dict) -> list[dict]:
+def results_to_groups(rid: str, request: Request, manifest: dict, arrays: dict) -> list[dict]:
   """One group per prompt of a committed request (rows are prompt-major)."""
-  n = int(request["n"])
+  n = request.n
   groups = []
-  for i, (prompt, meta) in enumerate(zip(request["prompts"], request["meta"])):
+  for i, (prompt, meta) in enumerate(zip(request.prompts, request.meta)):
     rows = slice(i * n, (i + 1) * n)
     groups.append(
       {
-        "uid": meta.get("uid", f"{request['id']}:{i}"),
+        "uid": meta.uid or f"{rid}:{i}",
         "prompt_ids": np.asarray(prompt),
-        "data_source": meta.get("data_source", ""),
+        "data_source": meta.data_source,
         "tokens": arrays["tokens"][rows],
         "gen_logp": arrays["logprobs"][rows],
         "lengths": arrays["lengths"][rows],

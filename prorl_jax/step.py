@@ -14,21 +14,22 @@ from prorl_jax import config as config_lib
 from prorl_jax import dist, dynamic_sampling, packing, rl_step
 from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
+from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
 
 log = logging.getLogger("prorl_jax.train")
 
 
-def sampling(cfg, eval_mode=False) -> dict:
+def sampling(cfg, eval_mode=False) -> SamplingParams:
   """The sampling settings of training rollouts (or, `eval_mode`, of validation)."""
   r, e = cfg.rollout, cfg.eval
-  return {
-    "max_new_tokens": r.max_response_len,
-    "temperature": e.temperature if eval_mode else r.temperature,
-    "top_p": e.top_p if eval_mode else r.top_p,
-    "top_k": 0 if eval_mode else r.top_k,
-  }
+  return SamplingParams(
+    max_new_tokens=r.max_response_len,
+    temperature=e.temperature if eval_mode else r.temperature,
+    top_p=e.top_p if eval_mode else r.top_p,
+    top_k=0 if eval_mode else r.top_k,
+  )
 
 
 def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
@@ -37,7 +38,9 @@ def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
   return 0 <= version - policy_version <= max_staleness
 
 
-def _requests(trainer, items: list[dict], *, step: int, tag: str, version: int) -> dict[str, dict]:
+def _requests(
+  trainer, items: list[dict], *, step: int, tag: str, version: int
+) -> dict[str, Request]:
   """The request bodies of one round over `items`, split so every worker gets a share; their
   ids name the step and round (a resumed run writes the same ids and seeds again)."""
   c = trainer.cfg
@@ -48,24 +51,16 @@ def _requests(trainer, items: list[dict], *, step: int, tag: str, version: int) 
   for j in range(0, k, per):
     part = items[j : j + per]
     rid = f"s{step:07d}-{tag}-c{j:05d}"
-    out[rid] = {
-      "prompts": [[int(t) for t in it["prompt_ids"]] for it in part],
-      "n": c.rollout.n,
-      "sampling": sampling(c),
-      "seed": (c.seed * 1_000_003 + step * 1009 + _round_salt(tag) * 31 + j) % 2**31,
-      "min_version": max(0, version - (0 if c.rollout.pipeline else c.rollout.max_staleness)),
-      "max_version": version,
-      "routing": config_lib.routing_table(c),
-      "meta": [
-        {
-          "data_source": it["data_source"],
-          "reference": it["reference"],
-          "extra": it.get("extra", {}),
-          "uid": it["uid"],
-        }
-        for it in part
-      ],
-    }
+    out[rid] = Request(
+      prompts=[[int(t) for t in it["prompt_ids"]] for it in part],
+      n=c.rollout.n,
+      sampling=sampling(c),
+      meta=[PromptMeta.of_item(it) for it in part],
+      seed=(c.seed * 1_000_003 + step * 1009 + _round_salt(tag) * 31 + j) % 2**31,
+      min_version=max(0, version - (0 if c.rollout.pipeline else c.rollout.max_staleness)),
+      max_version=version,
+      routing=config_lib.routing_table(c),
+    )
   return out
 
 
@@ -74,12 +69,12 @@ def _round_salt(tag: str) -> int:
   return -1 if tag == "p" else int(tag[1:])
 
 
-def _put(ex: Exchange, requests: dict[str, dict]) -> None:
-  for rid, body in requests.items():
-    ex.put_request(body, request_id=rid)
+def _put(ex: Exchange, requests: dict[str, Request]) -> None:
+  for rid, req in requests.items():
+    ex.put_request(req.to_json(), request_id=rid)
 
 
-def _receive(trainer, ex: Exchange, workers, requests: dict[str, dict], step: int, notes: dict):
+def _receive(trainer, ex: Exchange, workers, requests: dict[str, Request], step: int, notes: dict):
   """Waits for the results of `requests`; their admissible, verified groups."""
   c = trainer.cfg
   version = trainer.loop.version
@@ -90,11 +85,11 @@ def _receive(trainer, ex: Exchange, workers, requests: dict[str, dict], step: in
     timeout_s=c.rollout.timeout_s,
     what=f"rollouts of step {step}",
     on_idle=workers.check if workers else None,
-    rows={rid: len(body["prompts"]) * int(body["n"]) for rid, body in requests.items()},
+    rows={rid: req.rows for rid, req in requests.items()},
   )
   notes["wait_s"] = notes.get("wait_s", 0.0) + time.time() - t0
   groups = []
-  for rid, body in requests.items():
+  for rid, req in requests.items():
     manifest, arrays = done[rid]
     ex.retire(rid)
     if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
@@ -106,7 +101,7 @@ def _receive(trainer, ex: Exchange, workers, requests: dict[str, dict], step: in
       notes["workers_wait_s"] = notes.get("workers_wait_s", 0.0) + float(wait)
     for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
       notes["verifier/" + k] = notes.get("verifier/" + k, 0) + v
-    for g in rl_step.results_to_groups(dict(body, id=rid), manifest, arrays):
+    for g in rl_step.results_to_groups(rid, req, manifest, arrays):
       if g["verifier_failed"].any():
         notes["verifier_failed_groups"] += 1
         continue
@@ -124,7 +119,12 @@ def prefetch(trainer, ex: Exchange, step: int, rounds: int = 1) -> None:
   items = trainer.source.take(trainer.cfg.rollout.prompts_per_step * rounds)
   requests = _requests(trainer, items, step=step, tag="p", version=version)
   _put(ex, requests)
-  trainer.loop.prefetch = {"step": step, "version": version, "rounds": rounds, "requests": requests}
+  trainer.loop.prefetch = {
+    "step": step,
+    "version": version,
+    "rounds": rounds,
+    "requests": {rid: req.to_json() for rid, req in requests.items()},  # JSON: checkpointed
+  }
 
 
 def _take_prefetched(trainer, ex: Exchange, step: int) -> dict | None:
@@ -142,10 +142,11 @@ def _take_prefetched(trainer, ex: Exchange, step: int) -> dict | None:
       pf["version"],
     )
     return None
-  for rid, body in pf["requests"].items():
+  requests = {rid: Request.from_json(body) for rid, body in pf["requests"].items()}
+  for rid, req in requests.items():
     if not ex.is_committed(rid) and not ex.has_request(rid):
-      ex.put_request(body, request_id=rid)
-  return pf
+      ex.put_request(req.to_json(), request_id=rid)
+  return dict(pf, requests=requests)
 
 
 def collect(trainer, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:

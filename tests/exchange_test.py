@@ -488,3 +488,22 @@ def test_the_worker_cache_keeps_the_newest_two_versions(tmp_path):
   (cache / "v00000005.tmp-abcd1234").mkdir()  # an interrupted fetch
   w.prune_cache(keep={4, 3})
   assert sorted(os.listdir(cache)) == ["v00000003", "v00000004"]
+
+
+def test_records_round_trip_through_the_exchange_json(ex):
+  from prorl_jax.records import PromptMeta, Request, SamplingParams
+
+  req = Request(
+    prompts=[[1, 2, 3], [4]],
+    n=3,
+    sampling=SamplingParams(max_new_tokens=5, temperature=0.6, top_p=0.95, stop_token_ids=(7,)),
+    meta=[PromptMeta("chain_sum", "12", {"k": 1}, "u0"), PromptMeta("math", "x", {}, "u1")],
+    seed=9,
+    min_version=1,
+    max_version=2,
+    routing={"math": "math"},
+  )
+  ex.put_request(req.to_json(), request_id="r777")
+  claim = ex.claim("w")
+  assert claim is not None and Request.from_json(claim.request) == req
+  assert req.rows == 6

@@ -17,6 +17,7 @@ LAYERS = {
     "demo",
     "demo.chain_sum",
     "metrics",
+    "records",
     "rewards",
     "model.presets",
     "tokenizer",
@@ -52,6 +53,7 @@ LAYERS = {
 # These run in worker processes and in vLLM's own environment, which has no jax.
 NO_JAX = (
   "rewards",
+  "records",
   "demo.chain_sum",
   "rollout.probe",
   "rollout.vllm_engine",

@@ -10,7 +10,6 @@ Legend: B batch, P padded prompt length, N max new tokens, S = P + N cache slots
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -20,15 +19,7 @@ import numpy as np
 from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import NEG_SCORE, apply_rope, rms_norm, rope_tables
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-  max_new_tokens: int = 256
-  temperature: float = 1.0  # 0 = greedy
-  top_p: float = 1.0
-  top_k: int = 0  # 0 = off
-  stop_token_ids: tuple[int, ...] = ()
+from prorl_jax.records import SamplingParams  # noqa: F401  (the one sampling type)
 
 
 def _bucket(x: int, multiple: int) -> int:

@@ -115,17 +115,17 @@ class VllmEngine:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    max_new = int(sampling["max_new_tokens"])
+    max_new = sampling.max_new_tokens
     sp = SamplingParams(
       n=int(n),
-      temperature=float(sampling.get("temperature", 1.0)),
-      top_p=float(sampling.get("top_p", 1.0)),
-      top_k=int(sampling.get("top_k", 0)) or -1,
+      temperature=sampling.temperature,
+      top_p=sampling.top_p,
+      top_k=sampling.top_k or -1,
       max_tokens=max_new,
       logprobs=0,
       seed=int(seed),
       detokenize=False,
-      stop_token_ids=list(sampling.get("stop_token_ids") or []) or None,
+      stop_token_ids=list(sampling.stop_token_ids) or None,
     )
     outs = self.llm.generate(
       [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False

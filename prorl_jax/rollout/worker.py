@@ -5,13 +5,14 @@ scores them with the reward verifiers, commits results (data first, manifest las
 a newer weight version commits, stops cleanly on SIGTERM (after the request in hand) and is safe
 to kill -9 (its lease expires and another worker redoes the request).
 
-A request body: {prompts: [[ids]], n, sampling: {max_new_tokens, temperature, top_p, top_k},
-seed, min_version, meta: [{data_source, reference}, ...] (one per prompt)}.
+A request is a `records.Request` (JSON on the exchange): prompts, n, sampling parameters, seed,
+the weight versions it may use, and per prompt the data_source that names its verifier.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rewards import sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.exchange import Claim, Exchange, InvalidEntry, safe_name
@@ -36,7 +38,7 @@ log = logging.getLogger("prorl_jax.worker")
 class Engine(Protocol):
   def load(self, path: str) -> None: ...
 
-  def generate(self, prompts: list[list[int]], n: int, sampling: dict, seed: int) -> dict:
+  def generate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int) -> dict:
     """Prompt-major rows (all n of prompt 0 first): tokens [R, N], logprobs [R, N], lengths [R],
     finish_reason list."""
 
@@ -67,19 +69,12 @@ class JaxEngine:
     lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
     return lp[np.arange(len(tokens) - 1), tokens[1:]]
 
-  def generate(self, prompts, n, sampling, seed):
-    from prorl_jax.rollout.jax_sampler import SamplingParams, generate
+  def generate(self, prompts, n, sampling: SamplingParams, seed):
+    from prorl_jax.rollout.jax_sampler import generate
 
-    sp = SamplingParams(
-      max_new_tokens=int(sampling["max_new_tokens"]),
-      temperature=float(sampling.get("temperature", 1.0)),
-      top_p=float(sampling.get("top_p", 1.0)),
-      top_k=int(sampling.get("top_k", 0)),
-      stop_token_ids=tuple(sampling.get("stop_token_ids") or ()),
-    )
     rows = [p for p in prompts for _ in range(n)]
     return generate(
-      self.cfg, self.params, rows, sp, seed=seed, pad_id=self.pad, weights=self.weights
+      self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
     )
 
 
@@ -94,14 +89,14 @@ def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
 
 
 def score_rows(
-  tokenizer, out: dict, n: int, meta: list[dict], pool: VerifierPool, routing: dict | None = None
+  tokenizer, out: dict, n: int, meta: list[PromptMeta], pool: VerifierPool, routing=None
 ):
   """Decodes each response and scores it in the verifier pool: scores, failed flags, reasons."""
   jobs = []
   for r in range(len(out["lengths"])):
     m = meta[r // n]
     text = tokenizer.decode(out["tokens"][r][: out["lengths"][r]], skip_special_tokens=False)
-    jobs.append((m["data_source"], text, m.get("reference"), m.get("extra", {})))
+    jobs.append((m.data_source, text, m.reference, m.extra))
   res = pool.score_many(jobs, routing)
   return (
     np.asarray([s.value for s in res], np.float32),
@@ -183,20 +178,20 @@ class Worker:
         return
 
   def serve_one(self, claim: Claim) -> bool:
-    req = claim.request
+    req = Request.from_json(claim.request)
     finished, lost = threading.Event(), threading.Event()
     beat = threading.Thread(target=self._heartbeat, args=(claim, lost, finished), daemon=True)
     beat.start()
     try:
       t0 = time.time()
-      sampling = dict(req["sampling"])
-      if not sampling.get("stop_token_ids") and self.tokenizer.eos_token_id is not None:
-        sampling["stop_token_ids"] = [self.tokenizer.eos_token_id]
-      out = self.engine.generate(req["prompts"], int(req["n"]), sampling, int(req.get("seed", 0)))
+      sampling = req.sampling
+      if not sampling.stop_token_ids and self.tokenizer.eos_token_id is not None:
+        sampling = dataclasses.replace(sampling, stop_token_ids=(self.tokenizer.eos_token_id,))
+      out = self.engine.generate(req.prompts, req.n, sampling, req.seed)
       t1 = time.time()
       before = dict(self.pool.stats)
       scores, failed, reasons = score_rows(
-        self.tokenizer, out, int(req["n"]), req["meta"], self.pool, req.get("routing")
+        self.tokenizer, out, req.n, req.meta, self.pool, req.routing
       )
       t2 = time.time()
     finally:
@@ -230,8 +225,8 @@ class Worker:
       "worker %s served %s: %d prompts x %d, %d tokens in %.2fs (weights v%d)",
       self.id,
       claim.request_id,
-      len(req["prompts"]),
-      int(req["n"]),
+      len(req.prompts),
+      req.n,
       meta["tokens_generated"],
       t2 - t0,
       self.version,
