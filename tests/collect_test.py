@@ -1,0 +1,97 @@
+"""`step.collect` without a model: a real exchange, and a thread that answers requests as a
+worker would, with scores chosen by the prompt (even first token: one right of two, odd: both)."""
+
+import threading
+import types
+
+import numpy as np
+
+from prorl_jax import config as config_lib
+from prorl_jax import dynamic_sampling, step
+from prorl_jax.loop_state import LoopState
+from prorl_jax.records import Request
+from prorl_jax.rollout.exchange import Exchange
+
+
+class Items:
+  def __init__(self):
+    self.k = 0
+
+  def take(self, n):
+    out = []
+    for _ in range(n):
+      out.append(
+        {
+          "prompt_ids": [self.k, 7],
+          "data_source": "chain_sum",
+          "reference": "1",
+          "uid": str(self.k),
+        }
+      )
+      self.k += 1
+    return out
+
+
+def _answer(ex, stop, served, version_of):
+  while not stop.is_set():
+    claim = ex.claim("fake")
+    if claim is None:
+      stop.wait(0.01)
+      continue
+    req = Request.from_json(claim.request)
+    rows = req.rows
+    scores = np.concatenate([[1.0, 0.0] if p[0] % 2 == 0 else [1.0, 1.0] for p in req.prompts])
+    arrays = {
+      "tokens": np.full((rows, 3), 5, np.int32),
+      "logprobs": np.full((rows, 3), -0.5, np.float32),
+      "lengths": np.full(rows, 3, np.int32),
+      "stopped": np.ones(rows, bool),
+      "scores": scores.astype(np.float32),
+      "verifier_failed": np.zeros(rows, bool),
+    }
+    served.append(claim.request_id)
+    ex.commit_result(claim, arrays, {"policy_version": version_of(claim.request_id)})
+
+
+def _collect(tmp_path, version_of, **rollout):
+  cfg = config_lib.base_config()
+  cfg.rollout.n, cfg.rollout.prompts_per_step = 2, 4
+  cfg.rollout.local_workers, cfg.rollout.external_workers = 1, 0
+  cfg.rollout.timeout_s = 30.0
+  cfg.algo.max_gen_rounds = 5
+  for k, v in rollout.items():
+    cfg.rollout[k] = v
+  trainer = types.SimpleNamespace(
+    cfg=cfg, source=Items(), loop=LoopState(version=3), buffer=dynamic_sampling.GroupBuffer()
+  )
+  ex = Exchange(f"file://{tmp_path}/exchange")
+  stop, served = threading.Event(), []
+  t = threading.Thread(target=_answer, args=(ex, stop, served, version_of), daemon=True)
+  t.start()
+  try:
+    groups, info = step.collect(trainer, ex, None, step=7)
+  finally:
+    stop.set()
+    t.join()
+  return trainer, groups, info, served
+
+
+def test_collect_refills_until_enough_informative_groups(tmp_path):
+  trainer, groups, info, served = _collect(tmp_path, lambda rid: 3)
+  # each round of 4 prompts has 2 informative ones (even first token): 2 rounds give 4
+  assert info["sampling/rounds"] == 2 and info["sampling/keep_rate"] == 0.5
+  assert sorted(int(g["uid"]) for g in groups) == [0, 2, 4, 6]
+  assert all(g["raw_scores"].tolist() == [1.0, 0.0] for g in groups)
+  assert info["staleness/0"] == 4 and info["sampling/stale_dropped"] == 0
+  assert served == ["s0000007-g00-c00000", "s0000007-g01-c00000"]  # ids name the step and round
+  assert len(trainer.buffer) == 0
+
+
+def test_collect_never_trains_on_results_beyond_the_staleness_bound(tmp_path):
+  # the first round comes back from weights v1 while the trainer is at v3 (bound 1): dropped
+  _, groups, info, served = _collect(
+    tmp_path, lambda rid: 1 if "-g00-" in rid else 3, max_staleness=1
+  )
+  assert info["sampling/stale_dropped"] == 1
+  assert sorted(int(g["uid"]) for g in groups) == [4, 6, 8, 10]
+  assert info["sampling/rounds"] == 3 and served[0] == "s0000007-g00-c00000"
