@@ -1,17 +1,18 @@
-"""Packed sequences: whole sequences of a padded [B, T] batch laid into fixed [S, R, L] slabs.
+"""Packed sequences: whole sequences of a padded [B, T] batch laid into fixed [M, R, L] slabs.
 
 A mini-batch is built padded first (prompt left-padded, response right-padded: `rl_step`); a
 `Plan` then places each sequence's real tokens (prompt + response, contiguous) into rows of L
 tokens by first-fit decreasing. R rows make one slab, one micro-batch of the trainer: R is the
 number of devices the batch is split over, so L is each device's token budget. Only the number
-of slabs S changes from step to step, never their shape.
+of slabs M changes from step to step, never their shape.
 
 Inside a row each sequence gets its segment id (1, 2, ... ; 0 is padding) and positions from 0,
 so RoPE restarts and attention stays inside the sequence (`model.attention`). Per-token arrays
 move between the layouts with `pack` / `unpack`; `seq_tokens` gives every token the number of
 trained tokens of its sequence, which is what the sequence-mean losses need.
 
-Legend: B padded rows, T padded width, S slabs, R rows per slab, L tokens per row.
+Legend: B padded rows, T padded width, M slabs (the micro-batches), R rows per slab, L tokens
+per row.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def first_fit_decreasing(lengths, capacity: int) -> list[list[int]]:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """Where every real token of a padded [B, T] batch goes in [S, R, L] slabs."""
+  """Where every real token of a padded [B, T] batch goes in [M, R, L] slabs."""
 
   padded_shape: tuple[int, int]
   slabs: int
@@ -56,9 +57,9 @@ class Plan:
   length: int
   src: tuple[np.ndarray, np.ndarray]  # (row, column) in the padded batch, one per token
   dst: tuple[np.ndarray, np.ndarray, np.ndarray]  # (slab, row, column) in the slabs
-  segment_ids: np.ndarray  # [S, R, L] int32
-  positions: np.ndarray  # [S, R, L] int32
-  seq_tokens: np.ndarray  # [S, R, L] float32: trained tokens of the token's sequence (1 on pads)
+  segment_ids: np.ndarray  # [M, R, L] int32
+  positions: np.ndarray  # [M, R, L] int32
+  seq_tokens: np.ndarray  # [M, R, L] float32: trained tokens of the token's sequence (1 on pads)
 
   @property
   def real_tokens(self) -> int:
@@ -120,16 +121,16 @@ def plan(attn_mask_BxT, loss_mask_BxT, *, length: int, rows: int) -> Plan:
 
 
 def pack(p: Plan, x_BxT, pad_value=0) -> np.ndarray:
-  """[B, T] per-token values -> [S, R, L] (slots without a token hold `pad_value`)."""
+  """[B, T] per-token values -> [M, R, L] (slots without a token hold `pad_value`)."""
   x = np.asarray(x_BxT)
   out = np.full((p.slabs, p.rows, p.length), pad_value, x.dtype)
   out[p.dst] = x[p.src]
   return out
 
 
-def unpack(p: Plan, y_SxRxL, pad_value=0) -> np.ndarray:
-  """[S, R, L] -> [B, T] (padding and left-out rows hold `pad_value`)."""
-  y = np.asarray(y_SxRxL)
+def unpack(p: Plan, y_MxRxL, pad_value=0) -> np.ndarray:
+  """[M, R, L] -> [B, T] (padding and left-out rows hold `pad_value`)."""
+  y = np.asarray(y_MxRxL)
   out = np.full(p.padded_shape, pad_value, y.dtype)
   out[p.src] = y[p.dst]
   return out

@@ -1,7 +1,7 @@
 """Advantage estimators, as pure array functions.
 
 Legend: P prompts, N responses per prompt, B = P·N sequences (prompt-major: all N responses of
-prompt 0, then prompt 1, ...), T response tokens. `mask_BxT` is 1 on valid response tokens.
+prompt 0, then prompt 1, ...), T token columns. `mask_BxT` is 1 on valid response tokens.
 
 Batch statistics are sums over the whole array the function is given: the trainer calls these on
 the full host batch of a step.

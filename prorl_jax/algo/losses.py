@@ -1,7 +1,8 @@
 """Token log-probs, the clipped surrogate, KL estimators, importance weights, aggregation.
 
-Equation by equation, as pure array functions: no model, no config. Legend: B sequences,
-T tokens, D hidden, V vocabulary, C a sequence chunk.
+Equation by equation, as pure array functions: no model, no config. Legend: B rows (one
+sequence each, or packed rows described by `seq_tokens_BxT`), T token columns, D hidden,
+V vocabulary, C a sequence chunk.
 Every per-token input is aligned with `mask_BxT` (1 on valid response tokens).
 """
 

@@ -5,7 +5,7 @@ generate function compiles once per bucket and sampling settings, not per call. 
 tokens, the log-prob of each sampled token under the sampling distribution (logits/temperature,
 after top-k/top-p filtering), and a finish reason per row (`stop` / `length`).
 
-Legend: B batch, P padded prompt length, N max new tokens, S = P + N cache slots, V vocab.
+Legend: B batch, Tp padded prompt length, Tn max new tokens, S = Tp + Tn cache slots, V vocab.
 """
 
 from __future__ import annotations
@@ -169,24 +169,24 @@ def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, 
 def _generate(
   params,
   weights,
-  prompt_BxP,
-  prompt_mask_BxP,
+  prompt_BxTp,
+  prompt_mask_BxTp,
   rng,
   *,
   cfg: Qwen2Config,
   sp: SamplingParams,
   pad_id: int,
 ):
-  b, p = prompt_BxP.shape
+  b, p = prompt_BxTp.shape
   n = sp.max_new_tokens
   dt = jnp.dtype(cfg.compute_dtype)
   # Prefill: the model itself, over a cache of the prompt's P slots.
   cache = (jnp.zeros((cfg.num_layers, b, p, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
   h, (k_all, v_all) = Qwen2(cfg).apply(
     {"params": params},
-    prompt_BxP,
-    positions_from_mask(prompt_mask_BxP),
-    causal_mask(prompt_mask_BxP),
+    prompt_BxTp,
+    positions_from_mask(prompt_mask_BxTp),
+    causal_mask(prompt_mask_BxTp),
     cache,
     0,
   )
@@ -199,8 +199,8 @@ def _generate(
     jnp.pad(v_all[i].transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, n), (0, 0)))
     for i in range(cfg.num_layers)
   )
-  key_valid_BxS = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, n)))
-  next_pos_B = jnp.sum(prompt_mask_BxP, axis=-1).astype(jnp.int32)
+  key_valid_BxS = jnp.pad(prompt_mask_BxTp.astype(bool), ((0, 0), (0, n)))
+  next_pos_B = jnp.sum(prompt_mask_BxTp, axis=-1).astype(jnp.int32)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
 
   def emit(state, logits_BxV, step_rng, i):
