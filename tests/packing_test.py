@@ -121,6 +121,7 @@ def _packed(mesh, lc, tx, params, batch, length):
     ((1, 1, 1), "seq-mean-token-sum"),
     ((1, 1, 1), "seq-mean-token-sum-norm"),
     ((1, 8, 1), "seq-mean-token-mean"),
+    ((2, 4, 1), "seq-mean-token-sum"),
     ((2, 2, 2), "token-mean"),
     ((1, 4, 2), "seq-mean-token-mean"),
   ],
