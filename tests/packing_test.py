@@ -116,12 +116,11 @@ def _packed(mesh, lc, tx, params, batch, length):
 @pytest.mark.parametrize(
   "mesh_shape,agg",
   [
+    # every aggregation mode once, every mesh of the train-step tests once
     ((1, 1, 1), "token-mean"),
     ((1, 1, 1), "seq-mean-token-mean"),
-    ((1, 1, 1), "seq-mean-token-sum"),
-    ((1, 1, 1), "seq-mean-token-sum-norm"),
-    ((1, 8, 1), "seq-mean-token-mean"),
-    ((2, 4, 1), "seq-mean-token-sum"),
+    ((1, 8, 1), "seq-mean-token-sum"),
+    ((2, 4, 1), "seq-mean-token-sum-norm"),
     ((2, 2, 2), "token-mean"),
     ((1, 4, 2), "seq-mean-token-mean"),
   ],
