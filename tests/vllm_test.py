@@ -15,6 +15,7 @@ import jax  # noqa: E402
 
 from prorl_jax.model import forward, init_params, presets, save_hf  # noqa: E402
 from prorl_jax.rollout.exchange import Exchange  # noqa: E402
+from prorl_jax.records import SamplingParams  # noqa: E402
 from prorl_jax.rollout.vllm_engine import VllmEngine  # noqa: E402
 from prorl_jax.train import write_probe  # noqa: E402
 
@@ -47,7 +48,7 @@ def _save(cfg, params, path, max_shard_bytes=0):
 
 def _max_logprob_error(engine, cfg, params):
   prompts = [[1, 5, 6], [1, 9, 10, 11]]
-  out = engine.generate(prompts, 2, {"max_new_tokens": 6, "temperature": 1.0}, seed=3)
+  out = engine.generate(prompts, 2, SamplingParams(max_new_tokens=6, temperature=1.0), seed=3)
   worst = 0.0
   for r in range(4):
     seq = list(prompts[r // 2])
