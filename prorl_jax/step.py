@@ -210,14 +210,14 @@ def collect(trainer, ex: Exchange, workers, step: int) -> tuple[list[dict], dict
 def _packed_logprobs(trainer, b: dict):
   """(old, ref, entropy) [B, T] of a padded batch, computed on its packed slabs."""
   p = b["plan"]
-  outs = {"old": [], "ref": [], "ent": []}
+  outs = []  # device arrays, fetched once after all slabs: no host sync between the passes
   for s in packing.slabs(p, {"tokens": b["tokens"]}, ("tokens",), trainer.pad_id):
     inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, trainer.slab_shardings)
     old, ent = trainer.packed_logprobs(trainer.state.params, inputs)
     ref, _ = trainer.packed_logprobs(trainer.state.ref_params, inputs)
-    for k, v in (("old", old), ("ref", ref), ("ent", ent)):
-      outs[k].append(dist.to_host(v))
-  return tuple(packing.unpack(p, np.stack(outs[k])) for k in ("old", "ref", "ent"))
+    outs.append((old, ref, ent))
+  host = dist.host_tree(outs)
+  return tuple(packing.unpack(p, np.stack([o[i] for o in host])) for i in range(3))
 
 
 def update(trainer, groups: list[dict], step: int) -> dict:
@@ -293,16 +293,17 @@ def update(trainer, groups: list[dict], step: int) -> dict:
     fills = [b["plan"].fill_fraction for b, _, _ in batches]
     metrics["packing/fill"] = float(np.mean(fills))
     metrics["packing/slabs"] = float(sum(b["plan"].slabs for b, _, _ in batches))
+    for b, _, _ in batches:  # packed once, trained on every epoch
+      lm = b["loss_mask"]
+      b["counts"] = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
+      b["slabs"] = [
+        dist.global_batch(s, trainer.slab_shardings)
+        for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, trainer.pad_id)
+      ]
   for _ in range(a.epochs):
     for b, _, _ in batches:
       if trainer.slab_shape:
-        lm = b["loss_mask"]
-        counts = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
-        slabs = [
-          dist.global_batch(s, trainer.slab_shardings)
-          for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, trainer.pad_id)
-        ]
-        trainer.state, m = trainer.packed_train_step(trainer.state, slabs, counts)
+        trainer.state, m = trainer.packed_train_step(trainer.state, b["slabs"], b["counts"])
       else:
         trainer.state, m = trainer.train_step(
           trainer.state,
