@@ -15,8 +15,9 @@ from prorl_jax import rl_step, step, train
 from prorl_jax.algo import losses
 from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.model import init_params, presets
+from prorl_jax.records import SamplingParams
 from prorl_jax.rollout import probe
-from prorl_jax.rollout.jax_sampler import SamplingParams, generate
+from prorl_jax.rollout.jax_sampler import generate
 from prorl_jax.rollout.local import WorkerFailure
 
 

@@ -21,7 +21,6 @@ import jax.numpy as jnp
 
 from prorl_jax import sharding
 from prorl_jax.model import attention as attn_lib
-from prorl_jax.model.attention import NEG_SCORE  # noqa: F401  (re-exported for the sampler)
 from prorl_jax.model.presets import Qwen2Config
 
 # (k_LxBxSxKxDh, v_LxBxSxKxDh) for the whole stack; one layer's slice inside a Block.

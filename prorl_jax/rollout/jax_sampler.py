@@ -17,9 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
+from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.presets import Qwen2Config
-from prorl_jax.model.qwen2 import NEG_SCORE, apply_rope, rms_norm, rope_tables
-from prorl_jax.records import SamplingParams  # noqa: F401  (the one sampling type)
+from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
+from prorl_jax.records import SamplingParams
 
 
 def _bucket(x: int, multiple: int) -> int:
