@@ -1,9 +1,26 @@
-"""Helpers shared by the benchmarks: median wall time and model FLOPs per token."""
+"""Helpers shared by the benchmarks: median wall time, model FLOPs per token, and the AOT child
+process on a fake 8-device CPU mesh."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+
+
+def aot_child(script: str) -> dict:
+  """Runs `script --aot-child` with 8 fake CPU devices (the device count is fixed when jax is
+  imported, hence a subprocess); its last stdout line as JSON, or {"error": its stderr tail}."""
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+  res = subprocess.run(
+    [sys.executable, script, "--aot-child"], env=env, capture_output=True, text=True, check=False
+  )
+  if res.returncode:
+    return {"error": res.stderr.strip().splitlines()[-3:]}
+  return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def median_time(fn, reps: int = 3) -> float:

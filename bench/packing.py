@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -32,6 +31,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchutil import aot_child  # noqa: E402
 
 MODEL = dict(
   vocab_size=4096,
@@ -183,7 +184,7 @@ def aot_report():
     )  # per device: every array here is split 8 ways (or tiny)
     seqs, t = 64, 9216
     batch = {
-      k: jax.ShapeDtypeStruct((seqs, t), np.float32 if k in ts._FLOAT_KEYS else np.int32)
+      k: jax.ShapeDtypeStruct((seqs, t), np.float32 if k in ts.FLOAT_KEYS else np.int32)
       for k in ts.BATCH_KEYS
     }
     m = ts.jit_train_step(cfg, tx, lc, mesh, (seqs, t)).lower(abstract, batch).compile()
@@ -193,7 +194,7 @@ def aot_report():
     slab = (8, 16384)
     step = ts.PackedTrainStep(cfg, tx, lc, mesh, slab)
     slab_args = {
-      k: jax.ShapeDtypeStruct(slab, np.float32 if k in ts._FLOAT_KEYS else np.int32)
+      k: jax.ShapeDtypeStruct(slab, np.float32 if k in ts.FLOAT_KEYS else np.int32)
       for k in ts.PACKED_KEYS
     }
     counts = (jax.ShapeDtypeStruct((), np.float32),) * 2
@@ -227,16 +228,7 @@ def main():
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   summary = throughput(args.reps)
   if not args.skip_aot:
-    env = dict(
-      os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    res = subprocess.run(
-      [sys.executable, __file__, "--aot-child"], env=env, capture_output=True, text=True
-    )
-    if res.returncode:
-      summary["aot_qwen15b_fsdp8"] = {"error": res.stderr.strip().splitlines()[-3:]}
-    else:
-      summary["aot_qwen15b_fsdp8"] = json.loads(res.stdout.strip().splitlines()[-1])
+    summary["aot_qwen15b_fsdp8"] = aot_child(__file__)
   print(json.dumps(summary))
 
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchutil import median_time, model_flops_per_token  # noqa: E402
+from benchutil import aot_child, median_time, model_flops_per_token  # noqa: E402
 
 CONFIGS = {
   # name: (Qwen2 kwargs, batch, seq)
@@ -220,20 +219,7 @@ def main():
   summary["ratio_vs_torch"] = larger["ratio_vs_torch"]
   summary["matmul_peak_fraction"] = larger["matmul_peak_fraction"]
   if not args.skip_aot:
-    env = dict(
-      os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    res = subprocess.run(
-      [sys.executable, __file__, "--aot-child"],
-      env=env,
-      capture_output=True,
-      text=True,
-      check=False,
-    )
-    if res.returncode:
-      summary["aot_qwen15b"] = {"error": res.stderr.strip().splitlines()[-1:]}
-    else:
-      summary["aot_qwen15b"] = json.loads(res.stdout.strip().splitlines()[-1])
+    summary["aot_qwen15b"] = aot_child(__file__)
   print(json.dumps(summary))
 
 

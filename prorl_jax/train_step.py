@@ -42,6 +42,7 @@ BATCH_KEYS = ("tokens", "attn_mask", "loss_mask", "old_logp", "ref_logp", "gen_l
 PER_TOKEN_KEYS = ("tokens", "loss_mask", "old_logp", "ref_logp", "gen_logp", "adv")
 PACKED_KEYS = PER_TOKEN_KEYS + ("positions", "segment_ids", "seq_tokens")
 PACKED_MODEL_KEYS = ("tokens", "positions", "segment_ids")
+FLOAT_KEYS = ("old_logp", "ref_logp", "gen_logp", "adv", "seq_tokens")  # the rest are int32
 
 
 @flax.struct.dataclass
@@ -314,7 +315,7 @@ class PackedTrainStep:
     rep = sharding.replicated(mesh)
     kw = dict(model_cfg=model_cfg, lc=lc, mesh=mesh)
     slab_shapes = {
-      k: jax.ShapeDtypeStruct(slab_shape, jnp.float32 if k in _FLOAT_KEYS else jnp.int32)
+      k: jax.ShapeDtypeStruct(slab_shape, jnp.float32 if k in FLOAT_KEYS else jnp.int32)
       for k in PACKED_KEYS
     }
     acc_sh = (st_sh.params, rep)
@@ -342,9 +343,6 @@ class PackedTrainStep:
     for s in slabs:
       acc = self._add(state.params, acc, {k: s[k] for k in PACKED_KEYS}, counts)
     return self._apply(state, acc, counts)
-
-
-_FLOAT_KEYS = ("old_logp", "ref_logp", "gen_logp", "adv", "seq_tokens")
 
 
 def packed_shardings(mesh, slab_shape) -> dict:
