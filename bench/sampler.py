@@ -44,7 +44,7 @@ def make_model(path):
   import jax
 
   from prorl_jax.model import init_params, presets, save_hf
-  from prorl_jax.rollout.exchange import shard_bytes
+  from prorl_jax.rollout.weights import shard_bytes
 
   cfg = presets.Qwen2Config(**KW, eos_token_id=None)
   params = init_params(cfg, jax.random.PRNGKey(0))
@@ -176,15 +176,15 @@ def bench_publish(path, reps=9):
   size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
   with tempfile.TemporaryDirectory() as tmp:
     ex = Exchange(f"file://{tmp}/ex")
-    ex.publish_weights(0, 0, path)  # kept: the version that fetch reads
+    ex.weights.publish(0, 0, path)  # kept: the version that fetch reads
 
     def publish(i):
-      ex.publish_weights(i, 0, path)
-      return lambda: ex.delete_weights(i)
+      ex.weights.publish(i, 0, path)
+      return lambda: ex.weights.delete(i)
 
     def fetch(i):
       dst = os.path.join(tmp, f"fetched{i}")
-      ex.fetch_weights(0, dst)
+      ex.weights.fetch(0, dst)
       return lambda: shutil.rmtree(dst)
 
     def raw(i):

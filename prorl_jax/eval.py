@@ -8,14 +8,13 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import time
 from math import comb
-from typing import Callable
 
 import numpy as np
 
 from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.queue import wait_for_results
 
 log = logging.getLogger(__name__)
 
@@ -25,66 +24,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
   if n - c < k:
     return 1.0
   return 1.0 - comb(n - c, k) / comb(n, k)
-
-
-class WaitTimeout(RuntimeError):
-  pass
-
-
-def wait_for_results(
-  ex: Exchange,
-  rids: list[str],
-  *,
-  timeout_s: float,
-  what: str,
-  on_idle: Callable[[], str] | None = None,
-  poll_s: float = 0.05,
-  rows: dict[str, int] | None = None,
-) -> dict:
-  """{rid: (manifest, arrays)} once every request has a verified result; raises on timeout.
-
-  `rows[rid]`: the response rows request `rid` asks for (a result of another shape is
-  malformed). Corrupt or malformed results are requeued (a worker redoes them). Logs what it
-  waits for every 30 s.
-  """
-  done, t0, last_log = {}, time.time(), time.time()
-  pending = list(rids)
-  while pending:
-    still = []
-    for rid in pending:
-      if ex.is_committed(rid):
-        res = ex.read_result(rid, (rows or {}).get(rid))
-        if res is None:
-          ex.requeue(rid)
-          still.append(rid)
-        else:
-          done[rid] = res
-      else:
-        still.append(rid)
-    pending = still
-    if not pending:
-      break
-    extra = on_idle() if on_idle else ""
-    now = time.time()
-    if now - t0 > timeout_s:
-      raise WaitTimeout(
-        f"timed out after {timeout_s:.0f}s waiting for {what}: "
-        f"{len(pending)}/{len(rids)} results missing on {ex.url} {extra}; "
-        "are rollout workers running (rollout.local_workers, or external "
-        "workers on this exchange)?"
-      )
-    if now - last_log > 30:
-      log.info(
-        "waiting for %s: %d/%d results on %s %s",
-        what,
-        len(rids) - len(pending),
-        len(rids),
-        ex.url,
-        extra,
-      )
-      last_log = now
-    time.sleep(poll_s)
-  return done
 
 
 def collect(
@@ -107,7 +46,7 @@ def collect(
     part = items[c : c + chunk]
     rows[f"{tag}-c{c // chunk:04d}"] = len(part) * samples
     rids.append(
-      ex.put_request(
+      ex.queue.put(
         Request(
           prompts=[list(it["prompt_ids"]) for it in part],
           n=samples,
@@ -121,7 +60,7 @@ def collect(
       )
     )
   results = wait_for_results(
-    ex, rids, timeout_s=timeout_s, what=f"evaluation {tag}", on_idle=on_idle, rows=rows
+    ex.queue, rids, timeout_s=timeout_s, what=f"evaluation {tag}", on_idle=on_idle, rows=rows
   )
   out = {"scores": [], "failed": [], "lengths": []}
   for c, rid in enumerate(rids):
@@ -130,7 +69,7 @@ def collect(
     out["scores"].append(arrays["scores"].reshape(n, samples).astype(np.float64))
     out["failed"].append(arrays["verifier_failed"].reshape(n, samples).astype(bool))
     out["lengths"].append(arrays["lengths"].reshape(n, samples).astype(np.int64))
-    ex.retire(rid)
+    ex.queue.retire(rid)
   return {k: np.concatenate(v) for k, v in out.items()}
 
 
@@ -245,7 +184,7 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
   with tempfile.TemporaryDirectory() as tmp:
     url = f"file://{tmp}/exchange"
     ex = Exchange(url)
-    ex.publish_weights(0, 0, checkpoint)
+    ex.weights.publish(0, 0, checkpoint)
     workers = LocalWorkers(
       url,
       max(1, cfg.rollout.local_workers),

@@ -53,7 +53,7 @@ def resolve_model(checkpoint: str, out_dir: str) -> tuple[str, str]:
     if not version.isdigit():
       raise SuiteError(f"--checkpoint={checkpoint!r}: a published version is EXCHANGE@N")
     dest = os.path.join(out_dir, f"model-v{version}")
-    path = Exchange(url if "://" in url else f"file://{os.path.abspath(url)}").fetch_weights(
+    path = Exchange(url if "://" in url else f"file://{os.path.abspath(url)}").weights.fetch(
       int(version), dest
     )
     if path is None:
@@ -238,7 +238,7 @@ class _Runner:
     self.tmp = tempfile.TemporaryDirectory(prefix="prorl_suite_")
     url = f"file://{self.tmp.name}/exchange"
     self.ex = Exchange(url)
-    self.ex.publish_weights(0, 0, model_dir)
+    self.ex.weights.publish(0, 0, model_dir)
     self.workers = LocalWorkers(
       url,
       max(1, cfg.rollout.local_workers),

@@ -1,5 +1,5 @@
 """The records that travel between the trainer and the rollout workers, typed. They become JSON
-only at the exchange's edge (`to_json` before `Exchange.put_request`, `from_json` after a claim
+only at the exchange's edge (`to_json` before `RequestQueue.put`, `from_json` after a claim
 or when a checkpoint's prefetch is read back). No jax: workers use these in vLLM's environment.
 """
 

@@ -12,11 +12,11 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax import dist, dynamic_sampling, packing, rl_step
-from prorl_jax import eval as eval_lib
 from prorl_jax import train_step as ts
 from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.queue import wait_for_results
 
 log = logging.getLogger("prorl_jax.train")
 
@@ -71,7 +71,7 @@ def _round_salt(tag: str) -> int:
 
 def _put(ex: Exchange, requests: dict[str, Request]) -> None:
   for rid, req in requests.items():
-    ex.put_request(req.to_json(), request_id=rid)
+    ex.queue.put(req.to_json(), request_id=rid)
 
 
 def _receive(trainer, ex: Exchange, workers, requests: dict[str, Request], step: int, notes: dict):
@@ -79,8 +79,8 @@ def _receive(trainer, ex: Exchange, workers, requests: dict[str, Request], step:
   c = trainer.cfg
   version = trainer.loop.version
   t0 = time.time()
-  done = eval_lib.wait_for_results(
-    ex,
+  done = wait_for_results(
+    ex.queue,
     list(requests),
     timeout_s=c.rollout.timeout_s,
     what=f"rollouts of step {step}",
@@ -91,7 +91,7 @@ def _receive(trainer, ex: Exchange, workers, requests: dict[str, Request], step:
   groups = []
   for rid, req in requests.items():
     manifest, arrays = done[rid]
-    ex.retire(rid)
+    ex.queue.retire(rid)
     if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
       notes["dropped"] += 1  # never train on results beyond the staleness bound
       continue
@@ -134,7 +134,7 @@ def _take_prefetched(trainer, ex: Exchange, step: int) -> dict | None:
   pf, trainer.loop.prefetch = trainer.loop.prefetch, None
   if not pf or pf["step"] != step:
     return None
-  if pf["version"] not in ex.weight_versions():
+  if pf["version"] not in ex.weights.versions():
     log.warning(
       "the prefetched rollouts of step %d need weights v%d, which the exchange no longer "
       "holds; generating them again with the current weights",
@@ -144,8 +144,8 @@ def _take_prefetched(trainer, ex: Exchange, step: int) -> dict | None:
     return None
   requests = {rid: Request.from_json(body) for rid, body in pf["requests"].items()}
   for rid, req in requests.items():
-    if not ex.is_committed(rid) and not ex.has_request(rid):
-      ex.put_request(req.to_json(), request_id=rid)
+    if not ex.results.committed(rid) and not ex.queue.has(rid):
+      ex.queue.put(req.to_json(), request_id=rid)
   return dict(pf, requests=requests)
 
 

@@ -32,8 +32,10 @@ from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 from prorl_jax.rewards import sandbox
 from prorl_jax.rollout import probe
-from prorl_jax.rollout.exchange import Exchange, InvalidExchange, open_kvstore, shard_bytes
+from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
+from prorl_jax.rollout.store import InvalidExchange, open_store
+from prorl_jax.rollout.weights import shard_bytes
 from prorl_jax.run_record import check_resume_config, latest_local_step, record_run
 from prorl_jax.sharding import make_mesh
 from prorl_jax.sources import precheck, sources_for
@@ -252,8 +254,8 @@ def publish(trainer: Trainer, ex: Exchange | None, version: int):
     write_probe(
       trainer.model_cfg, params if dist.multi() else trainer.state.params, trainer.probe_tokens, tmp
     )
-    ex.publish_weights(version, int(trainer.state.step), tmp)
-  ex.prune_weights(keep=2)
+    ex.weights.publish(version, int(trainer.state.step), tmp)
+  ex.weights.prune(keep=2)
 
 
 def validate_now(trainer: Trainer, ex: Exchange, workers, tag: str) -> dict:
@@ -311,7 +313,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       return {"finished": True, "steps": last}
     precheck(cfg)  # before any heavy work: are the data files there?
     try:  # ... and can the exchange be opened?
-      open_kvstore(cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange"))
+      open_store(cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange"))
     except InvalidExchange as e:
       raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
     if cfg.rollout.local_workers:  # before any heavy work: can the workers run at all?
@@ -360,11 +362,11 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
   url = cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange")
   ex = Exchange(url, lease_seconds=60) if primary else None  # only the primary talks to it
   if primary:
-    for rid in ex.request_ids():  # requests of an interrupted run are redone deterministically
-      ex.retire(rid)
-    for v in ex.weight_versions():
+    for rid in ex.queue.ids():  # requests of an interrupted run are redone deterministically
+      ex.queue.retire(rid)
+    for v in ex.weights.versions():
       if v > trainer.loop.version:  # published after the checkpoint we resumed from: redone
-        ex.delete_weights(v)
+        ex.weights.delete(v)
   publish(trainer, ex, trainer.loop.version)
   workers = None
   if cfg.rollout.local_workers and primary:

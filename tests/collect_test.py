@@ -34,7 +34,7 @@ class Items:
 
 def _answer(ex, stop, served, version_of):
   while not stop.is_set():
-    claim = ex.claim("fake")
+    claim = ex.queue.claim("fake")
     if claim is None:
       stop.wait(0.01)
       continue
@@ -50,7 +50,7 @@ def _answer(ex, stop, served, version_of):
       "verifier_failed": np.zeros(rows, bool),
     }
     served.append(claim.request_id)
-    ex.commit_result(claim, arrays, {"policy_version": version_of(claim.request_id)})
+    ex.queue.commit(claim, arrays, {"policy_version": version_of(claim.request_id)})
 
 
 def _collect(tmp_path, version_of, **rollout):

@@ -11,14 +11,72 @@ import numpy as np
 import pytest
 
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.store import NO_VALUE, InvalidExchange, KvStore, LocalStore, open_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(params=["memory", "file"])
+# The conformance suite: every test that takes `ex` or `store` runs against every backend here
+# (rollout/store.py: a directory is a LocalStore, anything else a KvStore).
+BACKENDS = {"file": lambda tmp: f"file://{tmp}/exchange", "memory": lambda tmp: "memory://"}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
 def ex(request, tmp_path):
-  url = "memory://" if request.param == "memory" else f"file://{tmp_path}/exchange"
-  return Exchange(url, lease_seconds=30)
+  return Exchange(BACKENDS[request.param](tmp_path), lease_seconds=30)
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def store(request, tmp_path):
+  return open_store(BACKENDS[request.param](tmp_path))
+
+
+def test_each_url_opens_its_backend(tmp_path):
+  assert type(open_store(str(tmp_path / "d"))) is LocalStore
+  assert type(open_store(f"file://{tmp_path}/d")).__name__ == "LocalStore"
+  assert type(open_store("memory://")) is KvStore
+  with pytest.raises(InvalidExchange, match="use a directory"):
+    open_store("nosuchscheme://x")
+
+
+def test_the_store_contract(store, tmp_path):
+  """What the weights, queue and results parts rely on, per backend."""
+  assert store.read("a/k") == (None, NO_VALUE)
+  g1 = store.write("a/k", b"one")
+  assert store.read("a/k") == (b"one", g1)
+  assert store.write("a/k", b"two", if_equal=NO_VALUE) == b""  # only-if-absent fails
+  assert store.write("a/k", b"two", if_equal=b"stale") == b""  # a stale generation fails
+  g2 = store.write("a/k", b"two", if_equal=g1)
+  assert g2 and g2 != g1 and store.read("a/k")[0] == b"two"
+  assert store.write("a/new", b"x", if_equal=NO_VALUE)  # absent: created
+  store.write("a/sub/1", b"1")
+  store.write("ab", b"not under a/")
+  assert store.list("a/") == ["a/k", "a/new", "a/sub/1"]
+  store.delete_prefix("a/sub/")
+  assert store.list("a/") == ["a/k", "a/new"] and store.read("ab")[0] == b"not under a/"
+  store.write("a/k", None)
+  assert store.read("a/k")[0] is None
+  # whole files: stored with their (size, sha256); fetched only when they match
+  data = os.urandom(3 << 19)
+  (tmp_path / "f.bin").write_bytes(data)
+  assert store.put_file("w/f.bin", str(tmp_path / "f.bin")) == (len(data), _sha(data))
+  want = (len(data), _sha(data))
+  assert store.get_file("w/f.bin", str(tmp_path / "out" / "f.bin"), want)
+  assert (tmp_path / "out" / "f.bin").read_bytes() == data
+  assert not store.get_file("w/f.bin", str(tmp_path / "out" / "g.bin"), (len(data), "0" * 64))
+  assert not store.get_file("w/none", str(tmp_path / "out" / "h.bin"), want)
+  assert sorted(os.listdir(tmp_path / "out")) == ["f.bin"]  # nothing else left behind
+  os.symlink(tmp_path / "f.bin", tmp_path / "link")
+  with pytest.raises(OSError):
+    store.put_file("w/link", str(tmp_path / "link"))  # a symlink is never followed
+  store.put_marker("w/manifest.json", b"{}")
+  assert store.read("w/manifest.json")[0] == b"{}"
+  # refused entries are counted; a quarantined one is moved aside
+  store.write("r/bad", b"junk")
+  store.quarantine("result", "r/bad", b"junk", "test")
+  store.skip("result", "r/torn", "test")
+  assert store.read("r/bad")[0] is None and store.read("quarantine/r/bad")[0] == b"junk"
+  assert store.stats == {"quarantined_result": 1, "skipped_result": 1}
 
 
 def _arrays(rows=2, width=3, scores=None, fill=0):
@@ -34,7 +92,7 @@ def _arrays(rows=2, width=3, scores=None, fill=0):
 
 
 def _req(ex, i=0):
-  return ex.put_request(
+  return ex.queue.put(
     {
       "prompts": [[1, 2]],
       "n": 2,
@@ -52,31 +110,31 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   src.mkdir()
   (src / "model.safetensors").write_bytes(os.urandom(1000))
   (src / "config.json").write_text("{}")
-  ex.publish_weights(1, step=10, src_dir=str(src))
-  ex.publish_weights(2, step=20, src_dir=str(src))
-  v, path = ex.latest_weights(str(tmp_path / "cache"))
+  ex.weights.publish(1, step=10, src_dir=str(src))
+  ex.weights.publish(2, step=20, src_dir=str(src))
+  v, path = ex.weights.latest(str(tmp_path / "cache"))
   assert (
     v == 2
     and open(os.path.join(path, "model.safetensors"), "rb").read()
     == (src / "model.safetensors").read_bytes()
   )
   # v3: data written but no manifest yet -> not visible
-  ex._write("weights/v00000003/model.safetensors", b"half")
-  assert ex.weight_versions() == [1, 2]
+  ex.store.write("weights/v00000003/model.safetensors", b"half")
+  assert ex.weights.versions() == [1, 2]
   # v4: a truncated file under a committed manifest -> skipped, counted, v2 used instead
-  ex.publish_weights(4, step=40, src_dir=str(src))
-  ex._write("weights/v00000004/model.safetensors", b"truncated")
-  v, _ = ex.latest_weights(str(tmp_path / "cache2"))
+  ex.weights.publish(4, step=40, src_dir=str(src))
+  ex.store.write("weights/v00000004/model.safetensors", b"truncated")
+  v, _ = ex.weights.latest(str(tmp_path / "cache2"))
   assert v == 2 and ex.stats["skipped_weights"] == 1
-  ex.prune_weights(keep=1)
-  assert ex.weight_versions() == [4]
-  if ex.local_root:  # pruned versions leave no empty directories behind
-    assert os.listdir(os.path.join(ex.local_root, "weights")) == ["v00000004"]
+  ex.weights.prune(keep=1)
+  assert ex.weights.versions() == [4]
+  if hasattr(ex.store, "root"):  # pruned versions leave no empty directories behind
+    assert os.listdir(os.path.join(ex.store.root, "weights")) == ["v00000004"]
   # a fetched version directory (it holds a manifest of its own) published again, e.g. to
   # evaluate it: its old manifest is not a weight file
-  ex.publish_weights(5, step=50, src_dir=path)
-  assert "manifest.json" not in ex.weights_manifest(5)["files"]
-  v, _ = ex.latest_weights(str(tmp_path / "cache3"))
+  ex.weights.publish(5, step=50, src_dir=path)
+  assert "manifest.json" not in ex.weights.manifest(5)["files"]
+  v, _ = ex.weights.latest(str(tmp_path / "cache3"))
   assert v == 5
 
 
@@ -88,31 +146,31 @@ def test_manifest_checksums_are_of_the_whole_file_across_copy_chunks(ex, tmp_pat
   data = os.urandom((5 << 20) // 2 + 7)  # 2.5 MiB + 7: spans several 1 MiB copy chunks
   (src / "model.safetensors").write_bytes(data)
   (src / "empty.txt").write_bytes(b"")
-  files = ex.publish_weights(1, step=1, src_dir=str(src))["files"]
+  files = ex.weights.publish(1, step=1, src_dir=str(src))["files"]
   assert files["model.safetensors"] == {
     "size": len(data),
     "sha256": hashlib.sha256(data).hexdigest(),
   }
   assert files["empty.txt"] == {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
-  _, path = ex.latest_weights(str(tmp_path / "cache"))
+  _, path = ex.weights.latest(str(tmp_path / "cache"))
   assert open(os.path.join(path, "model.safetensors"), "rb").read() == data
-  if ex.local_root:  # no temp files left behind
-    assert sorted(os.listdir(os.path.join(ex.local_root, "weights", "v00000001"))) == [
+  if hasattr(ex.store, "root"):  # no temp files left behind
+    assert sorted(os.listdir(os.path.join(ex.store.root, "weights", "v00000001"))) == [
       "empty.txt",
       "manifest.json",
       "model.safetensors",
     ]
   (tmp_path / "nothing").mkdir()  # an empty directory is a clear error, and commits nothing
   with pytest.raises(ValueError, match="holds no files"):
-    ex.publish_weights(2, step=2, src_dir=str(tmp_path / "nothing"))
-  assert ex.weight_versions() == [1]
+    ex.weights.publish(2, step=2, src_dir=str(tmp_path / "nothing"))
+  assert ex.weights.versions() == [1]
 
 
 def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path):
   import jax
 
   from prorl_jax.model import init_params, load_hf, presets, save_hf
-  from prorl_jax.rollout.exchange import shard_bytes
+  from prorl_jax.rollout.weights import shard_bytes
 
   assert shard_bytes(10) == 8 << 20 and shard_bytes(1 << 40) == -(-(1 << 40) // os.cpu_count())
   cfg = presets.Qwen2Config(
@@ -131,15 +189,15 @@ def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path)
   files = save_hf(cfg, params, src, max_shard_bytes=20_000)
   shards = [f for f in files if f.endswith(".safetensors")]
   assert len(shards) >= 3
-  ex.publish_weights(1, step=1, src_dir=src)
-  manifest = ex.publish_weights(2, step=2, src_dir=src)
+  ex.weights.publish(1, step=1, src_dir=src)
+  manifest = ex.weights.publish(2, step=2, src_dir=src)
   assert set(manifest["files"]) == set(os.listdir(src))
-  v, path = ex.latest_weights(str(tmp_path / "cache"))
+  v, path = ex.weights.latest(str(tmp_path / "cache"))
   _, got = load_hf(path)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  ex._write(f"weights/v00000002/{shards[1]}", b"corrupt")  # one shard of several
-  v, _ = ex.latest_weights(str(tmp_path / "cache2"))
+  ex.store.write(f"weights/v00000002/{shards[1]}", b"corrupt")  # one shard of several
+  v, _ = ex.weights.latest(str(tmp_path / "cache2"))
   assert v == 1 and ex.stats["skipped_weights"] == 1
 
 
@@ -150,60 +208,60 @@ def test_a_cached_version_from_another_run_is_replaced(tmp_path):
     src.mkdir()
     (src / "model.safetensors").write_bytes(payload)
     ex = Exchange(f"file://{tmp_path}/exchange-{run}")
-    ex.publish_weights(0, step=0, src_dir=str(src))
-    v, path = ex.latest_weights(cache)  # same version number, same cache directory
+    ex.weights.publish(0, step=0, src_dir=str(src))
+    v, path = ex.weights.latest(cache)  # same version number, same cache directory
     assert v == 0 and open(os.path.join(path, "model.safetensors"), "rb").read() == payload
 
 
 def test_results_commit_and_each_corruption_is_skipped(ex):
   for i in range(4):
     _req(ex, i)
-  claims = [ex.claim("w") for _ in range(4)]
+  claims = [ex.queue.claim("w") for _ in range(4)]
   assert sorted(c.request_id for c in claims) == ["r000", "r001", "r002", "r003"]
   arrays = dict(_arrays(scores=[1.0, 0.0]), tokens=np.arange(6, dtype=np.int32).reshape(2, 3))
   for c in claims[:3]:
-    assert ex.commit_result(c, arrays, {"policy_version": 1})
-  manifest, got = ex.read_result("r000")
+    assert ex.queue.commit(c, arrays, {"policy_version": 1})
+  manifest, got = ex.results.read("r000")
   np.testing.assert_array_equal(got["tokens"], arrays["tokens"])
   assert manifest["policy_version"] == 1
   # truncated data key
-  m1 = json.loads(ex._read("results/r001/manifest.json")[0])
-  ex._write(m1["data_key"], ex._read(m1["data_key"])[0][:20])
-  assert ex.read_result("r001") is None
+  m1 = json.loads(ex.store.read("results/r001/manifest.json")[0])
+  ex.store.write(m1["data_key"], ex.store.read(m1["data_key"])[0][:20])
+  assert ex.results.read("r001") is None
   # a manifest whose checksum is wrong
-  m2 = json.loads(ex._read("results/r002/manifest.json")[0])
-  ex._write("results/r002/manifest.json", json.dumps(dict(m2, sha256="0" * 64)).encode())
-  assert ex.read_result("r002") is None
+  m2 = json.loads(ex.store.read("results/r002/manifest.json")[0])
+  ex.store.write("results/r002/manifest.json", json.dumps(dict(m2, sha256="0" * 64)).encode())
+  assert ex.results.read("r002") is None
   # data without a manifest (a worker died between the two writes)
-  ex._write("results/r003/data-0-w.npz", b"orphan")
-  assert ex.read_result("r003") is None and not ex.is_committed("r003")
+  ex.store.write("results/r003/data-0-w.npz", b"orphan")
+  assert ex.results.read("r003") is None and not ex.results.committed("r003")
   assert ex.stats["skipped_result"] == 2
   # a corrupt result is requeued and a worker can claim it again
-  ex.requeue("r001")
-  c = ex.claim("w2")
+  ex.queue.requeue("r001")
+  c = ex.queue.claim("w2")
   assert c.request_id == "r001"
 
 
 def test_corrupt_request_is_skipped(ex):
   _req(ex, 0)
-  raw = ex._read("requests/r000.json")[0]
-  ex._write("requests/r000.json", raw[:-10])
-  assert ex.claim("w") is None and ex.stats["skipped_request"] == 1
+  raw = ex.store.read("requests/r000.json")[0]
+  ex.store.write("requests/r000.json", raw[:-10])
+  assert ex.queue.claim("w") is None and ex.stats["skipped_request"] == 1
 
 
 def test_expired_lease_is_reclaimed_and_only_one_commit_wins(ex):
-  ex.lease_seconds = 0.3
+  ex.queue.lease_seconds = 0.3
   _req(ex, 0)
-  a = ex.claim("a")
-  assert ex.claim("b") is None  # held
+  a = ex.queue.claim("a")
+  assert ex.queue.claim("b") is None  # held
   time.sleep(0.4)
-  b = ex.claim("b")
+  b = ex.queue.claim("b")
   assert b is not None and b.attempt == 1 and ex.stats["reclaimed"] == 1
-  assert not ex.heartbeat(a)  # a lost its lease
-  assert ex.heartbeat(b)
-  assert ex.commit_result(b, _arrays(fill=1), {"policy_version": 0})
-  assert not ex.commit_result(a, _arrays(fill=2), {"policy_version": 0})  # too late: never both
-  np.testing.assert_array_equal(ex.read_result("r000")[1]["tokens"], np.ones((2, 3)))
+  assert not ex.queue.heartbeat(a)  # a lost its lease
+  assert ex.queue.heartbeat(b)
+  assert ex.queue.commit(b, _arrays(fill=1), {"policy_version": 0})
+  assert not ex.queue.commit(a, _arrays(fill=2), {"policy_version": 0})  # too late: never both
+  np.testing.assert_array_equal(ex.results.read("r000")[1]["tokens"], np.ones((2, 3)))
 
 
 WORKER = textwrap.dedent("""
@@ -214,14 +272,14 @@ WORKER = textwrap.dedent("""
     done = []
     idle = time.time()
     while time.time() - idle < 2.0:
-      c = ex.claim(sys.argv[1])
+      c = ex.queue.claim(sys.argv[1])
       if c is None:
         time.sleep(0.01)
         continue
       arrays = {{"tokens": np.zeros((2, 1), np.int32), "logprobs": np.zeros((2, 1), np.float32),
                 "lengths": np.ones(2, np.int32), "stopped": np.ones(2, bool),
                 "scores": np.ones(2, np.float32), "verifier_failed": np.zeros(2, bool)}}
-      if ex.commit_result(c, arrays, {{"policy_version": 0}}):
+      if ex.queue.commit(c, arrays, {{"policy_version": 0}}):
         done.append(c.request_id)
       idle = time.time()
     print(" ".join(done))
@@ -242,7 +300,7 @@ def test_two_worker_processes_commit_each_request_exactly_once(tmp_path):
   outs = [p.communicate(timeout=120)[0].split() for p in procs]
   done = outs[0] + outs[1]
   assert sorted(done) == [f"r{i:03d}" for i in range(30)]  # every request, once
-  assert all(ex.read_result(f"r{i:03d}") is not None for i in range(30))
+  assert all(ex.results.read(f"r{i:03d}") is not None for i in range(30))
 
 
 # ------------------------------------------------------------------ forged and malformed entries
@@ -251,7 +309,7 @@ def _publish_one(ex, tmp_path, version=1, payload=b"real weights"):
   src.mkdir(exist_ok=True)
   (src / "model.safetensors").write_bytes(payload)
   (src / "config.json").write_text("{}")
-  return ex.publish_weights(version, step=version, src_dir=str(src))
+  return ex.weights.publish(version, step=version, src_dir=str(src))
 
 
 def _sha(data: bytes) -> str:
@@ -275,29 +333,29 @@ def test_forged_manifest_names_write_nothing_outside_the_cache(ex, tmp_path):
         "config.json": {"size": 2, "sha256": _sha(b"{}")},
       },
     }
-    ex._write("weights/v00000002/config.json", b"{}")
-    ex._write("weights/v00000002/manifest.json", json.dumps(forged).encode())
+    ex.store.write("weights/v00000002/config.json", b"{}")
+    ex.store.write("weights/v00000002/manifest.json", json.dumps(forged).encode())
     cache = tmp_path / "cache" / "sub" / "deeper"
-    assert ex.fetch_weights(2, str(cache / "v00000002")) is None
-    v, _ = ex.latest_weights(str(cache))
+    assert ex.weights.fetch(2, str(cache / "v00000002")) is None
+    v, _ = ex.weights.latest(str(cache))
     assert v == 1  # the forged version is passed over, the real one served
   assert not target.exists() and not absolute.exists()
   assert not list(tmp_path.rglob("escape.txt")) and not list(tmp_path.rglob("x"))
   assert ex.stats["quarantined_weights"] == 5
-  assert ex.weight_versions() == [1]  # the forged manifest is out of the way, kept aside
-  assert ex._read("quarantine/weights/v00000002/manifest.json")[0] is not None
+  assert ex.weights.versions() == [1]  # the forged manifest is out of the way, kept aside
+  assert ex.store.read("quarantine/weights/v00000002/manifest.json")[0] is not None
 
 
 def test_bytes_with_a_wrong_hash_never_become_visible(ex, tmp_path):
   _publish_one(ex, tmp_path, 1)
-  good = ex.weights_manifest(1)
+  good = ex.weights.manifest(1)
   bad = dict(good, version=2, files=dict(good["files"]))
   bad["files"]["model.safetensors"] = {"size": 12, "sha256": "0" * 64}
   for name in good["files"]:
-    ex._write(f"weights/v00000002/{name}", b"real weights" if "model" in name else b"{}")
-  ex._write("weights/v00000002/manifest.json", json.dumps(bad).encode())
+    ex.store.write(f"weights/v00000002/{name}", b"real weights" if "model" in name else b"{}")
+  ex.store.write("weights/v00000002/manifest.json", json.dumps(bad).encode())
   cache = tmp_path / "cache"
-  assert ex.fetch_weights(2, str(cache / "v00000002")) is None
+  assert ex.weights.fetch(2, str(cache / "v00000002")) is None
   assert not cache.exists() or list(cache.iterdir()) == []  # no temp dir or file left behind
   assert ex.stats["skipped_weights"] == 1
 
@@ -340,8 +398,8 @@ def test_symlinks_in_a_local_store_are_never_followed(tmp_path):
   os.symlink(elsewhere, root / "v00000003")
   cache = tmp_path / "cache"
   for v in (2, 3):
-    assert ex.fetch_weights(v, str(cache / f"v{v:08d}")) is None
-  assert ex.latest_weights(str(cache))[0] == 1
+    assert ex.weights.fetch(v, str(cache / f"v{v:08d}")) is None
+  assert ex.weights.latest(str(cache))[0] == 1
   assert not any(p.read_bytes() == b"host secret" for p in cache.rglob("*") if p.is_file())
 
 
@@ -359,10 +417,10 @@ def test_symlinks_in_a_local_store_are_never_followed(tmp_path):
   ],
 )
 def test_a_weights_manifest_of_the_wrong_structure_is_quarantined(ex, tmp_path, doc):
-  ex._write("weights/v00000001/manifest.json", json.dumps(doc).encode())
-  assert ex.weights_manifest(1) is None
-  assert ex.latest_weights(str(tmp_path / "cache")) is None  # no crash
-  assert ex.stats["quarantined_weights"] == 1 and ex.weight_versions() == []
+  ex.store.write("weights/v00000001/manifest.json", json.dumps(doc).encode())
+  assert ex.weights.manifest(1) is None
+  assert ex.weights.latest(str(tmp_path / "cache")) is None  # no crash
+  assert ex.stats["quarantined_weights"] == 1 and ex.weights.versions() == []
 
 
 @pytest.mark.parametrize(
@@ -377,8 +435,8 @@ def test_a_weights_manifest_of_the_wrong_structure_is_quarantined(ex, tmp_path, 
 )
 def test_a_malformed_lease_counts_as_expired(ex, lease):
   _req(ex, 0)
-  ex._write("leases/r000.json", lease)
-  c = ex.claim("w")
+  ex.store.write("leases/r000.json", lease)
+  c = ex.queue.claim("w")
   assert c is not None and c.request_id == "r000"
   assert ex.stats["corrupt_lease"] == 1
 
@@ -394,18 +452,18 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
     {"id": "r000", "prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1}, "meta": [{}]},
   ):
     raw = json.dumps(bad_body, sort_keys=True).encode()
-    ex._write(
+    ex.store.write(
       "requests/r000.json",
       json.dumps({"body": bad_body, "sha256": hashlib.sha256(raw).hexdigest()}).encode(),
     )
     _req(ex, 1)
-    c = ex.claim("w")
+    c = ex.queue.claim("w")
     assert c is not None and c.request_id == "r001"
-    ex.retire("r001")
+    ex.queue.retire("r001")
   assert ex.stats["quarantined_request"] == 4
   with pytest.raises(ValueError, match="plain file name"):
     _req_id = "../escape"
-    ex.put_request(
+    ex.queue.put(
       {"prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1}, "meta": [{}]},
       request_id=_req_id,
     )
@@ -427,20 +485,20 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
 def test_a_result_with_bad_arrays_is_quarantined(ex, change):
   _req(ex, 0)
   arrays = {k: v for k, v in dict(_arrays(), **change).items() if v is not None}
-  assert ex.commit_result(ex.claim("w"), arrays, {"policy_version": 0})
-  assert ex.read_result("r000", rows=2) is None
-  assert ex.stats["quarantined_result"] == 1 and not ex.is_committed("r000")
+  assert ex.queue.commit(ex.queue.claim("w"), arrays, {"policy_version": 0})
+  assert ex.results.read("r000", rows=2) is None
+  assert ex.stats["quarantined_result"] == 1 and not ex.results.committed("r000")
 
 
 def test_a_result_of_the_wrong_row_count_or_manifest_is_rejected(ex):
   _req(ex, 0)
-  assert ex.commit_result(ex.claim("w"), _arrays(rows=2), {"policy_version": 0})
-  assert ex.read_result("r000", rows=2) is not None
-  assert ex.read_result("r000", rows=4) is None  # the request asked for 4 rows
-  ex.retire("r000")
+  assert ex.queue.commit(ex.queue.claim("w"), _arrays(rows=2), {"policy_version": 0})
+  assert ex.results.read("r000", rows=2) is not None
+  assert ex.results.read("r000", rows=4) is None  # the request asked for 4 rows
+  ex.queue.retire("r000")
   _req(ex, 1)
-  assert ex.commit_result(ex.claim("w"), _arrays(), {"policy_version": 0})
-  m = json.loads(ex._read("results/r001/manifest.json")[0])
+  assert ex.queue.commit(ex.queue.claim("w"), _arrays(), {"policy_version": 0})
+  m = json.loads(ex.store.read("results/r001/manifest.json")[0])
   for forged in (
     dict(m, data_key="../../weights/v00000001/model.safetensors"),
     dict(m, policy_version="latest"),
@@ -448,31 +506,31 @@ def test_a_result_of_the_wrong_row_count_or_manifest_is_rejected(ex):
     dict(m, request_id="r000"),
     [m],
   ):
-    ex._write("results/r001/manifest.json", json.dumps(forged).encode())
-    assert ex.read_result("r001") is None
+    ex.store.write("results/r001/manifest.json", json.dumps(forged).encode())
+    assert ex.results.read("r001") is None
   assert ex.stats["quarantined_result"] == 6
 
 
 def test_a_commit_after_retire_is_ignored_and_counted(ex):
   _req(ex, 0)
-  c = ex.claim("w")
-  ex.retire("r000")  # the trainer gave up on it
-  assert not ex.commit_result(c, _arrays(), {"policy_version": 0})
-  assert ex._list("results/") == [] and ex.stats["commit_after_retire"] == 1
+  c = ex.queue.claim("w")
+  ex.queue.retire("r000")  # the trainer gave up on it
+  assert not ex.queue.commit(c, _arrays(), {"policy_version": 0})
+  assert ex.store.list("results/") == [] and ex.stats["commit_after_retire"] == 1
 
 
 def test_a_cached_copy_is_hashed_again_before_reuse(tmp_path):
   ex = Exchange(f"file://{tmp_path}/exchange")
   _publish_one(ex, tmp_path, 1, payload=b"the real weights")
   cache = tmp_path / "cache"
-  v, path = ex.latest_weights(str(cache))
+  v, path = ex.weights.latest(str(cache))
   with open(os.path.join(path, "model.safetensors"), "r+b") as f:  # same size, other bytes
     f.write(b"THE")
-  v, path = ex.latest_weights(str(cache))
+  v, path = ex.weights.latest(str(cache))
   assert open(os.path.join(path, "model.safetensors"), "rb").read() == b"the real weights"
   assert ex.stats["cache_replaced"] == 1
   (cache / "v00000001" / "extra.bin").write_bytes(b"x")  # a file the manifest does not list
-  assert ex.fetch_weights(1, str(cache / "v00000001")) is not None
+  assert ex.weights.fetch(1, str(cache / "v00000001")) is not None
   assert ex.stats["cache_replaced"] == 2 and not (cache / "v00000001" / "extra.bin").exists()
 
 
@@ -484,7 +542,7 @@ def test_the_worker_cache_keeps_the_newest_two_versions(tmp_path):
   w = Worker(ex, engine=None, cache_dir=str(cache), worker_id="w", pool=object())
   for v in range(1, 5):
     _publish_one(ex, tmp_path, v, payload=f"weights {v}".encode())
-    ex.fetch_weights(v, str(cache / f"v{v:08d}"))
+    ex.weights.fetch(v, str(cache / f"v{v:08d}"))
   (cache / "v00000005.tmp-abcd1234").mkdir()  # an interrupted fetch
   w.prune_cache(keep={4, 3})
   assert sorted(os.listdir(cache)) == ["v00000003", "v00000004"]
@@ -503,7 +561,7 @@ def test_records_round_trip_through_the_exchange_json(ex):
     max_version=2,
     routing={"math": "math"},
   )
-  ex.put_request(req.to_json(), request_id="r777")
-  claim = ex.claim("w")
+  ex.queue.put(req.to_json(), request_id="r777")
+  claim = ex.queue.claim("w")
   assert claim is not None and Request.from_json(claim.request) == req
   assert req.rows == 6

@@ -33,8 +33,12 @@ LAYERS = {
     "data",
     "checkpoint",
     "rollout",
-    "rollout.exchange",
+    "rollout.store",
     "rollout.entries",
+    "rollout.weights",
+    "rollout.results",
+    "rollout.queue",
+    "rollout.exchange",
   ],
   2: [
     "train_step",
@@ -57,8 +61,12 @@ NO_JAX = (
   "demo.chain_sum",
   "rollout.probe",
   "rollout.vllm_engine",
-  "rollout.exchange",
+  "rollout.store",
   "rollout.entries",
+  "rollout.weights",
+  "rollout.results",
+  "rollout.queue",
+  "rollout.exchange",
   "tokenizer",
 )
 

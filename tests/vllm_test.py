@@ -86,9 +86,9 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
   base = tiny_base.build(str(tmp_path / "base"))
   url = f"file://{tmp_path}/ex"
   ex = Exchange(url)
-  ex.publish_weights(0, step=0, src_dir=base)
+  ex.weights.publish(0, step=0, src_dir=base)
   rids = [
-    ex.put_request(
+    ex.queue.put(
       {
         "prompts": [[1, 7, 8]],
         "n": 3,
@@ -119,5 +119,5 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   for rid in rids:
-    manifest, arrays = ex.read_result(rid)
+    manifest, arrays = ex.results.read(rid)
     assert manifest["policy_version"] == 0 and arrays["tokens"].shape == (3, 8)

@@ -54,7 +54,7 @@ DIGITS = [
 def _request(ex, tok, rid, min_version=0, n=4, meta=None):
   rng = np.random.RandomState(0)
   items = [chain_sum.make_item(rng) for _ in range(3)]
-  return ex.put_request(
+  return ex.queue.put(
     {
       "prompts": [prompt_ids(tok, it["prompt"]) for it in items],
       "n": n,
@@ -88,7 +88,7 @@ def _with_probe(base, dest):
 def test_worker_serves_a_request_end_to_end(tmp_path, base):
   url = f"file://{tmp_path}/ex"
   ex = Exchange(url)
-  ex.publish_weights(0, step=0, src_dir=_with_probe(base, str(tmp_path / "probed")))
+  ex.weights.publish(0, step=0, src_dir=_with_probe(base, str(tmp_path / "probed")))
   tok = load_tokenizer(base)
   meta = [{"data_source": "ifeval", "reference": None, "extra": {"instructions": DIGITS}}] * 3
   rid, items = _request(ex, tok, "req0", meta=meta)
@@ -97,7 +97,7 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
     assert proc.wait(timeout=180) == 0, proc.stdout.read()
   finally:
     proc.kill()
-  manifest, arrays = ex.read_result(rid)
+  manifest, arrays = ex.results.read(rid)
   assert manifest["policy_version"] == 0 and manifest["attempt"] == 0
   assert manifest["probe_mismatch"]["max"] < 1e-4  # the JAX engine is the trainer's model
   assert arrays["tokens"].shape == (12, 12) and arrays["scores"].shape == (12,)
@@ -113,31 +113,31 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
 def test_kill9_mid_request_is_finished_once_by_a_restarted_worker(tmp_path, base):
   url = f"file://{tmp_path}/ex"
   ex = Exchange(url, lease_seconds=2.0)
-  ex.publish_weights(0, step=0, src_dir=base)
+  ex.weights.publish(0, step=0, src_dir=base)
   rid, _ = _request(ex, load_tokenizer(base), "req1", min_version=1)  # needs weights v1
   first = _start(url, "--lease_seconds=2")
   try:
-    _wait(lambda: ex._read(f"leases/{rid}.json")[0] is not None, 120, "the first claim")
+    _wait(lambda: ex.store.read(f"leases/{rid}.json")[0] is not None, 120, "the first claim")
     os.kill(first.pid, signal.SIGKILL)  # holding the lease, waiting for v1
     first.wait(timeout=10)
   finally:
     first.kill()
-  assert not ex.is_committed(rid)
-  ex.publish_weights(1, step=1, src_dir=base)
+  assert not ex.results.committed(rid)
+  ex.weights.publish(1, step=1, src_dir=base)
   second = _start(url, "--lease_seconds=2", "--max_requests=1")
   try:
     assert second.wait(timeout=180) == 0, second.stdout.read()
   finally:
     second.kill()
-  manifest, _ = ex.read_result(rid)
+  manifest, _ = ex.results.read(rid)
   assert manifest["attempt"] == 1 and manifest["policy_version"] == 1
-  results = [k for k in ex._list(f"results/{rid}/") if k.endswith(".npz")]
+  results = [k for k in ex.store.list(f"results/{rid}/") if k.endswith(".npz")]
   assert len(results) == 1  # committed exactly once
 
 
 def test_sigterm_stops_an_idle_worker_cleanly(tmp_path, base):
   url = f"file://{tmp_path}/ex"
-  Exchange(url).publish_weights(0, step=0, src_dir=base)
+  Exchange(url).weights.publish(0, step=0, src_dir=base)
   proc = _start(url)
   try:
     time.sleep(8)

@@ -29,7 +29,9 @@ import numpy as np
 from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rewards import sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
-from prorl_jax.rollout.exchange import Claim, Exchange, InvalidEntry, safe_name
+from prorl_jax.rollout.entries import InvalidEntry, safe_name
+from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.queue import Claim
 from prorl_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger("prorl_jax.worker")
@@ -130,7 +132,7 @@ class Worker:
     """Loads the newest committed version in [min_version, max_version] if it is not loaded."""
     versions = [
       v
-      for v in self.ex.weight_versions()
+      for v in self.ex.weights.versions()
       if v >= min_version and (max_version is None or v <= max_version)
     ]
     if not versions or versions[-1] == self.version:
@@ -138,7 +140,7 @@ class Worker:
     if max_version is None and versions[-1] < self.version:
       return False
     version = versions[-1]
-    path = self.ex.fetch_weights(version, os.path.join(self.cache_dir, f"v{version:08d}"))
+    path = self.ex.weights.fetch(version, os.path.join(self.cache_dir, f"v{version:08d}"))
     if path is None:
       return False
     self.prune_cache(keep={version, self.version})
@@ -172,8 +174,8 @@ class Worker:
     return check_probe(self.engine.score_tokens, path)
 
   def _heartbeat(self, claim: Claim, lost: threading.Event, finished: threading.Event):
-    while not finished.wait(self.ex.lease_seconds / 3):
-      if not self.ex.heartbeat(claim):
+    while not finished.wait(self.ex.queue.lease_seconds / 3):
+      if not self.ex.queue.heartbeat(claim):
         lost.set()
         return
 
@@ -220,7 +222,7 @@ class Worker:
       },  # this request's counts
       "probe_mismatch": self.mismatch,
     }
-    committed = self.ex.commit_result(claim, arrays, meta)
+    committed = self.ex.queue.commit(claim, arrays, meta)
     log.info(
       "worker %s served %s: %d prompts x %d, %d tokens in %.2fs (weights v%d)",
       self.id,
@@ -259,7 +261,7 @@ class Worker:
           time.time() - idle_since,
         )
         next_warning = time.time() + no_weights_warn_s
-      claim = self.ex.claim(self.id) if self.version >= 0 else None
+      claim = self.ex.queue.claim(self.id) if self.version >= 0 else None
       if claim is None:
         if idle_exit_s is not None and time.time() - idle_since > idle_exit_s:
           return
@@ -274,7 +276,7 @@ class Worker:
         if self.stop.is_set() or self._orphaned():
           return
         if not self.maybe_reload(lo, hi):
-          self.ex.heartbeat(claim)
+          self.ex.queue.heartbeat(claim)
           time.sleep(self.poll_s)
       self.weights_wait_s = time.time() - t_wait
       if self.serve_one(claim):
