@@ -38,12 +38,9 @@ def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
   return 0 <= version - policy_version <= max_staleness
 
 
-def _requests(
-  trainer, items: list[dict], *, step: int, tag: str, version: int
-) -> dict[str, Request]:
+def _requests(c, items: list[dict], *, step: int, tag: str, version: int) -> dict[str, Request]:
   """The request bodies of one round over `items`, split so every worker gets a share; their
   ids name the step and round (a resumed run writes the same ids and seeds again)."""
-  c = trainer.cfg
   k = len(items)
   nreq = max(1, c.rollout.local_workers + c.rollout.external_workers)
   per = max(1, -(-k // nreq))
@@ -74,10 +71,9 @@ def _put(ex: Exchange, requests: dict[str, Request]) -> None:
     ex.queue.put(req.to_json(), request_id=rid)
 
 
-def _receive(trainer, ex: Exchange, workers, requests: dict[str, Request], step: int, notes: dict):
-  """Waits for the results of `requests`; their admissible, verified groups."""
-  c = trainer.cfg
-  version = trainer.loop.version
+def _receive(c, ex: Exchange, workers, requests: dict[str, Request], step, version, notes: dict):
+  """Waits for the results of `requests`; their admissible, verified groups (`notes`: counts
+  and waits, added to)."""
   t0 = time.time()
   done = wait_for_results(
     ex.queue,
@@ -109,17 +105,17 @@ def _receive(trainer, ex: Exchange, workers, requests: dict[str, Request], step:
   return groups
 
 
-def prefetch(trainer, ex: Exchange, step: int, rounds: int = 1) -> None:
+def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 1) -> dict:
   """Pipelined loop: step `step`'s first `rounds` rounds of prompts (as many as the step before
-  needed, so dynamic sampling rarely has to refill) go out now, sampled with the weights
-  published last, so the workers generate while the trainer updates. The requests are kept in
-  the loop state (a checkpoint stores them; a resumed run writes them again)."""
-  version = trainer.loop.version
-  rounds = max(1, min(rounds, trainer.cfg.algo.max_gen_rounds or rounds))
-  items = trainer.source.take(trainer.cfg.rollout.prompts_per_step * rounds)
-  requests = _requests(trainer, items, step=step, tag="p", version=version)
+  needed, so dynamic sampling rarely has to refill) go out now, sampled with weights `version`
+  (the newest published), so the workers generate while the trainer updates. Returns the
+  prefetch record for the loop state (a checkpoint stores it; a resumed run writes its requests
+  again)."""
+  rounds = max(1, min(rounds, c.algo.max_gen_rounds or rounds))
+  items = source.take(c.rollout.prompts_per_step * rounds)
+  requests = _requests(c, items, step=step, tag="p", version=version)
   _put(ex, requests)
-  trainer.loop.prefetch = {
+  return {
     "step": step,
     "version": version,
     "rounds": rounds,
@@ -127,11 +123,10 @@ def prefetch(trainer, ex: Exchange, step: int, rounds: int = 1) -> None:
   }
 
 
-def _take_prefetched(trainer, ex: Exchange, step: int) -> dict | None:
-  """The prefetch of `step` ({rounds, requests, ...}; its requests written again after a
-  resume); None without one, or when its weights version is gone from the exchange (the step
-  then generates fresh)."""
-  pf, trainer.loop.prefetch = trainer.loop.prefetch, None
+def _take_prefetched(ex: Exchange, pf: dict | None, step: int) -> dict | None:
+  """The prefetch record `pf` if it is step `step`'s ({rounds, requests, ...}; its requests
+  written again after a resume); None without one, or when its weights version is gone from the
+  exchange (the step then generates fresh)."""
   if not pf or pf["step"] != step:
     return None
   if pf["version"] not in ex.weights.versions():
@@ -149,33 +144,43 @@ def _take_prefetched(trainer, ex: Exchange, step: int) -> dict | None:
   return dict(pf, requests=requests)
 
 
-def collect(trainer, ex: Exchange, workers, step: int) -> tuple[list[dict], dict]:
-  """Fills one step's batch of informative groups (dynamic sampling with refill)."""
-  c = trainer.cfg
-  version = trainer.loop.version
+def collect(
+  c,
+  source,
+  buffer: dynamic_sampling.GroupBuffer,
+  ex: Exchange,
+  workers,
+  *,
+  step: int,
+  version: int,
+  prefetched: dict | None = None,
+) -> tuple[list[dict], dict]:
+  """Fills step `step`'s batch of informative groups (dynamic sampling with refill): prompts
+  from `source`, groups carried over in `buffer` (both advance), the results of the prefetch
+  record `prefetched` first. Returns (groups, metrics)."""
   next_round = {"i": 0}
   notes = {"dropped": 0, "verifier_failed_groups": 0}
 
   def generate():
-    items = trainer.source.take(c.rollout.prompts_per_step)
-    requests = _requests(trainer, items, step=step, tag=f"g{next_round['i']:02d}", version=version)
+    items = source.take(c.rollout.prompts_per_step)
+    requests = _requests(c, items, step=step, tag=f"g{next_round['i']:02d}", version=version)
     next_round["i"] += 1
     _put(ex, requests)
-    return _receive(trainer, ex, workers, requests, step, notes)
+    return _receive(c, ex, workers, requests, step, version, notes)
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
-  expired = trainer.buffer.evict(
+  expired = buffer.evict(
     lambda g: not admissible(version, g["policy_version"], c.rollout.max_staleness + 1)
   )
-  prefetched = _take_prefetched(trainer, ex, step)
-  kept_prefetched, carried = 0, len(trainer.buffer)  # carried: groups from earlier steps
+  prefetched = _take_prefetched(ex, prefetched, step)
+  kept_prefetched, carried = 0, len(buffer)  # carried: groups from earlier steps
   if prefetched:  # sampled while the previous step trained
-    kept_prefetched = trainer.buffer.add(
-      _receive(trainer, ex, workers, prefetched["requests"], step, notes),
+    kept_prefetched = buffer.add(
+      _receive(c, ex, workers, prefetched["requests"], step, version, notes),
       filter_uninformative=c.algo.dynamic_sampling,
     )
   groups, stats = dynamic_sampling.gather_groups(
-    trainer.buffer,
+    buffer,
     generate,
     c.rollout.prompts_per_step,
     max_rounds=c.algo.max_gen_rounds,
@@ -187,7 +192,7 @@ def collect(trainer, ex: Exchange, workers, step: int) -> tuple[list[dict], dict
     "sampling/groups_kept": stats.groups_kept,
     "sampling/short": float(stats.short),
     "sampling/carry_over": min(carried, c.rollout.prompts_per_step),
-    "sampling/buffer": len(trainer.buffer),
+    "sampling/buffer": len(buffer),
     "sampling/stale_dropped": notes["dropped"],
     "sampling/carry_over_expired": expired,
     "sampling/verifier_failed_groups": notes["verifier_failed_groups"],
@@ -207,23 +212,24 @@ def collect(trainer, ex: Exchange, workers, step: int) -> tuple[list[dict], dict
   return groups, info
 
 
-def _packed_logprobs(trainer, b: dict):
+def _packed_logprobs(setup, state, b: dict):
   """(old, ref, entropy) [B, T] of a padded batch, computed on its packed slabs."""
   p = b["plan"]
   outs = []  # device arrays, fetched once after all slabs: no host sync between the passes
-  for s in packing.slabs(p, {"tokens": b["tokens"]}, ("tokens",), trainer.pad_id):
-    inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, trainer.slab_shardings)
-    old, ent = trainer.packed_logprobs(trainer.state.params, inputs)
-    ref, _ = trainer.packed_logprobs(trainer.state.ref_params, inputs)
+  for s in packing.slabs(p, {"tokens": b["tokens"]}, ("tokens",), setup.pad_id):
+    inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, setup.slab_shardings)
+    old, ent = setup.packed_logprobs(state.params, inputs)
+    ref, _ = setup.packed_logprobs(state.ref_params, inputs)
     outs.append((old, ref, ent))
   host = dist.host_tree(outs)
   return tuple(packing.unpack(p, np.stack([o[i] for o in host])) for i in range(3))
 
 
-def update(trainer, groups: list[dict], step: int) -> dict:
-  """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step."""
-  c, a, r = trainer.cfg, trainer.cfg.algo, trainer.cfg.rollout
-  lp_on = trainer.schedule.is_on(trainer.loop.length_penalty)
+def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bool):
+  """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step:
+  (the new TrainState, metrics)."""
+  c, a, r = setup.cfg, setup.cfg.algo, setup.cfg.rollout
+  lp_on = length_penalty_on
   metrics = {"length_penalty/on": float(lp_on)}
   order = np.random.RandomState((c.seed, step)).permutation(len(groups))
   groups = [groups[i] for i in order]
@@ -246,19 +252,19 @@ def update(trainer, groups: list[dict], step: int) -> dict:
   for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
     gs = groups[start : start + per_mb]
     b = rl_step.build_batch(
-      gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=trainer.pad_id, rows=trainer.rows
+      gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=setup.pad_id, rows=setup.rows
     )
     m = b["loss_mask"].astype(np.float32)
-    if trainer.slab_shape:
-      rows, length = trainer.slab_shape
+    if setup.slab_shape:
+      rows, length = setup.slab_shape
       b["plan"] = packing.plan(b["attn_mask"], b["loss_mask"], length=length, rows=rows)
-      old, ref, ent = _packed_logprobs(trainer, b)
+      old, ref, ent = _packed_logprobs(setup, state, b)
     else:
       inputs = dist.global_batch(
-        {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, trainer.batch_shardings
+        {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, setup.batch_shardings
       )
-      old, ent = (dist.to_host(x) for x in trainer.logprobs(trainer.state.params, inputs))
-      ref = dist.to_host(trainer.logprobs(trainer.state.ref_params, inputs)[0])
+      old, ent = (dist.to_host(x) for x in setup.logprobs(state.params, inputs))
+      ref = dist.to_host(setup.logprobs(state.ref_params, inputs)[0])
     b["old_logp"], b["ref_logp"], b["entropy"] = old * m, ref * m, ent * m
     batches.append((b, shaped[start : start + per_mb], gs))
   # advantages use batch statistics over the whole post-filter batch
@@ -289,7 +295,7 @@ def update(trainer, groups: list[dict], step: int) -> dict:
     b["adv"][:rows] = adv_all[offset : offset + rows]
     offset += rows
   sums, pending = {}, []
-  if trainer.slab_shape:
+  if setup.slab_shape:
     fills = [b["plan"].fill_fraction for b, _, _ in batches]
     metrics["packing/fill"] = float(np.mean(fills))
     metrics["packing/slabs"] = float(sum(b["plan"].slabs for b, _, _ in batches))
@@ -297,17 +303,16 @@ def update(trainer, groups: list[dict], step: int) -> dict:
       lm = b["loss_mask"]
       b["counts"] = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
       b["slabs"] = [
-        dist.global_batch(s, trainer.slab_shardings)
-        for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, trainer.pad_id)
+        dist.global_batch(s, setup.slab_shardings)
+        for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, setup.pad_id)
       ]
   for _ in range(a.epochs):
     for b, _, _ in batches:
-      if trainer.slab_shape:
-        trainer.state, m = trainer.packed_train_step(trainer.state, b["slabs"], b["counts"])
+      if setup.slab_shape:
+        state, m = setup.packed_train_step(state, b["slabs"], b["counts"])
       else:
-        trainer.state, m = trainer.train_step(
-          trainer.state,
-          dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, trainer.batch_shardings),
+        state, m = setup.train_step(
+          state, dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, setup.batch_shardings)
         )
       pending.append(m)  # fetched once after all updates: no host sync between them
   for m in dist.host_tree(pending):
@@ -323,4 +328,4 @@ def update(trainer, groups: list[dict], step: int) -> dict:
     )
   metrics["actor/updates"] = len(sums.get("actor/loss", []))
   metrics["response/tokens"] = tok_total
-  return metrics
+  return state, metrics

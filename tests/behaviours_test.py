@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax import rl_step, step, train
+from prorl_jax import rl_step, setup, step
 from prorl_jax.algo import losses
 from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.model import init_params, presets
@@ -149,7 +149,6 @@ def test_epochs_repeat_every_mini_batch_update(packed):
     }
     for i in range(2)
   ]
-  from prorl_jax.algo.shaping import LengthPenaltySchedule
 
   run = types.SimpleNamespace(
     cfg=cfg,
@@ -162,16 +161,14 @@ def test_epochs_repeat_every_mini_batch_update(packed):
     slab_shardings=None,
     packed_train_step=packed_train_step,
     packed_logprobs=logprobs,
-    state=types.SimpleNamespace(params=None, ref_params=None),
-    schedule=LengthPenaltySchedule("off"),
-    loop=LoopState(length_penalty=LengthPenaltySchedule("off").init_state()),
   )
+  state = types.SimpleNamespace(params=None, ref_params=None)
   import prorl_jax.dist as dist
 
   orig = dist.global_batch
   dist.global_batch = lambda tree, shardings: tree
   try:
-    metrics = step.update(run, groups, 1)
+    _, metrics = step.update(run, state, groups, step=1, length_penalty_on=False)
   finally:
     dist.global_batch = orig
   assert len(calls) == 3 * 2 and metrics["actor/updates"] == 6
@@ -203,8 +200,8 @@ def test_sampler_top_k_1_is_greedy():
 
 def test_attention_implementation_choice():
   mc = types.SimpleNamespace(attention_impl="auto", compute_dtype="bfloat16")
-  assert train.attention_impl(mc) == ("cudnn" if jax.default_backend() == "gpu" else "xla")
+  assert setup.attention_impl(mc) == ("cudnn" if jax.default_backend() == "gpu" else "xla")
   mc.compute_dtype = "float32"
-  assert train.attention_impl(mc) == "xla"  # no fused float32 kernel
+  assert setup.attention_impl(mc) == "xla"  # no fused float32 kernel
   mc.attention_impl = "cudnn"
-  assert train.attention_impl(mc) == "cudnn"  # explicit wins
+  assert setup.attention_impl(mc) == "cudnn"  # explicit wins

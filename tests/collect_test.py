@@ -2,13 +2,11 @@
 worker would, with scores chosen by the prompt (even first token: one right of two, odd: both)."""
 
 import threading
-import types
 
 import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax import dynamic_sampling, step
-from prorl_jax.loop_state import LoopState
 from prorl_jax.records import Request
 from prorl_jax.rollout.exchange import Exchange
 
@@ -61,30 +59,28 @@ def _collect(tmp_path, version_of, **rollout):
   cfg.algo.max_gen_rounds = 5
   for k, v in rollout.items():
     cfg.rollout[k] = v
-  trainer = types.SimpleNamespace(
-    cfg=cfg, source=Items(), loop=LoopState(version=3), buffer=dynamic_sampling.GroupBuffer()
-  )
+  buffer = dynamic_sampling.GroupBuffer()
   ex = Exchange(f"file://{tmp_path}/exchange")
   stop, served = threading.Event(), []
   t = threading.Thread(target=_answer, args=(ex, stop, served, version_of), daemon=True)
   t.start()
   try:
-    groups, info = step.collect(trainer, ex, None, step=7)
+    groups, info = step.collect(cfg, Items(), buffer, ex, None, step=7, version=3)
   finally:
     stop.set()
     t.join()
-  return trainer, groups, info, served
+  return buffer, groups, info, served
 
 
 def test_collect_refills_until_enough_informative_groups(tmp_path):
-  trainer, groups, info, served = _collect(tmp_path, lambda rid: 3)
+  buffer, groups, info, served = _collect(tmp_path, lambda rid: 3)
   # each round of 4 prompts has 2 informative ones (even first token): 2 rounds give 4
   assert info["sampling/rounds"] == 2 and info["sampling/keep_rate"] == 0.5
   assert sorted(int(g["uid"]) for g in groups) == [0, 2, 4, 6]
   assert all(g["raw_scores"].tolist() == [1.0, 0.0] for g in groups)
   assert info["staleness/0"] == 4 and info["sampling/stale_dropped"] == 0
   assert served == ["s0000007-g00-c00000", "s0000007-g01-c00000"]  # ids name the step and round
-  assert len(trainer.buffer) == 0
+  assert len(buffer) == 0
 
 
 def test_collect_never_trains_on_results_beyond_the_staleness_bound(tmp_path):

@@ -125,7 +125,7 @@ def test_each_rule_rejects_with_one_line(path, value, msg):
 
 
 def test_cudnn_attention_needs_16_bit_compute_and_auto_resolves_per_backend():
-  from prorl_jax.train import attention_impl
+  from prorl_jax.setup import attention_impl
 
   c = base_config()
   c.model.attention_impl = "cudnn"

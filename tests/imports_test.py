@@ -51,7 +51,7 @@ LAYERS = {
     "demo.warm_start",
   ],
   3: ["eval", "evalsuite", "plot", "export", "prepare", "suite", "sources", "run_record", "hub"],
-  4: ["train", "rl_step", "step"],
+  4: ["setup", "train", "rl_step", "step"],
   5: ["main"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.

@@ -1,0 +1,230 @@
+"""A run's frozen setup: what stays fixed from its first step to its last.
+
+`build(cfg)` checks and loads everything heavy once — tokenizer, data, mesh, model, optimizer,
+the jitted steps and their shapes, the probe tokens, the length-penalty schedule — and returns
+`(Setup, TrainState, source)`: the frozen `Setup`, the initial train state and the training data
+stream (whose cursor is loop state). What changes from step to step is the TrainState and the
+`loop_state.LoopState`; `train.run` threads both through the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from prorl_jax import config as config_lib
+from prorl_jax import train_step as ts
+from prorl_jax.algo import shaping
+from prorl_jax.model import load_hf, load_tokenizer
+from prorl_jax.rewards import sandbox
+from prorl_jax.sharding import make_mesh
+from prorl_jax.sources import sources_for
+
+log = logging.getLogger("prorl_jax.train")
+
+R1_DISTILL_HINT = (
+  "model.path is empty: download DeepSeek-R1-Distill-Qwen-1.5B on a machine with internet "
+  "(`huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`), "
+  "copy DIR here and pass --config.model.path=DIR"
+)
+
+
+def resolve_model_path(cfg) -> str:
+  """The HF directory to start from; the demo builds its tiny base model when none is given."""
+  if cfg.model.path:
+    if not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
+      raise config_lib.ConfigError(
+        f"model.path={cfg.model.path!r} has no config.json; point it "
+        "at a Hugging Face model directory"
+      )
+    return cfg.model.path
+  if cfg.model.build_tiny:
+    from prorl_jax.demo import warm_start
+
+    return warm_start.build(os.path.join(cfg.run_dir, "base"), seed=cfg.seed)
+  raise config_lib.ConfigError(R1_DISTILL_HINT)
+
+
+def attention_impl(model_cfg) -> str:
+  """`model.attention_impl`, with auto = cuDNN fused attention on NVIDIA GPUs in 16-bit compute,
+  splash attention on TPUs, XLA otherwise."""
+  if model_cfg.attention_impl != "auto":
+    return model_cfg.attention_impl
+  if jax.default_backend() == "tpu":
+    return "splash"
+  fused = jax.default_backend() == "gpu" and model_cfg.compute_dtype in ("bfloat16", "float16")
+  return "cudnn" if fused else "xla"
+
+
+def packed_row_len(r) -> int:
+  """Tokens per packed row: rollout.pack_row_len, or the whole per-device budget when 0."""
+  return r.pack_row_len or r.token_budget
+
+
+def loss_config(cfg) -> ts.LossConfig:
+  a, r = cfg.algo, cfg.rollout
+  return ts.LossConfig(
+    temperature=r.temperature,
+    clip_low=a.clip_low,
+    clip_high=a.clip_high,
+    dual_clip=a.dual_clip,
+    log_ratio_clamp=a.log_ratio_clamp,
+    agg=a.loss_agg,
+    norm_const=a.loss_agg_norm or float(r.max_response_len),
+    kl_kind=a.kl_kind,
+    kl_coef=0.0 if a.kl_in_reward else a.kl_coef,
+    kl_clamp=a.kl_clamp,
+    entropy_coef=a.entropy_coef,
+    is_correction=a.is_correction,
+    tis_cap=a.tis_cap,
+    icepop_low=a.icepop_low,
+    icepop_high=a.icepop_high,
+    micro_batches=(r.mini_batch_prompts * r.n) // r.micro_batch_size,
+  )
+
+
+def check_code_sandbox(cfg, verifiers: set[str]):
+  """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
+  run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
+  if "code" not in verifiers or not cfg.rollout.local_workers:
+    return
+  if cfg.rollout.unsandboxed_code:
+    log.warning(
+      "!!! rollout.unsandboxed_code=True: local workers run code rewards WITHOUT a "
+      "sandbox; use only with trusted data"
+    )
+    return
+  err = sandbox.check()
+  if err:
+    raise config_lib.ConfigError(f"{err} (or set rollout.unsandboxed_code=True for trusted data)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """Fixed for the whole run. Legend: B = rows of a padded mini-batch, T = its token columns;
+  a packed slab is [slab_shape] = [rows, row_len] (None: padded micro-batches)."""
+
+  cfg: Any
+  path: str  # the base model's HF directory
+  tok: Any
+  pad_id: int
+  heldout: list  # validation items
+  dropped_too_long: int  # training prompts longer than rollout.max_prompt_len, dropped
+  mesh: Any
+  model_cfg: Any
+  tx: Any  # the optax optimizer
+  rows: int  # B
+  seq: int  # T at most: max_prompt_len + max_response_len
+  batch_shardings: Any
+  train_step: Callable  # (state, batch) -> (state, metrics): padded micro-batches
+  logprobs: Callable  # (params, inputs) -> (logp, entropy) [B, T]
+  slab_shape: tuple[int, int] | None
+  slab_shardings: Any
+  packed_train_step: Callable | None  # (state, slabs, counts) -> (state, metrics)
+  packed_logprobs: Callable | None  # (params, slab inputs) -> (logp, entropy)
+  reset_ref: Callable  # state -> state with reference = policy (optimizer per config)
+  probe_tokens: list  # the version probe's token rows
+  schedule: shaping.LengthPenaltySchedule
+
+
+def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
+  """(setup, initial TrainState, training source); errors a user can fix come first, before
+  the weights load."""
+  c = cfg
+  path = resolve_model_path(c)
+  try:
+    tok = load_tokenizer(path)
+  except (OSError, ValueError) as e:
+    raise config_lib.ConfigError(
+      f"model.path={path!r}: cannot load its tokenizer ({type(e).__name__}: {str(e)[:200]})"
+    ) from None
+  # The data and the mesh before the weights: their errors come before any heavy work.
+  source, heldout = sources_for(c, tok)
+  dropped = sum(getattr(s, "dropped_too_long", 0) for s in source.sources)
+  if dropped:
+    log.warning(
+      "%d training prompts are longer than rollout.max_prompt_len=%d and were dropped",
+      dropped,
+      c.rollout.max_prompt_len,
+    )
+  check_code_sandbox(c, source.verifiers)
+  try:
+    mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+  except ValueError as e:  # the mesh does not fit the devices
+    raise config_lib.ConfigError(str(e)) from None
+  model_cfg, params = load_hf(
+    path,
+    dtype=c.model.param_dtype,
+    mesh=mesh,
+    compute_dtype=c.model.compute_dtype,
+    remat=c.model.remat,
+    attention_impl=attention_impl(c.model),
+    attention_chunk=c.model.attention_chunk,
+  )
+  o = c.optim
+  tx = ts.make_optimizer(
+    o.lr,
+    warmup_steps=o.warmup_steps,
+    weight_decay=o.weight_decay,
+    b1=o.b1,
+    b2=o.b2,
+    eps=o.eps,
+    grad_clip=o.grad_clip,
+  )
+  state = ts.create_train_state(model_cfg, tx, mesh, jax.random.PRNGKey(c.seed), params=params)
+  rows = c.rollout.mini_batch_prompts * c.rollout.n
+  seq = c.rollout.max_prompt_len + c.rollout.max_response_len
+  losses = loss_config(c)
+  slab_shape = slab_shardings = packed_train_step = packed_logprobs = None
+  if c.rollout.token_budget:  # packed micro-batches of [slab rows, row_len], a budget per device
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    row_len = packed_row_len(c.rollout)
+    slab_shape = (shards * (c.rollout.token_budget // row_len), row_len)
+    slab_shardings = ts.packed_shardings(mesh, slab_shape)
+    packed_train_step = ts.PackedTrainStep(model_cfg, tx, losses, mesh, slab_shape)
+    packed_logprobs = ts.jit_packed_logprob_step(
+      model_cfg, mesh, slab_shape, temperature=c.rollout.temperature
+    )
+  rng = np.random.RandomState(c.seed)
+  probe_items = heldout[:2] or [source.sources[0].items[0]]
+  setup = Setup(
+    cfg=c,
+    path=path,
+    tok=tok,
+    pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+    heldout=heldout,
+    dropped_too_long=dropped,
+    mesh=mesh,
+    model_cfg=model_cfg,
+    tx=tx,
+    rows=rows,
+    seq=seq,
+    batch_shardings=ts.batch_shardings(mesh, (rows, seq)),
+    train_step=ts.jit_train_step(model_cfg, tx, losses, mesh, (rows, seq)),
+    logprobs=ts.jit_logprob_step(
+      model_cfg,
+      mesh,
+      (rows, seq),
+      temperature=c.rollout.temperature,
+      micro_batches=losses.micro_batches,
+    ),
+    slab_shape=slab_shape,
+    slab_shardings=slab_shardings,
+    packed_train_step=packed_train_step,
+    packed_logprobs=packed_logprobs,
+    reset_ref=ts.jit_reset_reference(model_cfg, tx, mesh, c.algo.ref_reset_optimizer),
+    probe_tokens=[
+      [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len :]]
+      + [int(x) for x in rng.randint(0, model_cfg.vocab_size, 16)]
+      for it in probe_items
+    ],
+    schedule=shaping.LengthPenaltySchedule(
+      c.algo.length_penalty, c.algo.length_penalty_on_steps, c.algo.length_penalty_off_steps
+    ),
+  )
+  return setup, state, source
