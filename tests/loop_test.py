@@ -1,0 +1,82 @@
+"""The loop's pieces that need no model: the checkpointed loop state with its data cursor and
+carry-over buffer, and the exchange a (resumed) run starts from."""
+
+import json
+
+import numpy as np
+
+from prorl_jax import config as config_lib
+from prorl_jax import dynamic_sampling, train
+from prorl_jax.loop_state import LoopState
+from prorl_jax.rollout.exchange import Exchange
+
+
+class Counter:
+  """A training source whose cursor is one number."""
+
+  def __init__(self):
+    self.k = 0
+
+  def take(self, n):
+    self.k += n
+    return list(range(self.k - n, self.k))
+
+  def state(self):
+    return {"k": self.k}
+
+  def load_state(self, s):
+    self.k = s["k"]
+
+
+def _group(i, version):
+  return {
+    "prompt_ids": np.array([i, 7]),
+    "tokens": np.full((2, 3), i),
+    "raw_scores": np.array([1.0, 0.0]),
+    "policy_version": version,
+  }
+
+
+def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
+  source = Counter()
+  source.take(12)
+  buffer = dynamic_sampling.GroupBuffer([_group(1, 4), _group(2, 5)])
+  loop = LoopState(step=5, version=5, resets=[{"step": 3, "why": "schedule"}], pass1_start=0.25)
+  saved = json.loads(json.dumps(train.loop_json(loop, source, buffer)))  # as a checkpoint does
+  assert loop.data == {} and loop.buffer == {}  # the live loop state is not changed
+  fresh = Counter()
+  got, got_buffer = train.resume_loop(saved, fresh)
+  assert fresh.k == 12 and fresh.take(2) == [12, 13]  # the cursor continues where it stood
+  assert (got.step, got.version, got.resets, got.pass1_start) == (5, 5, loop.resets, 0.25)
+  taken = got_buffer.take(2)
+  assert [int(g["prompt_ids"][0]) for g in taken] == [1, 2]
+  assert [g["policy_version"] for g in taken] == [4, 5]
+  np.testing.assert_array_equal(taken[1]["tokens"], np.full((2, 3), 2))
+
+
+def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_leftovers(tmp_path):
+  cfg = config_lib.base_config()
+  cfg.run_dir = str(tmp_path / "run")
+  cfg.rollout.exchange = f"file://{tmp_path}/exchange"
+  ex = Exchange(cfg.rollout.exchange)
+  src = tmp_path / "w"
+  src.mkdir()
+  (src / "model.safetensors").write_bytes(b"weights")
+  for v in range(4):
+    ex.weights.publish(v, step=v, src_dir=str(src))
+  for i in range(3):
+    ex.queue.put(
+      {
+        "prompts": [[1]],
+        "n": 1,
+        "sampling": {"max_new_tokens": 1},
+        "meta": [{"data_source": "chain_sum"}],
+      },
+      request_id=f"s0000002-g00-c{i:05d}",
+    )
+  opened = train._open_exchange(cfg, version=1)  # resumed from the checkpoint of weights v1
+  assert opened.weights.versions() == [0, 1]  # v2, v3 were published after it: redone
+  assert opened.queue.ids() == []  # its requests are redone deterministically
+  assert train.exchange_url(cfg) == cfg.rollout.exchange
+  cfg.rollout.exchange = ""
+  assert train.exchange_url(cfg) == str(tmp_path / "run" / "exchange")
