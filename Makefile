@@ -62,8 +62,12 @@ venv-tpu: $(VENV)/.runtime-stamp
 demo: $(VENV)/.runtime-stamp
 	$(BIN)/python -m prorl_jax.main --config=configs/tiny.py $(ARGS)
 
+# Two pytest-xdist workers: most tests wait on subprocesses, so two share the 2 cores of a CI
+# machine well (TEST_WORKERS=0 runs them in one process).
+TEST_WORKERS ?= 2
+
 test: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp
-	$(BIN)/python -m pytest -q tests -m "not vllm" $(ARGS)
+	$(BIN)/python -m pytest -q tests -m "not vllm" -n $(TEST_WORKERS) $(ARGS)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
 
 test-vllm: $(VVENV)/.stamp

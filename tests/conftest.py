@@ -1,5 +1,7 @@
-"""Test setup: CPU only, float32 matmuls at full precision, no hub access."""
+"""Test setup: CPU only, float32 matmuls at full precision, no hub access; the slow tests first,
+so that under pytest-xdist (`make test` runs two workers) they run beside the short ones."""
 
+import fcntl
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -18,9 +20,19 @@ import pytest  # noqa: E402
 jax.config.update("jax_default_matmul_precision", "highest")
 
 
+def pytest_collection_modifyitems(config, items):
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order kept
+
+
 @pytest.fixture(scope="session")
 def base(tmp_path_factory):
-  """The demo's tiny base model with a short (60-step) warm start, shared by the loop tests."""
+  """The demo's tiny base model with a short (60-step) warm start, shared by the loop tests (and
+  built once for all xdist workers of a run: the first builds it, the others wait on the lock)."""
   from prorl_jax.demo import warm_start
 
-  return warm_start.build(str(tmp_path_factory.mktemp("base") / "base"), steps=60)
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # the run's directory, above each worker's own
+  with open(root / "base.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return warm_start.build(str(root / "base"), steps=60)

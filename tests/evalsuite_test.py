@@ -104,6 +104,7 @@ def _eval(args, timeout=600):
   )
 
 
+@pytest.mark.slow
 def test_suite_end_to_end_on_the_tiny_model(tmp_path):
   data = tmp_path / "suite"
   benches = "aime24,gpqa_diamond,ifeval,reasoning_gym"

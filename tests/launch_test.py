@@ -112,6 +112,7 @@ def test_missing_or_bad_variables_fail_early_in_one_line(script, env, drop, msg)
   assert "+ " not in r.stdout  # nothing ran
 
 
+@pytest.mark.slow
 def test_local_sh_trainer_with_two_external_workers(tmp_path, base):
   run_dir = str(tmp_path / "run")
   extra = [f for f in flags(run_dir, base, 2) if not f.startswith("--config.run_dir")]

@@ -17,6 +17,7 @@ def _free_port():
     return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_trainer_processes_equal_one(tmp_path, base):
   one_dir, two_dir = str(tmp_path / "one"), str(tmp_path / "two")
   common = {"checkpoint.every": 2, "rollout.mini_batch_prompts": 4}

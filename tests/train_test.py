@@ -30,6 +30,7 @@ def _kill9(proc):
 PIPELINE = {"rollout.pipeline": True, "rollout.max_staleness": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, PIPELINE], ids=["serial", "pipelined"])
 def test_exact_resume_after_kill9(tmp_path, base, extra):
   ref_dir, cut_dir = str(tmp_path / "ref"), str(tmp_path / "cut")
@@ -54,6 +55,7 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
     assert all(r["time/workers_wait_weights_s"] >= 0 for r in timed) and len(timed) == 6
 
 
+@pytest.mark.slow
 def test_exact_resume_after_kill9_during_a_save(tmp_path, base):
   ref_dir, cut_dir = str(tmp_path / "ref"), str(tmp_path / "cut")
   finish(start(ref_dir, base, 5))
@@ -71,6 +73,7 @@ def test_exact_resume_after_kill9_during_a_save(tmp_path, base):
   assert params_hash(cut_dir) == params_hash(ref_dir)
 
 
+@pytest.mark.slow
 def test_killed_worker_is_restarted_and_reset_zeroes_kl(tmp_path, base):
   run_dir = str(tmp_path / "run")
   proc = start(run_dir, base, 6, **{"algo.ref_reset_every": 3, "algo.kl_coef": 0.01})
@@ -99,6 +102,7 @@ def test_staleness_admission():
   assert not admissible(5, 6, 3)  # from the future: an interrupted run's version
 
 
+@pytest.mark.slow
 def test_demo_smoke_raises_training_reward(tmp_path, base):
   """A shortened demo (every component on, a higher learning rate): training reward must rise.
   Seeded end to end, so the numbers are the same on every run of this machine."""
