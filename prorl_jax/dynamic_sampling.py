@@ -7,6 +7,7 @@ resumed run continues exactly.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Iterable
 
 import numpy as np
@@ -98,3 +99,17 @@ def gather_groups(
   out = buffer.take(needed)
   stats.short = len(out) < needed
   return out, stats
+
+
+def prefetch_rounds(
+  needed: int, carried: int, pending: float, keep_rate: float, max_rounds: int = 0
+) -> int:
+  """Rounds of `needed` prompts to send ahead for the next step (the pipelined loop), sized so
+  that it needs no refill: this step takes `needed` groups from the `carried` ones and the
+  `pending` ones its own prefetch is expected to bring; what is left carries over, and the rest
+  of the next step's groups must come from the rounds sent now, a share `keep_rate` of each
+  round's prompts being informative. At least 1, at most `max_rounds` (0: no limit)."""
+  left = max(0.0, carried + pending - needed)
+  want = needed - left
+  rounds = max(1, math.ceil(want / (needed * max(keep_rate, 0.05)) - 1e-9)) if want > 0 else 1
+  return min(rounds, max_rounds) if max_rounds else rounds

@@ -19,6 +19,7 @@ class LoopState:
   val_history: list = dataclasses.field(default_factory=list)  # pass@1 since the last stall reset
   pass1_start: float | None = None  # pass@1 of the validation before the first step
   prefetch: dict | None = None  # the pipelined next step's requests (rollout.pipeline)
+  keep_rate: float = 0.5  # dynamic sampling's keep rate in the last step: sizes the prefetch
   data: dict = dataclasses.field(default_factory=dict)  # the training source's cursor
   buffer: dict = dataclasses.field(default_factory=dict)  # dynamic sampling's carry-over groups
 

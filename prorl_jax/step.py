@@ -43,7 +43,9 @@ def _requests(c, items: list[dict], *, step: int, tag: str, version: int) -> dic
   ids name the step and round (a resumed run writes the same ids and seeds again)."""
   k = len(items)
   nreq = max(1, c.rollout.local_workers + c.rollout.external_workers)
-  per = max(1, -(-k // nreq))
+  # Requests of at most one round's share per worker: a prefetch of several rounds is several
+  # requests of the usual size (one compiled sampler shape; a refill waits for one at most).
+  per = max(1, -(-min(k, c.rollout.prompts_per_step) // nreq))
   out = {}
   for j in range(0, k, per):
     part = items[j : j + per]
@@ -106,9 +108,9 @@ def _receive(c, ex: Exchange, workers, requests: dict[str, Request], step, versi
 
 
 def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 1) -> dict:
-  """Pipelined loop: step `step`'s first `rounds` rounds of prompts (as many as the step before
-  needed, so dynamic sampling rarely has to refill) go out now, sampled with weights `version`
-  (the newest published), so the workers generate while the trainer updates. Returns the
+  """Pipelined loop: step `step`'s first `rounds` rounds of prompts (enough that dynamic sampling
+  rarely has to refill: `dynamic_sampling.prefetch_rounds`) go out now, sampled with weights
+  `version` (the newest published), so the workers generate while the trainer updates. Returns the
   prefetch record for the loop state (a checkpoint stores it; a resumed run writes its requests
   again)."""
   rounds = max(1, min(rounds, c.algo.max_gen_rounds or rounds))
@@ -173,12 +175,11 @@ def collect(
     lambda g: not admissible(version, g["policy_version"], c.rollout.max_staleness + 1)
   )
   prefetched = _take_prefetched(ex, prefetched, step)
-  kept_prefetched, carried = 0, len(buffer)  # carried: groups from earlier steps
+  kept_prefetched, got_prefetched, carried = 0, 0, len(buffer)  # carried: from earlier steps
   if prefetched:  # sampled while the previous step trained
-    kept_prefetched = buffer.add(
-      _receive(c, ex, workers, prefetched["requests"], step, version, notes),
-      filter_uninformative=c.algo.dynamic_sampling,
-    )
+    received = _receive(c, ex, workers, prefetched["requests"], step, version, notes)
+    got_prefetched = len(received)
+    kept_prefetched = buffer.add(received, filter_uninformative=c.algo.dynamic_sampling)
   groups, stats = dynamic_sampling.gather_groups(
     buffer,
     generate,
@@ -199,10 +200,11 @@ def collect(
     "time/wait_rollouts_s": notes.get("wait_s", 0.0),
     "time/workers_wait_weights_s": notes.get("workers_wait_s", 0.0),
   }
+  generated = got_prefetched + stats.groups_generated
+  if generated:  # the share of this step's new groups kept: sizes the next prefetches
+    info["sampling/keep_rate_all"] = (kept_prefetched + stats.groups_kept) / generated
   if c.rollout.pipeline:
     info["pipeline/prefetched_kept"] = kept_prefetched
-    # rounds of prompts this step took: how many the next step's prefetch sends at once
-    info["pipeline/rounds_used"] = stats.rounds + (prefetched.get("rounds", 1) if prefetched else 0)
   info.update({k: v for k, v in notes.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
     lag = [version - g["policy_version"] for g in groups]

@@ -136,25 +136,37 @@ def resume_loop(d: dict, source) -> tuple[LoopState, dynamic_sampling.GroupBuffe
 
 
 def rl_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: int):
-  """One RL step: collect the step's groups (the prefetched ones first), send the next step's
-  prompts when pipelined, update, publish weights v+1, advance the length-penalty schedule.
-  Returns (state, loop, metrics, length-penalty event)."""
+  """One RL step: when pipelined, send the next step's first rounds of prompts; collect this
+  step's groups (its prefetched ones first); update; publish weights v+1; advance the
+  length-penalty schedule. Returns (state, loop, metrics, length-penalty event)."""
   cfg, primary = setup.cfg, dist.is_primary()
   t0 = time.time()
+  prefetched, loop = loop.prefetch, dataclasses.replace(loop, prefetch=None)
+  sent = {}
+  if cfg.rollout.pipeline and primary and step < cfg.total_steps:
+    # The next step's first rounds go out now, sampled with the newest weights: the workers
+    # generate them behind this step's own requests (whose ids sort first) and while it trains.
+    r = cfg.rollout
+    rounds = dynamic_sampling.prefetch_rounds(
+      r.prompts_per_step,
+      len(buffer),
+      (prefetched or {}).get("rounds", 0) * r.prompts_per_step * loop.keep_rate,
+      loop.keep_rate,
+      cfg.algo.max_gen_rounds,
+    )
+    pf = prefetch(cfg, source, ex, step=step + 1, version=loop.version, rounds=rounds)
+    loop = dataclasses.replace(loop, prefetch=pf)
+    sent["pipeline/prefetch_rounds"] = pf["rounds"]
   got = None
   if primary:
     got = collect(
-      cfg, source, buffer, ex, workers, step=step, version=loop.version, prefetched=loop.prefetch
+      cfg, source, buffer, ex, workers, step=step, version=loop.version, prefetched=prefetched
     )
   groups, info = dist.broadcast(got)
-  loop = dataclasses.replace(loop, prefetch=None)
-  if cfg.rollout.pipeline and primary and step < cfg.total_steps:
-    # the workers generate the next step while this one trains
-    rounds = int(info["pipeline/rounds_used"])
-    pf = prefetch(cfg, source, ex, step=step + 1, version=loop.version, rounds=rounds)
-    loop = dataclasses.replace(loop, prefetch=pf)
+  if "sampling/keep_rate_all" in info:
+    loop = dataclasses.replace(loop, keep_rate=info["sampling/keep_rate_all"])
   t1 = time.time()
-  metrics = dict(info, **{"data/dropped_too_long": setup.dropped_too_long})
+  metrics = dict(info, **sent, **{"data/dropped_too_long": setup.dropped_too_long})
   if groups:
     lp_on = setup.schedule.is_on(loop.length_penalty)
     state, m = update(setup, state, groups, step=step, length_penalty_on=lp_on)

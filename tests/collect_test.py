@@ -91,3 +91,15 @@ def test_collect_never_trains_on_results_beyond_the_staleness_bound(tmp_path):
   assert info["sampling/stale_dropped"] == 1
   assert sorted(int(g["uid"]) for g in groups) == [4, 6, 8, 10]
   assert info["sampling/rounds"] == 3 and served[0] == "s0000007-g00-c00000"
+
+
+def test_prefetch_rounds_fill_the_next_step_without_refill():
+  rounds = dynamic_sampling.prefetch_rounds
+  # nothing carried, nothing pending: 64 groups at a keep rate of 1/2 are 2 rounds of 64 prompts
+  assert rounds(64, 0, 0.0, 0.5) == 2
+  # 48 carried + 64 expected from this step's prefetch - 64 taken = 48 left: 16 more, 1 round
+  assert rounds(64, 48, 64.0, 0.5) == 1
+  assert rounds(64, 90, 64.0, 0.5) == 1  # more than enough left: still one round, never none
+  assert rounds(64, 0, 0.0, 0.2) == 5 and rounds(64, 0, 0.0, 0.2, max_rounds=3) == 3
+  assert rounds(64, 0, 0.0, 0.0) == 20  # a keep rate of 0 counts as 0.05: bounded
+  assert rounds(64, 0, 0.0, 1.0) == 1
