@@ -80,3 +80,39 @@ def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_left
   assert train.exchange_url(cfg) == cfg.rollout.exchange
   cfg.rollout.exchange = ""
   assert train.exchange_url(cfg) == str(tmp_path / "run" / "exchange")
+
+
+def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
+  import types
+
+  import jax
+
+  from prorl_jax.demo import tiny_base
+  from prorl_jax.model import load_hf
+  from prorl_jax.rollout import probe
+
+  base = tiny_base.build(str(tmp_path / "base"))
+  model_cfg, params = load_hf(base)
+  params = jax.tree.map(lambda x: x + 0.01, params)  # not the base's weights
+  cfg = config_lib.base_config()
+  cfg.run_dir = str(tmp_path / "run")
+  cfg.model.compute_dtype = "float32"
+  (tmp_path / "run").mkdir()
+  setup = types.SimpleNamespace(
+    cfg=cfg, model_cfg=model_cfg, path=base, probe_tokens=[[1, 5, 6, 7], [2, 9]]
+  )
+  ex = Exchange(f"file://{tmp_path}/exchange")
+  for v in (3, 4, 5):
+    train.publish(setup, types.SimpleNamespace(params=params, step=np.int32(v * 10)), ex, v)
+  assert ex.weights.versions() == [4, 5]  # two versions kept
+  assert ex.weights.manifest(5)["step"] == 50
+  _, path = ex.weights.latest(str(tmp_path / "cache"))
+  _, got = load_hf(path)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # the probe holds the trainer's own log-probs of each probe token after the first
+  pr = probe.read_probe(path)
+  assert pr["tokens"] == setup.probe_tokens
+  lp = train._probe_logprobs(model_cfg, params, np.array([[1, 5, 6, 7]], np.int32))
+  want = [float(lp[0, t, tok]) for t, tok in enumerate([5, 6, 7])]
+  np.testing.assert_allclose(np.concatenate([pr["logprobs"][0]]), want, rtol=1e-6)
