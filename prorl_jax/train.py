@@ -1,4 +1,5 @@
-"""`run(cfg)`: the only reader of the config. Sets up the run and drives the RL loop.
+"""`run(cfg)`: checks the config, builds the frozen `setup.Setup`, restores or starts the
+TrainState and `LoopState`, and drives the RL loop; `run_step` is one step.
 
 One RL step: prompts -> exchange requests -> scored results (within
 `rollout.max_staleness`) -> dynamic-sampling filter with refill and carry-over -> shaping ->
@@ -135,7 +136,7 @@ def resume_loop(d: dict, source) -> tuple[LoopState, dynamic_sampling.GroupBuffe
   return loop, dynamic_sampling.GroupBuffer.from_state(loop.buffer)
 
 
-def rl_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: int):
+def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: int):
   """One RL step: when pipelined, send the next step's first rounds of prompts; collect this
   step's groups (its prefetched ones first); update; publish weights v+1; advance the
   length-penalty schedule. Returns (state, loop, metrics, length-penalty event)."""
@@ -314,7 +315,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     first = loop.step
     last_val = None  # (step, validation) of the newest in-loop validation
     for step in range(first + 1, cfg.total_steps + 1):
-      state, loop, metrics, lp_event = rl_step(
+      state, loop, metrics, lp_event = run_step(
         setup, state, loop, source, buffer, ex, workers, step
       )
       writer.write(step, metrics, event=f"length_penalty_{lp_event}" if lp_event else None)
