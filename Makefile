@@ -62,8 +62,8 @@ venv-tpu: $(VENV)/.runtime-stamp
 demo: $(VENV)/.runtime-stamp
 	$(BIN)/python -m prorl_jax.main --config=configs/tiny.py $(ARGS)
 
-# Two pytest-xdist workers: most tests wait on subprocesses, so two share the 2 cores of a CI
-# machine well (TEST_WORKERS=0 runs them in one process).
+# Two pytest-xdist workers keep the 2 cores of a CI machine busy while tests wait on their
+# subprocesses (TEST_WORKERS=0 runs them in one process).
 TEST_WORKERS ?= 2
 
 test: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp

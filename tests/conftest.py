@@ -1,5 +1,5 @@
-"""Test setup: CPU only, float32 matmuls at full precision, no hub access; the slow tests first,
-so that under pytest-xdist (`make test` runs two workers) they run beside the short ones."""
+"""Test setup: CPU only, float32 matmuls at full precision, no hub access; one warm-started base
+model for all pytest-xdist workers of a run (`make test` runs two)."""
 
 import fcntl
 import os
@@ -18,10 +18,6 @@ import jax  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
-
-
-def pytest_collection_modifyitems(config, items):
-  items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order kept
 
 
 @pytest.fixture(scope="session")
