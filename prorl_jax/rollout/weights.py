@@ -49,14 +49,14 @@ class WeightStore:
     ]
     if not names:
       raise ValueError(
-        f"publish_weights: {src_dir} holds no files; give it a saved model "
+        f"publishing weights: {src_dir} holds no files; give it a saved model "
         "directory (safetensors + config.json)"
       )
     for n in names:
       try:
         safe_name(n, "file")
       except InvalidEntry as e:
-        raise ValueError(f"publish_weights: {src_dir}: {e}; rename or remove it") from None
+        raise ValueError(f"publishing weights: {src_dir}: {e}; rename or remove it") from None
     done = io_pool().map(
       lambda n: self.store.put_file(prefix + n, os.path.join(src_dir, n)), names
     )  # files in parallel (hashing and I/O release the GIL)
