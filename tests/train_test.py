@@ -30,21 +30,39 @@ def _kill9(proc):
 PIPELINE = {"rollout.pipeline": True, "rollout.max_staleness": 1}
 
 
+def _kill_during_a_save(run_dir, proc, timeout=300):
+  """kill -9 while a checkpoint's step directory is still being written."""
+  ckpts = os.path.join(run_dir, "checkpoints")
+  t0 = time.time()
+  while True:
+    names = os.listdir(ckpts) if os.path.isdir(ckpts) else []
+    if any("tmp" in n for n in names) and any(n.isdigit() for n in names):
+      break
+    assert proc.poll() is None and time.time() - t0 < timeout
+  _kill9(proc)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, PIPELINE], ids=["serial", "pipelined"])
 def test_exact_resume_after_kill9(tmp_path, base, extra):
-  ref_dir, cut_dir = str(tmp_path / "ref"), str(tmp_path / "cut")
+  """kill -9 right after a checkpoint (with the pipeline: the next step's rollouts in flight)
+  and, serially, kill -9 during a save: each resumed run ends as the uninterrupted one did."""
+  ref_dir = str(tmp_path / "ref")
   finish(start(ref_dir, base, 6, **extra))
-  proc = start(cut_dir, base, 6, **extra)
-  _wait_for_checkpoint(cut_dir, 3, proc)
-  _kill9(proc)  # right after step 3's checkpoint (with the pipeline: step 4's rollouts in flight)
+  cuts = {str(tmp_path / "cut"): "resumed from checkpoint step 3"}
+  proc = start(str(tmp_path / "cut"), base, 6, **extra)
+  _wait_for_checkpoint(str(tmp_path / "cut"), 3, proc)
+  _kill9(proc)
+  if not extra:  # the same run killed while a step directory is half written
+    cuts[str(tmp_path / "in_save")] = "resumed from checkpoint step"
+    _kill_during_a_save(str(tmp_path / "in_save"), start(str(tmp_path / "in_save"), base, 6))
   time.sleep(1.0)
-  out = finish(start(cut_dir, base, 6, **extra))
-  assert "resumed from checkpoint step 3" in out
-  assert metrics(cut_dir) == metrics(ref_dir)
-  assert params_hash(cut_dir) == params_hash(ref_dir)
-  summary = json.load(open(os.path.join(cut_dir, "summary.json")))
-  assert summary["steps"] == 6
+  for cut_dir, resumed in cuts.items():
+    out = finish(start(cut_dir, base, 6, **extra))
+    assert resumed in out
+    assert metrics(cut_dir) == metrics(ref_dir)
+    assert params_hash(cut_dir) == params_hash(ref_dir)
+    assert json.load(open(os.path.join(cut_dir, "summary.json")))["steps"] == 6
   if extra:  # pipelined: steps after the first also train on rollouts one version behind
     rows = [r for r in metrics(ref_dir) if "sampling/rounds" in r]
     assert rows[0]["pipeline/prefetched_kept"] == 0  # nothing to prefetch before step 1
@@ -53,24 +71,6 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
     raw = [json.loads(x) for x in open(os.path.join(ref_dir, "metrics.jsonl"))]
     timed = [r for r in raw if "time/wait_rollouts_s" in r]
     assert all(r["time/workers_wait_weights_s"] >= 0 for r in timed) and len(timed) == 6
-
-
-@pytest.mark.slow
-def test_exact_resume_after_kill9_during_a_save(tmp_path, base):
-  ref_dir, cut_dir = str(tmp_path / "ref"), str(tmp_path / "cut")
-  finish(start(ref_dir, base, 5))
-  proc = start(cut_dir, base, 5)
-  tmp_marker = os.path.join(cut_dir, "checkpoints")
-  t0 = time.time()
-  while True:  # kill while a step directory is still being written
-    names = os.listdir(tmp_marker) if os.path.isdir(tmp_marker) else []
-    if any("tmp" in n for n in names) and any(n.isdigit() for n in names):
-      break
-    assert proc.poll() is None and time.time() - t0 < 300
-  _kill9(proc)
-  finish(start(cut_dir, base, 5))
-  assert metrics(cut_dir) == metrics(ref_dir)
-  assert params_hash(cut_dir) == params_hash(ref_dir)
 
 
 @pytest.mark.slow
