@@ -157,8 +157,8 @@ FIELDS: dict = {
     "max_staleness": (0, "policy versions a rollout may lag; 0 = on-policy"),
     "pipeline": (
       False,
-      "generate step k+1's first round while step k trains (one version behind; needs "
-      "max_staleness >= 1)",
+      "generate step k+1's first rounds while step k trains (one version behind; needs "
+      "max_staleness >= 1; learns more with algo.is_correction=tis)",
     ),
     "engine": ("jax", "rollout engine of local workers: jax | vllm"),
     "local_workers": (1, "workers the trainer starts itself; 0 = external workers only"),

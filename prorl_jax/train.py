@@ -202,10 +202,25 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
   return state, loop, metrics, lp_event
 
 
+def advice(cfg) -> list[str]:
+  """Settings that run but learn less than a close alternative, each with that alternative."""
+  out = []
+  if cfg.rollout.pipeline and cfg.algo.is_correction == "icepop":
+    out.append(
+      "rollout.pipeline=True with algo.is_correction=icepop: ICE-POP's band also drops the tokens "
+      "the policy moved most between the sampling version and the trained one; "
+      "algo.is_correction=tis keeps them with a capped weight and learns more with the pipeline "
+      "(docs/algorithm.md, section 8)"
+    )
+  return out
+
+
 def _check_before_loading(cfg, accept_config_changes: bool):
   """The primary's checks before any heavy work: (summary of a finished run or None, the config
   changes a resumed run accepts)."""
   log.info("run %s: its config goes to %s", cfg.run_dir, os.path.join(cfg.run_dir, RUN_RECORD))
+  for line in advice(cfg):
+    log.warning(line)
   changes = check_resume_config(cfg, accept_config_changes)
   last = latest_local_step(cfg)
   if last is not None and last >= cfg.total_steps and jax.process_count() == 1:

@@ -116,3 +116,13 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   lp = train._probe_logprobs(model_cfg, params, np.array([[1, 5, 6, 7]], np.int32))
   want = [float(lp[0, t, tok]) for t, tok in enumerate([5, 6, 7])]
   np.testing.assert_allclose(np.concatenate([pr["logprobs"][0]]), want, rtol=1e-6)
+
+
+def test_advice_names_tis_for_the_pipeline_with_icepop():
+  cfg = config_lib.base_config()
+  assert train.advice(cfg) == []  # the defaults: on-policy, ICE-POP
+  cfg.rollout.pipeline, cfg.rollout.max_staleness = True, 1
+  (line,) = train.advice(cfg)
+  assert "algo.is_correction=tis" in line
+  cfg.algo.is_correction = "tis"
+  assert train.advice(cfg) == []
