@@ -13,6 +13,8 @@ the next one runs):
   torch    the same work in transformers/torch (Qwen2ForCausalLM, bf16 autocast, fp32 params,
            gradient checkpointing, SDPA, fused AdamW) as a ratio
   sampler  the JAX sampler vs transformers `generate` on the same 1.5B shape and batch
+  pipeline serial vs pipelined RL steps, trainer and JAX-sampler worker as two processes sharing
+           the GPU (random 1.5B-shape weights); in its own invocation: `--stages=pipeline`
 `--stages` picks and orders them; `train_cudnn@dots` sets the remat policy, `sampler_jax@256` the
 batch. A deadline (`--budget-s`) skips the stages that would start after it.
 """
@@ -295,6 +297,90 @@ def stage_sampler_hf(args, batch=None):
   }
 
 
+def build_random_base(path: str, smoke: bool) -> str:
+  """An HF directory: the demo's character tokenizer and random weights of the 1.5B shape (or
+  `_small_cfg` with --smoke). Its vocabulary (151,936 rows; 1,024 small) dwarfs the tokenizer's 23
+  ids, so end-of-sequence is rare and responses run to the length limit, as long reasoning
+  traces do."""
+  import jax
+
+  from prorl_jax.demo import tiny_base
+  from prorl_jax.model import init_params, presets, save_hf
+
+  if os.path.isfile(os.path.join(path, "config.json")):
+    return path
+  tmp = path.rstrip("/") + ".tmp"
+  tok = tiny_base.build_tokenizer(tmp)
+  ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
+  cfg = _small_cfg("xla").replace(**ids) if smoke else presets.r1_distill_qwen_1p5b(**ids)
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  save_hf(cfg, params, tmp, tokenizer_dir=tmp, dtype="bfloat16")
+  os.replace(tmp, path)
+  return path
+
+
+def stage_pipeline(args):
+  """Serial vs pipelined RL steps with the trainer and a JAX-sampler worker as two processes on
+  the one GPU, its memory split between them (`model.memory_fraction` for the trainer,
+  XLA_PYTHON_CLIENT_MEM_FRACTION for the worker); random weights of the 1.5B shape on the demo's
+  prompts, dynamic sampling off (every group trains, whatever it scores). Run it in a process of
+  its own (`--stages=pipeline`): JAX in this process must not hold the GPU."""
+  import subprocess
+
+  import pipeline as pl  # bench/pipeline.py
+
+  base = os.path.join(
+    os.path.abspath(args.out), "pipeline_base_smoke" if args.smoke else "pipeline_base"
+  )
+  t0 = time.time()
+  code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import gpu; "
+  code += f"gpu.build_random_base({base!r}, {args.smoke})"
+  # Built on the CPU: this process (and its JAX) stays off the GPU the two processes share.
+  subprocess.run(
+    [sys.executable, "-c", code], check=True, env=dict(os.environ, JAX_PLATFORMS="cpu")
+  )
+  build_s = time.time() - t0
+  p, n, length = (8, 4, 32) if args.smoke else (args.pipe_prompts, 8, args.pipe_len)
+  flags = (
+    "--config.model.param_dtype=float32",
+    "--config.model.compute_dtype=bfloat16",
+    "--config.model.remat=" + ("dots" if args.smoke else "full"),
+    f"--config.rollout.prompts_per_step={p}",
+    f"--config.rollout.mini_batch_prompts={max(1, p // 4)}",
+    f"--config.rollout.n={n}",
+    f"--config.rollout.max_response_len={length}",
+    f"--config.rollout.token_budget={2048 if args.smoke else 16384}",
+    "--config.rollout.pack_row_len=0",
+    "--config.algo.dynamic_sampling=False",
+    "--config.algo.is_correction=tis",
+    f"--config.model.memory_fraction={0 if args.smoke else args.trainer_memory}",
+  )
+  worker_env = {} if args.smoke else {"XLA_PYTHON_CLIENT_MEM_FRACTION": str(args.worker_memory)}
+  runs = {}
+  for mode in ("serial", "pipelined"):
+    run_dir = os.path.join(os.path.abspath(args.out), f"pipeline_{mode}")
+    subprocess.run(["rm", "-rf", run_dir], check=True)
+    runs[mode] = pl.run(
+      base, run_dir, args.pipe_steps, mode == "pipelined", flags=flags, worker_env=worker_env
+    )
+  g, u = runs["serial"]["wait_rollouts_s"], runs["serial"]["update_s"]
+  return {
+    "model_params": "random, " + ("small" if args.smoke else "R1-Distill-Qwen-1.5B shape"),
+    "prompts_x_samples": [p, n],
+    "max_response_len": length,
+    "steps": args.pipe_steps,
+    "base_build_s": round(build_s, 1),
+    "serial": runs["serial"],
+    "pipelined": runs["pipelined"],
+    "generation_s_g": g,
+    "update_s_u": u,
+    "ceiling": round((g + u) / max(g, u, 1e-9), 2),
+    "pipelined_vs_serial": round(
+      runs["pipelined"]["steps_per_hour"] / runs["serial"]["steps_per_hour"], 3
+    ),
+  }
+
+
 def _ratios(rows):
   """Peer ratios from the stages recorded so far (the peers run in their own process)."""
   out = {}
@@ -324,6 +410,11 @@ def main():
   ap.add_argument("--micro-batches", type=int, default=2)
   ap.add_argument("--gen-batch", type=int, default=64)
   ap.add_argument("--gen-tokens", type=int, default=512)
+  ap.add_argument("--pipe-steps", type=int, default=6)  # the first two are not timed
+  ap.add_argument("--pipe-prompts", type=int, default=16)
+  ap.add_argument("--pipe-len", type=int, default=512)
+  ap.add_argument("--trainer-memory", type=float, default=0.5)
+  ap.add_argument("--worker-memory", type=float, default=0.4)
   # JAX and torch each hold on to GPU memory they used: run the peers in a second process,
   # e.g. --stages=torch,sampler_hf --out=SAME_DIR (the summary reads that dir's gpu.jsonl).
   ap.add_argument("--stages", default="matmul,parity,train_cudnn,train_xla,sampler_jax")
@@ -338,6 +429,7 @@ def main():
     "torch": stage_torch,
     "sampler_jax": stage_sampler_jax,
     "sampler_hf": stage_sampler_hf,
+    "pipeline": stage_pipeline,
   }
   log = os.path.join(args.out, "gpu.jsonl")
   for name in args.stages.split(","):

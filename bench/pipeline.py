@@ -30,11 +30,22 @@ sys.path.insert(0, ROOT)
 ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def _run(base: str, run_dir: str, steps: int, pipelined: bool, pinned: bool) -> dict:
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+def run(
+  base: str,
+  run_dir: str,
+  steps: int,
+  pipelined: bool,
+  pinned: bool = False,
+  flags: tuple = (),
+  trainer_env: dict | None = None,
+  worker_env: dict | None = None,
+) -> dict:
+  """One run of the demo config (`flags` override it) with an external worker: its mean seconds
+  per step after the first two, the trainer's wait for rollouts and its update time."""
+  env = dict(os.environ, PYTHONPATH=ROOT)
   if pinned:
     env["XLA_FLAGS"] = ONE_THREAD
-  flags = [
+  args = [
     "--config=configs/tiny.py",
     f"--config.run_dir={run_dir}",
     f"--config.model.path={base}",
@@ -43,14 +54,15 @@ def _run(base: str, run_dir: str, steps: int, pipelined: bool, pinned: bool) -> 
     "--config.rollout.external_workers=1",
     "--config.eval.every=0",
     "--config.checkpoint.every=0",
+    *flags,
   ]
   if pipelined:
-    flags += ["--config.rollout.pipeline=True", "--config.rollout.max_staleness=1"]
+    args += ["--config.rollout.pipeline=True", "--config.rollout.max_staleness=1"]
   cpu = lambda i: ["taskset", "-c", str(i)] if pinned else []  # noqa: E731
   trainer = subprocess.Popen(
-    cpu(0) + [sys.executable, "-m", "prorl_jax.main", *flags],
+    cpu(0) + [sys.executable, "-m", "prorl_jax.main", *args],
     cwd=ROOT,
-    env=env,
+    env=dict(env, **(trainer_env or {})),
     stdout=subprocess.DEVNULL,
     stderr=subprocess.PIPE,
     text=True,
@@ -66,7 +78,7 @@ def _run(base: str, run_dir: str, steps: int, pipelined: bool, pinned: bool) -> 
       "--poll_seconds=0.02",
     ],
     cwd=ROOT,
-    env=env,
+    env=dict(env, **(worker_env or {})),
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
   )
@@ -94,6 +106,7 @@ def main():
   ap.add_argument("--steps", type=int, default=14)
   ap.add_argument("--reps", type=int, default=2)
   args = ap.parse_args()
+  os.environ["JAX_PLATFORMS"] = "cpu"
   if len(os.sched_getaffinity(0)) < 2:
     raise SystemExit("needs 2 CPUs (one for the trainer, one for the worker)")
   from prorl_jax.demo import warm_start
@@ -106,10 +119,10 @@ def main():
   for rep in range(args.reps):
     for mode in ("serial", "pipelined"):
       t0 = time.time()
-      got = _run(base, os.path.join(tmp, f"{mode}{rep}"), args.steps, mode == "pipelined", True)
+      got = run(base, os.path.join(tmp, f"{mode}{rep}"), args.steps, mode == "pipelined", True)
       runs[mode].append(got)
       print(json.dumps({"mode": mode, "rep": rep, **got, "wall_s": round(time.time() - t0)}))
-  default = _run(base, os.path.join(tmp, "default"), args.steps, False, False)
+  default = run(base, os.path.join(tmp, "default"), args.steps, False, False)
   print(json.dumps({"mode": "default (serial, unpinned)", **default}))
 
   def med(mode, key):
