@@ -325,6 +325,7 @@ def stage_pipeline(args):
   XLA_PYTHON_CLIENT_MEM_FRACTION for the worker); random weights of the 1.5B shape on the demo's
   prompts, dynamic sampling off (every group trains, whatever it scores). Run it in a process of
   its own (`--stages=pipeline`): JAX in this process must not hold the GPU."""
+  import shutil
   import subprocess
 
   import pipeline as pl  # bench/pipeline.py
@@ -359,7 +360,7 @@ def stage_pipeline(args):
   runs = {}
   for mode in ("serial", "pipelined"):
     run_dir = os.path.join(os.path.abspath(args.out), f"pipeline_{mode}")
-    subprocess.run(["rm", "-rf", run_dir], check=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
     runs[mode] = pl.run(
       base, run_dir, args.pipe_steps, mode == "pipelined", flags=flags, worker_env=worker_env
     )

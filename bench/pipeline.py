@@ -37,7 +37,6 @@ def run(
   pipelined: bool,
   pinned: bool = False,
   flags: tuple = (),
-  trainer_env: dict | None = None,
   worker_env: dict | None = None,
 ) -> dict:
   """One run of the demo config (`flags` override it) with an external worker: its mean seconds
@@ -62,7 +61,7 @@ def run(
   trainer = subprocess.Popen(
     cpu(0) + [sys.executable, "-m", "prorl_jax.main", *args],
     cwd=ROOT,
-    env=dict(env, **(trainer_env or {})),
+    env=env,
     stdout=subprocess.DEVNULL,
     stderr=subprocess.PIPE,
     text=True,
