@@ -278,6 +278,7 @@ def main(argv):
         max_prompt_len=F.max_prompt_len,
         benchmarks=config_lib.items(F.benchmarks) or None,
         references=F.references or evalsuite.REFERENCES,
+        compare=F.compare,
       )
       print(evalsuite.report_markdown(report))
       print(f"wrote {F.out}/report.json, report.md and report.png")
@@ -327,6 +328,12 @@ def cli():
     "references",
     "",
     "published numbers to print beside ours (JSON; default: the package's reference_numbers.json)",
+  )
+  flags.DEFINE_multi_string(
+    "compare",
+    [],
+    "LABEL=DIR: put the report in DIR (an earlier --suite --out, e.g. of the base model or of "
+    "the released ProRL v2 checkpoint) beside ours as a measured column; repeatable",
   )
   flags.register_validator(
     "suite", lambda s: s in ("", "prorl-eval"), message="--suite takes prorl-eval"

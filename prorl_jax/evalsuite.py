@@ -9,7 +9,8 @@ following and Reasoning Gym (the mean continuous score); the response budget is 
 paper: 32K tokens). Each finished benchmark is cached in OUT/benchmarks/NAME.json with every
 sample's score, keyed by the model's files, the benchmark file's sha256 and the settings, so a
 rerun does only what is missing. OUT/report.json, report.md (one table per domain, our column
-beside the published numbers) and report.png (bars) are written at the end.
+beside the published numbers and beside other models measured by this harness, `--compare
+LABEL=DIR`) and report.png (bars) are written at the end.
 """
 
 from __future__ import annotations
@@ -118,9 +119,13 @@ def run_suite(
   max_prompt_len: int = 4096,
   benchmarks: list[str] | None = None,
   references: str = REFERENCES,
+  compare: list[str] | None = None,
   log=print,
 ) -> dict:
-  """Evaluates every (selected) benchmark, caching each; writes and returns the report."""
+  """Evaluates every (selected) benchmark, caching each; writes and returns the report.
+
+  `compare` holds LABEL=DIR items: reports of other models by this harness (`--out` of an
+  earlier run), put beside ours as measured columns."""
   from prorl_jax import data, rewards
   from prorl_jax import eval as eval_lib
   from prorl_jax.tokenizer import load_tokenizer
@@ -133,6 +138,7 @@ def run_suite(
       f"--benchmarks {unknown[0]}: not in {data_dir} (it has {', '.join(manifest['benchmarks'])})"
     )
   samples = dict(DEFAULT_SAMPLES, **(samples or {}))
+  measured = load_compare(compare or [])
   os.makedirs(out_dir, exist_ok=True)
   model_dir, label = resolve_model(checkpoint, out_dir)
   tok = load_tokenizer(model_dir)
@@ -220,6 +226,7 @@ def run_suite(
     settings=settings,
     samples=samples,
     references=load_references(references),
+    measured=measured,
   )
   write_report(report, out_dir)
   return report
@@ -284,9 +291,78 @@ def load_references(path: str) -> dict:
   return ref
 
 
+def load_compare(items: list[str]) -> dict:
+  """{label: {"dir", "model", "settings", "files", "numbers": {benchmark: percent}}} from
+  LABEL=DIR items, DIR an earlier `eval --suite` output (its report.json)."""
+  out: dict[str, dict] = {}
+  for item in items:
+    label, _, path = item.partition("=")
+    label = label.strip()
+    if not label or not path:
+      raise SuiteError(f"--compare {item!r}: want LABEL=DIR, DIR an earlier eval --suite --out")
+    if label in out:
+      raise SuiteError(f"--compare {item!r}: the label {label!r} is given twice")
+    try:
+      with open(os.path.join(path, "report.json")) as f:
+        rep = json.load(f)
+      numbers = {
+        n: None if s["pass@1"] is None else 100 * s["pass@1"] for n, s in rep["benchmarks"].items()
+      }
+      settings = rep["settings"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+      raise SuiteError(
+        f"--compare {item!r}: no readable report in {path} ({type(e).__name__}: {e}); "
+        f"write one with python -m prorl_jax.eval --suite=prorl-eval ... --out={path}"
+      ) from None
+    out[label] = {
+      "dir": os.path.abspath(path),
+      "model": rep.get("model"),
+      "settings": settings,
+      "files": rep.get("files", {}),
+      "numbers": numbers,
+    }
+  return out
+
+
+_COMPARED_SETTINGS = ("temperature", "top_p", "max_response_len", "max_prompt_len", "samples")
+
+
+def compare_differences(col: dict, settings: dict, files: dict) -> list[str]:
+  """How a measured column's run differs from ours: settings, and benchmark files."""
+  diff = []
+  for k in _COMPARED_SETTINGS:
+    theirs, ours = col["settings"].get(k), settings.get(k)
+    if k == "samples" and isinstance(theirs, dict) and isinstance(ours, dict):
+      diff += [
+        f"{d} samples {theirs.get(d)} (here {n})"
+        for d, n in ours.items()
+        if theirs.get(d) != n and d in theirs
+      ]
+    elif theirs != ours:
+      diff.append(f"{k} {theirs} (here {ours})")
+  changed = [n for n, sha in files.items() if n in col["files"] and col["files"][n] != sha]
+  if changed:
+    diff.append(f"other benchmark files for {', '.join(changed)}")
+  return diff
+
+
 def build_report(
-  results: dict, manifest: dict, *, label: str, settings: dict, samples: dict, references: dict
+  results: dict,
+  manifest: dict,
+  *,
+  label: str,
+  settings: dict,
+  samples: dict,
+  references: dict,
+  measured: dict | None = None,
 ) -> dict:
+  measured = measured or {}
+  settings = dict(settings, samples=samples)
+  files = {
+    n: manifest["files"][manifest["benchmarks"][n]["file"]]["sha256"]
+    for n in results
+    if n in manifest.get("benchmarks", {})
+  }
   domains: dict[str, list[str]] = {}
   for name, r in results.items():
     domains.setdefault(r["domain"], []).append(name)
@@ -309,6 +385,7 @@ def build_report(
           "reference": {
             c: references["numbers"].get(name, {}).get(c) for c in references["columns"]
           },
+          "measured": {m: col["numbers"].get(name) for m, col in measured.items()},
         }
       )
     vals = [r["ours"] for r in rows if r["ours"] is not None]
@@ -316,9 +393,18 @@ def build_report(
   return {
     "model": label,
     "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-    "settings": dict(settings, samples=samples),
+    "settings": settings,
     "domains": table,
     "reference_columns": references["columns"],
+    "measured_columns": {
+      m: {
+        "dir": col["dir"],
+        "model": col["model"],
+        "differences": compare_differences(col, settings, files),
+      }
+      for m, col in measured.items()
+    },
+    "files": files,
     "benchmarks": {n: r["summary"] for n, r in results.items()},
     "data": {"suite": manifest.get("suite"), "sources": manifest.get("sources", {})},
   }
@@ -330,6 +416,7 @@ def _fmt(v) -> str:
 
 def report_markdown(report: dict) -> str:
   cols = report["reference_columns"]
+  measured = report.get("measured_columns", {})
   st = report["settings"]
   lines = [
     f"# Evaluation of {report['model']}",
@@ -342,7 +429,12 @@ def report_markdown(report: dict) -> str:
     "instruction following and logic: the mean score. Percent.",
     "",
   ]
-  head = ["Benchmark"] + [c["label"] for c in cols.values()] + ["This model"]
+  head = (
+    ["Benchmark"]
+    + [c["label"] for c in cols.values()]
+    + [f"{m} (measured)" for m in measured]
+    + ["This model"]
+  )
   for domain, t in report["domains"].items():
     lines += [
       f"## {DOMAIN_TITLES.get(domain, domain)}",
@@ -361,15 +453,27 @@ def report_markdown(report: dict) -> str:
         + " | ".join(
           [r["benchmark"]]
           + [_fmt(r["reference"][c]) for c in cols]
+          + [_fmt(r.get("measured", {}).get(m)) for m in measured]
           + [_fmt(r["ours"]) + (f" ({'; '.join(note)})" if note else "")]
         )
         + " |"
       )
-    refs = [[r["reference"][c] for r in t["rows"]] for c in cols]
-    avg = [_fmt(float(np.mean(v))) if all(x is not None for x in v) else "—" for v in refs]
+    others = [[r["reference"][c] for r in t["rows"]] for c in cols] + [
+      [r.get("measured", {}).get(m) for r in t["rows"]] for m in measured
+    ]
+    avg = [_fmt(float(np.mean(v))) if all(x is not None for x in v) else "—" for v in others]
     lines += ["| **average** | " + " | ".join(avg + [_fmt(t["average"])]) + " |", ""]
   lines += ["Published numbers (— where the source gives none or it is not transcribed):", ""]
   lines += [f"- {c['label']}: {c['source']}" for c in cols.values()]
+  if measured:
+    lines += ["", "Measured by this harness (`--compare`; — where that report has no number):", ""]
+    for m, c in measured.items():
+      same = (
+        "differs: " + "; ".join(c["differences"])
+        if c["differences"]
+        else "same settings and benchmark files"
+      )
+      lines.append(f"- {m}: {c['model']}, report {c['dir']}; {same}")
   return "\n".join(lines) + "\n"
 
 
@@ -382,6 +486,10 @@ def report_png(report: dict, path: str) -> None:
   rows = [r for t in report["domains"].values() for r in t["rows"]]
   cols = list(report["reference_columns"].items())
   series = [(c["label"], [r["reference"][cid] for r in rows]) for cid, c in cols]
+  series += [
+    (f"{m} (measured)", [r.get("measured", {}).get(m) for r in rows])
+    for m in report.get("measured_columns", {})
+  ]
   series.append(("This model", [r["ours"] for r in rows]))
   x = np.arange(len(rows))
   width = 0.8 / len(series)

@@ -84,6 +84,109 @@ def test_published_numbers_cover_the_suite_and_match_the_papers_averages():
   assert avg("prorl_v1", "code") == pytest.approx(37.49, abs=0.006)
 
 
+def _summary(p):
+  return {
+    "pass@1": p,
+    "metric": "pass@1",
+    "prompts": 30,
+    "samples": 16,
+    "verifier_failures": 0,
+    "dropped_too_long": 0,
+  }
+
+
+SETTINGS = {"temperature": 0.6, "top_p": 0.95, "max_response_len": 32768, "max_prompt_len": 4096}
+
+
+def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
+  manifest = {
+    "suite": "prorl-eval",
+    "benchmarks": {"aime24": {"file": "a.jsonl"}, "aime25": {"file": "b.jsonl"}},
+    "files": {"a.jsonl": {"sha256": "aa"}, "b.jsonl": {"sha256": "bb"}},
+  }
+  refs = evalsuite.load_references(evalsuite.REFERENCES)
+
+  def report(p24, p25, **settings):
+    return evalsuite.build_report(
+      {
+        "aime24": {"domain": "math", "summary": _summary(p24)},
+        "aime25": {"domain": "math", "summary": _summary(p25)},
+      },
+      manifest,
+      label="m",
+      settings=dict(SETTINGS, **settings),
+      samples=evalsuite.DEFAULT_SAMPLES,
+      references=refs,
+    )
+
+  base = report(0.25, 0.125, max_response_len=8192)
+  base["files"]["aime25"] = "other"  # an older copy of the AIME25 file
+  evalsuite.write_report(base, str(tmp_path / "base"))
+  v2 = report(0.5, None)  # AIME25 without a usable sample
+  evalsuite.write_report(v2, str(tmp_path / "v2"))
+
+  measured = evalsuite.load_compare([f"base={tmp_path / 'base'}", f"v2={tmp_path / 'v2'}"])
+  rep = evalsuite.build_report(
+    {
+      "aime24": {"domain": "math", "summary": _summary(0.75)},
+      "aime25": {"domain": "math", "summary": _summary(0.5)},
+    },
+    manifest,
+    label="run",
+    settings=SETTINGS,
+    samples=evalsuite.DEFAULT_SAMPLES,
+    references=refs,
+    measured=measured,
+  )
+  md = evalsuite.report_markdown(rep)
+  head = "| Benchmark | DeepSeek-R1-Distill-Qwen-1.5B | ProRL v1"
+  assert head in md and "| base (measured) | v2 (measured) | This model |" in md
+  assert "| aime24 | 28.54 | 48.13 | — | 25.00 | 50.00 | 75.00 |" in md
+  assert "| aime25 | 22.71 | 33.33 | — | 12.50 | — | 50.00 |" in md
+  # averages: base (25 + 12.5) / 2; v2 has a gap; ours (75 + 50) / 2
+  assert "| **average** | 25.62 | 40.73 | — | 18.75 | — | 62.50 |" in md
+  diff = rep["measured_columns"]["base"]["differences"]
+  assert diff == ["max_response_len 8192 (here 32768)", "other benchmark files for aime25"]
+  assert rep["measured_columns"]["v2"]["differences"] == []
+  assert "differs: max_response_len 8192 (here 32768); other benchmark files for aime25" in md
+  evalsuite.report_png(rep, str(tmp_path / "r.png"))
+  assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+  "item, msg",
+  [
+    ("nolabel", "want LABEL=DIR"),
+    ("=dir", "want LABEL=DIR"),
+    ("x={missing}", "no readable report in"),
+    ("x={bad}", "no readable report in"),
+  ],
+)
+def test_bad_compare_is_one_line(tmp_path, item, msg):
+  (tmp_path / "bad").mkdir()
+  (tmp_path / "bad" / "report.json").write_text('{"benchmarks": [1]}')
+  item = item.format(missing=tmp_path / "nope", bad=tmp_path / "bad")
+  with pytest.raises(evalsuite.SuiteError, match=msg) as e:
+    evalsuite.load_compare([item])
+  assert "\n" not in str(e.value)
+
+
+def test_compare_label_twice_is_refused(tmp_path):
+  evalsuite.write_report(
+    evalsuite.build_report(
+      {"aime24": {"domain": "math", "summary": _summary(0.5)}},
+      {},
+      label="m",
+      settings=SETTINGS,
+      samples=evalsuite.DEFAULT_SAMPLES,
+      references=evalsuite.load_references(evalsuite.REFERENCES),
+    ),
+    str(tmp_path),
+  )
+  with pytest.raises(evalsuite.SuiteError, match="given twice"):
+    evalsuite.load_compare([f"a={tmp_path}", f"a={tmp_path}"])
+
+
 def test_bad_reference_file_is_one_line(tmp_path):
   p = tmp_path / "r.json"
   p.write_text("[1]")
@@ -157,10 +260,20 @@ def test_suite_end_to_end_on_the_tiny_model(tmp_path):
   assert rows["gpqa_diamond"]["prompts"] == 4 and rows["reasoning_gym"]["prompts"] == 3
   assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert "| aime24 | 28.54 | 48.13 |" in (out / "report.md").read_text()
-  again = _eval(args, timeout=300)  # every benchmark cached: no worker starts
+  # Every benchmark cached: no worker starts. The first report goes beside it as a measured
+  # column (as the base model's report would): same numbers, same settings and files.
+  again = _eval(args + [f"--compare=first run={out}"], timeout=300)
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count(": cached, pass@1") == 4
-  assert json.loads((out / "report.json").read_text())["domains"] == rep["domains"]
+  rep2 = json.loads((out / "report.json").read_text())
+  rows2 = {r["benchmark"]: r for t in rep2["domains"].values() for r in t["rows"]}
+  for name, row in rows.items():
+    assert rows2[name]["ours"] == row["ours"]
+    assert rows2[name]["measured"] == {"first run": row["ours"]}
+  assert rep2["measured_columns"]["first run"]["differences"] == []
+  md = (out / "report.md").read_text()
+  assert "| Benchmark | DeepSeek-R1-Distill-Qwen-1.5B |" in md and "first run (measured) |" in md
+  assert "same settings and benchmark files" in md
 
 
 def test_unknown_checkpoint_is_one_line(tmp_path):

@@ -1,0 +1,141 @@
+"""What the README and docs tell users to type still works: every config override they show
+names a field and passes validation, and every command-line flag they show exists."""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from prorl_jax import config as config_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = [os.path.join(ROOT, "README.md")] + sorted(
+  p for p in glob.glob(os.path.join(ROOT, "docs", "*.md")) if not p.endswith("config.md")
+)
+FIELDS = config_lib.flat(config_lib.base_config())
+
+
+def _text(path):
+  with open(path) as f:
+    return f.read()
+
+
+def _commands(text):
+  """The shell commands of the ```bash blocks, continuation lines joined, comments dropped."""
+  out = []
+  for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+    for line in block.replace("\\\n", " ").splitlines():
+      line = line.split(" #")[0].strip()
+      if line and not line.startswith("#"):
+        out.append(line)
+  return out
+
+
+def _override_groups():
+  """(where, [(key, value)]) for each command line and each inline `k=v k=v` span that sets
+  config keys; `a|b` alternatives are each a group of their own."""
+  groups = []
+  for path in DOCS:
+    text = _text(path)
+    name = os.path.relpath(path, ROOT)
+    for cmd in _commands(text):
+      pairs = re.findall(r"--config\.([\w.]+)=(\S+)", cmd)
+      if pairs:
+        groups.append((f"{name}: {cmd}", pairs))
+    for span in re.findall(r"`([^`\n]+)`", text):
+      toks = span.split()
+      pairs = [t.split("=", 1) for t in toks]
+      if pairs and all(len(p) == 2 and p[0].split(".")[0] in config_lib.sections() for p in pairs):
+        alts = [[(k, a) for a in v.replace("\\|", "|").split("|")] for k, v in pairs]
+        for i in range(max(len(a) for a in alts)):
+          groups.append((f"{name}: `{span}`", [a[min(i, len(a) - 1)] for a in alts]))
+  return groups
+
+
+def _set(cfg, key, value):
+  """The override as the command line applies it: the value parsed as the field's type."""
+  *sections, leaf = key.split(".")
+  node = cfg
+  for part in sections:
+    node = node[part]
+  old = node[leaf]
+  if isinstance(old, bool):
+    assert value in ("True", "False", "true", "false"), f"{key}={value}: not a bool"
+    node[leaf] = value.lower() == "true"
+  elif isinstance(old, int):
+    node[leaf] = int(value)
+  elif isinstance(old, float):
+    node[leaf] = float(value)
+  else:
+    node[leaf] = value
+
+
+def test_the_docs_show_overrides_at_all():
+  keys = {k for _, pairs in _override_groups() for k, _ in pairs}
+  assert {"algo.clip_high", "algo.is_correction", "rollout.pipeline", "model.path"} <= keys
+
+
+@pytest.mark.parametrize("where, pairs", _override_groups(), ids=lambda x: str(x)[:60])
+def test_every_override_in_the_docs_is_a_valid_config(where, pairs):
+  cfg = config_lib.base_config()
+  for key, value in pairs:
+    assert key in FIELDS, f"{where}: {key} is not a config field"
+    if value.isupper() or value in ("...",):  # a placeholder: DIR, PATH, NAME
+      continue
+    _set(cfg, key, value)
+  config_lib.validate(cfg)
+
+
+def _flags_of(module):
+  """The long options `python -m MODULE --helpfull` (absl) or `--help` (argparse) lists."""
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  out = subprocess.run(
+    [sys.executable, "-m", module, "--helpfull"],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  text = out.stdout + out.stderr
+  if text.startswith("usage: "):  # argparse: --help lists its options
+    text = subprocess.run(
+      [sys.executable, "-m", module, "--help"],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=120,
+    ).stdout
+  return set(re.findall(r"--(?:\[no\])?([a-z][\w-]*)", text))
+
+
+def _module_commands():
+  by_module: dict[str, list[str]] = {}
+  for path in DOCS:
+    for cmd in _commands(_text(path)):
+      m = re.match(r"python -m (prorl_jax[\w.]*)", cmd)
+      if m:
+        by_module.setdefault(m.group(1), []).append(cmd)
+  return sorted(by_module.items())
+
+
+def test_the_docs_show_every_entry_point():
+  assert {m for m, _ in _module_commands()} >= {
+    "prorl_jax.prepare",
+    "prorl_jax.main",
+    "prorl_jax.export",
+    "prorl_jax.eval",
+  }
+
+
+@pytest.mark.parametrize("module, commands", _module_commands(), ids=lambda x: str(x)[:40])
+def test_every_flag_in_the_docs_exists(module, commands):
+  known = _flags_of(module)
+  assert known, f"no flags listed by python -m {module} --help"
+  for cmd in commands:
+    for flag in re.findall(r"(?:^|\s)--([a-z][\w-]*)", cmd):
+      assert flag in known, f"{cmd}: python -m {module} has no --{flag}"
