@@ -298,8 +298,11 @@ def load_compare(items: list[str]) -> dict:
   for item in items:
     label, _, path = item.partition("=")
     label = label.strip()
-    if not label or not path:
-      raise SuiteError(f"--compare {item!r}: want LABEL=DIR, DIR an earlier eval --suite --out")
+    if not label or not path or "|" in label:
+      raise SuiteError(
+        f"--compare {item!r}: want LABEL=DIR (a LABEL without '|'), DIR an earlier "
+        "eval --suite --out"
+      )
     if label in out:
       raise SuiteError(f"--compare {item!r}: the label {label!r} is given twice")
     try:

@@ -186,9 +186,11 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     row_len = packed_row_len(c.rollout)
     slab_shape = (shards * (c.rollout.token_budget // row_len), row_len)
     slab_shardings = ts.packed_shardings(mesh, slab_shape)
-    packed_train_step = ts.PackedTrainStep(model_cfg, tx, losses, mesh, slab_shape)
+    # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
+    packed_cfg = model_cfg.replace(attention_window=seq)
+    packed_train_step = ts.PackedTrainStep(packed_cfg, tx, losses, mesh, slab_shape)
     packed_logprobs = ts.jit_packed_logprob_step(
-      model_cfg, mesh, slab_shape, temperature=c.rollout.temperature
+      packed_cfg, mesh, slab_shape, temperature=c.rollout.temperature
     )
   rng = np.random.RandomState(c.seed)
   probe_items = heldout[:2] or [source.sources[0].items[0]]

@@ -49,6 +49,33 @@ def test_xla_segment_attention_is_per_sequence_attention(chunk):
   assert np.isfinite(got).all()  # padding rows stay finite
 
 
+WINDOWED = [[5, 17, 3, 30, 9], [20, 20, 20, 4], [1, 2, 40, 11], [40, 30]]
+
+
+@pytest.mark.parametrize("chunk, window", [(16, 40), (8, 40), (16, 64), (32, 70)])
+def test_windowed_blocks_see_every_key_of_their_segments(chunk, window):
+  # Rows of 70 (not a multiple of the chunk), no segment longer than 40: each query block
+  # attends to the chunk + window keys that end with it, and nothing changes.
+  q, k, v, seg = _packed(np.random.default_rng(4), 4, 70, 4, 2, 8, WINDOWED)
+  got = np.asarray(A.xla_segment_attention(q, k, v, seg, chunk, window))
+  want = _per_sequence(q, k, v, seg)
+  real = np.asarray(seg) > 0
+  np.testing.assert_allclose(got[real], want[real], atol=2e-6)
+  assert np.isfinite(got).all()
+
+  w = jnp.asarray(seg > 0, jnp.float32)[..., None, None]
+
+  def loss(chunk, window):
+    return lambda q, k, v: jnp.sum(
+      jnp.sin(A.xla_segment_attention(q, k, v, seg, chunk, window)) * w
+    )
+
+  g0 = jax.grad(loss(0, 0), argnums=(0, 1, 2))(q, k, v)
+  g1 = jax.grad(loss(chunk, window), argnums=(0, 1, 2))(q, k, v)
+  for a, b in zip(g0, g1):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
+
+
 def test_chunked_attention_gradients_match_one_block():
   q, k, v, seg = _packed(np.random.default_rng(1), 4, 64, 4, 2, 8, LENGTHS)
   w = jnp.asarray(seg > 0, jnp.float32)[..., None, None]

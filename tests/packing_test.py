@@ -101,14 +101,22 @@ def _padded(mesh, lc, tx, params, batch):
   return state, jax.device_get(m)
 
 
-def _packed(mesh, lc, tx, params, batch, length):
+def _windowed(batch):
+  """CFG with 8-query attention blocks that look back only as far as the batch's longest
+  sequence: each block of a 64-token row sees fewer than 64 keys."""
+  longest = int(batch["attn_mask"].sum(1).max())
+  assert longest + 8 <= 56
+  return CFG.replace(attention_chunk=8, attention_window=longest)
+
+
+def _packed(mesh, lc, tx, params, batch, length, cfg=CFG):
   rows = mesh.shape["data"] * mesh.shape["fsdp"]
   p = packing.plan(batch["attn_mask"], batch["loss_mask"], length=length, rows=rows)
   slabs = packing.slabs(p, batch, ts.PER_TOKEN_KEYS)
   m = batch["loss_mask"]
   counts = (m.sum(), (m.sum(1) > 0).sum())
   state = ts.create_train_state(CFG, tx, mesh, jax.random.PRNGKey(1), params=params)
-  step = ts.PackedTrainStep(CFG, tx, lc, mesh, (rows, length))
+  step = ts.PackedTrainStep(cfg, tx, lc, mesh, (rows, length))
   state, metrics = step(state, slabs, counts)
   return state, jax.device_get(metrics), p
 
@@ -134,7 +142,9 @@ def test_packed_step_equals_padded_step(mesh_shape, agg):
   params = init_params(CFG, jax.random.PRNGKey(0))
   batch = _batch(3)
   s_pad, m_pad = _padded(mesh, lc, tx, params, batch)
-  s_pack, m_pack, p = _packed(mesh, lc, tx, params, batch, length=64)
+  # The single-device meshes also run the windowed attention blocks of the trainer's packed steps.
+  cfg = _windowed(batch) if mesh_shape == (1, 1, 1) else CFG
+  s_pack, m_pack, p = _packed(mesh, lc, tx, params, batch, length=64, cfg=cfg)
   assert p.slabs > 1 or p.rows > 1  # one device: several micro-batches
   for k in ("actor/loss", "actor/pg_loss", "actor/kl_ref", "actor/entropy", "actor/clipfrac"):
     np.testing.assert_allclose(m_pack[k], m_pad[k], rtol=1e-5, atol=1e-6, err_msg=k)
@@ -144,14 +154,16 @@ def test_packed_step_equals_padded_step(mesh_shape, agg):
   assert float(m_pad["actor/grad_norm"]) > 0
 
 
-def test_packed_logprobs_equal_padded_logprobs():
+@pytest.mark.parametrize("windowed", [False, True])
+def test_packed_logprobs_equal_padded_logprobs(windowed):
   mesh = make_mesh(1, 2, 1, devices=jax.devices()[:2])
   params = init_params(CFG, jax.random.PRNGKey(0))
   batch = _batch(4)
+  cfg = _windowed(batch) if windowed else CFG
   pad_fn = ts.jit_logprob_step(CFG, mesh, batch["tokens"].shape, temperature=0.7, logit_chunk=16)
   lp_pad, ent_pad = pad_fn(params, {k: batch[k] for k in ("tokens", "attn_mask")})
   p = packing.plan(batch["attn_mask"], batch["loss_mask"], length=64, rows=2)
-  fn = ts.jit_packed_logprob_step(CFG, mesh, (2, 64), temperature=0.7, logit_chunk=16)
+  fn = ts.jit_packed_logprob_step(cfg, mesh, (2, 64), temperature=0.7, logit_chunk=16)
   outs = [
     fn(params, {k: s[k] for k in ts.PACKED_MODEL_KEYS})
     for s in packing.slabs(p, batch, ("tokens",))

@@ -5,8 +5,11 @@ A full pass (training, log-probs, prefill without a cache) describes its rows by
 one segment per row (id 1 on real tokens, 0 on padding); a packed batch holds several whole
 sequences per row. Three implementations, chosen by `model.attention_impl`:
 
-  xla     query blocks of `chunk` rows, each block's scores [B, K, G, chunk, T] rematerialised in
-          the backward pass, so the float32 scores of a long row never exist at once (any backend)
+  xla     query blocks of `chunk` rows, each block's scores [B, K, G, chunk, S] rematerialised in
+          the backward pass, so the float32 scores of a long row never exist at once (any backend);
+          with `window` (the longest segment) a block sees only the S = chunk + window keys that
+          can hold its segments, not the whole row: a packed row of short sequences costs about
+          T * (chunk + window) scores instead of T * T
   cudnn   cuDNN fused attention with the block-diagonal causal mask (NVIDIA GPUs, 16-bit compute)
   splash  Pallas splash attention with segment ids (TPU; Pallas interpret mode elsewhere)
 
@@ -24,10 +27,10 @@ import jax.numpy as jnp
 NEG_SCORE = -1e30  # masked score: finite so a fully masked (padding) query row stays finite
 
 
-def segment_mask(seg_q_BxC, seg_k_BxS, q_start=0):
-  """[B, C, S] bool: query q_start + i sees key j <= q_start + i of the same segment."""
+def segment_mask(seg_q_BxC, seg_k_BxS, q_start=0, k_start=0):
+  """[B, C, S] bool: query q_start + i sees key k_start + j <= q_start + i of the same segment."""
   c, s = seg_q_BxC.shape[-1], seg_k_BxS.shape[-1]
-  causal = (q_start + jnp.arange(c))[:, None] >= jnp.arange(s)[None, :]
+  causal = (q_start + jnp.arange(c))[:, None] >= (k_start + jnp.arange(s))[None, :]
   return causal[None] & (seg_q_BxC[:, :, None] == seg_k_BxS[:, None, :])
 
 
@@ -58,8 +61,15 @@ def dense_attention(q_BxTxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask_BxTxS):
   return out.reshape(b, k, g, t, dh).transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
 
 
-def xla_segment_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, chunk: int = 1024):
-  """Segment attention in query blocks of `chunk` rows (one block when T <= chunk or chunk=0)."""
+def xla_segment_attention(
+  q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, chunk: int = 1024, window: int = 0
+):
+  """Segment attention in query blocks of `chunk` rows (one block when T <= chunk or chunk=0).
+
+  `window` > 0 promises that no segment is longer than `window` tokens (segments are contiguous
+  runs of a row): query t then needs only keys in (t - window, t], so each block attends to the
+  `chunk + window` keys (rounded up to a multiple of `chunk`) that end with it. The dropped keys
+  were masked: the result is the same."""
   t = q_BxTxHxDh.shape[1]
   if not chunk or t <= chunk:
     return dense_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, segment_mask(seg_BxT, seg_BxT))
@@ -67,14 +77,20 @@ def xla_segment_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, chunk: in
   n = (t + pad) // chunk
   q = jnp.pad(q_BxTxHxDh, ((0, 0), (0, pad), (0, 0), (0, 0)))
   seg_q = jnp.pad(seg_BxT, ((0, 0), (0, pad)), constant_values=-1)
+  span = -(-(chunk + window - 1) // chunk) * chunk if window > 0 else t
+  span = min(span, t)
 
   @jax.checkpoint
   def block(i):
     start = i * chunk
     q_BxCxHxDh = jax.lax.dynamic_slice_in_dim(q, start, chunk, axis=1)
     sq_BxC = jax.lax.dynamic_slice_in_dim(seg_q, start, chunk, axis=1)
-    mask = segment_mask(sq_BxC, seg_BxT, start) | (sq_BxC == -1)[:, :, None]
-    return dense_attention(q_BxCxHxDh, k_BxTxKxDh, v_BxTxKxDh, mask)
+    k_start = jnp.clip(start + chunk - span, 0, t - span)  # keys [k_start, k_start + span)
+    k_BxSxKxDh = jax.lax.dynamic_slice_in_dim(k_BxTxKxDh, k_start, span, axis=1)
+    v_BxSxKxDh = jax.lax.dynamic_slice_in_dim(v_BxTxKxDh, k_start, span, axis=1)
+    sk_BxS = jax.lax.dynamic_slice_in_dim(seg_BxT, k_start, span, axis=1)
+    mask = segment_mask(sq_BxC, sk_BxS, start, k_start) | (sq_BxC == -1)[:, :, None]
+    return dense_attention(q_BxCxHxDh, k_BxSxKxDh, v_BxSxKxDh, mask)
 
   out_NxBxCxHxDh = jax.lax.map(block, jnp.arange(n))
   b, _, h, dh = q_BxTxHxDh.shape
@@ -139,9 +155,9 @@ def splash_segment_attention(
   return out_BxKxGxTxDh.transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
 
 
-def segment_attention(impl: str, q, k, v, seg_BxT, chunk: int = 1024):
+def segment_attention(impl: str, q, k, v, seg_BxT, chunk: int = 1024, window: int = 0):
   if impl == "cudnn":
     return cudnn_segment_attention(q, k, v, seg_BxT)
   if impl == "splash":
     return splash_segment_attention(q, k, v, seg_BxT)
-  return xla_segment_attention(q, k, v, seg_BxT, chunk)
+  return xla_segment_attention(q, k, v, seg_BxT, chunk, window)

@@ -34,6 +34,7 @@ class Qwen2Config:
   remat: str = "none"  # none | full | dots
   attention_impl: str = "xla"  # xla | cudnn | splash (full passes without a cache only)
   attention_chunk: int = 1024  # xla: query rows per attention block (0 = one block)
+  attention_window: int = 0  # xla: no segment is longer (packed rows); 0 = a segment may fill a row
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:

@@ -150,6 +150,7 @@ class Attention(nn.Module):
         v_BxSxKxDh.astype(dt),
         mask_BxTxS,
         c.attention_chunk,
+        c.attention_window,
       )
     else:
       out_BxTxHxDh = attn_lib.dense_attention(
