@@ -14,8 +14,11 @@ Both run the real update (`train_step.jit_train_step` / `PackedTrainStep`, AdamW
 random Qwen2 and the same sequences, interleaved rep by rep; the metric is trained (non-pad)
 tokens per second. Then, in a subprocess on 8 fake CPU devices (fsdp 8), the per-device memory
 of the DeepSeek-R1-Distill-Qwen-1.5B update from an AOT compile: packed at a 16K-token budget
-against padded micro-batches of 8 x 9,216. The last line is one JSON object with
-`packed_vs_padded` (median over reps of the per-rep ratio).
+against padded micro-batches of 8 x 9,216. Then the trainer's default layout, one packed row per
+device (16,384 tokens, here 1,024), with attention blocks that see the whole row against blocks
+that look back only the longest sequence (`attention_window`). The last line is one JSON object
+with `packed_vs_padded` and `window.windowed_vs_whole_row` (medians over reps of the per-rep
+ratios).
 """
 
 from __future__ import annotations
@@ -157,6 +160,66 @@ def throughput(reps: int) -> dict:
   }
 
 
+def window(reps: int) -> dict:
+  """The trainer's default layout — one packed row per device (`rollout.token_budget`,
+  `pack_row_len` 0) — scaled 16x down: rows of 1,024 tokens, attention blocks of 64 queries,
+  sequences of up to 576 tokens. Blocks that see the whole row vs blocks that look back 576
+  (`attention_window`, what the trainer sets), on the same slabs, interleaved."""
+  import jax
+
+  from prorl_jax import packing
+  from prorl_jax import train_step as ts
+  from prorl_jax.model import init_params, presets
+  from prorl_jax.sharding import make_mesh
+
+  slab = (1, 16384 // SCALE)
+  base = presets.Qwen2Config(**MODEL, remat="dots", attention_chunk=1024 // SCALE)
+  cfgs = {"whole_row": base, "windowed": base.replace(attention_window=PROMPT_CAP + RESPONSE_CAP)}
+  mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  tx = ts.make_optimizer(1e-5)
+  params = init_params(base, jax.random.PRNGKey(0))
+  lc = ts.LossConfig(logit_chunk=512)
+  steps = {k: ts.PackedTrainStep(c, tx, lc, mesh, slab) for k, c in cfgs.items()}
+  states = {
+    k: ts.create_train_state(base, tx, mesh, jax.random.PRNGKey(1), params=params) for k in cfgs
+  }
+  rng = np.random.RandomState(1)
+  rows = []
+  for i in range(reps + 1):
+    b, _ = padded_batch(rng, base.vocab_size)
+    p = packing.plan(b["attn_mask"], b["loss_mask"], length=slab[1], rows=slab[0])
+    slabs = packing.slabs(p, b, ts.PER_TOKEN_KEYS)
+    lm = b["loss_mask"]
+    counts = (lm.sum(), (lm.sum(1) > 0).sum())
+    got = {}
+    for k in ("whole_row", "windowed") if i % 2 else ("windowed", "whole_row"):
+      t0 = time.perf_counter()
+      states[k], m = steps[k](states[k], slabs, counts)
+      jax.block_until_ready(m)
+      got[k] = (time.perf_counter() - t0, float(m["actor/loss"]))
+    if i == 0:  # compiles
+      continue
+    real = int(b["attn_mask"].sum())
+    row = {
+      "rep": i,
+      "slabs": p.slabs,
+      "real_tokens": real,
+      "whole_row_tokens_per_s": round(real / got["whole_row"][0], 1),
+      "windowed_tokens_per_s": round(real / got["windowed"][0], 1),
+      "ratio": round(got["whole_row"][0] / got["windowed"][0], 3),
+      "loss_whole_row": got["whole_row"][1],
+      "loss_windowed": got["windowed"][1],
+    }
+    print(json.dumps(row), flush=True)
+    rows.append(row)
+  ratios = [r["ratio"] for r in rows]
+  return {
+    "windowed_vs_whole_row": round(statistics.median(ratios), 3),
+    "windowed_vs_whole_row_min": min(ratios),
+    "reps": len(rows),
+  }
+
+
 def aot_report():
   """Child: the 1.5B update compiled for 8 fake CPU devices (fsdp 8), per-device memory."""
   import jax
@@ -227,6 +290,7 @@ def main():
     return aot_report()
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   summary = throughput(args.reps)
+  summary["window"] = window(args.reps)
   if not args.skip_aot:
     summary["aot_qwen15b_fsdp8"] = aot_child(__file__)
   print(json.dumps(summary))
