@@ -92,24 +92,15 @@ def test_every_override_in_the_docs_is_a_valid_config(where, pairs):
 def _flags_of(module):
   """The long options `python -m MODULE --helpfull` (absl) or `--help` (argparse) lists."""
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-  out = subprocess.run(
-    [sys.executable, "-m", module, "--helpfull"],
-    cwd=ROOT,
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=120,
-  )
-  text = out.stdout + out.stderr
+
+  def help_text(flag):
+    cmd = [sys.executable, "-m", module, flag]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return out.stdout + out.stderr
+
+  text = help_text("--helpfull")
   if text.startswith("usage: "):  # argparse: --help lists its options
-    text = subprocess.run(
-      [sys.executable, "-m", module, "--help"],
-      cwd=ROOT,
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=120,
-    ).stdout
+    text = help_text("--help")
   return set(re.findall(r"--(?:\[no\])?([a-z][\w-]*)", text))
 
 
