@@ -337,9 +337,9 @@ def compare_differences(col: dict, settings: dict, files: dict) -> list[str]:
     theirs, ours = col["settings"].get(k), settings.get(k)
     if k == "samples" and isinstance(theirs, dict) and isinstance(ours, dict):
       diff += [
-        f"{d} samples {theirs.get(d)} (here {n})"
+        f"{d} samples {theirs[d]} (here {n})"
         for d, n in ours.items()
-        if theirs.get(d) != n and d in theirs
+        if d in theirs and theirs[d] != n
       ]
     elif theirs != ours:
       diff.append(f"{k} {theirs} (here {ours})")
@@ -417,9 +417,19 @@ def _fmt(v) -> str:
   return "—" if v is None else f"{v:.2f}"
 
 
+def _series(report: dict, rows: list[dict]) -> list[tuple[str, list]]:
+  """(label, a value per row) of each number column: published, measured, then ours."""
+  out = [
+    (c["label"], [r["reference"][cid] for r in rows])
+    for cid, c in report["reference_columns"].items()
+  ]
+  out += [(f"{m} (measured)", [r["measured"][m] for r in rows]) for m in report["measured_columns"]]
+  return out + [("This model", [r["ours"] for r in rows])]
+
+
 def report_markdown(report: dict) -> str:
   cols = report["reference_columns"]
-  measured = report.get("measured_columns", {})
+  measured = report["measured_columns"]
   st = report["settings"]
   lines = [
     f"# Evaluation of {report['model']}",
@@ -432,39 +442,27 @@ def report_markdown(report: dict) -> str:
     "instruction following and logic: the mean score. Percent.",
     "",
   ]
-  head = (
-    ["Benchmark"]
-    + [c["label"] for c in cols.values()]
-    + [f"{m} (measured)" for m in measured]
-    + ["This model"]
-  )
   for domain, t in report["domains"].items():
+    series = _series(report, t["rows"])
+    head = ["Benchmark"] + [label for label, _ in series]
     lines += [
       f"## {DOMAIN_TITLES.get(domain, domain)}",
       "",
       "| " + " | ".join(head) + " |",
       "|" + "---|" * len(head),
     ]
-    for r in t["rows"]:
+    for i, r in enumerate(t["rows"]):
       note = []
       if r["verifier_failures"]:
         note.append(f"{r['verifier_failures']} verifier failures")
       if r["dropped_too_long"]:
         note.append(f"{r['dropped_too_long']} prompts too long")
-      lines.append(
-        "| "
-        + " | ".join(
-          [r["benchmark"]]
-          + [_fmt(r["reference"][c]) for c in cols]
-          + [_fmt(r.get("measured", {}).get(m)) for m in measured]
-          + [_fmt(r["ours"]) + (f" ({'; '.join(note)})" if note else "")]
-        )
-        + " |"
-      )
-    others = [[r["reference"][c] for r in t["rows"]] for c in cols] + [
-      [r.get("measured", {}).get(m) for r in t["rows"]] for m in measured
+      cells = [_fmt(v[i]) for _, v in series[:-1]]
+      ours = _fmt(r["ours"]) + (f" ({'; '.join(note)})" if note else "")
+      lines.append("| " + " | ".join([r["benchmark"], *cells, ours]) + " |")
+    avg = [
+      _fmt(float(np.mean(v))) if all(x is not None for x in v) else "—" for _, v in series[:-1]
     ]
-    avg = [_fmt(float(np.mean(v))) if all(x is not None for x in v) else "—" for v in others]
     lines += ["| **average** | " + " | ".join(avg + [_fmt(t["average"])]) + " |", ""]
   lines += ["Published numbers (— where the source gives none or it is not transcribed):", ""]
   lines += [f"- {c['label']}: {c['source']}" for c in cols.values()]
@@ -487,13 +485,7 @@ def report_png(report: dict, path: str) -> None:
   import matplotlib.pyplot as plt
 
   rows = [r for t in report["domains"].values() for r in t["rows"]]
-  cols = list(report["reference_columns"].items())
-  series = [(c["label"], [r["reference"][cid] for r in rows]) for cid, c in cols]
-  series += [
-    (f"{m} (measured)", [r.get("measured", {}).get(m) for r in rows])
-    for m in report.get("measured_columns", {})
-  ]
-  series.append(("This model", [r["ours"] for r in rows]))
+  series = _series(report, rows)
   x = np.arange(len(rows))
   width = 0.8 / len(series)
   fig, ax = plt.subplots(figsize=(max(8.0, 0.9 * len(rows)), 4.5))
