@@ -6,12 +6,13 @@
 
 Variants: "" (the real run), "smoke" (2 steps of 8 prompts x 4 samples, 1024 response tokens,
 no in-loop validation: the whole pipeline on any model, a tiny one on a CPU included).
-Get the base model with `huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B
---local-dir DIR` on a machine with internet, then pass DIR as model.path; build the training mix
-with `python -m prorl_jax.prepare --mix=prorl --out=data/prorl` (data.prepared) and the
-evaluation suite with `python -m prorl_jax.prepare --suite=prorl-eval --out=data/prorl-eval`
-(in-loop validation on AIME24, Codeforces, GPQA-Diamond, IFEval and Reasoning Gym graph_color,
-at most 64 prompts each, 4 samples at the evaluation's temperature 0.6 / top-p 0.95).
+Get the base model on a machine with internet, `hf download
+deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`, and pass DIR as model.path; build
+the training mix with `python -m prorl_jax.prepare --mix=prorl --out=data/prorl` (data.prepared)
+and the evaluation suite with `python -m prorl_jax.prepare --suite=prorl-eval
+--out=data/prorl-eval` (in-loop validation on AIME24, Codeforces, GPQA-Diamond, IFEval and
+Reasoning Gym graph_color, at most 64 prompts each, 4 samples at the evaluation's temperature
+0.6 / top-p 0.95).
 """
 
 from prorl_jax.config import base_config

@@ -1,11 +1,13 @@
-"""Reading a dataset for `python -m prorl_jax.prepare`: a local JSONL / JSON / Parquet file or a
-directory of them, or a Hugging Face dataset through `datasets` (the commit used is recorded);
-every row converted or counted as malformed with its reason."""
+"""Reading a dataset for `python -m prorl_jax.prepare`: a Hugging Face dataset repository (through
+`datasets`, or through `huggingface_hub` for the raw files of a repository `datasets` cannot load;
+the commit used is recorded), a local copy of one, or a local JSONL / JSON / Parquet / CSV file or
+directory of them; every row converted or counted as malformed with its reason."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import fnmatch
 import glob
 import json
 import os
@@ -28,22 +30,27 @@ class Source:
   columns: tuple[str, ...]  # required columns
   convert: Callable[[dict], dict]
   split: str = "train"
-  data_dir: str | None = None
   license: str = ""
   config: str | None = None  # the dataset's configuration (subset) name
-  data_files: tuple[str, ...] | None = None  # files of the dataset repository to read
+  # Glob patterns of the repository's files to read as they are, for repositories `datasets`
+  # cannot load (a loading script); None = `datasets` with `config` and `split`.
+  files: tuple[str, ...] | None = None
+
+
+DATA_EXTENSIONS = ("jsonl", "json", "parquet", "csv")
 
 
 def read_local(path: str) -> list[dict]:
-  """Rows of a JSONL / JSON / Parquet file, or of every such file in a directory (sorted)."""
+  """Rows of a JSONL / JSON / Parquet / CSV file, or of every such file in a directory
+  (sorted)."""
   if os.path.isdir(path):
     files = sorted(
       f
-      for ext in ("jsonl", "json", "parquet")
+      for ext in DATA_EXTENSIONS
       for f in glob.glob(os.path.join(path, f"**/*.{ext}"), recursive=True)
     )
     if not files:
-      raise PrepareError(f"{path} holds no .jsonl, .json or .parquet files")
+      raise PrepareError(f"{path} holds no .jsonl, .json, .parquet or .csv files")
     return [r for f in files for r in read_local(f)]
   if not os.path.isfile(path):
     raise PrepareError(f"{path}: no such file")
@@ -51,6 +58,14 @@ def read_local(path: str) -> list[dict]:
     import pyarrow.parquet as pq
 
     return pq.read_table(path).to_pylist()
+  if path.endswith(".csv"):
+    import pyarrow.csv as pcsv
+
+    try:  # quoted fields may span lines (GPQA's questions do)
+      table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(newlines_in_values=True))
+    except Exception as e:  # noqa: BLE001 - pyarrow's parse errors: one line
+      raise PrepareError(f"{path}: not a CSV table ({str(e)[:200]})") from None
+    return table.to_pylist()
   with open(path) as f:
     if path.endswith(".json"):
       doc = json.load(f)
@@ -65,33 +80,87 @@ def read_local(path: str) -> list[dict]:
     return rows
 
 
+def _matching(root: str, patterns: tuple[str, ...]) -> list[str]:
+  """The files under `root` whose repository path matches one of the glob patterns, sorted."""
+  found = []
+  for dirpath, dirs, names in os.walk(root):
+    dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # hf download's .cache/
+    for n in names:
+      rel = os.path.relpath(os.path.join(dirpath, n), root).replace(os.sep, "/")
+      if any(fnmatch.fnmatchcase(rel, p) for p in patterns):
+        found.append(os.path.join(dirpath, n))
+  return sorted(found)
+
+
+def _read_files(src: Source, root: str, where: str) -> list[dict]:
+  files = _matching(root, src.files)
+  if not files:
+    raise PrepareError(
+      f"{where}: no file matches {', '.join(src.files)}; the repository's layout changed: pin "
+      f"an older --revision {src.name}=SHA or update the source"
+    )
+  return [r for f in files for r in read_local(f)]
+
+
+def _load_dataset(src: Source, repo: str, revision: str | None = None) -> list[dict]:
+  """Rows of `src` from a dataset repository through `datasets`: a Hub id at `revision`, or a
+  local copy of the repository (read the same way: its card's configurations and splits)."""
+  import datasets
+
+  return datasets.load_dataset(repo, src.config, split=src.split, revision=revision).to_list()
+
+
 def download(src: Source, revision: str) -> tuple[list[dict], str]:
-  """(rows, resolved commit) of a Hugging Face dataset split, through `datasets`."""
+  """(rows, resolved commit) of a Hugging Face dataset split: through `datasets`, or the
+  source's `files` through `huggingface_hub`."""
   try:
-    import datasets
-    from huggingface_hub import HfApi
+    import datasets  # noqa: F401 - checked here for the one-line error
+    import huggingface_hub
   except ImportError as e:
     raise PrepareError(
       f"downloading {src.dataset} needs `datasets` ({e}); pip install "
       f"datasets==4.8.5, or pass --source {src.name}=PATH"
     ) from None
   try:
-    sha = HfApi().dataset_info(src.dataset, revision=revision).sha
-    ds = datasets.load_dataset(
-      src.dataset,
-      src.config,
-      data_dir=src.data_dir,
-      data_files=list(src.data_files) if src.data_files else None,
-      split=src.split,
-      revision=sha,
-    )
+    sha = huggingface_hub.HfApi().dataset_info(src.dataset, revision=revision).sha
+    if src.files:
+      root = huggingface_hub.snapshot_download(
+        src.dataset, repo_type="dataset", revision=sha, allow_patterns=list(src.files)
+      )
+      return _read_files(src, root, f"{src.dataset}@{sha}"), sha
+    return _load_dataset(src, src.dataset, sha), sha
+  except PrepareError:
+    raise
   except Exception as e:  # noqa: BLE001 - network, auth, missing split: one line, the fix
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    if "gated" in text.lower():
+      raise PrepareError(
+        f"{src.dataset} is gated: accept its terms at https://huggingface.co/datasets/"
+        f"{src.dataset} and log in (`hf auth login`), or pass --source {src.name}=PATH"
+      ) from None
     raise PrepareError(
-      f"cannot download {src.dataset}@{revision} ({type(e).__name__}: "
-      f"{str(e)[:200]}); check the network or pass --source "
-      f"{src.name}=PATH"
+      f"cannot download {src.dataset}@{revision} ({text[:240]}); check the network or pass "
+      f"--source {src.name}=PATH"
     ) from None
-  return ds.to_list(), sha
+
+
+def read_copy(src: Source, path: str) -> list[dict]:
+  """Rows of `src` from a local path: a copy of its Hub repository (`hf download --repo-type
+  dataset ID --local-dir PATH`) reads as the Hub does; any other file or directory of JSONL /
+  JSON / Parquet / CSV files is read whole."""
+  if os.path.isdir(path) and src.dataset:
+    if src.files and _matching(path, src.files):
+      return _read_files(src, path, path)
+    if not src.files and os.path.isfile(os.path.join(path, "README.md")):
+      try:
+        return _load_dataset(src, path)
+      except Exception as e:  # noqa: BLE001 - a copy datasets cannot read: one line
+        text = " ".join(f"{type(e).__name__}: {e}".split())
+        raise PrepareError(
+          f"{path}: cannot read it as a copy of {src.dataset} ({text[:240]}); pass the "
+          "repository's directory or its data files"
+        ) from None
+  return read_local(path)
 
 
 def load_source(
@@ -100,7 +169,7 @@ def load_source(
   """(converted rows, malformed reasons counted, provenance) of one source: read locally or
   downloaded, its columns checked (a missing one stops with one line), every row converted."""
   if src.name in local:
-    raw, revision = read_local(local[src.name]), f"local:{os.path.abspath(local[src.name])}"
+    raw, revision = read_copy(src, local[src.name]), f"local:{os.path.abspath(local[src.name])}"
   else:
     raw, revision = download(src, revisions.get(src.name, "main"))
   info = {"dataset": src.dataset, "revision": revision, "split": src.split, "license": src.license}

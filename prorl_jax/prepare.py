@@ -12,13 +12,14 @@ Five domains (default counts as in ProRL; `--count DOMAIN=N` changes one):
                                  instruction_following (input, args: IFEval instruction ids)
 
 Downloads go through Hugging Face `datasets` (`--revision NAME=SHA` pins one; the commit used is
-recorded either way); `--source NAME=PATH` reads a local JSONL / JSON / Parquet file or a
-directory of them instead (offline machines, tests). Every row is converted or counted as
-malformed with its reason; a source missing a column stops with one line naming the dataset,
-revision and column. Prompts are deduplicated across the mix (case and whitespace folded);
-`--val` rows per domain form `val.parquet`. `manifest.json` records per-source counts, dataset
-ids, revisions, licenses, and each output file's rows and sha256; `data.prepared=DIR` trains on
-it.
+recorded either way); `--source NAME=PATH` reads a local copy of the dataset's repository (`hf
+download --repo-type dataset ID --local-dir PATH`, read as the Hub is) or a JSONL / JSON /
+Parquet / CSV file or directory of them instead (offline machines, tests). Every row is
+converted or counted as malformed with its reason; a source missing a column stops with one line
+naming the dataset, revision and column. Prompts are deduplicated across the mix (case and
+whitespace folded); `--val` rows per domain form `val.parquet`. `manifest.json` records
+per-source counts, dataset ids, revisions, licenses, and each output file's rows and sha256;
+`data.prepared=DIR` trains on it.
 """
 
 from __future__ import annotations
@@ -195,8 +196,8 @@ SOURCES = {
       "nvidia/Llama-Nemotron-Post-Training-Dataset",
       ("input", "args"),
       convert_nemotron_if,
+      config="RL",
       split="instruction_following",
-      data_dir="RL",
       license="CC BY 4.0",
     ),
   )
@@ -409,7 +410,8 @@ def main(argv=None) -> int:
     "--source",
     action="append",
     default=[],
-    help=f"NAME=PATH: read a source locally (mix: {', '.join(SOURCES)}; suite: "
+    help="NAME=PATH: read a source locally, from a copy of its Hub repository or from "
+    f"JSONL/JSON/Parquet/CSV files (mix: {', '.join(SOURCES)}; suite: "
     f"{', '.join(suite_lib.SOURCES)})",
   )
   ap.add_argument("--revision", action="append", default=[], help="NAME=SHA: pin a dataset")

@@ -29,7 +29,7 @@ log = logging.getLogger("prorl_jax.train")
 
 R1_DISTILL_HINT = (
   "model.path is empty: download DeepSeek-R1-Distill-Qwen-1.5B on a machine with internet "
-  "(`huggingface-cli download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`), "
+  "(`hf download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`), "
   "copy DIR here and pass --config.model.path=DIR"
 )
 

@@ -13,8 +13,10 @@ malformed rows by reason, sha256 of every file).
   codeforces, taco                            data_source
   humanevalplus        code                   evalplus/humanevalplus (its inputs/results table
                                               becomes function-call tests)
-  livecodebench        code                   livecodebench/code_generation_lite, problems
-                                              dated in [--lcb_from, --lcb_to)
+  livecodebench        code                   livecodebench/code_generation_lite (its
+                                              test*.jsonl files through huggingface_hub:
+                                              `datasets` 4 does not run its loading script),
+                                              problems dated in [--lcb_from, --lcb_to)
   gpqa_diamond         stem                   Idavidrein/gpqa (gpqa_diamond; gated: accept its
                                               terms and log in first), choices shuffled per
                                               question with a fixed seed
@@ -335,7 +337,7 @@ SOURCES = {
       "livecodebench/code_generation_lite",
       ("question_content", "public_test_cases", "private_test_cases", "metadata", "contest_date"),
       convert_livecodebench,
-      data_files=("test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl"),
+      files=("test*.jsonl",),  # its loading script is not run: `datasets` 4 refuses scripts
       license="CC BY 4.0",
     ),
     Source(

@@ -4,6 +4,7 @@ names a field and passes validation, and every command-line flag they show exist
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -130,3 +131,62 @@ def test_every_flag_in_the_docs_exists(module, commands):
   for cmd in commands:
     for flag in re.findall(r"(?:^|\s)--([a-z][\w-]*)", cmd):
       assert flag in known, f"{cmd}: python -m {module} has no --{flag}"
+
+
+BIN = os.path.dirname(sys.executable)  # the environment's console scripts (hf, prorl-*)
+
+
+def _shell_commands():
+  """Every simple command the docs show (```bash blocks and inline spans that begin with a
+  command: `make ...`, `hf ...`, `bash ...`) and the messages and docstrings of the code tell
+  users to type, split at && and ;."""
+  found = []
+  code = sorted(glob.glob(os.path.join(ROOT, "prorl_jax", "**", "*.py"), recursive=True))
+  for path in DOCS + code + sorted(glob.glob(os.path.join(ROOT, "configs", "*.py"))):
+    text = _text(path)
+    name = os.path.relpath(path, ROOT)
+    spans = [s for s in re.findall(r"`([^`\n]+)`", text) if re.match(r"(make|hf|bash) \S", s)]
+    for line in (_commands(text) if path.endswith(".md") else []) + spans:
+      for cmd in re.split(r"\s*(?:&&|;)\s*", line):
+        if cmd:
+          found.append((name, cmd))
+  return sorted(set(found))
+
+
+def _make_targets():
+  text = _text(os.path.join(ROOT, "Makefile"))
+  return set(re.findall(r"^([\w-]+):", text, re.M))
+
+
+@pytest.mark.parametrize("where, cmd", _shell_commands(), ids=lambda x: str(x)[:60])
+def test_every_command_in_the_docs_exists_as_shown(where, cmd):
+  words = cmd.split()
+  exe, args = words[0], words[1:]
+  if exe == "python":  # python -m prorl_jax.*: the flag test above
+    return
+  if exe == "make":
+    targets = [a for a in args if "=" not in a and not a.startswith("-")]
+    missing = [t for t in targets if t not in _make_targets()]
+    assert targets and not missing, f"{where}: `{cmd}`: no make target {missing}"
+  elif exe in ("bash", "source", "."):
+    assert os.path.isfile(os.path.join(ROOT, args[0])), f"{where}: `{cmd}`: no {args[0]}"
+  elif os.path.isfile(os.path.join(BIN, exe)):  # a console script: its --help must work
+    subs = []
+    for a in args:
+      if not re.fullmatch(r"[a-z]+", a):
+        break
+      subs.append(a)
+    out = subprocess.run(
+      [os.path.join(BIN, exe), *subs, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, f"{where}: `{cmd}`: `{exe} {' '.join(subs)} --help` fails"
+    for flag in re.findall(r"(?:^|\s)(--[a-z][\w-]*)", cmd):
+      assert flag in out.stdout, f"{where}: `{cmd}`: {exe} {' '.join(subs)} has no {flag}"
+  else:
+    assert shutil.which(exe), f"{where}: `{cmd}`: no command {exe}"
+
+
+def test_the_docs_show_the_downloads():
+  cmds = [c for _, c in _shell_commands()]
+  assert any(c.startswith("hf download ") for c in cmds)
+  assert any(c.startswith("make venv-gpu") for c in cmds)
