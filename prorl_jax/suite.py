@@ -337,6 +337,7 @@ SOURCES = {
       "livecodebench/code_generation_lite",
       ("question_content", "public_test_cases", "private_test_cases", "metadata", "contest_date"),
       convert_livecodebench,
+      split="test",
       files=("test*.jsonl",),  # its loading script is not run: `datasets` 4 refuses scripts
       license="CC BY 4.0",
     ),

@@ -64,7 +64,7 @@ def test_markdown_report_puts_published_numbers_beside_ours():
     references=refs,
   )
   md = evalsuite.report_markdown(rep)
-  assert "| aime24 | 28.54 | 48.13 | — | 25.00 (2 verifier failures) |" in md
+  assert "| aime24 | 28.54 | 48.13 | 49.58 | 25.00 (2 verifier failures) |" in md
   assert "## Math" in md and "DeepSeek-R1-Distill-Qwen-1.5B" in md
 
 
@@ -83,6 +83,13 @@ def test_published_numbers_cover_the_suite_and_match_the_papers_averages():
   assert avg("prorl_v1", "math") == pytest.approx(60.14, abs=0.006)
   assert avg("r1_distill_1.5b", "code") == pytest.approx(23.08, abs=0.006)
   assert avg("prorl_v1", "code") == pytest.approx(37.49, abs=0.006)
+  # ProRL v2: the "Avg" columns of its model card's Tables 1 and 2; no OOD logic numbers there.
+  assert avg("prorl_v2", "math") == pytest.approx(61.69, abs=0.006)
+  assert avg("prorl_v2", "code") == pytest.approx(41.03, abs=0.006)
+  assert refs["numbers"]["reasoning_gym_ood"]["prorl_v2"] is None
+  assert all(
+    v["prorl_v2"] is not None for k, v in refs["numbers"].items() if k != "reasoning_gym_ood"
+  )
 
 
 def _summary(p):
@@ -142,10 +149,10 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
   md = evalsuite.report_markdown(rep)
   head = "| Benchmark | DeepSeek-R1-Distill-Qwen-1.5B | ProRL v1"
   assert head in md and "| base (measured) | v2 (measured) | This model |" in md
-  assert "| aime24 | 28.54 | 48.13 | — | 25.00 | 50.00 | 75.00 |" in md
-  assert "| aime25 | 22.71 | 33.33 | — | 12.50 | — | 50.00 |" in md
+  assert "| aime24 | 28.54 | 48.13 | 49.58 | 25.00 | 50.00 | 75.00 |" in md
+  assert "| aime25 | 22.71 | 33.33 | 36.04 | 12.50 | — | 50.00 |" in md
   # averages: base (25 + 12.5) / 2; v2 has a gap; ours (75 + 50) / 2
-  assert "| **average** | 25.62 | 40.73 | — | 18.75 | — | 62.50 |" in md
+  assert "| **average** | 25.62 | 40.73 | 42.81 | 18.75 | — | 62.50 |" in md
   diff = rep["measured_columns"]["base"]["differences"]
   assert diff == ["max_response_len 8192 (here 32768)", "other benchmark files for aime25"]
   assert rep["measured_columns"]["v2"]["differences"] == []
