@@ -3,6 +3,7 @@ model for all pytest-xdist workers of a run (`make test` runs two)."""
 
 import fcntl
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # 8 fake CPU devices for the sharding tests; must be set before jax is imported.
@@ -13,6 +14,14 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One persistent XLA compilation cache for the workers and every trainer process they start: a
+# config's steps compile once and later processes load them (the kill -9 resume tests start five
+# trainers). A size limit turns on JAX's file locks between concurrent writers.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(
+    tempfile.gettempdir(), f"prorl_jax-test-xla-cache-{os.getuid()}"
+  )
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
