@@ -92,8 +92,7 @@ def _matching(root: str, patterns: tuple[str, ...]) -> list[str]:
   return sorted(found)
 
 
-def _read_files(src: Source, root: str, where: str) -> list[dict]:
-  files = _matching(root, src.files)
+def _read_files(src: Source, files: list[str], where: str) -> list[dict]:
   if not files:
     raise PrepareError(
       f"{where}: no file matches {', '.join(src.files)}; the repository's layout changed: pin "
@@ -127,7 +126,7 @@ def download(src: Source, revision: str) -> tuple[list[dict], str]:
       root = huggingface_hub.snapshot_download(
         src.dataset, repo_type="dataset", revision=sha, allow_patterns=list(src.files)
       )
-      return _read_files(src, root, f"{src.dataset}@{sha}"), sha
+      return _read_files(src, _matching(root, src.files), f"{src.dataset}@{sha}"), sha
     return _load_dataset(src, src.dataset, sha), sha
   except PrepareError:
     raise
@@ -149,8 +148,9 @@ def read_copy(src: Source, path: str) -> list[dict]:
   dataset ID --local-dir PATH`) reads as the Hub does; any other file or directory of JSONL /
   JSON / Parquet / CSV files is read whole."""
   if os.path.isdir(path) and src.dataset:
-    if src.files and _matching(path, src.files):
-      return _read_files(src, path, path)
+    files = _matching(path, src.files) if src.files else []
+    if files:
+      return _read_files(src, files, path)
     if not src.files and os.path.isfile(os.path.join(path, "README.md")):
       try:
         return _load_dataset(src, path)

@@ -141,8 +141,7 @@ def repos(tmp_path_factory):
 
 
 def _load(src, path):
-  rows, bad, info = hub.load_source(src, {src.name: path}, {})
-  return rows, bad, info
+  return hub.load_source(src, {src.name: path}, {})
 
 
 def test_a_json_array_repository(repos):
