@@ -92,6 +92,11 @@ def _matching(root: str, patterns: tuple[str, ...]) -> list[str]:
   return sorted(found)
 
 
+def _one_line(e: Exception) -> str:
+  """An exception as one line: its type and message, whitespace folded."""
+  return " ".join(f"{type(e).__name__}: {e}".split())
+
+
 def _read_files(src: Source, files: list[str], where: str) -> list[dict]:
   if not files:
     raise PrepareError(
@@ -131,7 +136,7 @@ def download(src: Source, revision: str) -> tuple[list[dict], str]:
   except PrepareError:
     raise
   except Exception as e:  # noqa: BLE001 - network, auth, missing split: one line, the fix
-    text = " ".join(f"{type(e).__name__}: {e}".split())
+    text = _one_line(e)
     if "gated" in text.lower():
       raise PrepareError(
         f"{src.dataset} is gated: accept its terms at https://huggingface.co/datasets/"
@@ -155,7 +160,7 @@ def read_copy(src: Source, path: str) -> list[dict]:
       try:
         return _load_dataset(src, path)
       except Exception as e:  # noqa: BLE001 - a copy datasets cannot read: one line
-        text = " ".join(f"{type(e).__name__}: {e}".split())
+        text = _one_line(e)
         raise PrepareError(
           f"{path}: cannot read it as a copy of {src.dataset} ({text[:240]}); pass the "
           "repository's directory or its data files"

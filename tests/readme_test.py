@@ -153,9 +153,7 @@ def _shell_commands():
   return sorted(set(found))
 
 
-def _make_targets():
-  text = _text(os.path.join(ROOT, "Makefile"))
-  return set(re.findall(r"^([\w-]+):", text, re.M))
+MAKE_TARGETS = set(re.findall(r"^([\w-]+):", _text(os.path.join(ROOT, "Makefile")), re.M))
 
 
 @pytest.mark.parametrize("where, cmd", _shell_commands(), ids=lambda x: str(x)[:60])
@@ -166,7 +164,7 @@ def test_every_command_in_the_docs_exists_as_shown(where, cmd):
     return
   if exe == "make":
     targets = [a for a in args if "=" not in a and not a.startswith("-")]
-    missing = [t for t in targets if t not in _make_targets()]
+    missing = [t for t in targets if t not in MAKE_TARGETS]
     assert targets and not missing, f"{where}: `{cmd}`: no make target {missing}"
   elif exe in ("bash", "source", "."):
     assert os.path.isfile(os.path.join(ROOT, args[0])), f"{where}: `{cmd}`: no {args[0]}"
