@@ -174,6 +174,12 @@ FIELDS: dict = {
       False,
       "local workers run code rewards WITHOUT the sandbox (trusted data only)",
     ),
+    "sandbox_memory_gib": (
+      4.0,
+      "memory ceiling of all code sandboxes of the local workers together (a cgroup, else "
+      "per-sandbox limits that fit it)",
+    ),
+    "sandbox_pids": (256, "process ceiling of all code sandboxes of the local workers together"),
   },
   "vllm": {
     "gpu_memory_utilization": (0.5, "share of GPU memory vLLM takes (weights + KV cache)"),
@@ -503,6 +509,14 @@ def items(value: str) -> list[str]:
 def pass_ks(cfg) -> list[int]:
   """eval.pass_k as integers (validated by `validate`)."""
   return [int(k) for k in items(cfg.eval.pass_k)]
+
+
+def sandbox_limits(cfg) -> dict:
+  """The code sandboxes' run-wide ceilings for LocalWorkers."""
+  return {
+    "memory_bytes": int(cfg.rollout.sandbox_memory_gib * (1 << 30)),
+    "pids": int(cfg.rollout.sandbox_pids),
+  }
 
 
 def routing_table(cfg) -> dict[str, str]:

@@ -191,6 +191,7 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
       cfg.rollout.engine,
       os.path.join(tmp, "workers"),
       unsandboxed_code=cfg.rollout.unsandboxed_code,
+      sandbox_limits=config_lib.sandbox_limits(cfg),
       python=python,
       vllm_options=config_lib.vllm_options(cfg),
     )

@@ -252,6 +252,7 @@ class _Runner:
       cfg.rollout.engine,
       os.path.join(self.tmp.name, "workers"),
       unsandboxed_code=cfg.rollout.unsandboxed_code,
+      sandbox_limits=config_lib.sandbox_limits(cfg),
       python=python,
       vllm_options=config_lib.vllm_options(cfg),
     )

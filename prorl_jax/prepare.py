@@ -242,7 +242,6 @@ RG_TASKS = (
   "number_sequence",
   "number_sorting",
   "palindrome_generation",
-  "propositional_logic",
   "rotate_matrix",
   "self_reference",
   "shortest_path",

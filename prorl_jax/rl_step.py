@@ -35,6 +35,28 @@ def results_to_groups(rid: str, request: Request, manifest: dict, arrays: dict) 
   return groups
 
 
+def without_failed_samples(group: dict) -> dict | None:
+  """A group whose verifier failed on some samples (a fault of the verifier, not a judgement),
+  with those samples dropped from the learning signal: their raw score is the mean of the
+  group's other samples (so the group mean, and whether the group is informative, are those
+  of the judged samples alone) and `build_batch` gives them no loss tokens. None when fewer than
+  two samples were judged: no baseline to learn against."""
+  failed = np.asarray(group["verifier_failed"], bool)
+  if not failed.any():
+    return group
+  if (~failed).sum() < 2:
+    return None
+  raw = np.asarray(group["raw_scores"], np.float64).copy()
+  raw[failed] = raw[~failed].mean()
+  return dict(group, raw_scores=raw.astype(np.asarray(group["raw_scores"]).dtype))
+
+
+def _failed_PxN(groups: list[dict]) -> np.ndarray:
+  return np.stack(
+    [np.asarray(g.get("verifier_failed", np.zeros(len(g["lengths"]))), bool) for g in groups]
+  )
+
+
 def shape_scores(
   groups: list[dict],
   *,
@@ -58,6 +80,9 @@ def shape_scores(
     )
   if overlong_buffer:
     s = shaping.dapo_overlong(s, lengths, max_len, overlong_buffer, overlong_factor)
+  failed = _failed_PxN(groups)
+  for i in np.flatnonzero(failed.any(axis=1)):  # dropped samples: the judged samples' mean
+    s[i, failed[i]] = s[i, ~failed[i]].mean()
   return s
 
 
@@ -73,14 +98,14 @@ def build_batch(
     "gen_logp": np.zeros((rows, t), np.float32),
   }
   r = 0
-  for g in groups:
+  for g, failed in zip(groups, _failed_PxN(groups) if groups else []):
     p = g["prompt_ids"][-prompt_len:]
     for j in range(len(g["lengths"])):
       length = int(g["lengths"][j])
       out["tokens"][r, prompt_len - len(p) : prompt_len] = p
       out["attn_mask"][r, prompt_len - len(p) : prompt_len + length] = 1
       out["tokens"][r, prompt_len : prompt_len + length] = g["tokens"][j, :length]
-      out["loss_mask"][r, prompt_len : prompt_len + length] = 1
+      out["loss_mask"][r, prompt_len : prompt_len + length] = 0 if failed[j] else 1
       out["gen_logp"][r, prompt_len : prompt_len + length] = g["gen_logp"][j, :length]
       r += 1
   out["attn_mask"][r:, prompt_len - 1] = 1  # empty rows see one token: finite, never trained
@@ -120,7 +145,7 @@ def token_advantages(
 
 
 def group_metrics(groups: list[dict], shaped: np.ndarray) -> dict:
-  raw = np.stack([g["raw_scores"] for g in groups])
+  raw = np.stack([g["raw_scores"] for g in groups])  # dropped samples hold their group's mean
   lengths = np.stack([g["lengths"] for g in groups])
   stopped = np.stack([g["stopped"] for g in groups])
   return {

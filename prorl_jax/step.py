@@ -100,7 +100,10 @@ def _receive(c, ex: Exchange, workers, requests: dict[str, Request], step, versi
     for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
       notes["verifier/" + k] = notes.get("verifier/" + k, 0) + v
     for g in rl_step.results_to_groups(rid, req, manifest, arrays):
-      if g["verifier_failed"].any():
+      failed = int(np.sum(g["verifier_failed"]))
+      notes["verifier_failed_samples"] = notes.get("verifier_failed_samples", 0) + failed
+      g = rl_step.without_failed_samples(g)  # a verifier's fault drops samples, not the group
+      if g is None:
         notes["verifier_failed_groups"] += 1
         continue
       groups.append(g)
@@ -196,6 +199,10 @@ def collect(
     "sampling/stale_dropped": notes["dropped"],
     "sampling/carry_over_expired": expired,
     "sampling/verifier_failed_groups": notes["verifier_failed_groups"],
+    "sampling/verifier_failed_samples": notes.get("verifier_failed_samples", 0),
+    "rewards/response_errors": sum(
+      v for k, v in notes.items() if k.startswith("verifier/") and k.endswith("/response_errors")
+    ),
     "time/wait_rollouts_s": notes.get("wait_s", 0.0),
     "time/workers_wait_weights_s": notes.get("workers_wait_s", 0.0),
   }

@@ -320,6 +320,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       cfg.rollout.engine,
       os.path.join(cfg.run_dir, "workers"),
       unsandboxed_code=cfg.rollout.unsandboxed_code,
+      sandbox_limits=config_lib.sandbox_limits(cfg),
       python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
       vllm_options=config_lib.vllm_options(cfg),
     )

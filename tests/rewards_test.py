@@ -44,9 +44,12 @@ def test_math_huge_correct_answer_and_timeouts_are_marked():
         ("math", "\\boxed{" + "{" * 400 + "1" + "}" * 400 + "}", "2", {"timeout_s": 1}),
       ]
     )
-    assert slow.failed and "time" in slow.reason and slow.value == 0.0
-    # parsed in time or not, depending on the machine: never a pass
-    assert deep.value == 0.0 and (deep.failed or deep.reason.startswith("wrong"))
+    # the response's doing: 0 and counted as a response error, never a verifier failure (which
+    # would drop the sample and veto the judgement)
+    assert slow.response_error and not slow.failed and "time" in slow.reason and slow.value == 0.0
+    # parsed in time or not, depending on the machine: never a pass, never a verifier failure
+    assert deep.value == 0.0 and not deep.failed
+    assert pool.stats["math/response_errors"] >= 1 and not pool.stats["math/errors"]
     assert time.time() - t0 < 30
   finally:
     pool.close()
@@ -260,9 +263,14 @@ def test_ifeval_each_check(ins, true_text, false_text):
 
 def test_ifeval_fraction_after_think():
   ins = [{"type": "no_commas"}, {"type": "lowercase"}]
-  assert ifeval.score("<think>A, B</think>all fine", None, instructions=ins).value == 1.0
-  assert ifeval.score("<think>x</think>Has, Both", None, instructions=ins).value == 0.0
-  assert ifeval.score("<think>x</think>has, one", None, instructions=ins).value == 0.5
+  ok = "all fine and in lower case here"
+  assert ifeval.score(f"<think>A, B</think>{ok}", None, instructions=ins).value == 1.0
+  assert (
+    ifeval.score("<think>x</think>Has, Both of them, yes sir", None, instructions=ins).value == 0.0
+  )
+  assert (
+    ifeval.score("<think>x</think>has, one of them, yes sir", None, instructions=ins).value == 0.5
+  )
 
 
 # ---------------------------------------------------------------------------------------- mcq

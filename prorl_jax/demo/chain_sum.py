@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from prorl_jax.rewards import Score
+from prorl_jax.rewards.common import same_token
 
 _ANSWER = re.compile(r"<answer>\s*(-?\d+)\s*</answer>")
 
@@ -32,7 +33,7 @@ def score(response: str, reference, **_) -> Score:
   found = _ANSWER.findall(response)
   if not found:
     return Score(0.0, "no <answer> tag")
-  ok = int(found[-1]) == int(reference)
+  ok = same_token(found[-1], str(reference).strip())
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {found[-1]} != {reference}")
 
 

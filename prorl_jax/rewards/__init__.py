@@ -1,8 +1,13 @@
 """Reward verifiers (plain Python, never jax): they run inside rollout workers.
 
-Every verifier is `score(response, reference, **meta) -> Score`. A verifier that fails (raises,
-times out) is *marked* (`failed=True`) and counted, never silently scored 0: the trainer can drop
-such samples. `route(data_source)` picks the verifier from the routing table.
+Every verifier is `score(response, reference, **meta) -> Score`. Three outcomes are kept apart:
+- a judgement of the response, in [0, 1];
+- a failure the response caused (it blew up a parser, ran out of time or memory while being
+  judged): 0, marked `response_error` and counted, so a response can never veto its group;
+- a fault of the verifier itself (reference unparsable, sandbox unavailable, a verifier process
+  that died): marked `failed` and counted; the trainer drops that sample, never its group.
+`starved` marks a judgement cut short by other load (little CPU time at the wall-clock limit):
+the pool scores it again alone. `route(data_source)` picks the verifier from the routing table.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ class Score:
   value: float  # in [0, 1]
   reason: str = ""
   failed: bool = False  # the verifier itself failed: not a judgement of the response
+  response_error: bool = False  # the response made the verifier fail: scored 0, counted
+  starved: bool = False  # cut short by other load, not by the response: to be scored again
 
 
 Verifier = Callable[..., Score]
@@ -57,6 +64,11 @@ DEFAULT_ROUTING = {
   "livecodebench": "code",
 }
 
+# Verifiers that run third-party checkers on model text: each response is judged in a confined,
+# throw-away child of the pool process (`rewards/isolate.py`). Code runs its programs in the
+# bubblewrap sandbox and compares their output in project code.
+ISOLATED = ("chain_sum", "length_format", "math", "reasoning_gym", "ifeval", "stem", "mcq")
+
 # Verifiers whose score is a judgement in [0, 1] (reported as a mean); the others' benchmarks
 # report pass@1, the mean over samples of score == 1.
 CONTINUOUS = ("ifeval", "reasoning_gym")
@@ -89,12 +101,34 @@ def route(data_source: str, table: dict[str, str] | None = None) -> Verifier:
   return _registry()[verifier_name(data_source, table)]
 
 
-def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:
-  """Runs a verifier; an exception becomes a marked failure with its message, not a 0."""
-  try:
-    s = verifier(response, reference, **meta)
-  except Exception as e:  # noqa: BLE001 - any verifier bug must be reported, not crash a worker
-    return Score(0.0, f"verifier error: {type(e).__name__}: {e}", failed=True)
+def checked(s: Score) -> Score:
+  """`s`, or a marked failure when its value is outside [0, 1] (or not a number)."""
   if not 0.0 <= s.value <= 1.0:
     return Score(0.0, f"verifier returned {s.value} outside [0, 1]", failed=True)
+  if s.response_error and s.value != 0.0:
+    return Score(0.0, s.reason, response_error=True)
   return s
+
+
+def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:
+  """Runs a verifier; a parser blown up by the response (recursion, memory, overflow) is a
+  response error (0); any other exception a marked verifier failure with its message."""
+  try:
+    s = verifier(response, reference, **meta)
+  except (RecursionError, MemoryError, OverflowError) as e:
+    return Score(0.0, f"response error: {type(e).__name__}: {str(e)[:120]}", response_error=True)
+  except Exception as e:  # noqa: BLE001 - any verifier bug must be reported, not crash a worker
+    return Score(0.0, f"verifier error: {type(e).__name__}: {e}", failed=True)
+  return checked(s)
+
+
+def warm(name: str, reference, meta: dict) -> None:
+  """Loads what verifier `name` needs for an item (modules, generated puzzles) in the pool
+  process itself, before the throw-away child is forked: trusted work, no response text."""
+  import importlib
+
+  module = {"length_format": "chain_sum", "stem": "mcq", "reasoning_gym": "puzzles"}.get(name, name)
+  package = "prorl_jax.demo" if module == "chain_sum" else "prorl_jax.rewards"
+  fn = getattr(importlib.import_module(f"{package}.{module}"), "warm", None)
+  if fn is not None:
+    fn(reference, **meta)

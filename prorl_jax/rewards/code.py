@@ -3,11 +3,16 @@
 Tests come in the PRIME/TACO/APPS formats: `{"inputs": [...], "outputs": [...]}`, compared the
 way each format means them:
 - stdin/stdout programs (no `fn_name`): the input is fed on stdin; the output matches when its
-  whitespace-separated tokens equal the expected ones (line breaks and spacing are free), a
-  token that is a decimal number matching within 1e-6 (relative, or absolute near 0);
+  whitespace-separated tokens equal the expected ones (line breaks and spacing are free);
 - function-call tasks (`"fn_name"`): each input is the argument list; the returned value (as
-  JSON: tuples are lists) matches the expected one recursively with the same number tolerance,
-  and an expected value wrapped in a one-element list (APPS's convention) matches either way.
+  JSON: tuples are lists) matches the expected one recursively, and an expected value wrapped in
+  a one-element list (APPS's convention) matches either way.
+Numbers are compared as the *expected* value says: an expected integer needs the same integer
+(a float only when exactly that integer: `123456700.0` never passes for `123456789`); only an
+expected decimal (`0.5`, `1e-3`, a float value) allows 1e-6 (relative, or absolute near 0).
+Comparisons are exact (decimal and rational arithmetic), total (never raise: a returned `10**400`
+is just wrong) and bounded (returned JSON deeper than 64 levels is wrong). NaN and infinities
+never match. A test that expects blank output is refused (any silent program would pass it).
 A `"preamble"` (the task's own imports, e.g. HumanEval's) runs before the solution.
 
 Score = fraction of tests passed; all tests share one wall-clock budget (5 s by default). A run
@@ -18,14 +23,15 @@ the item is a marked verifier failure naming the fix (`rewards/sandbox.py`), nev
 
 from __future__ import annotations
 
+import fractions
 import json
 import math
 import re
 
 from prorl_jax.rewards import Score, sandbox
+from prorl_jax.rewards.common import blank, close, load_json, same_token
 
 _FENCE = re.compile(r"```(?:python|py|Python3?)?[ \t]*\n(.*?)```", re.S)
-_DECIMAL = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
 REL_TOL = ABS_TOL = 1e-6
 
 
@@ -35,36 +41,32 @@ def extract_code(response: str) -> str | None:
   return blocks[-1] if blocks else None
 
 
-def _token_equal(got: str, want: str) -> bool:
-  if got == want:
-    return True
-  if not (_DECIMAL.fullmatch(want) or _DECIMAL.fullmatch(got)):
-    return False
-  try:
-    a, b = float(got), float(want)
-  except ValueError:
-    return False
-  return (
-    math.isfinite(a) and math.isfinite(b) and math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-  )
-
-
 def same_stdout(got: str, want) -> bool:
-  """stdin/stdout comparison: whitespace-separated tokens, decimals within tolerance."""
+  """stdin/stdout comparison: whitespace-separated tokens; numbers as the expected one says."""
   if isinstance(want, list):
     want = "\n".join(map(str, want))
   g, w = str(got).split(), str(want).split()
-  return len(g) == len(w) and all(map(_token_equal, g, w))
+  return len(g) == len(w) and all(map(same_token, g, w))
+
+
+def _finite_number(x) -> bool:
+  return isinstance(x, int) or (isinstance(x, float) and math.isfinite(x))
+
+
+def _same_number(got, want) -> bool:
+  if not (_finite_number(got) and _finite_number(want)):
+    return False
+  if isinstance(want, int):  # an integer: exactly this integer (an integral float only if equal)
+    return fractions.Fraction(got) == want
+  return close(fractions.Fraction(got), fractions.Fraction(want))
 
 
 def same_value(got, want) -> bool:
-  """Function-call comparison: recursive, lists == tuples, numbers within tolerance."""
+  """Function-call comparison: recursive, lists == tuples, numbers as the expected one says."""
   if isinstance(got, bool) or isinstance(want, bool):
     return got is want if isinstance(got, bool) and isinstance(want, bool) else False
   if isinstance(got, (int, float)) and isinstance(want, (int, float)):
-    if isinstance(got, int) and isinstance(want, int):
-      return got == want
-    return math.isclose(got, want, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    return _same_number(got, want)
   if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)):
     return len(got) == len(want) and all(map(same_value, got, want))
   if isinstance(got, dict) and isinstance(want, dict):
@@ -111,9 +113,9 @@ def _judge(spec: dict, res: sandbox.RunResult, want) -> tuple[bool, str]:
   if len(parts) != 2:
     return False, "no return value"
   try:
-    got = json.loads(parts[1])
-  except ValueError:
-    return False, "return value is not JSON"
+    got = load_json(parts[1])
+  except ValueError as e:
+    return False, f"return value is not bounded JSON ({str(e)[:60]})"
   return _returned_value_matches(got, want), "wrong"
 
 
@@ -133,9 +135,19 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
     or len(spec["inputs"]) != len(spec["outputs"])
   ):
     return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length", failed=True)
+  if not spec.get("fn_name"):
+    empty = [
+      k
+      for k, w in enumerate(spec["outputs"])
+      if blank("\n".join(map(str, w)) if isinstance(w, list) else str(w))
+    ]
+    if empty:
+      return Score(
+        0.0, f"test {empty[0]} expects blank output (any silent program passes)", failed=True
+      )
   code = extract_code(response)
-  if code is None:
-    return Score(0.0, "no ```python block")
+  if blank(code):
+    return Score(0.0, "no ```python block" if code is None else "empty ```python block")
   if spec.get("preamble"):  # the task's own imports (HumanEval's prompt), before the solution
     code = f"{spec['preamble']}\n{code}"
   n = len(spec["inputs"])
@@ -151,6 +163,11 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
     )
   except sandbox.SandboxUnavailable as e:
     return Score(0.0, str(e), failed=True)
+  if runs and runs[-1].starved:
+    last = runs[-1]
+    return Score(
+      0.0, f"starved: {last.cpu_seconds:.2f}s of CPU in {last.seconds:.1f}s", starved=True
+    )
   passed, reasons = 0, []
   for res, want in zip(runs, spec["outputs"]):
     ok, why = _judge(spec, res, want)

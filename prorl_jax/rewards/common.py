@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import decimal
+import fractions
+import itertools
+import json
 import re
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -43,3 +47,69 @@ def last_boxed(text: str) -> str | None:
 def answer_tag(text: str) -> str | None:
   found = _ANSWER_TAG.findall(text)
   return found[-1].strip() if found else None
+
+
+def blank(text: str | None) -> bool:
+  """No answer at all: None, empty, or whitespace only (an empty answer earns nothing)."""
+  return text is None or not text.strip()
+
+
+JSON_MAX_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def json_depth(text: str) -> int:
+  """The deepest nesting of arrays and objects in JSON text (strings skipped)."""
+  moves = (1 if c in "[{" else -1 for c in _BRACKETS.findall(_JSON_STRING.sub("", text)))
+  return max(itertools.accumulate(moves, initial=0))
+
+
+def load_json(text: str, *, max_depth: int = JSON_MAX_DEPTH, max_bytes: int = 8 << 20):
+  """json.loads with bounds: ValueError (never RecursionError or MemoryError) for text deeper
+  than `max_depth` or longer than `max_bytes`; NaN and Infinity are refused."""
+  if len(text) > max_bytes:
+    raise ValueError(f"JSON text over {max_bytes} bytes")
+  if json_depth(text) > max_depth:
+    raise ValueError(f"JSON nested deeper than {max_depth}")
+
+  def no_constant(name):
+    raise ValueError(f"JSON constant {name} is not a value")
+
+  return json.loads(text, parse_constant=no_constant)
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _decimal(token: str) -> decimal.Decimal | None:
+  """A finite number token as an exact Decimal; None for anything else (nan, inf, words)."""
+  if not _NUMBER.fullmatch(token):
+    return None
+  return decimal.Decimal(token)
+
+
+def close(a: fractions.Fraction, b: fractions.Fraction) -> bool:
+  """|a - b| <= 1e-6 * max(1, |b|), exactly (no float overflow)."""
+  return abs(a - b) <= fractions.Fraction(1, 10**6) * max(1, abs(b))
+
+
+def same_token(got: str, want: str) -> bool:
+  """One answer token against the expected one, as the expected one says: an integer needs the
+  same integer (`3.0` is 3, `123456700.0` is not 123456789); a decimal allows 1e-6 (relative, or
+  absolute near 0); anything else must be equal. NaN, infinities and words never match numbers."""
+  if got == want:
+    return True
+  w = _decimal(want)
+  g = _decimal(got) if w is not None else None
+  if w is None or g is None:
+    return False
+  if _INTEGER.fullmatch(want):  # an integer: exactly this integer, however it is written
+    return g == w
+  ge, we = g.adjusted(), w.adjusted()
+  if max(ge, we) >= 0 and abs(ge - we) > 8:  # orders of magnitude apart: never within 1e-6
+    return False
+  # Tiny values are 0 at the absolute tolerance (and 1e-999999999 never becomes a huge Fraction).
+  g, w = (0 if x.adjusted() < -400 else x for x in (g, w))
+  return close(fractions.Fraction(g), fractions.Fraction(w))

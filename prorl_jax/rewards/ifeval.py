@@ -17,16 +17,22 @@ satisfied (strict). Types (args):
   two_responses (two different, non-empty responses separated by ******)
   repeat_prompt (prompt: the response starts with it, word for word)
 These are IFEval's 25 instruction types.
+
+No instruction counts before the response is substantive: at least MIN_WORDS words, three of
+them different (fewer only when the item itself caps the length lower). Prohibitions and upper
+bounds ("no commas", "at most 40 words") are otherwise met by saying nothing, and an empty
+answer must earn nothing. JSON is read with bounds (64 levels): deep JSON is not JSON here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Callable
 
 from prorl_jax.rewards import Score
-from prorl_jax.rewards.common import after_think
+from prorl_jax.rewards.common import after_think, load_json
+
+MIN_WORDS = 5
 
 
 def _compare(value: int, relation: str, num: int) -> bool:
@@ -57,7 +63,7 @@ def _json(t):
   s = t.strip()
   s = re.sub(r"^```(?:json)?\s*|\s*```$", "", s)
   try:
-    json.loads(s)
+    load_json(s)
     return True
   except ValueError:
     return False
@@ -147,12 +153,38 @@ def check(text: str, instruction: dict) -> bool:
   return bool(CHECKS[kind](text, **args))
 
 
+def _word_cap(instructions: list[dict]) -> int | None:
+  """The fewest words an item's own instructions allow, when they cap the length."""
+  caps = [
+    int(i["num"]) - (i["relation"] == "less than")
+    for i in instructions
+    if i.get("type") == "words" and i.get("relation") in ("at most", "less than", "exactly")
+  ]
+  return min(caps) if caps else None
+
+
+def substantive(text: str, instructions: list[dict]) -> bool:
+  """At least MIN_WORDS words, three different (or what the item's own word cap allows)."""
+  words = _words(text)
+  cap = _word_cap(instructions)
+  need = MIN_WORDS if cap is None else max(1, min(MIN_WORDS, cap))
+  return len(words) >= need and len({w.lower() for w in words}) >= min(3, need)
+
+
+def warm(reference=None, *, instructions=None, **_):
+  """Loads langdetect's language profiles in the pool process (before the fork)."""
+  if any(isinstance(i, dict) and i.get("type") == "language" for i in instructions or []):
+    _language("warm up the language profiles", "en")
+
+
 def score(response: str, reference=None, *, instructions: list[dict] | None = None, **_) -> Score:
   if not instructions:
     return Score(0.0, "item has no extra_info.instructions", failed=True)
   final = after_think(response)
   if final is None:
     return Score(0.0, "unfinished <think> block")
+  if not substantive(final, instructions):
+    return Score(0.0, f"no substantive response (fewer than {MIN_WORDS} words)")
   ok = [check(final, ins) for ins in instructions]
   failed = [ins["type"] for ins, good in zip(instructions, ok) if not good]
   return Score(sum(ok) / len(ok), "all followed" if not failed else f"failed: {failed}")

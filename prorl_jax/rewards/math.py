@@ -3,8 +3,10 @@ math-verify. Binary. A response whose think block never closes scores 0.
 
 An answer written exactly as the reference (ignoring spaces and `$`) is correct without
 math-verify, so a huge but correct number (`10^{10000000}`) needs no symbolic evaluation.
-math-verify's own timeouts and parser errors are marked verifier failures (`Score.failed`),
-never a silent 0; an answer it cannot read at all is wrong.
+A reference math-verify cannot read is the verifier's failure (`Score.failed`); an answer that
+times math-verify out or blows up its parser is the response's doing (0, `response_error`), and
+an empty box earns nothing. math-verify parses with sympy, so it only ever runs in a throw-away
+child of the verifier pool (`rewards/isolate.py`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 import re
 import signal
 import threading
+import time
 
 from prorl_jax.rewards import Score
-from prorl_jax.rewards.common import after_think, last_boxed
+from prorl_jax.rewards.common import after_think, blank, last_boxed
 
 _SPACE = re.compile(r"\s+|\$|\\[,;:! ]")
 
@@ -30,6 +33,13 @@ def _cancel_alarm():
     signal.alarm(0)
 
 
+def warm(reference=None, **_):
+  """Imports math-verify and its sympy parsers in the pool process (before the fork)."""
+  import math_verify  # noqa: F401
+
+  math_verify.parse("$1$")
+
+
 def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
   from math_verify import errors, parse, verify  # imported in the verifier process only
 
@@ -39,6 +49,8 @@ def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
   boxed = last_boxed(final)
   if boxed is None:
     return Score(0.0, "no \\boxed{} answer after </think>")
+  if blank(boxed):
+    return Score(0.0, "empty \\boxed{} answer")
   ref = str(reference)
   bare_ref = last_boxed(ref) if "\\boxed" in ref else ref
   if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
@@ -49,16 +61,29 @@ def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
       parsing_timeout=timeout_s,
       raise_on_error=True,
     )
-    if not gold:
-      return Score(0.0, f"reference {ref[:50]!r} could not be parsed", failed=True)
+  except Exception as e:  # noqa: BLE001 - the reference itself: the verifier's failure
+    return Score(
+      0.0, f"reference {ref[:50]!r} could not be parsed: {type(e).__name__}", failed=True
+    )
+  finally:
+    _cancel_alarm()
+  if not gold:
+    return Score(0.0, f"reference {ref[:50]!r} could not be parsed", failed=True)
+  t0, cpu0 = time.monotonic(), time.process_time()
+  try:
     pred = parse(f"\\boxed{{{boxed}}}", parsing_timeout=timeout_s, raise_on_error=True)
     if not pred:
       return Score(0.0, f"answer {boxed[:50]!r} could not be parsed")
     ok = verify(gold, pred, timeout_seconds=timeout_s, raise_on_error=True)
   except errors.TimeoutException:
-    return Score(0.0, f"math-verify timed out after {timeout_s}s on {boxed[:50]!r}", failed=True)
-  except Exception as e:  # noqa: BLE001 - a parser/sympy blow-up is the verifier's failure
-    return Score(0.0, f"math-verify error: {type(e).__name__}: {str(e)[:80]}", failed=True)
+    wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+    if cpu < 0.5 * wall:  # the deadline passed while this process waited for a CPU
+      return Score(0.0, f"starved: {cpu:.1f}s of CPU in {wall:.1f}s", starved=True)
+    why = f"response error: math-verify timed out after {timeout_s}s on {boxed[:50]!r}"
+    return Score(0.0, why, response_error=True)
+  except Exception as e:  # noqa: BLE001 - the answer blew up the parser or sympy
+    why = f"response error: math-verify: {type(e).__name__}: {str(e)[:80]}"
+    return Score(0.0, why, response_error=True)
   finally:
     _cancel_alarm()
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {boxed[:50]!r}")

@@ -3,7 +3,8 @@
 The answer is taken (after `</think>`) from, in order: `\\boxed{...}`, `<answer>...</answer>`,
 "Answer: X" / "answer is X". A reference that is one letter A-J is a multiple-choice key and
 matches the chosen letter; otherwise normalised strings (case, spaces, $, trailing period)
-must be equal, or equal as numbers to 1e-6 relative.
+must be equal, or equal as numbers the way the reference says (an integer reference needs that
+integer; only a decimal reference allows 1e-6). An empty answer earns nothing.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 import re
 
 from prorl_jax.rewards import Score
-from prorl_jax.rewards.common import after_think, answer_tag, last_boxed
+from prorl_jax.rewards.common import after_think, answer_tag, blank, last_boxed, same_token
 
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\(?([^\n]+?)\)?\s*(?:\.|$)", re.I | re.M)
+# The answer runs to the end of its line or to a full stop (a period before a space or the end;
+# a decimal point is not one: "Answer: 3.5" is 3.5).
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\(?([^\n]+?)\)?\s*(?:\.(?=\s|$)|$)", re.I | re.M)
 
 
 def _norm(s: str) -> str:
@@ -35,7 +38,7 @@ def score(response: str, reference, **_) -> Score:
   if final is None:
     return Score(0.0, "unfinished <think> block")
   got = extract(final)
-  if got is None:
+  if blank(got):
     return Score(0.0, "no answer found")
   ref = _norm(str(reference))
   ans = _norm(got)
@@ -43,11 +46,5 @@ def score(response: str, reference, **_) -> Score:
     m = re.match(r"\(?([a-j])\)?(?:[\s.:)]|$)", ans)
     ok = bool(m) and m.group(1) == ref
   else:
-    ok = ans == ref
-    if not ok:
-      try:
-        a, b = float(ans.replace(",", "")), float(ref.replace(",", ""))
-        ok = abs(a - b) <= 1e-6 * max(1.0, abs(b))
-      except ValueError:
-        pass
+    ok = ans == ref or same_token(ans.replace(",", ""), ref.replace(",", ""))
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {got[:50]!r}")

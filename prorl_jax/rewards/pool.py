@@ -2,10 +2,15 @@
 
 Processes, not threads: math-verify's own timeouts use signals (main thread only), and a
 verifier stuck in C code can only be stopped by killing its process. A killed or dead process is
-replaced, and its code sandboxes die with it (bubblewrap's `--die-with-parent`). Per-domain
-counts of scored items, timeouts and verifier errors are kept in `stats` and exported as
-metrics; every item gets a score or a marked failure (`Score.failed`) with a reason, never a
-silent 0 and never nothing.
+replaced, and its code sandboxes die with it (bubblewrap's `--die-with-parent`). A pool process
+never judges model text itself: the verifiers in `rewards.ISOLATED` judge each response in a
+throw-away confined child (`rewards/isolate.py`), code runs in the bubblewrap sandbox.
+
+Per-domain counts are kept in `stats` and exported as metrics: `scored`, `response_errors` (the
+response broke its judgement: 0), `errors` and `timeouts` (faults of the verifier: marked
+`failed`), `starved` (judgements cut short by other load, scored again alone after the batch;
+a judgement still cut short alone is the response's doing, a response error). Every item gets a
+score or a marked failure with a reason, never a silent 0 and never nothing.
 """
 
 from __future__ import annotations
@@ -17,36 +22,57 @@ import queue
 import threading
 
 from prorl_jax import rewards
+from prorl_jax.rewards import isolate
 
 log = logging.getLogger(__name__)
 
 
-def _serve(conn, unsandboxed_code: bool = False):
+def _judge(verifier, response: str, reference, meta: dict) -> rewards.Score:
+  return rewards.safe_score(verifier, response, reference, **meta)
+
+
+def score_one(domain: str, response: str, reference, meta: dict, table, timeout_s: float):
+  """One job in this (pool) process: routed, warmed, judged in a throw-away child when its
+  verifier is isolated. Never raises."""
+  try:
+    name = rewards.verifier_name(domain, table)
+  except KeyError as e:
+    return rewards.Score(0.0, str(e), failed=True)
+  verifier = rewards.route(domain, table)
+  if name not in rewards.ISOLATED:
+    return rewards.safe_score(verifier, response, reference, **meta)
+  try:
+    rewards.warm(name, reference, meta)
+  except Exception as e:  # noqa: BLE001 - the item (not the response) is unusable
+    return rewards.Score(0.0, f"item cannot be scored: {type(e).__name__}: {e}", failed=True)
+  return rewards.checked(
+    isolate.run(_judge, verifier, response, reference, meta, timeout_s=timeout_s)
+  )
+
+
+def _serve(conn, unsandboxed_code: bool = False, child_timeout_s: float = 20.0, sandbox_cfg=None):
   """Receives a chunk of jobs, sends one result per job as soon as it is scored."""
   from prorl_jax.rewards import sandbox
 
   sandbox.allow_unsandboxed(unsandboxed_code)
+  if sandbox_cfg:
+    sandbox.set_run_limits(**sandbox_cfg)
   while True:
     chunk = conn.recv()
     if chunk is None:
       return
     for domain, response, reference, meta, table in chunk:
-      try:
-        verifier = rewards.route(domain, table)
-      except KeyError as e:
-        conn.send(rewards.Score(0.0, str(e), failed=True))
-        continue
-      conn.send(rewards.safe_score(verifier, response, reference, **meta))
+      conn.send(score_one(domain, response, reference, meta, table, child_timeout_s))
 
 
 class _Slot:
-  def __init__(self, ctx, unsandboxed_code: bool):
-    self.ctx, self.unsandboxed_code = ctx, unsandboxed_code
+  def __init__(self, ctx, args: tuple):
+    self.ctx, self.args = ctx, args
     self.start()
 
   def start(self):
     self.conn, child = self.ctx.Pipe()
-    self.proc = self.ctx.Process(target=_serve, args=(child, self.unsandboxed_code), daemon=True)
+    self.proc = self.ctx.Process(target=_serve, args=(child, *self.args), daemon=True)
     self.proc.start()
     child.close()
 
@@ -78,8 +104,10 @@ class _Slot:
       self.proc.kill()
 
 
-DEFAULT_TIMEOUT_S = 30.0  # hard wall-clock kill of one verification (a code item runs all its
-# tests within code.score's own 5 s budget; math-verify's timeouts are 5 s per call)
+DEFAULT_TIMEOUT_S = 30.0  # hard wall-clock kill of a pool process stuck on one item (a code
+# item runs all its tests within code.score's own 5 s budget; an isolated judgement is killed
+# at CHILD_SHARE of this; math-verify's own timeouts are 5 s per call)
+CHILD_SHARE = 0.6
 
 
 class VerifierPool:
@@ -89,9 +117,21 @@ class VerifierPool:
     timeout_s: float = DEFAULT_TIMEOUT_S,
     routing: dict[str, str] | None = None,
     unsandboxed_code: bool = False,
+    sandbox_memory_bytes: int | None = None,
+    sandbox_pids: int | None = None,
   ):
+    """`sandbox_memory_bytes`/`sandbox_pids`: ceilings on all code sandboxes of this pool
+    together (defaults in `rewards/sandbox.py`: RUN_MEMORY_BYTES, RUN_PIDS)."""
+    from prorl_jax.rewards import sandbox
+
     ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
-    self.slots = [_Slot(ctx, unsandboxed_code) for _ in range(processes)]
+    cfg = {
+      "memory_bytes": sandbox_memory_bytes or sandbox.RUN_MEMORY_BYTES,
+      "pids": sandbox_pids or sandbox.RUN_PIDS,
+      "concurrent": processes,
+    }
+    args = (unsandboxed_code, CHILD_SHARE * timeout_s, cfg)
+    self.slots = [_Slot(ctx, args) for _ in range(processes)]
     self.timeout_s, self.routing = timeout_s, routing
     self.stats: collections.Counter = collections.Counter()
 
@@ -122,8 +162,7 @@ class VerifierPool:
         if not slot.send([(d, r, ref, m, table) for _, (d, r, ref, m) in chunk]):
           for i, (domain, _, _, _) in chunk:
             out[i] = rewards.Score(0.0, "verifier process could not be started", failed=True)
-            self.stats[f"{domain}/scored"] += 1
-            self.stats[f"{domain}/errors"] += 1
+            self._count(domain, out[i])
           continue
         for k, (i, (domain, _, _, _)) in enumerate(chunk):
           try:
@@ -138,9 +177,7 @@ class VerifierPool:
           else:
             out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s", failed=True)
             self.stats[f"{domain}/timeouts"] += 1
-          self.stats[f"{domain}/scored"] += 1
-          if out[i].failed and "timeout" not in out[i].reason:
-            self.stats[f"{domain}/errors"] += 1
+          self._count(domain, out[i], starved_ok=True)
           if out[i].failed and out[i].reason.startswith(("verifier timeout", "verifier process")):
             slot.kill_and_restart()
             for rest in chunk[k + 1 :]:  # the rest of the chunk goes back to the queue
@@ -155,8 +192,26 @@ class VerifierPool:
     for i, (domain, _, _, _) in enumerate(jobs):  # a drain thread that crashed left a gap
       if not isinstance(out[i], rewards.Score):
         out[i] = rewards.Score(0.0, "not scored (verifier pool error)", failed=True)
-        self.stats[f"{domain}/errors"] += 1
+        self._count(domain, out[i])
+    # Judgements cut short by other load: again, one at a time, with nothing else running.
+    for i in [i for i, s in enumerate(out) if s.starved]:
+      todo.put((i, jobs[i]))
+      drain(self.slots[0])  # alone: no other judgement runs beside it
+      if out[i].starved:  # starved even alone: it waited on itself (sleeps, its own processes)
+        why = f"response error: {out[i].reason}, even when judged alone"
+        out[i] = rewards.Score(0.0, why, response_error=True)
+        self._count(jobs[i][0], out[i])
     return out
+
+  def _count(self, domain: str, s: rewards.Score, starved_ok: bool = False):
+    if s.starved and starved_ok:
+      self.stats[f"{domain}/starved"] += 1
+      return  # counted once it is judged again
+    self.stats[f"{domain}/scored"] += 1
+    if s.response_error:
+      self.stats[f"{domain}/response_errors"] += 1
+    elif s.failed and "timeout" not in s.reason:
+      self.stats[f"{domain}/errors"] += 1
 
   def close(self):
     for s in self.slots:

@@ -19,6 +19,14 @@ sandbox is killed, the kernel kills every process left in the namespace; stdout 
 pipes, read until every process holding them is gone. stdout is read up to a cap; a program
 that writes more is stopped and its run marked `output_overflow`, never compared on a prefix.
 
+All sandboxes of a run together are capped too (`set_run_limits`): where this host lets us make a
+cgroup (v2, or v1's memory and pids controllers), every sandbox joins one run cgroup with a memory
+ceiling and a process ceiling; elsewhere each sandbox's per-process limits shrink so that their
+product over the sandboxes that can run at once fits the same budget. Every sandbox runs with
+`oom_score_adj` 1000, so the kernel's OOM killer picks a test program before the trainer or the
+engine. Each case's CPU time is measured (`RunResult.cpu_seconds`): a case cut at the wall clock
+with little CPU time was starved by other load (`RunResult.starved`), not slow.
+
 `check()` probes once per process that the sandbox works and isolates (only loopback, only its
 own processes, not root, host paths invisible); `run()` raises `SandboxUnavailable` with one
 line naming the fix when it does not. `allow_unsandboxed()` is the explicit opt-out for trusted
@@ -157,6 +165,12 @@ INNER_UID = 1000  # the uid the program sees
 
 RESULT_MARK = "\n__PRORL_RESULT__"
 
+# All code sandboxes of a run together (the defaults of rollout.sandbox_memory_gib/_pids).
+RUN_MEMORY_BYTES = 4 << 30
+RUN_PIDS = 256
+STARVED_CPU_SHARE = 0.5  # a case timed out with less CPU than this share of its wall time
+_CGROUP_ROOT = "/sys/fs/cgroup"
+
 
 class SandboxUnavailable(RuntimeError):
   """bubblewrap or a kernel feature it needs is missing; the message says what to install."""
@@ -170,10 +184,87 @@ class RunResult:
   timed_out: bool = False
   output_overflow: bool = False
   seconds: float = 0.0
+  cpu_seconds: float = 0.0  # the case's own CPU time (its process and what it waited for)
 
   @property
   def ok(self) -> bool:
     return self.returncode == 0 and not self.timed_out and not self.output_overflow
+
+  @property
+  def starved(self) -> bool:
+    """Cut at the wall clock with little CPU time: other load, or the program waiting on
+    something (sleep, its own daemons); scored again alone before it counts."""
+    return self.timed_out and self.cpu_seconds < STARVED_CPU_SHARE * self.seconds
+
+
+_RUN = {"limits": {}, "procs": (), "how": "per-sandbox rlimits only"}
+
+
+def _own_cgroups() -> dict[str, str]:
+  """{controller or "": path} of this process (/proc/self/cgroup; "" is cgroup v2)."""
+  out = {}
+  try:
+    with open("/proc/self/cgroup") as f:
+      for line in f:
+        _, ctrls, path = line.rstrip("\n").split(":", 2)
+        for c in ctrls.split(",") if ctrls else [""]:
+          out[c] = path
+  except OSError:
+    pass
+  return out
+
+
+def _make_cgroup(name: str, memory_bytes: int, pids: int) -> tuple[str, ...] | None:
+  """The run cgroup's cgroup.procs files (v1 memory + pids, or v2), limits written; None when
+  this host does not let us make one."""
+  own = _own_cgroups()
+  v1 = [("memory", "memory.limit_in_bytes", memory_bytes), ("pids", "pids.max", pids)]
+  if all(c in own for c, _, _ in v1):
+    dirs = [(os.path.join(_CGROUP_ROOT, c, own[c].lstrip("/"), name), f, v) for c, f, v in v1]
+  elif "" in own:
+    base = _CGROUP_ROOT
+    d = os.path.join(base, own[""].lstrip("/"), name)
+    dirs = [(d, "memory.max", memory_bytes), (d, "pids.max", pids)]
+  else:
+    return None
+  try:
+    for d, f, v in dirs:
+      os.makedirs(d, exist_ok=True)
+      with open(os.path.join(d, f), "w") as fh:
+        fh.write(str(int(v)))
+      if f == "memory.limit_in_bytes":  # swap too, where the kernel accounts it
+        with contextlib.suppress(OSError):
+          with open(os.path.join(d, "memory.memsw.limit_in_bytes"), "w") as fh:
+            fh.write(str(int(v)))
+  except OSError:
+    return None
+  return tuple(sorted({os.path.join(d, "cgroup.procs") for d, _, _ in dirs}))
+
+
+def set_run_limits(memory_bytes: int, pids: int, concurrent: int, name: str | None = None) -> str:
+  """Caps all sandboxes of this run together: `memory_bytes` and `pids` over at most
+  `concurrent` sandboxes at once. A cgroup named `name` (default $PRORL_SANDBOX_GROUP, else one
+  per parent process) where the host allows it; else per-sandbox rlimits whose product over
+  `concurrent` sandboxes fits the budget. Returns one line saying which."""
+  name = name or os.environ.get("PRORL_SANDBOX_GROUP") or f"prorl-sandboxes-{os.getppid()}"
+  procs = None if unsandboxed() else _make_cgroup(name, memory_bytes, pids)
+  if procs:
+    _RUN.update(limits={}, procs=procs, how=f"cgroup {name}: {memory_bytes >> 20} MiB, {pids} pids")
+  else:  # the workers sharing this budget ($PRORL_SANDBOX_SHARERS) each run `concurrent`
+    concurrent *= max(1, int(os.environ.get("PRORL_SANDBOX_SHARERS", "1") or 1))
+    nproc = max(2, min(LIMITS["nproc"], pids // max(concurrent, 1), 8))
+    per = memory_bytes // max(concurrent, 1)
+    mem = min(LIMITS["mem_bytes"], max(64 << 20, (per - LIMITS["tmpfs_bytes"]) // nproc))
+    _RUN.update(
+      limits={"nproc": nproc, "mem_bytes": mem},
+      procs=(),
+      how=f"no cgroup here: {nproc} processes x {mem >> 20} MiB per sandbox, {concurrent} at once",
+    )
+  return _RUN["how"]
+
+
+def run_limits() -> str:
+  return _RUN["how"]
 
 
 _UNSANDBOXED = {"on": False}
@@ -349,7 +440,7 @@ def run_cases(
   program is imported and `fn_name(*args)` printed as JSON after RESULT_MARK), optionally with
   "stdout_bytes" (its stdout cap). Returns one RunResult per case that ran, in order: fewer when
   the time ran out (the last one then says `timed_out`) or the program killed the runner."""
-  lim = dict(LIMITS, **(limits or {}))
+  lim = dict(LIMITS, **_RUN["limits"], **(limits or {}))
   if not unsandboxed():
     err = check()
     if err:
@@ -395,7 +486,7 @@ def run_cases(
   out = []
   for line in res.stdout.splitlines()[: len(cases)]:
     try:  # the runner's report is parsed strictly: a program may have tampered with it
-      rc, timed_out, overflow, secs, sout, serr = line.split(" ")
+      rc, timed_out, overflow, secs, cpu, sout, serr = line.split(" ")
       out.append(
         RunResult(
           base64.b64decode(sout, validate=True).decode("utf-8", "replace"),
@@ -404,6 +495,7 @@ def run_cases(
           timed_out == "1",
           overflow == "1",
           float(secs),
+          float(cpu),
         )
       )
     except (ValueError, binascii.Error):
@@ -436,17 +528,18 @@ def _communicate(cmd, cwd, uid, pass_fds, timeout_s: float, lim: dict) -> RunRes
   """Runs `cmd` (bwrap, or the bare runner) with no stdin; reads stdout up to its cap and
   stderr; kills it at `timeout_s` or on overflow, then waits for every holder of the pipes."""
   t0 = time.monotonic()
-  ids = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+  procs = _RUN["procs"]
+  enter = None if uid is None and not procs else functools.partial(_enter, procs, uid)
   proc = subprocess.Popen(
     cmd,
     cwd=cwd,
     env={},
+    preexec_fn=enter,
     stdin=subprocess.DEVNULL,
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     pass_fds=pass_fds,
     start_new_session=True,
-    **ids,
   )
   out, err = bytearray(), bytearray()
   caps = {
@@ -498,6 +591,30 @@ def _communicate(cmd, cwd, uid, pass_fds, timeout_s: float, lim: dict) -> RunRes
     overflow,
     time.monotonic() - t0,
   )
+
+
+def _enter(procs: tuple[str, ...], uid: int | None):
+  """Runs in the sandbox's process between fork and exec (before bubblewrap starts): first in
+  line for the OOM killer, into the run's cgroup, then the sandbox's own host uid (so the
+  cgroup is joined with the rights to join it). Only system calls: no locks, no allocation
+  beyond a few bytes."""
+  try:
+    fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+    os.write(fd, b"1000")
+    os.close(fd)
+  except OSError:
+    pass
+  me = str(os.getpid()).encode()
+  for path in procs:
+    fd = os.open(path, os.O_WRONLY)  # an error here stops the run: the ceiling must hold
+    try:
+      os.write(fd, me)
+    finally:
+      os.close(fd)
+  if uid is not None:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
 
 
 def _kill(proc: subprocess.Popen, group: bool):

@@ -5,7 +5,8 @@ sets the rlimits, compiles the program once, then runs each test case in a forke
 stdin/stdout/stderr on pipes of its own (nothing else inherited), stdin/stdout programs as
 __main__, function-call tasks as a module whose function's JSON result follows RESULT_MARK on
 stdout. Between cases every other process in the sandbox is killed. One line per case goes to
-the runner's stdout: "exit timed_out overflow seconds stdout_b64 stderr_b64". Only built-in
+the runner's stdout: "exit timed_out overflow seconds cpu_seconds stdout_b64 stderr_b64" (the
+CPU time of the case's process and what it waited for, from wait4). Only built-in
 modules are imported here (json, re and friends would double the start-up time).
 """
 
@@ -154,21 +155,22 @@ def run_case(case):
             os.kill(-1, SIGKILL)
         except OSError:
             pass
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     return (os.waitstatus_to_exitcode(status), timed_out, overflow, time.monotonic() - t0,
-            bytes(bufs[out_r]), bytes(bufs[err_r]))
+            usage.ru_utime + usage.ru_stime, bytes(bufs[out_r]), bytes(bufs[err_r]))
 
 def b64(b):
     return binascii.b2a_base64(b, newline=False).decode()
 
 for case in job["cases"]:
     if compile_error is not None:
-        res = (1, False, False, 0.0, b"", compile_error)
+        res = (1, False, False, 0.0, 0.0, b"", compile_error)
     elif time.monotonic() >= deadline:
         break
     else:
         res = run_case(case)
-    line = "%d %d %d %.6f %s %s\n" % (res[0], res[1], res[2], res[3], b64(res[4]), b64(res[5]))
+    line = "%d %d %d %.6f %.6f %s %s\n" % (res[0], res[1], res[2], res[3], res[4], b64(res[5]),
+                                          b64(res[6]))
     line = memoryview(line.encode())
     while line:
         line = line[os.write(out_fd, line):]

@@ -94,8 +94,12 @@ class LocalWorkers:
     python: str | None = None,
     max_failures: int = 3,
     vllm_options: dict | None = None,
+    sandbox_limits: dict | None = None,
   ):
+    """`sandbox_limits`: {memory_bytes, pids}, ceilings on the code sandboxes of all these
+    workers together (one cgroup for the run where the host allows it)."""
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
+    self.sandbox_limits = sandbox_limits or {}
     self.unsandboxed_code = unsandboxed_code
     self.vllm_options = vllm_options or {}
     self.python = python or worker_python(engine)
@@ -116,6 +120,8 @@ class LocalWorkers:
       os.environ,
       XLA_FLAGS="",
       PYTHONPATH=os.pathsep.join([PROJECT_ROOT, os.environ.get("PYTHONPATH", "")]),
+      PRORL_SANDBOX_GROUP=f"prorl-run-{os.getpid()}",  # one cgroup for all these workers
+      PRORL_SANDBOX_SHARERS=str(self.count),  # without one: the budget split among them
     )
     out = open(self._log(i), "a")
     start = out.tell()
@@ -136,6 +142,16 @@ class LocalWorkers:
           "--exit_with_parent",
           f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
           *(["--unsandboxed_code"] if self.unsandboxed_code else []),
+          *(
+            [f"--sandbox_memory_bytes={self.sandbox_limits['memory_bytes']}"]
+            if "memory_bytes" in self.sandbox_limits
+            else []
+          ),
+          *(
+            [f"--sandbox_pids={self.sandbox_limits['pids']}"]
+            if "pids" in self.sandbox_limits
+            else []
+          ),
           *(
             [f"--vllm_options={json.dumps(self.vllm_options)}"]
             if self.engine == "vllm" and self.vllm_options

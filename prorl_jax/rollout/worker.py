@@ -304,6 +304,18 @@ def main(argv=None):
     help="hard wall-clock kill of one verification, seconds",
   )
   ap.add_argument(
+    "--sandbox_memory_bytes",
+    type=int,
+    default=None,
+    help="memory ceiling of all this worker's code sandboxes together (default 4 GiB)",
+  )
+  ap.add_argument(
+    "--sandbox_pids",
+    type=int,
+    default=None,
+    help="process ceiling of all this worker's code sandboxes together (default 256)",
+  )
+  ap.add_argument(
     "--unsandboxed_code",
     action="store_true",
     help="run code rewards WITHOUT the bubblewrap sandbox (trusted data only)",
@@ -339,7 +351,11 @@ def main(argv=None):
     "worker %s: %s", wid, line
   )
   pool = VerifierPool(
-    args.verifier_processes, args.verifier_timeout, unsandboxed_code=args.unsandboxed_code
+    args.verifier_processes,
+    args.verifier_timeout,
+    unsandboxed_code=args.unsandboxed_code,
+    sandbox_memory_bytes=args.sandbox_memory_bytes,
+    sandbox_pids=args.sandbox_pids,
   )
   worker = Worker(
     Exchange(args.exchange, args.lease_seconds),
