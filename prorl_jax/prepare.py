@@ -44,7 +44,7 @@ from prorl_jax.hub import (  # noqa: F401 - the errors and readers are prepare's
   load_source,
   read_local,
 )
-from prorl_jax.rewards import ifeval
+from prorl_jax.rewards import code, ifeval, puzzles
 from prorl_jax.rewards.common import last_boxed
 
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -110,6 +110,8 @@ def convert_eurus_code(row: dict) -> dict:
     and len(tests["inputs"]) == len(tests["outputs"])
   ):
     raise Malformed("test cases need non-empty inputs and outputs of one length")
+  if code.blank_output(tests) is not None:
+    raise Malformed("a test case expects blank output")
   messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
   return _verl(messages, ds, json.dumps(tests), "code", {})
 
@@ -447,6 +449,10 @@ def main(argv=None) -> int:
         f"--source {sorted(unknown)[0]}: unknown source; the sources are {', '.join(known)}"
       )
     tasks = tuple(t for t in args.rg_tasks.split(",") if t)
+    try:
+      puzzles.check_tasks(tasks)
+    except ValueError as e:
+      raise PrepareError(f"--rg_tasks: {e}") from None
     revisions = _pairs(args.revision, "--revision")
     if args.suite:
       if not (suite_lib.is_valid_date(args.lcb_from) and suite_lib.is_valid_date(args.lcb_to)):

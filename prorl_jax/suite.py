@@ -48,6 +48,7 @@ import numpy as np
 
 from prorl_jax import prepare as P
 from prorl_jax.prepare import Malformed, PrepareError, Source
+from prorl_jax.rewards import code
 
 SUITE = "prorl-eval"
 MATH_INSTRUCTION = P.BOXED_INSTRUCTION
@@ -85,6 +86,8 @@ def _code_budget(n_tests: int) -> float:
 
 
 def _code_row(prompt: str, data_source: str, tests: dict) -> dict:
+  if code.blank_output(tests) is not None:
+    raise Malformed("a test case expects blank output")
   try:
     truth = json.dumps(tests, allow_nan=False)
   except (TypeError, ValueError):

@@ -267,6 +267,12 @@ def test_suite_end_to_end_on_the_tiny_model(tmp_path):
     ]
     assert row["ours"] == pytest.approx(100 * np.mean([p.mean() for p in per_prompt])), name
   assert rows["gpqa_diamond"]["prompts"] == 4 and rows["reasoning_gym"]["prompts"] == 3
+  # An untrained tiny model writing 8 tokens solves nothing: a verifier that pays everything
+  # (aime24 = 100 for a random model) fails here; and no response was a verifier failure.
+  for name in ("aime24", "gpqa_diamond", "reasoning_gym"):
+    assert rows[name]["ours"] == 0.0, (name, rows[name])
+    rec = json.loads((out / "benchmarks" / f"{name}.json").read_text())
+    assert not np.array(rec["verifier_failed"]).any(), name
   assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert "| aime24 | 28.54 | 48.13 |" in (out / "report.md").read_text()
   # Every benchmark cached: no worker starts. The first report goes beside it as a measured

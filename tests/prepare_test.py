@@ -196,6 +196,7 @@ def test_every_row_routes_to_its_verifier_and_a_correct_answer_scores_1(prepared
     ref, extra = r["reference"], r["extra"]
     if verifier in ("math", "stem"):
       response = f"<think>ok</think> \\boxed{{{ref}}}"
+      wrong = f"<think>ok</think> \\boxed{{{ref}1}}"
       assert BOX in r["messages"][-1]["content"]
     elif verifier == "code":
       tests = json.loads(ref)
@@ -204,13 +205,19 @@ def test_every_row_routes_to_its_verifier_and_a_correct_answer_scores_1(prepared
         "```python\nimport sys\na, b = map(int, sys.stdin.read().split())\n"
         f"print(a + b + {bonus})\n```"
       )
+      wrong = response.replace(f"+ {bonus})", f"+ {bonus + 1})")
     elif verifier == "reasoning_gym":
       entry = puzzles.dataset(extra["task"], extra["seed"], extra["size"])[extra["index"]]
       response = f"<think>ok</think><answer>{entry['answer']}</answer>"
+      wrong = f"<think>ok</think><answer>{entry['answer']}1</answer>"
     else:
       response = "<think>ok</think>tea is warm\ntea is calm\ntea is good"
+      wrong = "<think>ok</think>tea"  # not substantive: no instruction counts
     s = rewards.route(r["data_source"])(response, ref, **extra)
     assert s.value == 1.0 and not s.failed, (domain, s)
+    # a verifier that pays everything fails here: a wrong answer beside the right one earns 0
+    w = rewards.route(r["data_source"])(wrong, ref, **extra)
+    assert w.value == 0.0 and not w.failed, (domain, w)
 
 
 def test_prepared_files_load_through_the_trainers_reader(prepared, tmp_path):
@@ -339,8 +346,8 @@ def test_every_ifeval_instruction_type_is_supported():
     (
       "length_constraints:number_paragraphs",
       {"num_paragraphs": 3},
-      "one\n***\ntwo\n***\nthree",
-      "one\n***\n\n***\nthree",
+      "one part here\n***\ntwo more words\n***\nthree at last",
+      "one part here\n***\n\n***\nthree at last",
     ),
     (
       "length_constraints:nth_paragraph_first_word",
@@ -360,7 +367,12 @@ def test_every_ifeval_instruction_type_is_supported():
       "a *first* and **second** part",
       "only *one* here",
     ),
-    ("combination:two_responses", {}, "first answer\n******\nsecond answer", "same\n******\nsame"),
+    (
+      "combination:two_responses",
+      {},
+      "the first answer\n******\nthe second answer",
+      "the same answer\n******\nthe same answer",
+    ),
     (
       "combination:repeat_prompt",
       {"prompt_to_repeat": "Write a poem."},

@@ -468,18 +468,31 @@ def test_a_verifier_that_died_while_idle_is_replaced():
 
 
 def test_a_verifier_killed_mid_item_is_a_marked_failure_never_none():
-  pool = VerifierPool(processes=1, timeout_s=10.0)
+  import threading
+
+  pool = VerifierPool(processes=1, timeout_s=60.0)
   try:
-    killer = _py("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    slow = _py("import time\ntime.sleep(4)\nprint(1)")
+    jobs = [
+      ("code", slow, {"inputs": [""], "outputs": ["1"]}, {"time_budget_s": 30}),
+      ("chain_sum", "<answer>5</answer>", "5", {}),
+    ]
+    got = {}
+    t = threading.Thread(target=lambda: got.update(out=pool.score_many(jobs)))
+    t.start()
+    time.sleep(1.5)  # the verifier process is inside the first item
+    victim = pool.slots[0].proc
+    victim.kill()  # as the OS's OOM killer would
+    t.join(60)
+    out = got["out"]
+    assert not victim.is_alive()
+    assert out[0].failed and out[0].value == 0.0 and "died" in out[0].reason, out[0]
+    assert out[1].value == 1.0 and not out[1].failed  # the replacement serves the rest
+    assert pool.stats["code/errors"] == 1
     # inside the sandbox getppid() is the sandbox's own init, never the verifier: scored 0
-    out = pool.score_many(
-      [
-        ("code", killer, {"inputs": [""], "outputs": ["1"]}, {}),
-        ("chain_sum", "<answer>5</answer>", "5", {}),
-      ]
-    )
-    assert all(isinstance(s.value, float) for s in out)
-    assert out[1].value == 1.0
+    killer = _py("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    again = pool.score_many([("code", killer, {"inputs": [""], "outputs": ["1"]}, {})])
+    assert again[0].value == 0.0 and not again[0].failed and pool.slots[0].proc.is_alive()
   finally:
     pool.close()
 

@@ -81,6 +81,17 @@ def _returned_value_matches(got, want) -> bool:
   return isinstance(want, list) and len(want) == 1 and same_value(got, want[0])
 
 
+def blank_output(spec: dict) -> int | None:
+  """The first stdin/stdout test that expects blank output (refused: a program that prints
+  nothing passes it), or None."""
+  if spec.get("fn_name"):
+    return None
+  for k, want in enumerate(spec["outputs"]):
+    if blank("\n".join(map(str, want)) if isinstance(want, list) else str(want)):
+      return k
+  return None
+
+
 def _fail_reason(res: sandbox.RunResult) -> str:
   if res.output_overflow:
     return "output over the stdout cap"
@@ -135,16 +146,10 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
     or len(spec["inputs"]) != len(spec["outputs"])
   ):
     return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length", failed=True)
-  if not spec.get("fn_name"):
-    empty = [
-      k
-      for k, w in enumerate(spec["outputs"])
-      if blank("\n".join(map(str, w)) if isinstance(w, list) else str(w))
-    ]
-    if empty:
-      return Score(
-        0.0, f"test {empty[0]} expects blank output (any silent program passes)", failed=True
-      )
+  empty = blank_output(spec)
+  if empty is not None:
+    why = f"test {empty} expects blank output (any silent program passes it)"
+    return Score(0.0, why, failed=True)
   code = extract_code(response)
   if blank(code):
     return Score(0.0, "no ```python block" if code is None else "empty ```python block")

@@ -19,9 +19,13 @@ satisfied (strict). Types (args):
 These are IFEval's 25 instruction types.
 
 No instruction counts before the response is substantive: at least MIN_WORDS words, three of
-them different (fewer only when the item itself caps the length lower). Prohibitions and upper
-bounds ("no commas", "at most 40 words") are otherwise met by saying nothing, and an empty
-answer must earn nothing. JSON is read with bounds (64 levels): deep JSON is not JSON here.
+them different (fewer only when the item itself caps the length lower), not a few words
+repeated over and over (under 15% distinct among 100 or more), and not a restatement of the
+prompt (`prompt_text`, which the rollout worker passes: half or more of the response's word
+trigrams taken from it; the prompt an item asks to repeat is set aside first). Prohibitions and
+upper bounds ("no commas", "at most 40 words") are otherwise met by saying nothing, keyword
+instructions by copying the prompt, length minimums by filler. JSON is read with bounds (64
+levels): deep JSON is not JSON here.
 """
 
 from __future__ import annotations
@@ -163,12 +167,37 @@ def _word_cap(instructions: list[dict]) -> int | None:
   return min(caps) if caps else None
 
 
-def substantive(text: str, instructions: list[dict]) -> bool:
-  """At least MIN_WORDS words, three different (or what the item's own word cap allows)."""
-  words = _words(text)
+def _trigrams(words: list[str]) -> set[tuple[str, ...]]:
+  return {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
+
+
+def restates(text: str, prompt_text: str, instructions: list[dict]) -> bool:
+  """Half or more of the response's word trigrams come from the prompt (after the prompt an
+  item asks to repeat is set aside)."""
+  for i in instructions:
+    if i.get("type") == "repeat_prompt" and text.strip().lower().startswith(
+      str(i.get("prompt", "")).strip().lower()
+    ):
+      text = text.strip()[len(str(i["prompt"]).strip()) :]
+  got = _trigrams([w.lower() for w in _words(text)])
+  if not got:
+    return False
+  source = _trigrams([w.lower() for w in _words(prompt_text)])
+  return len(got & source) >= 0.5 * len(got)
+
+
+def substantive(text: str, instructions: list[dict], prompt_text: str | None = None) -> str | None:
+  """None when the response can be judged; else why not (see the module docstring)."""
+  words = [w.lower() for w in _words(text)]
   cap = _word_cap(instructions)
   need = MIN_WORDS if cap is None else max(1, min(MIN_WORDS, cap))
-  return len(words) >= need and len({w.lower() for w in words}) >= min(3, need)
+  if len(words) < need or len(set(words)) < min(3, need):
+    return f"no substantive response (fewer than {need} words)"
+  if len(words) >= 100 and len(set(words)) < 0.15 * len(words):
+    return "no substantive response (a few words repeated)"
+  if prompt_text and restates(text, prompt_text, instructions):
+    return "no substantive response (restates the prompt)"
+  return None
 
 
 def warm(reference=None, *, instructions=None, **_):
@@ -177,14 +206,22 @@ def warm(reference=None, *, instructions=None, **_):
     _language("warm up the language profiles", "en")
 
 
-def score(response: str, reference=None, *, instructions: list[dict] | None = None, **_) -> Score:
+def score(
+  response: str,
+  reference=None,
+  *,
+  instructions: list[dict] | None = None,
+  prompt_text: str | None = None,
+  **_,
+) -> Score:
   if not instructions:
     return Score(0.0, "item has no extra_info.instructions", failed=True)
   final = after_think(response)
   if final is None:
     return Score(0.0, "unfinished <think> block")
-  if not substantive(final, instructions):
-    return Score(0.0, f"no substantive response (fewer than {MIN_WORDS} words)")
+  why = substantive(final, instructions, prompt_text)
+  if why:
+    return Score(0.0, why)
   ok = [check(final, ins) for ins in instructions]
   failed = [ins["type"] for ins, good in zip(instructions, ok) if not good]
   return Score(sum(ok) / len(ok), "all followed" if not failed else f"failed: {failed}")

@@ -15,7 +15,9 @@ them evaluate the answer as Python (n_queens through `eval`, countdown through s
   response error (0), never a verifier failure;
 - a project-owned checker where Reasoning Gym's would evaluate text or pay a tolerance
   (countdown: `ast` with an allowlist and exact fractions; n_queens: the board compared as text;
-  number_sorting: each number exactly; game_of_life_halting: True or False);
+  number_sorting: each number exactly; word_sorting: the list exactly, where Reasoning Gym pays
+  full marks for the sorted list followed by any other words; game_of_life_halting: True or
+  False, where Reasoning Gym pays any non-empty text);
 - excluded: open-ended tasks with no closed-form target, refused until a scorer rejects
   restating the question (propositional_logic: the conjunction of the premises is a valid
   conclusion, and scored 1.0).
@@ -56,7 +58,6 @@ _CHECKER_TASKS = (
   "spell_backward",
   "tower_of_hanoi",
   "word_ladder",
-  "word_sorting",
   "zebra_puzzles",
 )
 _EXACT_TASKS = ("acre", "arc_1d", "caesar_cipher", "maze", "rotate_matrix", "syllogism")
@@ -75,6 +76,7 @@ TASK_RULES: dict[str, str] = {
   "countdown": "countdown",
   "n_queens": "n_queens",
   "number_sorting": "number_sorting",
+  "word_sorting": "word_sorting",
   "game_of_life_halting": "boolean",
 }
 
@@ -236,6 +238,10 @@ def _number_sorting(ans: str, e: dict) -> bool:
   )
 
 
+def _word_sorting(ans: str, e: dict) -> bool:
+  return [w.strip() for w in re.split(r",\s*", ans.strip())] == list(e["metadata"]["sorted_words"])
+
+
 def _boolean(ans: str, e: dict) -> bool:
   return ans.strip().casefold() == str(e["answer"]).strip().casefold()
 
@@ -244,6 +250,7 @@ _OWN = {
   "countdown": _countdown,
   "n_queens": _n_queens,
   "number_sorting": _number_sorting,
+  "word_sorting": _word_sorting,
   "boolean": _boolean,
 }
 

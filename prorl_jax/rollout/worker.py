@@ -91,14 +91,24 @@ def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
 
 
 def score_rows(
-  tokenizer, out: dict, n: int, meta: list[PromptMeta], pool: VerifierPool, routing=None
+  tokenizer,
+  out: dict,
+  n: int,
+  meta: list[PromptMeta],
+  pool: VerifierPool,
+  routing=None,
+  prompts: list | None = None,
 ):
-  """Decodes each response and scores it in the verifier pool: scores, failed flags, reasons."""
+  """Decodes each response and scores it in the verifier pool: scores, failed flags, reasons.
+  With `prompts` (token ids), each verifier also gets its prompt's text as `prompt_text` (the
+  instruction-following verifier refuses a response that restates it)."""
+  texts = [tokenizer.decode(p, skip_special_tokens=True) for p in prompts] if prompts else None
   jobs = []
   for r in range(len(out["lengths"])):
     m = meta[r // n]
     text = tokenizer.decode(out["tokens"][r][: out["lengths"][r]], skip_special_tokens=False)
-    jobs.append((m.data_source, text, m.reference, m.extra))
+    extra = m.extra if texts is None else {**m.extra, "prompt_text": texts[r // n]}
+    jobs.append((m.data_source, text, m.reference, extra))
   res = pool.score_many(jobs, routing)
   return (
     np.asarray([s.value for s in res], np.float32),
@@ -193,7 +203,7 @@ class Worker:
       t1 = time.time()
       before = dict(self.pool.stats)
       scores, failed, reasons = score_rows(
-        self.tokenizer, out, req.n, req.meta, self.pool, req.routing
+        self.tokenizer, out, req.n, req.meta, self.pool, req.routing, req.prompts
       )
       t2 = time.time()
     finally:

@@ -1,0 +1,333 @@
+"""`python -m prorl_jax.rewards.audit --data=DIR`: what the rewards of a prepared data directory
+pay for text that does not solve the task.
+
+For a sample of real rows of every data source (Reasoning Gym: of every task), through the
+rollout worker's own scoring path (`VerifierPool.score_many`), it scores:
+- the reference answer (the row's ground truth in the verifier's answer format; for code, a
+  program that looks each test's input up in a table of the expected outputs): must earn 1.0,
+  or the row is unusable;
+- an honest wrong answer (another row's reference; for code a program that prints 0; for
+  instruction following a plain reply that follows no instruction on purpose): the bar;
+- the degenerate strategies a policy finds over thousands of steps: an empty and a blank
+  answer, the question copied back, every candidate at once, a close float for an integer, the
+  longest answer (the reference buried among every other row's), and veto attempts (text that
+  blows up a parser: a tower of powers, JSON nested 100,000 deep, a returned 10**400).
+It prints, per source, the reference's mean score, the honest wrong answer's, and the best
+mean any strategy earns, and exits 1 when a strategy earns more than the honest wrong answer,
+a strategy gets its response marked a verifier failure (a veto of its group), or a reference
+earns less than 1.0. `--json=FILE` writes the whole table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import re
+import sys
+
+from prorl_jax import rewards
+from prorl_jax.data import DataError, _read_rows, parse_row, prepared_files
+from prorl_jax.rewards import puzzles
+from prorl_jax.rewards.common import last_boxed
+
+STRATEGIES = (
+  "empty",
+  "blank",
+  "copy_question",
+  "every_candidate",
+  "float_for_int",
+  "longest",
+  "veto",
+)
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+HONEST_TEXT = (
+  "Thank you for the question. Here is a plain reply in a few short sentences. "
+  "It answers in ordinary prose and follows no special format on purpose."
+)
+_INT = re.compile(r"[+-]?\d+")
+
+
+def data_files(directory: str) -> list[str]:
+  """The Parquet/JSONL files of a `prepare --mix` (train + val) or `prepare --suite` output."""
+  if not os.path.isfile(os.path.join(directory, "manifest.json")):
+    raise DataError(f"--data={directory!r}: no manifest.json; build it with prorl_jax.prepare")
+  with open(os.path.join(directory, "manifest.json")) as f:
+    m = json.load(f)
+  if "benchmarks" in m:
+    return [os.path.join(directory, b["file"]) for b in m["benchmarks"].values()]
+  train, _, val = prepared_files(directory)
+  return train + val
+
+
+def _key(row: dict) -> str:
+  task = row["extra"].get("task")
+  return (
+    f"{row['data_source']}/{task}" if row["data_source"] == "reasoning_gym" else row["data_source"]
+  )
+
+
+def sample_rows(files: list[str], per_source: int, seed: int) -> dict[str, list[dict]]:
+  """Up to `per_source` parsed rows of each source (reasoning_gym: each task), seeded."""
+  by = collections.defaultdict(list)
+  for path in files:
+    for i, raw in enumerate(_read_rows(path)):
+      row = parse_row(raw, path, i)
+      by[_key(row)].append(row)
+  rng = random.Random(seed)
+  return {k: rng.sample(v, min(per_source, len(v))) for k, v in sorted(by.items())}
+
+
+def _question(row: dict) -> str:
+  return "\n".join(str(m["content"]) for m in row["messages"] if m.get("role") != "system")
+
+
+def _answer_of(verifier: str, row: dict) -> str | None:
+  """The row's reference as an answer's text (None where the row has none)."""
+  if verifier == "reasoning_gym":
+    e = puzzles._entry(row["extra"].get("entry"), *(row["extra"].get(k) for k in _RG_KEYS))
+    if e["answer"] is None and "possible_answer" in e["metadata"]:
+      return json.dumps(e["metadata"]["possible_answer"])
+    return None if e["answer"] is None else str(e["answer"])
+  if verifier in ("math", "stem", "mcq"):
+    ref = str(row["reference"])
+    return last_boxed(ref) if "\\boxed" in ref else ref
+  return None
+
+
+_RG_KEYS = ("task", "seed", "size", "index")
+
+
+def _wrap(verifier: str, text: str) -> str:
+  """An answer in the verifier's format, after a closed think block."""
+  if verifier in ("math", "stem", "mcq"):
+    return f"<think>done</think>\\boxed{{{text}}}"
+  if verifier == "reasoning_gym":
+    return f"<think>done</think><answer>{text}</answer>"
+  if verifier == "code":
+    return f"<think>done</think>\n```python\n{text}\n```"
+  return f"<think>done</think>{text}"
+
+
+def _tests(row: dict) -> dict:
+  spec = row["extra"].get("tests", row["reference"])
+  return json.loads(spec) if isinstance(spec, str) else spec
+
+
+def _lookup_program(spec: dict, outputs: list) -> str:
+  """A program that answers each test from a table (stdin text, or the call's arguments)."""
+  if spec.get("fn_name"):
+    table = {
+      json.dumps(list(i) if isinstance(i, list) else [i]): o
+      for i, o in zip(spec["inputs"], outputs)
+    }
+    return (
+      "import json\n"
+      f"_T = json.loads({json.dumps(json.dumps(table))})\n"
+      f"def {spec['fn_name']}(*a):\n  return _T[json.dumps(list(a))]\n"
+      f"class Solution:\n  def {spec['fn_name']}(self, *a):\n    return _T[json.dumps(list(a))]\n"
+    )
+  ins = [i if isinstance(i, str) else "\n".join(map(str, i)) for i in spec["inputs"]]
+  outs = [o if isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
+  table = {" ".join(i.split()): o for i, o in zip(ins, outs)}
+  return (
+    "import json, sys\n"
+    f"_T = json.loads({json.dumps(json.dumps(table))})\n"
+    "print(_T.get(' '.join(sys.stdin.read().split()), ''))\n"
+  )
+
+
+def _nudge(text: str) -> str | None:
+  """A float close to an integer but not equal to it (123456789 -> 123456801.3...)."""
+  t = text.strip()
+  if not _INT.fullmatch(t) or len(t) > 30:
+    return None
+  v = int(t)
+  return repr(float(v) * (1 + 1e-7) + (1e-7 if v == 0 else 0.0))
+
+
+def _code_responses(row: dict, other: dict | None) -> tuple[str | None, str, dict[str, str]]:
+  spec = _tests(row)
+  out = {
+    "empty": "",
+    "blank": "   \n",
+    "copy_question": "import sys\nprint(sys.stdin.read())",
+    "every_candidate": "print(" + repr("\n".join(map(str, spec["outputs"]))) + ")",
+    "longest": "print('0 ' * 200000)",
+    "veto": (
+      f"def {spec['fn_name']}(*a):\n  return 10**400\n"
+      if spec.get("fn_name")
+      else "import sys\nsys.set_int_max_str_digits(0)\nprint(10**4000)"
+    ),
+  }
+  nudged = [
+    _nudge(str(o[0] if isinstance(o, list) and len(o) == 1 else o)) for o in spec["outputs"]
+  ]
+  if all(nudged):
+    out["float_for_int"] = _lookup_program(
+      spec, [float(x) for x in nudged] if spec.get("fn_name") else nudged
+    )
+  honest = f"def {spec['fn_name']}(*a):\n  return 0\n" if spec.get("fn_name") else "print(0)"
+  return _lookup_program(spec, spec["outputs"]), honest, out
+
+
+def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None, str, dict]:
+  """(reference response or None, honest wrong response, {strategy: response})."""
+  if verifier == "code":
+    ref, honest, raw = _code_responses(row, others[0] if others else None)
+    return (
+      _wrap(verifier, ref),
+      _wrap(verifier, honest),
+      {k: _wrap(verifier, v) for k, v in raw.items()},
+    )
+  if verifier == "ifeval":
+    q = _question(row)
+    filler = " ".join(["lorem ipsum dolor sit amet"] * 400)
+    raw = {"empty": "", "blank": " \n\t ", "copy_question": q, "longest": filler, "veto": DEEP_JSON}
+    return None, _wrap(verifier, HONEST_TEXT), {k: _wrap(verifier, v) for k, v in raw.items()}
+  ref = _answer_of(verifier, row)
+  other_refs = [a for a in (_answer_of(verifier, o) for o in others) if a and a != ref]
+  if ref is not None and re.fullmatch(r"[A-Ja-j]", ref.strip()):  # a multiple-choice key
+    letters = [c for c in "ABCD" if c != ref.strip().upper()]
+    wrong = letters[0]
+    every = ", ".join("ABCD")
+  else:
+    wrong = other_refs[0] if other_refs else "0"
+    every = ", ".join([ref or ""] + other_refs[:5])
+  raw = {
+    "empty": "",
+    "blank": "  \n ",
+    "copy_question": _question(row),
+    "every_candidate": every,
+    "longest": " ".join([ref or ""] + other_refs * 50)[:20000] + " " + "x " * 4000,
+    "veto": "9^{9^{9^{9}}}" if verifier == "math" else DEEP_JSON,
+  }
+  nudged = _nudge(ref) if ref is not None else None
+  if nudged:
+    raw["float_for_int"] = nudged
+  return (
+    None if ref is None else _wrap(verifier, ref),
+    _wrap(verifier, wrong),
+    {k: _wrap(verifier, v) for k, v in raw.items()},
+  )
+
+
+def audit(directory: str, *, per_source: int = 8, seed: int = 0, pool=None) -> dict:
+  """{source: {rows, reference, honest_wrong, strategies: {name: {mean, failed}}, best,
+  problems}} over a sample of each source's rows."""
+  from prorl_jax.rewards.pool import VerifierPool
+
+  rows = sample_rows(data_files(directory), per_source, seed)
+  own = pool is None
+  pool = pool or VerifierPool(processes=2)
+  report = {}
+  try:
+    for key, sample in rows.items():
+      verifier = rewards.verifier_name(sample[0]["data_source"])
+      jobs, tags = [], []
+      for i, row in enumerate(sample):
+        others = sample[i + 1 :] + sample[:i]
+        ref, honest, strat = responses(verifier, row, others)
+        meta = dict(row["extra"], prompt_text=_question(row))
+        for tag, text in [("reference", ref), ("honest_wrong", honest), *strat.items()]:
+          if text is not None:
+            jobs.append((row["data_source"], text, row["reference"], meta))
+            tags.append(tag)
+      scores = pool.score_many(jobs)
+      by = collections.defaultdict(list)
+      for tag, s in zip(tags, scores):
+        by[tag].append(s)
+      report[key] = _summarise(key, len(sample), by)
+  finally:
+    if own:
+      pool.close()
+  return report
+
+
+def _summarise(key: str, n: int, by: dict) -> dict:
+  def mean(tag):
+    got = by.get(tag)
+    return None if not got else sum(s.value for s in got) / len(got)
+
+  honest = mean("honest_wrong") or 0.0
+  strategies = {
+    t: {
+      "mean": mean(t),
+      "failed": sum(s.failed for s in by[t]),
+      "example": next((s.reason for s in by[t] if s.value > 0 or s.failed), ""),
+    }
+    for t in STRATEGIES
+    if t in by
+  }
+  best = max(strategies.items(), key=lambda kv: kv[1]["mean"]) if strategies else (None, None)
+  problems = []
+  ref = mean("reference")
+  if ref is not None and ref < 1.0:
+    bad = next(s.reason for s in by["reference"] if s.value < 1.0)
+    problems.append(f"the reference earns {ref:.2f} ({bad})")
+  for t, st in strategies.items():
+    if st["mean"] > honest + 1e-9:
+      problems.append(f"{t} earns {st['mean']:.2f} > honest wrong {honest:.2f} ({st['example']})")
+    if st["failed"]:
+      problems.append(f"{t} is marked a verifier failure {st['failed']} times (a veto)")
+  return {
+    "rows": n,
+    "reference": ref,
+    "honest_wrong": honest,
+    "strategies": strategies,
+    "best": {"strategy": best[0], "mean": best[1]["mean"] if best[1] else None},
+    "problems": problems,
+  }
+
+
+def _fmt(v) -> str:
+  return "  -  " if v is None else f"{v:5.2f}"
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(
+    prog="python -m prorl_jax.rewards.audit",
+    description="Scores degenerate and hedging strategies on real rows of a prepared data "
+    "directory beside the reference answers; exits 1 when one earns more than an honest wrong "
+    "answer.",
+  )
+  ap.add_argument("--data", required=True, help="a `prepare --mix` or `prepare --suite` output")
+  ap.add_argument("--per_source", type=int, default=8, help="rows sampled per source (or task)")
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--json", default="", help="also write the table here")
+  args = ap.parse_args(argv)
+  try:
+    report = audit(args.data, per_source=args.per_source, seed=args.seed)
+  except (DataError, OSError, ValueError, KeyError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  width = max([len(k) for k in report] + [6])
+  print(f"{'source':<{width}}  rows  reference  honest-wrong  best strategy")
+  for key, r in report.items():
+    best = r["best"]
+    print(
+      f"{key:<{width}}  {r['rows']:>4}  {_fmt(r['reference']):>9}  {_fmt(r['honest_wrong']):>12}"
+      f"  {_fmt(best['mean'])} ({best['strategy']})"
+    )
+    for p in r["problems"]:
+      print(f"  !! {key}: {p}")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(report, f, indent=1)
+  bad = gameable(report)
+  if bad:
+    print(f"{len(bad)} of {len(report)} sources have a reward a policy can game: {', '.join(bad)}")
+    return 1
+  print(f"no strategy earns more than an honest wrong answer in {len(report)} sources")
+  return 0
+
+
+def gameable(report: dict) -> list[str]:
+  """The sources of an `audit` report with a problem (the command then exits 1)."""
+  return [k for k, r in report.items() if r["problems"]]
+
+
+if __name__ == "__main__":
+  sys.exit(main())
