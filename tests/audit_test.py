@@ -53,7 +53,7 @@ def test_the_audit_passes_on_the_fixture_mix(mix, tmp_path):
       "-m",
       "prorl_jax.rewards.audit",
       f"--data={mix}",
-      "--per_source=3",
+      "--per_source=2",
       f"--json={table}",
     ],
     capture_output=True,
@@ -98,3 +98,17 @@ def test_a_reference_that_does_not_earn_full_marks_is_reported(mix, monkeypatch)
   monkeypatch.setattr(math, "score", lambda *a, **k: rewards.Score(0.0, "always wrong"))
   report = audit.audit(mix, per_source=2, pool=InProcess())
   assert any("the reference earns 0.00" in p for p in report["deepscaler"]["problems"])
+
+
+def test_the_audit_passes_on_the_fixture_suite(tmp_path):
+  from tests.suite_test import FIXTURES, _write_sources
+
+  out = tmp_path / "suite"
+  argv = ["--suite=prorl-eval", f"--out={out}", "--rg_per_task=2"]
+  assert prepare.main(argv + _write_sources(tmp_path, FIXTURES)) == 0
+  report = audit.audit(str(out), per_source=2, pool=InProcess())
+  assert len(report) > 40 and audit.gameable(report) == [], {
+    k: r["problems"] for k, r in report.items() if r["problems"]
+  }
+  assert {"gpqa", "livecodebench", "humanevalplus", "reasoning_gym/boxnet"} <= set(report)
+  assert all(r["reference"] in (None, 1.0) for r in report.values())

@@ -207,6 +207,16 @@ def test_hedges_earn_nothing_and_the_honest_answer_earns_everything(pool):
     add(meta, "True False", 0.0)
     add(meta, "False" if e["answer"] == "True" else "True", 0.0)  # any non-empty text paid
     add(meta, e["answer"], 1.0)
+  # math: a long box of candidates, out of which math-verify fishes the first that parses
+  fished = "\\frac{1}{2}" + " 2 3e8 \\frac{1}{2}1" * 60 + " x" * 3000
+  jobs.append(("math", f"<think>x</think>\\boxed{{{fished}}}", "\\frac{1}{2}", {}))
+  want.append(0.0)
+  jobs.append(("math", "<think>x</think>\\boxed{\\frac{1}{2}}", "\\frac{1}{2}", {}))
+  want.append(1.0)
+  # multiple choice: several letters at once choose nothing
+  for text, value in [("C or A", 0.0), ("A B C D", 0.0), ("(C) A, B", 0.0), ("C", 1.0)]:
+    jobs.append(("gpqa", f"<think>x</think>\\boxed{{{text}}}", "C", {}))
+    want.append(value)
   out = pool.score_many(jobs)
   assert [s.value for s in out] == want, [(j[1][-60:], s) for j, s in zip(jobs, out)]
 

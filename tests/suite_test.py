@@ -69,7 +69,7 @@ FIXTURES = {
       "prompt": [{"role": "user", "content": f"{ds} task"}],
       "reward_model": {
         "style": "rule",
-        "ground_truth": json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}),
+        "ground_truth": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]}),
       },
       "extra_info": {},
     }
@@ -118,15 +118,17 @@ FIXTURES = {
     },
     {
       "question_title": "s",
-      "question_content": "Echo a line.",
+      "question_content": "Reverse a line.",
       "platform": "atcoder",
       "question_id": "2",
       "contest_id": "c",
       "contest_date": "2024-12-31T00:00:00",
       "starter_code": "",
       "difficulty": "easy",
-      "public_test_cases": json.dumps([{"input": "ab\n", "output": "ab\n", "testtype": "stdin"}]),
-      "private_test_cases": json.dumps([{"input": "x\n", "output": "x\n", "testtype": "stdin"}]),
+      "public_test_cases": json.dumps([{"input": "ab\n", "output": "ba\n", "testtype": "stdin"}]),
+      "private_test_cases": json.dumps(
+        [{"input": "xyz\n", "output": "zyx\n", "testtype": "stdin"}]
+      ),
       "metadata": "{}",
     },
     {
@@ -320,8 +322,10 @@ def test_converted_code_tests_score_real_programs(built):
     "        return a + b\n```"
   )
   assert code(sol, fn_row["reference"], **fn_row["extra"]).value == 1.0
+  reverse = "```python\nprint(input()[::-1])\n```"
+  assert code(reverse, io_row["reference"], **io_row["extra"]).value == 1.0
   echo = "```python\nprint(input())\n```"
-  assert code(echo, io_row["reference"], **io_row["extra"]).value == 1.0
+  assert code(echo, io_row["reference"], **io_row["extra"]).value == 0.0
   assert json.loads(fn_row["reference"])["inputs"] == [[1, 2], [5, -5]]
 
 

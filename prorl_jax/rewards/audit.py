@@ -148,13 +148,15 @@ def _nudge(text: str) -> str | None:
   return repr(float(v) * (1 + 1e-7) + (1e-7 if v == 0 else 0.0))
 
 
-def _code_responses(row: dict, other: dict | None) -> tuple[str | None, str, dict[str, str]]:
+def _code_responses(row: dict, others: list[dict]) -> tuple[str | None, str, dict[str, str]]:
   spec = _tests(row)
+  # every expected output of this row's tests and of the other rows', at once
+  every = list(spec["outputs"]) + [o for r in others for o in _tests(r)["outputs"]][:20] + ["0"]
   out = {
     "empty": "",
     "blank": "   \n",
     "copy_question": "import sys\nprint(sys.stdin.read())",
-    "every_candidate": "print(" + repr("\n".join(map(str, spec["outputs"]))) + ")",
+    "every_candidate": "print(" + repr("\n".join(map(str, every))) + ")",
     "longest": "print('0 ' * 200000)",
     "veto": (
       f"def {spec['fn_name']}(*a):\n  return 10**400\n"
@@ -176,7 +178,7 @@ def _code_responses(row: dict, other: dict | None) -> tuple[str | None, str, dic
 def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None, str, dict]:
   """(reference response or None, honest wrong response, {strategy: response})."""
   if verifier == "code":
-    ref, honest, raw = _code_responses(row, others[0] if others else None)
+    ref, honest, raw = _code_responses(row, others)
     return (
       _wrap(verifier, ref),
       _wrap(verifier, honest),
@@ -190,11 +192,15 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
   ref = _answer_of(verifier, row)
   other_refs = [a for a in (_answer_of(verifier, o) for o in others) if a and a != ref]
   if ref is not None and re.fullmatch(r"[A-Ja-j]", ref.strip()):  # a multiple-choice key
-    letters = [c for c in "ABCD" if c != ref.strip().upper()]
-    wrong = letters[0]
-    every = ", ".join("ABCD")
+    wrong = next(c for c in "ABCD" if c != ref.strip().upper())
+    other_refs = [c for c in "ABCD" if c != ref.strip().upper()]
+    every = " ".join("ABCD")
   else:
-    wrong = other_refs[0] if other_refs else "0"
+    # wrong candidates: other rows' answers, the other half of a yes/no or true/false pair,
+    # and the reference with a digit more (so there is always one)
+    pair = {"yes": "No", "no": "Yes", "true": "False", "false": "True"}.get((ref or "").lower())
+    other_refs = other_refs + [a for a in (pair, f"{ref}1") if a and a not in other_refs]
+    wrong = other_refs[0]
     every = ", ".join([ref or ""] + other_refs[:5])
   raw = {
     "empty": "",

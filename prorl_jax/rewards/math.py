@@ -2,7 +2,9 @@ r"""Math: the last `\boxed{...}` after `</think>`, verified against the referenc
 math-verify. Binary. A response whose think block never closes scores 0.
 
 An answer written exactly as the reference (ignoring spaces and `$`) is correct without
-math-verify, so a huge but correct number (`10^{10000000}`) needs no symbolic evaluation.
+math-verify, so a huge but correct number (`10^{10000000}`) needs no symbolic evaluation. Any
+other answer more than 4x the reference's length (at least MIN_CAP characters) scores 0: out of
+a long box math-verify fishes whatever sub-expression parses.
 A reference math-verify cannot read is the verifier's failure (`Score.failed`); an answer that
 times math-verify out or blows up its parser is the response's doing (0, `response_error`), and
 an empty box earns nothing. math-verify parses with sympy, so it only ever runs in a throw-away
@@ -19,6 +21,7 @@ import time
 from prorl_jax.rewards import Score
 from prorl_jax.rewards.common import after_think, blank, last_boxed
 
+MIN_CAP = 64  # characters an answer may always have, however short the reference
 _SPACE = re.compile(r"\s+|\$|\\[,;:! ]")
 
 
@@ -55,6 +58,9 @@ def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
   bare_ref = last_boxed(ref) if "\\boxed" in ref else ref
   if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
     return Score(1.0, "correct (as written)")
+  cap = max(4 * len(_plain(bare_ref or ref)), MIN_CAP)
+  if len(_plain(boxed)) > cap:  # math-verify would fish a sub-expression out of a long box
+    return Score(0.0, f"answer of {len(_plain(boxed))} characters: far longer than the reference")
   try:
     gold = parse(
       ref if "\\boxed" in ref or "$" in ref else f"${ref}$",

@@ -2,7 +2,8 @@
 
 The answer is taken (after `</think>`) from, in order: `\\boxed{...}`, `<answer>...</answer>`,
 "Answer: X" / "answer is X". A reference that is one letter A-J is a multiple-choice key and
-matches the chosen letter; otherwise normalised strings (case, spaces, $, trailing period)
+matches the chosen letter, when it is the only choice letter given ("C or A", "A B C D" choose
+nothing); otherwise normalised strings (case, spaces, $, trailing period)
 must be equal, or equal as numbers the way the reference says (an integer reference needs that
 integer; only a decimal reference allows 1e-6). An empty answer earns nothing.
 """
@@ -44,7 +45,10 @@ def score(response: str, reference, **_) -> Score:
   ans = _norm(got)
   if re.fullmatch(r"[a-j]", ref):
     m = re.match(r"\(?([a-j])\)?(?:[\s.:)]|$)", ans)
-    ok = bool(m) and m.group(1) == ref
+    # one choice: no other choice letter standing alone after it ("C or A", "A B C D")
+    rest = got.strip()[m.end() :] if m else ""
+    ok = bool(m) and m.group(1) == ref and not re.search(r"\b[A-J]\b", rest)
   else:
-    ok = ans == ref or same_token(ans.replace(",", ""), ref.replace(",", ""))
+    long = len(ans) > max(4 * len(ref), 64)  # a list of candidates, not an answer
+    ok = not long and (ans == ref or same_token(ans.replace(",", ""), ref.replace(",", "")))
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {got[:50]!r}")
