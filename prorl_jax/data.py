@@ -49,6 +49,16 @@ def _read_rows(path: str) -> list[dict]:
   return rows
 
 
+def _without_nulls(value):
+  """Mappings without their null entries, all the way down (lists kept as they are, their
+  mappings cleaned)."""
+  if isinstance(value, dict):
+    return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+  if isinstance(value, list):
+    return [_without_nulls(v) for v in value]
+  return value
+
+
 def parse_row(row, path: str, i: int) -> dict:
   """One verl-schema row -> {messages, data_source, reference, extra}; one-line errors."""
   where = f"{path}: row {i}"
@@ -76,6 +86,7 @@ def parse_row(row, path: str, i: int) -> dict:
       raise DataError(f"{where}: 'extra_info' is a string but not JSON") from None
   if not isinstance(extra, dict):
     raise DataError(f"{where}: 'extra_info' must be an object")
+  extra = _without_nulls(extra)  # a Parquet struct's keys are the union over its file's rows
   return {
     "messages": prompt,
     "data_source": row["data_source"],

@@ -172,7 +172,8 @@ def load_source(
   src: Source, local: dict[str, str], revisions: dict[str, str]
 ) -> tuple[list[dict], collections.Counter, dict]:
   """(converted rows, malformed reasons counted, provenance) of one source: read locally or
-  downloaded, its columns checked (a missing one stops with one line), every row converted."""
+  downloaded, every row checked and converted or counted under a reason naming its column; a
+  source none of whose rows converts stops with one line naming the reason and the schema."""
   if src.name in local:
     raw, revision = read_copy(src, local[src.name]), f"local:{os.path.abspath(local[src.name])}"
   else:
@@ -180,22 +181,26 @@ def load_source(
   info = {"dataset": src.dataset, "revision": revision, "split": src.split, "license": src.license}
   if src.config:
     info["config"] = src.config
-  if raw:
-    missing = [c for c in src.columns if c not in raw[0]]
-    if missing:
-      raise PrepareError(
-        f"{src.dataset}@{revision}: column {missing[0]!r} is missing "
-        f"(columns: {', '.join(sorted(raw[0]))}); the dataset's schema "
-        f"changed: pin an older --revision {src.name}=SHA or update "
-        "prorl_jax/prepare.py"
-      )
   converted, bad = [], collections.Counter()
   for row in raw:
+    # every row is checked for itself: a row lacking a column is counted under that column,
+    # wherever it stands in the file, and never stops the rest
+    missing = [c for c in src.columns if not isinstance(row, dict) or row.get(c) is None]
+    if missing:
+      bad[f"missing column {missing[0]!r}"] += 1
+      continue
     try:
       converted.append(src.convert(row))
     except Malformed as e:
       bad[str(e)] += 1
     except KeyError as e:  # a data_source without a verifier
       bad[str(e.args[0]).split(";")[0]] += 1
+  if raw and not converted:
+    reason, n = bad.most_common(1)[0]
+    raise PrepareError(
+      f"{src.dataset}@{revision}: none of its {len(raw)} rows converts ({n} with {reason}); "
+      f"{src.name} rows need the columns {', '.join(src.columns)} (docs/data.md): pin another "
+      f"--revision {src.name}=SHA or fix the copy"
+    )
   info["rows_read"] = len(raw)
   return converted, bad, info

@@ -28,6 +28,7 @@ import argparse
 import collections
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -57,7 +58,7 @@ def _user(text: str) -> list[dict]:
 def _text(row: dict, key: str) -> str:
   v = row.get(key)
   if not isinstance(v, str) or not v.strip():
-    raise Malformed(f"empty or non-text {key}")
+    raise Malformed(f"column {key!r} is empty or not text")
   return v.strip()
 
 
@@ -75,7 +76,9 @@ def _verl(prompt: list[dict], data_source: str, truth: str, domain: str, extra: 
 def convert_deepscaler(row: dict) -> dict:
   problem, answer = _text(row, "problem"), row.get("answer")
   if answer is None or not str(answer).strip():
-    raise Malformed("empty answer")
+    raise Malformed("column 'answer' is empty")
+  if isinstance(answer, float) and not math.isfinite(answer):
+    raise Malformed("column 'answer' is not a finite number")
   return _verl(
     _user(f"{problem} {BOXED_INSTRUCTION}"), "deepscaler", str(answer).strip(), "math", {}
   )
@@ -86,22 +89,22 @@ CODE_SOURCES = ("codecontests", "apps", "taco", "codeforces")
 
 def convert_eurus_code(row: dict) -> dict:
   if row.get("ability") != "code":
-    raise Malformed("not a coding row")
+    raise Malformed("column 'ability' is not code")
   ds = row.get("data_source")
   if ds not in CODE_SOURCES:
-    raise Malformed(f"code data_source {ds!r} has no verifier")
+    raise Malformed(f"column 'data_source' {ds!r} has no code verifier")
   prompt = row.get("prompt")
   if not (
     isinstance(prompt, list)
     and prompt
     and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt)
   ):
-    raise Malformed("prompt is not a list of chat messages")
+    raise Malformed("column 'prompt' is not a list of chat messages")
   truth = (row.get("reward_model") or {}).get("ground_truth")
   try:
     tests = json.loads(truth) if isinstance(truth, str) else truth
   except ValueError:
-    raise Malformed("test cases are not JSON") from None
+    raise Malformed("column 'reward_model.ground_truth' (test cases) is not JSON") from None
   if not (
     isinstance(tests, dict)
     and isinstance(tests.get("inputs"), list)
@@ -109,35 +112,82 @@ def convert_eurus_code(row: dict) -> dict:
     and tests["inputs"]
     and len(tests["inputs"]) == len(tests["outputs"])
   ):
-    raise Malformed("test cases need non-empty inputs and outputs of one length")
+    raise Malformed(
+      "column 'reward_model.ground_truth' needs non-empty inputs and outputs of one length"
+    )
   if code.blank_output(tests) is not None:
-    raise Malformed("a test case expects blank output")
+    raise Malformed("column 'reward_model.ground_truth': a test expects blank output")
   messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
   return _verl(messages, ds, json.dumps(tests), "code", {})
 
 
+_ANSWER_IS = re.compile(
+  r"(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*[:=]|answer\s*:)\s*(.+?)\s*(?:\.\s*$|$)",
+  re.I | re.M,
+)
+_FINAL_EQUALS = re.compile(r"=\s*([^=]{1,60}?)\s*\.?\s*$")
+SHORT_LINE = 40  # characters of a last line that is taken as the answer
+_LEAD = re.compile(
+  r"^(?:so|thus|therefore|hence|finally|it is|this is|we get|which is|giving)\b[,:]?\s*", re.I
+)
+
+
+def _clean_answer(text: str) -> str:
+  return text.strip().strip("$").strip().rstrip(".").strip()
+
+
+def scp_answer(solution: str) -> tuple[str, str] | None:
+  """(answer, method) from SCP-116K's free solution text, by the first rule that applies:
+  `boxed` (the last \\boxed{}), `answer_is` ("the answer is X", "Final answer: X"),
+  `final_equals` (the last line ends in "= value"), `final_line` (a last line of at most
+  SHORT_LINE characters and three words, with a digit or a formula in it; "so", "thus", "it is"
+  and the like before it set aside); None when no rule applies."""
+  boxed = last_boxed(solution)
+  if boxed and boxed.strip():
+    return _clean_answer(boxed), "boxed"
+  found = [_clean_answer(m) for m in _ANSWER_IS.findall(solution)]
+  if found and found[-1] and len(found[-1]) <= 120:
+    return found[-1], "answer_is"
+  lines = [ln.strip() for ln in solution.strip().splitlines() if ln.strip()]
+  if not lines:
+    return None
+  last = _LEAD.sub("", lines[-1].strip("$ ").rstrip("."))
+  m = _FINAL_EQUALS.search(last)
+  if m and _clean_answer(m.group(1)):
+    return _clean_answer(m.group(1)), "final_equals"
+  value = _clean_answer(last)
+  if len(last) <= SHORT_LINE and len(value.split()) <= 3 and re.search(r"[\d\\=^]", value):
+    return value, "final_line"
+  return None
+
+
 def convert_scp(row: dict) -> dict:
   problem = _text(row, "problem")
-  answer = last_boxed(_text(row, "matched_solution"))
-  if not answer or not answer.strip():
-    raise Malformed("no \\boxed{} final answer in matched_solution")
+  got = scp_answer(_text(row, "matched_solution"))
+  if got is None:
+    raise Malformed(
+      "column 'matched_solution' has no final answer (no \\boxed{}, 'the answer is', "
+      "final '= value' or short last line)"
+    )
   if row.get("is_o1_solution_same_with_matched_solution") is False:
-    raise Malformed("o1 solution disagrees with matched_solution")
+    raise Malformed("column 'is_o1_solution_same_with_matched_solution' is false")
+  answer, method = got
   return _verl(
     _user(f"{problem} {BOXED_INSTRUCTION}"),
     "scp",
-    answer.strip(),
+    answer,
     "stem",
-    {"subject": str(row.get("domain") or "")},
+    {"subject": str(row.get("domain") or ""), "answer_from": method},
   )
 
 
-def ifeval_instructions(ids: list, kwargs: list) -> list[dict]:
-  """IFEval `instruction_id_list` + `kwargs` -> the ifeval verifier's instructions."""
+def ifeval_instructions(ids: list, kwargs: list, where: str = "kwargs") -> list[dict]:
+  """IFEval `instruction_id_list` + `kwargs` (the column `where`) -> the ifeval verifier's
+  instructions; Malformed naming the column when they do not fit."""
   try:
     return ifeval.from_ifeval(ids, kwargs)
   except ValueError as e:
-    raise Malformed(str(e)) from None
+    raise Malformed(f"column {where!r}: {e}") from None
 
 
 def convert_nemotron_if(row: dict) -> dict:
@@ -146,16 +196,22 @@ def convert_nemotron_if(row: dict) -> dict:
     users = [m.get("content") for m in text if isinstance(m, dict) and m.get("role") == "user"]
     text = users[-1] if users else None
   if not isinstance(text, str) or not text.strip():
-    raise Malformed("empty input")
+    raise Malformed("column 'input' is empty or has no user turn")
   args = row.get("args")
   if isinstance(args, str):
     try:
       args = json.loads(args)
     except ValueError:
-      raise Malformed("args is not JSON") from None
+      raise Malformed("column 'args' is not JSON") from None
   if not isinstance(args, dict):
-    raise Malformed("args is not an object")
-  instructions = ifeval_instructions(args.get("instruction_id_list"), args.get("kwargs"))
+    raise Malformed("column 'args' is not an object")
+  if "instruction_id_list" not in args:
+    raise Malformed("column 'args' lacks 'instruction_id_list'")
+  # the RL configuration's rows keep the arguments under instruction_kwargs (IFEval: kwargs)
+  key = "instruction_kwargs" if "instruction_kwargs" in args else "kwargs"
+  if key not in args:
+    raise Malformed("column 'args' lacks 'instruction_kwargs'")
+  instructions = ifeval_instructions(args["instruction_id_list"], args[key], f"args.{key}")
   return _verl(
     _user(text.strip()),
     "llama_nemotron_if",
@@ -276,13 +332,20 @@ def _reasoning_gym_rows(count: int, tasks: tuple[str, ...], seed: int) -> list[d
 
 
 def _write_parquet(rows: list[dict], path: str) -> dict:
-  """verl-schema rows as Parquet (extra_info as a JSON string: its keys differ per source)."""
+  """verl-schema rows as Parquet: `reward_model` and `extra_info` as structs (mappings, as
+  verl's own preprocessing writes them and its dataset reads them); a struct's keys are the
+  union over the file's rows (absent ones null: `data.parse_row` drops them). Should pyarrow
+  find no common type for a key, `extra_info` is written as JSON text instead (read as well)."""
   import pyarrow as pa
   import pyarrow.parquet as pq
 
-  flat = [dict(r, extra_info=json.dumps(r["extra_info"], sort_keys=True)) for r in rows]
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  pq.write_table(pa.Table.from_pylist(flat), path)
+  try:
+    table = pa.Table.from_pylist(rows)
+  except (pa.ArrowInvalid, pa.ArrowTypeError):
+    flat = [dict(r, extra_info=json.dumps(r["extra_info"], sort_keys=True)) for r in rows]
+    table = pa.Table.from_pylist(flat)
+  pq.write_table(table, path)
   with open(path, "rb") as f:
     sha = hashlib.sha256(f.read()).hexdigest()
   return {"rows": len(rows), "sha256": sha}
@@ -344,6 +407,11 @@ def prepare(
     val, train = kept[:val_per_domain], kept[val_per_domain:]
     for r in train + val:
       r["extra_info"] = dict(r["extra_info"], domain=domain)
+    methods = collections.Counter(
+      r["extra_info"]["answer_from"] for r in converted if "answer_from" in r["extra_info"]
+    )
+    if methods:  # how the reference answers were found (SCP-116K: from free solution text)
+      info["answer_from"] = dict(methods.most_common())
     info.update(
       converted=len(converted),
       malformed=dict(bad.most_common()),
@@ -426,6 +494,13 @@ def main(argv=None) -> int:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--rg_tasks", default=",".join(RG_TASKS), help="Reasoning Gym tasks")
   ap.add_argument(
+    "--allow-short",
+    "--allow_short",
+    dest="allow_short",
+    action="store_true",
+    help="mix: exit 0 even when a domain gets fewer rows than its count",
+  )
+  ap.add_argument(
     "--benchmarks", default=",".join(suite_lib.BENCHMARKS), help="suite: the benchmarks to build"
   )
   ap.add_argument(
@@ -496,6 +571,22 @@ def main(argv=None) -> int:
     f"{len(manifest['train_files'])} files, {manifest['files']['val.parquet']['rows']} "
     f"validation rows; train with --config.data.prepared={args.out}"
   )
+  short = {d: i for d, i in manifest["sources"].items() if i.get("short_by")}
+  for domain, i in short.items():  # a domain that comes out short is loud
+    why = _top(collections.Counter(i["malformed"])) or "the source has no more rows"
+    print(
+      f"{'warning' if args.allow_short else 'error'}: {domain} is short by {i['short_by']} of "
+      f"{i['requested']} rows ({i['converted']} converted, {i['duplicates']} duplicates; "
+      f"malformed: {why})",
+      file=sys.stderr,
+    )
+  if short and not args.allow_short:
+    print(
+      f"error: {len(short)} domain(s) short: fix the sources, lower --count, or pass "
+      "--allow-short to train on what there is",
+      file=sys.stderr,
+    )
+    return 3
   return 0
 
 

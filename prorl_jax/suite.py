@@ -57,16 +57,18 @@ RG_HELDOUT_SEED = 1_000_003  # Reasoning Gym seeds of the held-out items (traini
 RG_OOD_TASKS = ("acre", "boxnet", "game_of_life_halting")
 
 
-def _answer(v) -> str:
+def _answer(v, column: str = "answer") -> str:
   """A reference answer as text: 142.0 -> "142", ["$3$"] -> "3", "$x$" -> "x"."""
   if isinstance(v, list):
-    v = ", ".join(_answer(x) for x in v)
+    v = ", ".join(_answer(x, column) for x in v)
   if isinstance(v, float) and v.is_integer():
     v = int(v)
   text = str(v).strip() if v is not None else ""
   text = text.strip("$").strip()
   if not text:
-    raise Malformed("empty answer")
+    raise Malformed(f"column {column!r} is empty")
+  if text.lower() in ("nan", "inf", "-inf"):
+    raise Malformed(f"column {column!r} is not a finite number")
   return text
 
 
@@ -74,7 +76,7 @@ def math_converter(problem: str, answer: str, data_source: str) -> Callable[[dic
   def convert(row: dict) -> dict:
     q = P._text(row, problem)
     return P._verl(
-      P._user(f"{q} {MATH_INSTRUCTION}"), data_source, _answer(row.get(answer)), "math", {}
+      P._user(f"{q} {MATH_INSTRUCTION}"), data_source, _answer(row.get(answer), answer), "math", {}
     )
 
   return convert
@@ -87,7 +89,7 @@ def _code_budget(n_tests: int) -> float:
 
 def _code_row(prompt: str, data_source: str, tests: dict) -> dict:
   if code.blank_output(tests) is not None:
-    raise Malformed("a test case expects blank output")
+    raise Malformed("a test expects blank output")
   try:
     truth = json.dumps(tests, allow_nan=False)
   except (TypeError, ValueError):
@@ -134,7 +136,7 @@ def convert_humanevalplus(row: dict) -> dict:
     and inputs
     and len(inputs) == len(outputs)
   ):
-    raise Malformed("tests are not a literal inputs/results table")
+    raise Malformed("column 'test' is not a literal inputs/results table")
   imports = "\n".join(line for line in prompt.splitlines() if line.startswith(("import ", "from ")))
   text = (
     "Complete the following Python function. Write the whole function (with any imports "
@@ -167,13 +169,13 @@ def _pickled_text(data: bytes) -> str:
     except StopIteration:
       break
     except ValueError:
-      raise Malformed("private tests are not a readable pickle") from None
+      raise Malformed("column 'private_test_cases' is not a readable pickle") from None
     if op.name not in _PICKLE_STR_OPS:
-      raise Malformed(f"private tests hold a pickled {op.name}, not text")
+      raise Malformed(f"column 'private_test_cases' holds a pickled {op.name}, not text")
     if isinstance(arg, str):
       texts.append(arg)
   if len(texts) != 1:
-    raise Malformed("private tests are not one pickled string")
+    raise Malformed("column 'private_test_cases' is not one pickled string")
   return texts[0]
 
 
@@ -186,27 +188,35 @@ def lcb_tests(text: str) -> list:
   try:
     raw = zlib.decompress(base64.b64decode(text, validate=True))
   except (ValueError, zlib.error):
-    raise Malformed("private tests are neither JSON nor base64/zlib data") from None
+    raise Malformed("column 'private_test_cases' is neither JSON nor base64/zlib data") from None
   text = _pickled_text(raw)
   try:
     return json.loads(text)
   except ValueError:
-    raise Malformed("private tests are not JSON") from None
+    raise Malformed("column 'private_test_cases' is not JSON") from None
+
+
+def _json_column(row: dict, column: str):
+  value = row.get(column)
+  if not isinstance(value, str):
+    raise Malformed(f"column {column!r} is not JSON text")
+  try:
+    return json.loads(value)
+  except ValueError:
+    raise Malformed(f"column {column!r} is not JSON") from None
 
 
 def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> dict:
   date = str(row.get("contest_date") or "")[:10]
   if not window[0] <= date < window[1]:
-    raise Malformed(f"contest date outside [{window[0]}, {window[1]})")
+    raise Malformed(f"column 'contest_date' outside [{window[0]}, {window[1]})")
   question = P._text(row, "question_content")
-  try:
-    meta = json.loads(row.get("metadata") or "{}")
-    cases = json.loads(row.get("public_test_cases") or "[]")
-  except ValueError:
-    raise Malformed("metadata or public tests are not JSON") from None
+  meta, cases = (_json_column(row, c) for c in ("metadata", "public_test_cases"))
+  if not isinstance(cases, list):
+    raise Malformed("column 'public_test_cases' is not a list")
   cases = cases + lcb_tests(row.get("private_test_cases") or "")
   if not cases:
-    raise Malformed("no test cases")
+    raise Malformed("columns 'public_test_cases' and 'private_test_cases' hold no tests")
   fn = meta.get("func_name") if isinstance(meta, dict) else None
   starter = (row.get("starter_code") or "").strip()
   try:
@@ -217,7 +227,9 @@ def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> di
       inputs = [c["input"] for c in cases]
       outputs = [c["output"] for c in cases]
   except (KeyError, TypeError, AttributeError, ValueError):
-    raise Malformed("test cases lack input/output text") from None
+    raise Malformed(
+      "column 'public_test_cases'/'private_test_cases': a test lacks input/output text"
+    ) from None
   if fn and starter:
     how = (
       f"Complete this starter code (the method `{fn}` is called with each test's "
@@ -253,7 +265,7 @@ def convert_gpqa(row: dict) -> dict:
 
 def convert_ifeval(row: dict) -> dict:
   text = P._text(row, "prompt")
-  instructions = P.ifeval_instructions(row.get("instruction_id_list"), row.get("kwargs"))
+  instructions = P.ifeval_instructions(row.get("instruction_id_list"), row.get("kwargs"), "kwargs")
   return P._verl(
     P._user(text), "ifeval", "", "instruction_following", {"instructions": instructions}
   )

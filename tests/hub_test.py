@@ -147,7 +147,7 @@ def _load(src, path):
 def test_a_json_array_repository(repos):
   rows, bad, info = _load(prepare.SOURCES["deepscaler"], repos["deepscaler"])
   # 5 problems + a case-folded duplicate (dedup is the mix's job) + one with an empty answer
-  assert len(rows) == 6 and dict(bad) == {"empty answer": 1}
+  assert len(rows) == 6 and dict(bad) == {"column 'answer' is empty": 1}
   assert rows[3]["reward_model"]["ground_truth"] == "6"
   assert info["rows_read"] == 7 and info["revision"].startswith("local:")
 
@@ -164,7 +164,9 @@ def test_a_configuration_that_is_not_the_default(repos):
   # The RL configuration's split, not the SFT default's files (which lack `args`).
   rows, bad, info = _load(prepare.SOURCES["nemotron_if"], repos["nemotron"])
   assert info["rows_read"] == 5 and len(rows) == 4
-  assert dict(bad) == {"unsupported instruction detectable_format:emoji_only": 1}
+  assert dict(bad) == {
+    "column 'args.kwargs': unsupported instruction detectable_format:emoji_only": 1
+  }
   assert all(r["data_source"] == "llama_nemotron_if" for r in rows)
 
 
@@ -174,8 +176,8 @@ def test_a_repository_with_a_loading_script_is_read_from_its_files(repos):
   rows, bad, info = _load(src, repos["lcb"])
   assert info["rows_read"] == 4  # both release files, nothing from .cache/
   assert len(rows) == 2 and set(bad) == {
-    "contest date outside [2024-08-01, 2025-02-01)",
-    "private tests hold a pickled GLOBAL, not text",
+    "column 'contest_date' outside [2024-08-01, 2025-02-01)",
+    "column 'private_test_cases' holds a pickled GLOBAL, not text",
   }
 
 

@@ -77,7 +77,13 @@ def _scp(n):
     }
     for i in range(n)
   ]
-  rows.append(dict(rows[0], problem="No boxed answer here?", matched_solution="it is 5"))
+  rows.append(
+    dict(
+      rows[0],
+      problem="No final answer here?",
+      matched_solution="We discuss falling bodies in general and never reach the distance.",
+    )
+  )
   return rows
 
 
@@ -166,12 +172,19 @@ def test_counts_split_and_manifest(prepared):
 
 def test_malformed_rows_are_counted_by_reason(prepared):
   _, m = prepared
-  assert m["sources"]["math"]["malformed"] == {"empty answer": 1}
+  assert m["sources"]["math"]["malformed"] == {"column 'answer' is empty": 1}
   assert m["sources"]["math"]["duplicates"] == 1  # case- and space-folded duplicate of row 0
-  assert m["sources"]["code"]["malformed"] == {"not a coding row": 1, "test cases are not JSON": 1}
-  assert m["sources"]["stem"]["malformed"] == {"no \\boxed{} final answer in matched_solution": 1}
+  assert m["sources"]["code"]["malformed"] == {
+    "column 'ability' is not code": 1,
+    "column 'reward_model.ground_truth' (test cases) is not JSON": 1,
+  }
+  assert m["sources"]["stem"]["malformed"] == {
+    "column 'matched_solution' has no final answer (no \\boxed{}, 'the answer is', final "
+    "'= value' or short last line)": 1
+  }
+  assert m["sources"]["stem"]["answer_from"] == {"boxed": 9}
   assert m["sources"]["instruction_following"]["malformed"] == {
-    "unsupported instruction detectable_format:emoji_only": 1
+    "column 'args.kwargs': unsupported instruction detectable_format:emoji_only": 1
   }
 
 
@@ -255,7 +268,9 @@ def test_a_missing_column_stops_with_one_line(tmp_path, capsys):
   err = capsys.readouterr().err.strip()
   assert rc == 2 and "\n" not in err
   assert err.startswith("error: agentica-org/DeepScaleR-Preview-Dataset@local:")
-  assert "column 'answer' is missing" in err and "--revision deepscaler=SHA" in err
+  assert "none of its 1 rows converts (1 with missing column 'answer')" in err
+  assert "deepscaler rows need the columns problem, answer" in err
+  assert "--revision deepscaler=SHA" in err
 
 
 @pytest.mark.parametrize(

@@ -273,15 +273,19 @@ def test_references_are_normalised(built):
 def test_malformed_rows_are_counted_by_reason(built):
   _, m = built
   src = m["sources"]
-  assert src["amc"]["malformed"] == {"empty answer": 1}
-  assert src["humanevalplus"]["malformed"] == {"tests are not a literal inputs/results table": 1}
-  assert src["ifeval"]["malformed"] == {"unsupported instruction detectable_format:emoji_only": 1}
+  assert src["amc"]["malformed"] == {"missing column 'answer'": 1}
+  assert src["humanevalplus"]["malformed"] == {
+    "column 'test' is not a literal inputs/results table": 1
+  }
+  assert src["ifeval"]["malformed"] == {
+    "column 'kwargs': unsupported instruction detectable_format:emoji_only": 1
+  }
   lcb = src["livecodebench"]["malformed"]
   assert lcb == {
-    "contest date outside [2024-08-01, 2025-02-01)": 1,
-    "private tests hold a pickled GLOBAL, not text": 1,
+    "column 'contest_date' outside [2024-08-01, 2025-02-01)": 1,
+    "column 'private_test_cases' holds a pickled GLOBAL, not text": 1,
   }
-  assert src["prime_val"]["malformed"] == {"not a coding row": 1}
+  assert src["prime_val"]["malformed"] == {"column 'ability' is not code": 1}
   assert src["livecodebench"]["window"] == ["2024-08-01", "2025-02-01"]
 
 

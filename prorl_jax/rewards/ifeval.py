@@ -283,7 +283,10 @@ def from_ifeval(ids: list, kwargs: list) -> list[dict]:
   """IFEval `instruction_id_list` + `kwargs` -> the ifeval verifier's instructions."""
   if not isinstance(ids, list) or not ids:
     raise ValueError("no instruction ids")
-  kwargs = kwargs if isinstance(kwargs, list) else [{}] * len(ids)
+  if not isinstance(kwargs, list):  # missing arguments are never read as "no arguments"
+    raise ValueError(f"the instructions' arguments are missing (got {type(kwargs).__name__})")
+  if not all(kw is None or isinstance(kw, dict) for kw in kwargs):
+    raise ValueError("the instructions' arguments are not objects")
   if len(kwargs) != len(ids):
     raise ValueError("instruction ids and kwargs differ in length")
   out = []
