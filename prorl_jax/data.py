@@ -12,6 +12,7 @@ An item is a dict: {uid, prompt_ids, data_source, reference, extra}. Sources:
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -29,14 +30,26 @@ def _read_rows(path: str) -> list[dict]:
   if path.startswith("reasoning_gym:"):  # reasoning_gym:TASK:SEED:SIZE
     from prorl_jax.rewards import puzzles
 
-    _, task, seed, size = path.split(":")
-    return puzzles.make_items(task, seed=int(seed), size=int(size))
+    parts = path.split(":")
+    if len(parts) != 4 or not (parts[2].isdigit() and parts[3].isdigit()) or not parts[1]:
+      raise DataError(
+        f"{path}: a generated source is reasoning_gym:TASK:SEED:SIZE "
+        "(e.g. reasoning_gym:chain_sum:0:1000)"
+      )
+    try:
+      return puzzles.make_items(parts[1], seed=int(parts[2]), size=int(parts[3]))
+    except ValueError as e:
+      raise DataError(f"{path}: {e}") from None
   if not os.path.isfile(path):
     raise DataError(f"{path}: no such file (data.train_files / data.val_files)")
   if path.endswith(".parquet"):
-    import pyarrow.parquet as pq  # optional dependency for Parquet datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pylist()
+    try:
+      return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as e:
+      raise DataError(f"{path}: not a readable Parquet file ({str(e)[:160]})") from None
   rows = []
   with open(path) as f:
     for i, line in enumerate(f, 1):
@@ -73,11 +86,18 @@ def parse_row(row, path: str, i: int) -> dict:
     and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
   ):
     raise DataError(f"{where}: 'prompt' must be a list of {{role, content}} chat messages")
+  bad = [k for k, m in enumerate(prompt) if not isinstance(m["content"], str)]
+  if bad:
+    got = type(prompt[bad[0]]["content"]).__name__
+    raise DataError(f"{where}: 'prompt' message {bad[0]}'s content is {got}, not text")
   if not isinstance(row.get("data_source"), str):
     raise DataError(f"{where}: 'data_source' (a string naming the verifier) is missing")
   rm = row.get("reward_model") or {}
   if not isinstance(rm, dict) or "ground_truth" not in rm:
     raise DataError(f"{where}: 'reward_model.ground_truth' is missing")
+  truth = rm["ground_truth"]
+  if isinstance(truth, float) and not math.isfinite(truth):
+    raise DataError(f"{where}: 'reward_model.ground_truth' is {truth}, not an answer")
   extra = row.get("extra_info") or {}
   if isinstance(extra, str):  # prepared Parquet files keep it as JSON (keys differ by source)
     try:

@@ -195,6 +195,8 @@ def load_source(
       bad[str(e)] += 1
     except KeyError as e:  # a data_source without a verifier
       bad[str(e.args[0]).split(";")[0]] += 1
+    except (TypeError, AttributeError, ValueError) as e:  # a layout no check foresaw: counted
+      bad[f"unreadable row ({type(e).__name__}: {str(e)[:60]})"] += 1
   if raw and not converted:
     reason, n = bad.most_common(1)[0]
     raise PrepareError(

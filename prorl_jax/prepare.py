@@ -100,7 +100,10 @@ def convert_eurus_code(row: dict) -> dict:
     and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt)
   ):
     raise Malformed("column 'prompt' is not a list of chat messages")
-  truth = (row.get("reward_model") or {}).get("ground_truth")
+  rm = row.get("reward_model")
+  if not isinstance(rm, dict):
+    raise Malformed("column 'reward_model' is not an object")
+  truth = rm.get("ground_truth")
   try:
     tests = json.loads(truth) if isinstance(truth, str) else truth
   except ValueError:
@@ -181,13 +184,16 @@ def convert_scp(row: dict) -> dict:
   )
 
 
-def ifeval_instructions(ids: list, kwargs: list, where: str = "kwargs") -> list[dict]:
-  """IFEval `instruction_id_list` + `kwargs` (the column `where`) -> the ifeval verifier's
-  instructions; Malformed naming the column when they do not fit."""
+def ifeval_instructions(
+  ids: list, kwargs: list, where: str = "kwargs", ids_where: str = "instruction_id_list"
+) -> list[dict]:
+  """IFEval `instruction_id_list` + `kwargs` (the columns `ids_where` and `where`) -> the
+  ifeval verifier's instructions; Malformed naming the column when they do not fit."""
   try:
     return ifeval.from_ifeval(ids, kwargs)
   except ValueError as e:
-    raise Malformed(f"column {where!r}: {e}") from None
+    column = ids_where if str(e).startswith(("no instruction ids", "unsupported")) else where
+    raise Malformed(f"column {column!r}: {e}") from None
 
 
 def convert_nemotron_if(row: dict) -> dict:
@@ -211,7 +217,9 @@ def convert_nemotron_if(row: dict) -> dict:
   key = "instruction_kwargs" if "instruction_kwargs" in args else "kwargs"
   if key not in args:
     raise Malformed("column 'args' lacks 'instruction_kwargs'")
-  instructions = ifeval_instructions(args["instruction_id_list"], args[key], f"args.{key}")
+  instructions = ifeval_instructions(
+    args["instruction_id_list"], args[key], f"args.{key}", "args.instruction_id_list"
+  )
   return _verl(
     _user(text.strip()),
     "llama_nemotron_if",

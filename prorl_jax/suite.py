@@ -214,7 +214,10 @@ def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> di
   meta, cases = (_json_column(row, c) for c in ("metadata", "public_test_cases"))
   if not isinstance(cases, list):
     raise Malformed("column 'public_test_cases' is not a list")
-  cases = cases + lcb_tests(row.get("private_test_cases") or "")
+  private = row.get("private_test_cases")
+  if not isinstance(private, str):
+    raise Malformed("column 'private_test_cases' is not text")
+  cases = cases + lcb_tests(private)
   if not cases:
     raise Malformed("columns 'public_test_cases' and 'private_test_cases' hold no tests")
   fn = meta.get("func_name") if isinstance(meta, dict) else None

@@ -50,6 +50,14 @@ def test_rows_load_tokenize_and_drop_long_prompts(tmp_path, tok):
       "row 2: 'prompt' must be a list",
     ),
     ({"prompt": "x", "data_source": "m"}, "row 2: 'reward_model.ground_truth' is missing"),
+    (
+      {"prompt": [{"role": "user", "content": 7}], "data_source": "m", "reward_model": {}},
+      "row 2: 'prompt' message 0's content is int, not text",
+    ),
+    (
+      '{"prompt": "x", "data_source": "math", "reward_model": {"ground_truth": NaN}}',
+      "row 2: 'reward_model.ground_truth' is nan, not an answer",
+    ),
   ],
 )
 def test_malformed_rows_name_file_and_row(tmp_path, tok, bad, msg):
@@ -57,6 +65,27 @@ def test_malformed_rows_name_file_and_row(tmp_path, tok, bad, msg):
   with pytest.raises(data.DataError, match=msg) as e:
     data.JsonlSource([path], tok, max_prompt_len=16)
   assert "bad.jsonl" in str(e.value)
+
+
+@pytest.mark.parametrize(
+  "spec,msg",
+  [
+    ("reasoning_gym:chain_sum:1", "reasoning_gym:TASK:SEED:SIZE"),
+    ("reasoning_gym:chain_sum:x:10", "reasoning_gym:TASK:SEED:SIZE"),
+    ("reasoning_gym:propositional_logic:0:4", "propositional_logic' is not scored"),
+  ],
+)
+def test_bad_generated_sources_are_one_line(tok, spec, msg):
+  with pytest.raises(data.DataError, match=msg) as e:
+    data.JsonlSource([spec], tok, max_prompt_len=16)
+  assert "\n" not in str(e.value)
+
+
+def test_an_unreadable_parquet_file_is_one_line(tmp_path, tok):
+  path = tmp_path / "broken.parquet"
+  path.write_bytes(b"PAR1 this is not parquet PAR1")
+  with pytest.raises(data.DataError, match="broken.parquet: not a readable Parquet file"):
+    data.JsonlSource([str(path)], tok, max_prompt_len=16)
 
 
 def test_cursor_round_trip_continues_exactly(tmp_path, tok):

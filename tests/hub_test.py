@@ -165,7 +165,7 @@ def test_a_configuration_that_is_not_the_default(repos):
   rows, bad, info = _load(prepare.SOURCES["nemotron_if"], repos["nemotron"])
   assert info["rows_read"] == 5 and len(rows) == 4
   assert dict(bad) == {
-    "column 'args.kwargs': unsupported instruction detectable_format:emoji_only": 1
+    "column 'args.instruction_id_list': unsupported instruction detectable_format:emoji_only": 1
   }
   assert all(r["data_source"] == "llama_nemotron_if" for r in rows)
 

@@ -93,7 +93,7 @@ def _nemotron_if(n):
       "input": f"Write {i + 3} short lines about tea. Use no commas and only lowercase.",
       "args": {
         "instruction_id_list": ["punctuation:no_comma", "change_case:english_lowercase"],
-        "kwargs": [{}, {}],
+        "instruction_kwargs": [{}, {}],  # the RL configuration's key (IFEval's is kwargs)
       },
       "category": "instruction following",
       "license": "cc-by-4.0",
@@ -184,7 +184,7 @@ def test_malformed_rows_are_counted_by_reason(prepared):
   }
   assert m["sources"]["stem"]["answer_from"] == {"boxed": 9}
   assert m["sources"]["instruction_following"]["malformed"] == {
-    "column 'args.kwargs': unsupported instruction detectable_format:emoji_only": 1
+    "column 'args.instruction_id_list': unsupported instruction detectable_format:emoji_only": 1
   }
 
 

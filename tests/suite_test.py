@@ -278,7 +278,7 @@ def test_malformed_rows_are_counted_by_reason(built):
     "column 'test' is not a literal inputs/results table": 1
   }
   assert src["ifeval"]["malformed"] == {
-    "column 'kwargs': unsupported instruction detectable_format:emoji_only": 1
+    "column 'instruction_id_list': unsupported instruction detectable_format:emoji_only": 1
   }
   lcb = src["livecodebench"]["malformed"]
   assert lcb == {

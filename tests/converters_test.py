@@ -1,0 +1,148 @@
+"""Every source of the mix and the suite converts its real layout row by row: a row missing or
+mistyping a column is counted under a reason that names the column, wherever it stands in the
+file, and the rows around it survive."""
+
+import json
+
+import pytest
+
+from prorl_jax import prepare, suite
+from prorl_jax.hub import load_source
+from tests import prepare_test as mix_fixtures
+from tests.suite_test import FIXTURES
+
+GOOD = {
+  "deepscaler": mix_fixtures._deepscaler(2)[0],
+  "eurus_code": mix_fixtures._eurus(2)[0],
+  "scp": mix_fixtures._scp(2)[0],
+  "nemotron_if": mix_fixtures._nemotron_if(2)[0],
+  **{name: rows[0] for name, rows in FIXTURES.items()},
+}
+SOURCES = {**prepare.SOURCES, **suite.SOURCES}
+CASES = [(name, col) for name, src in SOURCES.items() for col in src.columns]
+
+
+def _load(tmp_path, name, rows):
+  path = tmp_path / f"{name}.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  return load_source(SOURCES[name], {name: str(path)}, {})
+
+
+def test_every_source_has_a_good_fixture_row(tmp_path):
+  for name in SOURCES:
+    rows, bad, _ = _load(tmp_path, name, [GOOD[name]])
+    assert len(rows) == 1 and not bad, (name, bad)
+
+
+@pytest.mark.parametrize("name,column", CASES, ids=[f"{n}-{c}" for n, c in CASES])
+def test_a_row_missing_a_column_is_counted_by_name_wherever_it_stands(tmp_path, name, column):
+  good = GOOD[name]
+  missing = {k: v for k, v in good.items() if k != column}
+  rows, bad, info = _load(tmp_path, name, [missing, good, good, missing, good, missing])
+  assert len(rows) == 3 and info["rows_read"] == 6
+  assert dict(bad) == {f"missing column {column!r}": 3}
+
+
+WRONG = (12345, {"a": 1}, ["x"], "")
+MISTYPED = [
+  (n, c, w)
+  for n, c in CASES
+  for w in WRONG
+  if isinstance(w, str) or not isinstance(GOOD[n][c], type(w))  # another type than the layout's
+]
+
+
+@pytest.mark.parametrize(
+  "name,column,wrong", MISTYPED, ids=[f"{n}-{c}-{type(w).__name__}" for n, c, w in MISTYPED]
+)
+def test_a_row_mistyping_a_column_is_counted_naming_it(tmp_path, name, column, wrong):
+  good = GOOD[name]
+  bad_row = dict(good, **{column: wrong})
+  rows, bad, _ = _load(tmp_path, name, [bad_row, good, bad_row])
+  if not bad:  # tolerated (e.g. a free-text column that may hold anything)
+    assert len(rows) == 3
+    return
+  assert len(rows) == 1 and sum(bad.values()) == 2
+  (reason,) = bad
+  assert repr(column) in reason or f"'{column}." in reason, (name, column, reason)
+
+
+def test_nemotron_rows_keep_their_arguments_under_instruction_kwargs(tmp_path):
+  row = {
+    "input": "Write about tea in at least 12 words.",
+    "args": {
+      "instruction_id_list": ["length_constraints:number_words"],
+      "instruction_kwargs": [{"relation": "at least", "num_words": 12}],
+    },
+  }
+  rows, bad, _ = _load(tmp_path, "nemotron_if", [row])
+  assert not bad and rows[0]["extra_info"]["instructions"] == [
+    {"type": "words", "relation": "at least", "num": 12}
+  ]
+  lacking = {"input": "x y", "args": {"instruction_id_list": ["punctuation:no_comma"]}}
+  _, bad, _ = _load(tmp_path, "nemotron_if", [lacking, row])
+  assert dict(bad) == {"column 'args' lacks 'instruction_kwargs'": 1}
+
+
+def test_ifeval_items_without_their_arguments_are_refused(tmp_path):
+  good = FIXTURES["ifeval"][0]
+  no_kwargs = dict(good, kwargs="not a list")
+  _, bad, _ = _load(tmp_path, "ifeval", [no_kwargs, good])
+  (reason,) = bad
+  assert reason.startswith("column 'kwargs': the instructions' arguments are missing")
+
+
+@pytest.mark.parametrize(
+  "solution,answer,method",
+  [
+    ("so d = \\boxed{45} m", "45", "boxed"),
+    ("Thus the answer is 3.5 m/s.", "3.5 m/s", "answer_is"),
+    ("Final answer: $2\\pi$", "2\\pi", "answer_is"),
+    ("Energy conservation gives\nv = \\sqrt{2gh} = 14 m/s", "14 m/s", "final_equals"),
+    ("A long derivation.\n\nTherefore, 1.2 eV", "1.2 eV", "final_line"),
+  ],
+)
+def test_scp_answers_are_found_by_the_documented_rules(solution, answer, method):
+  assert prepare.scp_answer(solution) == (answer, method)
+
+
+def test_scp_rows_without_a_final_answer_are_counted(tmp_path):
+  good = GOOD["scp"]
+  vague = dict(good, matched_solution="We discuss the idea in general terms and stop there.")
+  rows, bad, _ = _load(tmp_path, "scp", [vague, good, vague])
+  assert len(rows) == 1 and rows[0]["extra_info"]["answer_from"] == "boxed"
+  (reason,) = bad
+  assert reason.startswith("column 'matched_solution' has no final answer") and bad[reason] == 2
+
+
+def test_prepare_output_reads_as_verl_reads_it(tmp_path):
+  """verl's RLHFDataset: pyarrow rows as dicts, `extra_info.get("index")`, `reward_model`'s
+  ground truth a mapping's entry."""
+  import pyarrow.parquet as pq
+
+  from prorl_jax import data
+
+  out = tmp_path / "mix"
+  argv = ["--mix=prorl", f"--out={out}", "--val=1", "--rg_tasks=chain_sum,syllogism"]
+  argv += ["--count=math=0", "--count=code=0", "--count=stem=0", "--count=instruction_following=0"]
+  assert prepare.main(argv + ["--count=logic=4"]) == 0
+  for path in [out / "train" / "logic.parquet", out / "val.parquet"]:
+    for i, row in enumerate(pq.read_table(path).to_pylist()):
+      assert isinstance(row["extra_info"], dict) and isinstance(row["reward_model"], dict)
+      assert row["extra_info"].get("index") is not None
+      assert isinstance(row["reward_model"]["ground_truth"], str)
+      parsed = data.parse_row(row, str(path), i)  # and prorl_jax reads it back
+      assert None not in parsed["extra"].values()
+
+
+def test_a_short_domain_is_loud(tmp_path, capsys):
+  src = tmp_path / "ds.jsonl"
+  src.write_text("".join(json.dumps(r) + "\n" for r in mix_fixtures._deepscaler(3)))
+  argv = ["--mix=prorl", f"--out={tmp_path}/o", "--val=0", f"--source=deepscaler={src}"]
+  argv += ["--count=code=0", "--count=stem=0", "--count=logic=0", "--count=instruction_following=0"]
+  argv += ["--count=math=10"]
+  assert prepare.main(argv) == 3
+  err = capsys.readouterr().err
+  assert "error: math is short by 7 of 10 rows" in err and "column 'answer' is empty" in err
+  assert prepare.main(argv + ["--allow-short"]) == 0
+  assert "warning: math is short by 7 of 10 rows" in capsys.readouterr().err
