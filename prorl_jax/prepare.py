@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from prorl_jax import rewards
+from prorl_jax.data import parse_row
 from prorl_jax.hub import (  # noqa: F401 - the errors and readers are prepare's API too
   Malformed,
   PrepareError,
@@ -45,8 +46,9 @@ from prorl_jax.hub import (  # noqa: F401 - the errors and readers are prepare's
   load_source,
   read_local,
 )
-from prorl_jax.rewards import code, ifeval, puzzles
+from prorl_jax.rewards import audit, code, ifeval, puzzles
 from prorl_jax.rewards.common import last_boxed
+from prorl_jax.rewards.pool import VerifierPool
 
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
@@ -320,6 +322,12 @@ RG_TASKS = (
 )
 
 
+def check_references(rows: list[dict], pool) -> list[str | None]:
+  """For verl rows: None where the row's reference earns full reward (or it has none to
+  check), else why the row is dropped (`rewards.audit.check_references`)."""
+  return audit.check_references([parse_row(r, "prepare", i) for i, r in enumerate(rows)], pool)
+
+
 def normalise_prompt(prompt: list[dict]) -> str:
   text = " ".join(m["content"] for m in prompt if m.get("role") != "system")
   return re.sub(r"\s+", " ", text).strip().casefold()
@@ -369,8 +377,11 @@ def prepare(
   seed: int,
   rg_tasks: tuple[str, ...] = RG_TASKS,
   log=print,
+  check_pool=None,
 ) -> dict:
-  """Builds the mix in `out`; returns the manifest (also written to out/manifest.json)."""
+  """Builds the mix in `out`; returns the manifest (also written to out/manifest.json). With
+  `check_pool` (a VerifierPool), every kept row's own reference answer is scored through its
+  verifier first and a row whose reference does not earn full reward is dropped, counted."""
   rng = np.random.RandomState(seed)
   seen: set[str] = set()
   manifest = {
@@ -401,17 +412,29 @@ def prepare(
     else:
       converted, bad, more = load_source(SOURCES[name], local, revisions)
       info.update(more)
-    order = rng.permutation(len(converted))
-    kept, dups = [], 0
-    for i in order:
-      key = normalise_prompt(converted[i]["prompt"])
-      if key in seen:
-        dups += 1
-        continue
-      seen.add(key)
-      kept.append(converted[i])
-      if len(kept) == want + val_per_domain:
-        break
+    order = list(rng.permutation(len(converted)))
+    kept, dups, checked, dropped = [], 0, 0, collections.Counter()
+    while order and len(kept) < want + val_per_domain:  # in batches, until enough rows pass
+      batch = []
+      while order and len(batch) < want + val_per_domain - len(kept):
+        row = converted[order.pop(0)]
+        key = normalise_prompt(row["prompt"])
+        if key in seen:
+          dups += 1
+          continue
+        seen.add(key)
+        batch.append(row)
+      verdicts = check_references(batch, check_pool) if check_pool else [None] * len(batch)
+      checked += len(batch) if check_pool else 0
+      for row, why in zip(batch, verdicts):
+        if why:
+          dropped[why] += 1
+        else:
+          kept.append(row)
+    bad.update(dropped)
+    info["reference_check"] = (
+      {"checked": checked, "dropped": dict(dropped.most_common())} if check_pool else "skipped"
+    )
     val, train = kept[:val_per_domain], kept[val_per_domain:]
     for r in train + val:
       r["extra_info"] = dict(r["extra_info"], domain=domain)
@@ -436,10 +459,16 @@ def prepare(
     manifest["weights"].append(len(train))
     manifest["sources"][domain] = info
     val_rows += val
+    refs = (
+      f"references checked: {checked}, {sum(dropped.values())} dropped"
+      + (f" ({_top(dropped)})" if dropped else "")
+      if check_pool
+      else "references not checked"
+    )
     log(
       f"{domain}: {len(train)} train + {len(val)} val from {info['dataset']} "
       f"({sum(bad.values())} malformed{': ' + _top(bad) if bad else ''}; {dups} duplicates; "
-      f"{time.time() - t0:.0f}s)"
+      f"{refs}; {time.time() - t0:.0f}s)"
     )
   manifest["files"]["val.parquet"] = _write_parquet(val_rows, os.path.join(out, "val.parquet"))
   manifest["val_files"].append("val.parquet")
@@ -502,6 +531,13 @@ def main(argv=None) -> int:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--rg_tasks", default=",".join(RG_TASKS), help="Reasoning Gym tasks")
   ap.add_argument(
+    "--no-check-references",
+    "--no_check_references",
+    dest="check_references",
+    action="store_false",
+    help="skip scoring every row's own reference answer before writing it",
+  )
+  ap.add_argument(
     "--allow-short",
     "--allow_short",
     dest="allow_short",
@@ -537,6 +573,23 @@ def main(argv=None) -> int:
     except ValueError as e:
       raise PrepareError(f"--rg_tasks: {e}") from None
     revisions = _pairs(args.revision, "--revision")
+    check_pool = None
+    if args.check_references:
+      check_pool = VerifierPool(processes=max(1, min(os.cpu_count() or 1, 16)))
+  except PrepareError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  try:
+    return _run(args, local, revisions, tasks, check_pool)
+  finally:
+    if check_pool is not None:
+      check_pool.close()
+
+
+def _run(args, local, revisions, tasks, check_pool) -> int:
+  from prorl_jax import suite as suite_lib
+
+  try:
     if args.suite:
       if not (suite_lib.is_valid_date(args.lcb_from) and suite_lib.is_valid_date(args.lcb_to)):
         raise PrepareError("--lcb_from / --lcb_to take dates as YYYY-MM-DD")
@@ -548,6 +601,7 @@ def main(argv=None) -> int:
         benchmarks=tuple(b for b in args.benchmarks.split(",") if b),
         rg_per_task=args.rg_per_task,
         lcb_window=(args.lcb_from, args.lcb_to),
+        check_pool=check_pool,
       )
       print(
         f"wrote {args.out}: {len(m['benchmarks'])} benchmarks; evaluate with python -m "
@@ -570,6 +624,7 @@ def main(argv=None) -> int:
       val_per_domain=args.val,
       seed=args.seed,
       rg_tasks=tasks,
+      check_pool=check_pool,
     )
   except PrepareError as e:
     print(f"error: {e}", file=sys.stderr)

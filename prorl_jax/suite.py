@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import collections
 import dataclasses
 import hashlib
 import json
@@ -428,8 +429,11 @@ def prepare_suite(
   rg_tasks: tuple[str, ...] = P.RG_TASKS,
   lcb_window: tuple[str, str] = LCB_WINDOW,
   log=print,
+  check_pool=None,
 ) -> dict:
-  """Writes one Parquet file per benchmark and out/manifest.json; returns the manifest."""
+  """Writes one Parquet file per benchmark and out/manifest.json; returns the manifest. With
+  `check_pool`, a row whose own reference does not earn full reward is dropped and counted
+  (`benchmarks.NAME.reference_check`)."""
   unknown = [b for b in benchmarks if b not in BENCHMARKS]
   if unknown:
     raise PrepareError(
@@ -475,6 +479,16 @@ def prepare_suite(
     rows = [
       dict(r, ability=b.domain, extra_info=dict(r["extra_info"], benchmark=name)) for r in rows
     ]
+    check = "skipped"
+    if check_pool is not None:
+      verdicts = P.check_references(rows, check_pool)
+      dropped = collections.Counter(v for v in verdicts if v)
+      rows = [r for r, v in zip(rows, verdicts) if not v]
+      check = {"checked": len(verdicts), "dropped": dict(dropped.most_common())}
+      if dropped:
+        log(
+          f"{name}: {sum(dropped.values())} rows dropped by the reference check: {P._top(dropped)}"
+        )
     if not rows:
       raise PrepareError(
         f"{name}: no usable rows from {b.source} (see the counts above); "
@@ -487,6 +501,7 @@ def prepare_suite(
       "file": rel,
       "rows": len(rows),
       "source": b.source,
+      "reference_check": check,
     }
     log(f"{name}: {len(rows)} prompts ({time.time() - t0:.0f}s)")
   with open(os.path.join(out, "manifest.json"), "w") as f:

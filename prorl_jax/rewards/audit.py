@@ -175,6 +175,43 @@ def _code_responses(row: dict, others: list[dict]) -> tuple[str | None, str, dic
   return _lookup_program(spec, spec["outputs"]), honest, out
 
 
+def reference_response(verifier: str, row: dict) -> str | None:
+  """The row's reference as a response in its verifier's format (code: a program that looks
+  each test's input up in a table of the expected outputs); None where the row has none."""
+  if verifier == "code":
+    spec = _tests(row)
+    return _wrap(verifier, _lookup_program(spec, spec["outputs"]))
+  if verifier == "ifeval":
+    return None
+  ref = _answer_of(verifier, row)
+  return None if ref is None else _wrap(verifier, ref)
+
+
+def check_references(rows: list[dict], pool) -> list[str | None]:
+  """For parsed rows: None where the row's own reference earns full reward through its
+  verifier (or the row has no reference to check), else the reason it is dropped."""
+  jobs, where = [], []
+  out: list[str | None] = [None] * len(rows)
+  for i, row in enumerate(rows):
+    verifier = rewards.verifier_name(row["data_source"])
+    try:
+      response = reference_response(verifier, row)
+    except (ValueError, KeyError, TypeError, LookupError) as e:
+      out[i] = f"reference unusable ({type(e).__name__})"
+      continue
+    if response is not None:
+      jobs.append((row["data_source"], response, row["reference"], row["extra"]))
+      where.append(i)
+  for i, s in zip(where, pool.score_many(jobs)):
+    if s.failed and "timeout" in s.reason:
+      out[i] = "reference times out"
+    elif s.failed:
+      out[i] = f"reference cannot be scored ({s.reason[:60]})"
+    elif s.value < 1.0:
+      out[i] = f"reference scores {s.value:.1f}"
+  return out
+
+
 def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None, str, dict]:
   """(reference response or None, honest wrong response, {strategy: response})."""
   if verifier == "code":
