@@ -41,26 +41,29 @@ def collect(
 ) -> dict[str, np.ndarray]:
   """Samples `samples` responses per item from weights `version` and scores them:
   {"scores", "failed" (the verifier failed), "lengths"}, each [len(items), samples]."""
-  rids, rows = [], {}
+  rids, rows, bodies = [], {}, {}
   for c in range(0, len(items), chunk):
     part = items[c : c + chunk]
-    rows[f"{tag}-c{c // chunk:04d}"] = len(part) * samples
-    rids.append(
-      ex.queue.put(
-        Request(
-          prompts=[list(it["prompt_ids"]) for it in part],
-          n=samples,
-          sampling=sampling,
-          meta=[PromptMeta.of_item(it) for it in part],
-          seed=seed + c,
-          min_version=version,
-          max_version=version,
-        ).to_json(),
-        request_id=f"{tag}-c{c // chunk:04d}",
-      )
-    )
+    rid = f"{tag}-c{c // chunk:04d}"
+    rows[rid] = len(part) * samples
+    bodies[rid] = Request(
+      prompts=[list(it["prompt_ids"]) for it in part],
+      n=samples,
+      sampling=sampling,
+      meta=[PromptMeta.of_item(it) for it in part],
+      seed=seed + c,
+      min_version=version,
+      max_version=version,
+    ).to_json()
+    rids.append(ex.queue.put(bodies[rid], request_id=rid))
   results = wait_for_results(
-    ex.queue, rids, timeout_s=timeout_s, what=f"evaluation {tag}", on_idle=on_idle, rows=rows
+    ex.queue,
+    rids,
+    timeout_s=timeout_s,
+    what=f"evaluation {tag}",
+    on_idle=on_idle,
+    rows=rows,
+    bodies=bodies,
   )
   out = {"scores": [], "failed": [], "lengths": []}
   for c, rid in enumerate(rids):

@@ -84,6 +84,7 @@ def _receive(c, ex: Exchange, workers, requests: dict[str, Request], step, versi
     what=f"rollouts of step {step}",
     on_idle=workers.check if workers else None,
     rows={rid: req.rows for rid, req in requests.items()},
+    bodies={rid: req.to_json() for rid, req in requests.items()},
   )
   notes["wait_s"] = notes.get("wait_s", 0.0) + time.time() - t0
   groups = []

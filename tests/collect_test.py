@@ -103,3 +103,61 @@ def test_prefetch_rounds_fill_the_next_step_without_refill():
   assert rounds(64, 0, 0.0, 0.2) == 5 and rounds(64, 0, 0.0, 0.2, max_rounds=3) == 3
   assert rounds(64, 0, 0.0, 0.0) == 20  # a keep rate of 0 counts as 0.05: bounded
   assert rounds(64, 0, 0.0, 1.0) == 1
+
+
+def _lost_while_retiring(ex, rid, body):
+  """A request served, then the trainer killed inside `queue.retire()`: its request file and
+  result data deleted, the result manifest not yet."""
+  import json
+
+  stop, served = threading.Event(), []
+  ex.queue.put(body, request_id=rid)
+  t = threading.Thread(target=_answer, args=(ex, stop, served, lambda r: 0), daemon=True)
+  t.start()
+  while not ex.results.committed(rid):
+    stop.wait(0.01)
+  stop.set()
+  t.join()
+  manifest = json.loads(ex.queue.store.read(f"results/{rid}/manifest.json")[0])
+  ex.queue.store.write(f"requests/{rid}.json", None)
+  ex.queue.store.write(manifest["data_key"], None)
+  assert ex.results.committed(rid) and not ex.queue.has(rid)  # the state the cut leaves
+
+
+def test_a_request_lost_while_retiring_is_put_again_from_the_record(tmp_path):
+  import time
+
+  import pytest
+
+  from prorl_jax.records import PromptMeta, SamplingParams
+  from prorl_jax.rollout.queue import LostRequest, wait_for_results
+
+  ex = Exchange(f"file://{tmp_path}/exchange")
+  body = Request(
+    prompts=[[2, 7]],
+    n=2,
+    sampling=SamplingParams(max_new_tokens=3),
+    meta=[PromptMeta("chain_sum", "1")],
+    seed=5,
+  ).to_json()
+  rid = "s0000004-p-c00024"
+  _lost_while_retiring(ex, rid, body)
+  stop, served = threading.Event(), []
+  t = threading.Thread(target=_answer, args=(ex, stop, served, lambda r: 0), daemon=True)
+  t.start()
+  try:
+    done = wait_for_results(
+      ex.queue, [rid], timeout_s=30, what="step 4", rows={rid: 2}, bodies={rid: body}
+    )
+  finally:
+    stop.set()
+    t.join()
+  assert served == [rid] and done[rid][1]["scores"].tolist() == [1.0, 0.0]  # served again
+  assert ex.queue.load(rid)["seed"] == 5  # the same request: same id, same seed
+  # without the trainer's record nothing can produce it: one line at once, not a 300 s wait
+  lost = "s0000004-p-c00032"
+  _lost_while_retiring(ex, lost, body)
+  t0 = time.time()
+  with pytest.raises(LostRequest, match=f"request {lost} has no result and no request file"):
+    wait_for_results(ex.queue, [lost], timeout_s=300, what="step 4", rows={lost: 2})
+  assert time.time() - t0 < 10

@@ -185,6 +185,24 @@ class WaitTimeout(RuntimeError):
   pass
 
 
+class LostRequest(WaitTimeout):
+  """A request with no result and no request file, and no record to put it again from."""
+
+
+def _ensure_request(queue: RequestQueue, rid: str, bodies: dict | None, what: str) -> None:
+  if queue.has(rid):
+    return
+  if bodies and rid in bodies:
+    queue.put(bodies[rid], request_id=rid)
+    queue.store.stats["reput"] += 1
+    log.warning("exchange: request %s of %s was gone; put it again", rid, what)
+    return
+  raise LostRequest(
+    f"waiting for {what}: request {rid} has no result and no request file on "
+    f"{queue.store.url}, so no worker can produce it (a run killed while retiring it?)"
+  )
+
+
 def wait_for_results(
   queue: RequestQueue,
   rids: list[str],
@@ -194,12 +212,16 @@ def wait_for_results(
   on_idle: Callable[[], str] | None = None,
   poll_s: float = 0.05,
   rows: dict[str, int] | None = None,
+  bodies: dict[str, dict] | None = None,
 ) -> dict:
   """{rid: (manifest, arrays)} once every request has a verified result; raises on timeout.
 
   `rows[rid]`: the response rows request `rid` asks for (a result of another shape is
-  malformed). Corrupt or malformed results are requeued (a worker redoes them). Logs what it
-  waits for every 30 s.
+  malformed). Corrupt or malformed results are requeued (a worker redoes them). A request that
+  has neither a result nor its request file (a run killed while retiring it, a quarantined
+  request) can never be served: it is put again from `bodies[rid]` (the caller's record: same
+  id, same seed), and without a record the wait stops at once with one line naming it. Logs
+  what it waits for every 30 s.
   """
   done, t0, last_log = {}, time.time(), time.time()
   pending, url = list(rids), queue.store.url
@@ -210,10 +232,12 @@ def wait_for_results(
         res = queue.results.read(rid, (rows or {}).get(rid))
         if res is None:
           queue.requeue(rid)
+          _ensure_request(queue, rid, bodies, what)
           still.append(rid)
         else:
           done[rid] = res
       else:
+        _ensure_request(queue, rid, bodies, what)
         still.append(rid)
     pending = still
     if not pending:
