@@ -130,7 +130,9 @@ def _judge(spec: dict, res: sandbox.RunResult, want) -> tuple[bool, str]:
   return _returned_value_matches(got, want), "wrong"
 
 
-def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, **_) -> Score:
+def score(
+  response: str, reference, *, tests=None, time_budget_s: float = 5.0, wall_factor: float = 1.0, **_
+) -> Score:
   """`tests` (or `reference`) is the item's test spec, a dict or its JSON string."""
   spec = tests if tests is not None else reference
   if isinstance(spec, str):
@@ -163,7 +165,7 @@ def score(response: str, reference, *, tests=None, time_budget_s: float = 5.0, *
     runs = sandbox.run_cases(
       code,
       cases,
-      timeout_s=time_budget_s,
+      timeout_s=time_budget_s * wall_factor,  # a second try gets more wall clock, same CPU
       fn_name=str(spec["fn_name"]) if spec.get("fn_name") else None,
     )
   except sandbox.SandboxUnavailable as e:

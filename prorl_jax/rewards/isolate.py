@@ -15,8 +15,9 @@ can at most lie about its own response's score — which is why the scorers that
 answer are replaced by project-owned ones (`rewards/puzzles.py`).
 
 A child killed at its wall-clock limit is judged on its CPU time: one that computed for at least
-half of the limit is the response's fault (0, `response_error`); one that got little CPU was
-starved by other load and is marked `starved`, for the pool to score again alone.
+half of the limit, or that slept or blocked (it gave the CPU up more often than the scheduler
+took it), is the response's fault (0, `response_error`); one that wanted the CPU and got little
+was starved by other load and is marked `starved`, for the pool to score again alone.
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ def run(
   wall = time.monotonic() - t0
   cpu = usage.ru_utime + usage.ru_stime
   if timed_out:
-    if cpu < STARVED_CPU_SHARE * wall:
+    if cpu < STARVED_CPU_SHARE * wall and usage.ru_nivcsw > usage.ru_nvcsw:
       return Score(0.0, f"starved: {cpu:.1f}s of CPU in {wall:.1f}s", starved=True)
     return Score(0.0, f"response error: verifier timeout after {timeout_s:g}s", response_error=True)
   got = _parse(bytes(buf)) if os.waitstatus_to_exitcode(status) == 0 else None

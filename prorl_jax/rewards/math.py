@@ -14,6 +14,7 @@ child of the verifier pool (`rewards/isolate.py`).
 from __future__ import annotations
 
 import re
+import resource
 import signal
 import threading
 import time
@@ -43,7 +44,7 @@ def warm(reference=None, **_):
   math_verify.parse("$1$")
 
 
-def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
+def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 1.0, **_) -> Score:
   from math_verify import errors, parse, verify  # imported in the verifier process only
 
   final = after_think(response)
@@ -75,15 +76,18 @@ def score(response: str, reference, *, timeout_s: int = 5, **_) -> Score:
     _cancel_alarm()
   if not gold:
     return Score(0.0, f"reference {ref[:50]!r} could not be parsed", failed=True)
-  t0, cpu0 = time.monotonic(), time.process_time()
+  t0, cpu0, use0 = time.monotonic(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
   try:
-    pred = parse(f"\\boxed{{{boxed}}}", parsing_timeout=timeout_s, raise_on_error=True)
+    wall = max(1, round(timeout_s * wall_factor))  # math-verify's timeouts are wall clock
+    pred = parse(f"\\boxed{{{boxed}}}", parsing_timeout=wall, raise_on_error=True)
     if not pred:
       return Score(0.0, f"answer {boxed[:50]!r} could not be parsed")
-    ok = verify(gold, pred, timeout_seconds=timeout_s, raise_on_error=True)
+    ok = verify(gold, pred, timeout_seconds=wall, raise_on_error=True)
   except errors.TimeoutException:
     wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
-    if cpu < 0.5 * wall:  # the deadline passed while this process waited for a CPU
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    preempted = use.ru_nivcsw - use0.ru_nivcsw > use.ru_nvcsw - use0.ru_nvcsw
+    if cpu < 0.5 * wall and preempted:  # the deadline passed while it waited for a CPU
       return Score(0.0, f"starved: {cpu:.1f}s of CPU in {wall:.1f}s", starved=True)
     why = f"response error: math-verify timed out after {timeout_s}s on {boxed[:50]!r}"
     return Score(0.0, why, response_error=True)

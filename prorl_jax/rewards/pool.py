@@ -8,9 +8,10 @@ throw-away confined child (`rewards/isolate.py`), code runs in the bubblewrap sa
 
 Per-domain counts are kept in `stats` and exported as metrics: `scored`, `response_errors` (the
 response broke its judgement: 0), `errors` and `timeouts` (faults of the verifier: marked
-`failed`), `starved` (judgements cut short by other load, scored again alone after the batch;
-a judgement still cut short alone is the response's doing, a response error). Every item gets a
-score or a marked failure with a reason, never a silent 0 and never nothing.
+`failed`), `starved` (judgements cut short by other load — little CPU while wanting it — judged
+again after the batch, alone and with ALONE_WALL_FACTOR times the wall clock but the same CPU
+limits; one still starved then starved itself, with its own processes: a response error).
+Every item gets a score or a marked failure with a reason, never a silent 0 and never nothing.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ def score_one(domain: str, response: str, reference, meta: dict, table, timeout_
     rewards.warm(name, reference, meta)
   except Exception as e:  # noqa: BLE001 - the item (not the response) is unusable
     return rewards.Score(0.0, f"item cannot be scored: {type(e).__name__}: {e}", failed=True)
-  return rewards.checked(
-    isolate.run(_judge, verifier, response, reference, meta, timeout_s=timeout_s)
+  factor = float(meta.get("wall_factor", 1.0))  # the wall clock only: the CPU limit stays
+  got = isolate.run(
+    _judge, verifier, response, reference, meta, timeout_s=timeout_s * factor, cpu_s=timeout_s
   )
+  return rewards.checked(got)
 
 
 def _serve(conn, unsandboxed_code: bool = False, child_timeout_s: float = 20.0, sandbox_cfg=None):
@@ -108,6 +111,7 @@ DEFAULT_TIMEOUT_S = 30.0  # hard wall-clock kill of a pool process stuck on one 
 # item runs all its tests within code.score's own 5 s budget; an isolated judgement is killed
 # at CHILD_SHARE of this; math-verify's own timeouts are 5 s per call)
 CHILD_SHARE = 0.6
+ALONE_WALL_FACTOR = 4.0  # a starved judgement's second try: this many times the wall clock
 
 
 class VerifierPool:
@@ -164,9 +168,9 @@ class VerifierPool:
             out[i] = rewards.Score(0.0, "verifier process could not be started", failed=True)
             self._count(domain, out[i])
           continue
-        for k, (i, (domain, _, _, _)) in enumerate(chunk):
-          try:
-            ready = slot.conn.poll(self.timeout_s)
+        for k, (i, (domain, _, _, meta)) in enumerate(chunk):
+          try:  # a starved judgement's second try has more wall clock (meta wall_factor)
+            ready = slot.conn.poll(self.timeout_s * float(meta.get("wall_factor", 1.0)))
           except (OSError, EOFError):
             ready = True  # a dead pipe: recv below says so
           if ready:
@@ -195,10 +199,11 @@ class VerifierPool:
         self._count(domain, out[i])
     # Judgements cut short by other load: again, one at a time, with nothing else running.
     for i in [i for i, s in enumerate(out) if s.starved]:
-      todo.put((i, jobs[i]))
-      drain(self.slots[0])  # alone: no other judgement runs beside it
-      if out[i].starved:  # starved even alone: it waited on itself (sleeps, its own processes)
-        why = f"response error: {out[i].reason}, even when judged alone"
+      d, r, ref, m = jobs[i]
+      todo.put((i, (d, r, ref, dict(m, wall_factor=ALONE_WALL_FACTOR))))
+      drain(self.slots[0])  # alone, with ALONE_WALL_FACTOR x the wall clock, the same CPU
+      if out[i].starved:  # starved alone with room to spare: it starved itself
+        why = f"response error: {out[i].reason}, even judged alone"
         out[i] = rewards.Score(0.0, why, response_error=True)
         self._count(jobs[i][0], out[i])
     return out

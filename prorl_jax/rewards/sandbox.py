@@ -25,7 +25,8 @@ ceiling and a process ceiling; elsewhere each sandbox's per-process limits shrin
 product over the sandboxes that can run at once fits the same budget. Every sandbox runs with
 `oom_score_adj` 1000, so the kernel's OOM killer picks a test program before the trainer or the
 engine. Each case's CPU time is measured (`RunResult.cpu_seconds`): a case cut at the wall clock
-with little CPU time was starved by other load (`RunResult.starved`), not slow.
+with little CPU time, and switched out by the scheduler more often than it gave the CPU up itself,
+was starved by other load (`RunResult.starved`), not slow; one that slept or blocked is not.
 
 `check()` probes once per process that the sandbox works and isolates (only loopback, only its
 own processes, not root, host paths invisible); `run()` raises `SandboxUnavailable` with one
@@ -185,6 +186,7 @@ class RunResult:
   output_overflow: bool = False
   seconds: float = 0.0
   cpu_seconds: float = 0.0  # the case's own CPU time (its process and what it waited for)
+  preempted: bool = False  # switched out more often than it yielded (wanted the CPU, got none)
 
   @property
   def ok(self) -> bool:
@@ -192,9 +194,9 @@ class RunResult:
 
   @property
   def starved(self) -> bool:
-    """Cut at the wall clock with little CPU time: other load, or the program waiting on
-    something (sleep, its own daemons); scored again alone before it counts."""
-    return self.timed_out and self.cpu_seconds < STARVED_CPU_SHARE * self.seconds
+    """Cut at the wall clock with little CPU time while it wanted the CPU (preempted, not
+    sleeping or blocked): other load's doing, judged again alone before it counts."""
+    return self.timed_out and self.preempted and self.cpu_seconds < STARVED_CPU_SHARE * self.seconds
 
 
 _RUN = {"limits": {}, "procs": (), "how": "per-sandbox rlimits only"}
@@ -486,7 +488,7 @@ def run_cases(
   out = []
   for line in res.stdout.splitlines()[: len(cases)]:
     try:  # the runner's report is parsed strictly: a program may have tampered with it
-      rc, timed_out, overflow, secs, cpu, sout, serr = line.split(" ")
+      rc, timed_out, overflow, secs, cpu, preempted, sout, serr = line.split(" ")
       out.append(
         RunResult(
           base64.b64decode(sout, validate=True).decode("utf-8", "replace"),
@@ -496,6 +498,7 @@ def run_cases(
           overflow == "1",
           float(secs),
           float(cpu),
+          preempted == "1",
         )
       )
     except (ValueError, binascii.Error):

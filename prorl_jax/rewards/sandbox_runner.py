@@ -5,7 +5,9 @@ sets the rlimits, compiles the program once, then runs each test case in a forke
 stdin/stdout/stderr on pipes of its own (nothing else inherited), stdin/stdout programs as
 __main__, function-call tasks as a module whose function's JSON result follows RESULT_MARK on
 stdout. Between cases every other process in the sandbox is killed. One line per case goes to
-the runner's stdout: "exit timed_out overflow seconds cpu_seconds stdout_b64 stderr_b64" (the
+the runner's stdout: "exit timed_out overflow seconds cpu_seconds preempted stdout_b64
+stderr_b64" (`preempted`: 1 when the case was switched out by the scheduler more often than it
+gave the CPU up itself; the
 CPU time of the case's process and what it waited for, from wait4). Only built-in
 modules are imported here (json, re and friends would double the start-up time).
 """
@@ -157,20 +159,21 @@ def run_case(case):
             pass
     _, status, usage = os.wait4(pid, 0)
     return (os.waitstatus_to_exitcode(status), timed_out, overflow, time.monotonic() - t0,
-            usage.ru_utime + usage.ru_stime, bytes(bufs[out_r]), bytes(bufs[err_r]))
+            usage.ru_utime + usage.ru_stime, int(usage.ru_nivcsw > usage.ru_nvcsw),
+            bytes(bufs[out_r]), bytes(bufs[err_r]))
 
 def b64(b):
     return binascii.b2a_base64(b, newline=False).decode()
 
 for case in job["cases"]:
     if compile_error is not None:
-        res = (1, False, False, 0.0, 0.0, b"", compile_error)
+        res = (1, False, False, 0.0, 0.0, 0, b"", compile_error)
     elif time.monotonic() >= deadline:
         break
     else:
         res = run_case(case)
-    line = "%d %d %d %.6f %.6f %s %s\n" % (res[0], res[1], res[2], res[3], res[4], b64(res[5]),
-                                          b64(res[6]))
+    line = "%d %d %d %.6f %.6f %d %s %s\n" % (res[0], res[1], res[2], res[3], res[4], res[5],
+                                             b64(res[6]), b64(res[7]))
     line = memoryview(line.encode())
     while line:
         line = line[os.write(out_fd, line):]
