@@ -373,9 +373,10 @@ def test_all_sandboxes_of_a_run_share_one_memory_ceiling():
   if sandbox.check():
     pytest.fail(f"the sandbox must run here: {sandbox.check()}")
   try:
-    how = sandbox.set_run_limits(memory_bytes=1 << 30, pids=256, concurrent=1, name="prorl-test-a")
+    # (a cgroup where this host allows one, else per-sandbox limits: both must hold the budget)
+    how = sandbox.set_run_limits(memory_bytes=8 << 30, pids=256, concurrent=1, name="prorl-test-a")
     free = sandbox.run(HOG, timeout_s=20)
-    assert free.stdout.split() == ["3", "1000"], (how, free)  # 900 MB fit 1 GiB; first to go
+    assert free.stdout.split() == ["3", "1000"], (how, free)  # 900 MB fit 8 GiB; first to go
     how = sandbox.set_run_limits(
       memory_bytes=512 << 20, pids=256, concurrent=1, name="prorl-test-b"
     )
