@@ -174,11 +174,7 @@ FIELDS: dict = {
       False,
       "local workers run code rewards WITHOUT the sandbox (trusted data only)",
     ),
-    "sandbox_memory_gib": (
-      4.0,
-      "memory ceiling of all code sandboxes of the local workers together (a cgroup, else "
-      "per-sandbox limits that fit it)",
-    ),
+    "sandbox_memory_gib": (4.0, "memory ceiling of all local workers' code sandboxes together"),
     "sandbox_pids": (256, "process ceiling of all code sandboxes of the local workers together"),
   },
   "vllm": {
@@ -513,10 +509,8 @@ def pass_ks(cfg) -> list[int]:
 
 def sandbox_limits(cfg) -> dict:
   """The code sandboxes' run-wide ceilings for LocalWorkers."""
-  return {
-    "memory_bytes": int(cfg.rollout.sandbox_memory_gib * (1 << 30)),
-    "pids": int(cfg.rollout.sandbox_pids),
-  }
+  r = cfg.rollout
+  return {"memory_bytes": int(r.sandbox_memory_gib * (1 << 30)), "pids": int(r.sandbox_pids)}
 
 
 def routing_table(cfg) -> dict[str, str]:

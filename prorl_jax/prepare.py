@@ -47,8 +47,8 @@ from prorl_jax.hub import (  # noqa: F401 - the errors and readers are prepare's
   read_local,
 )
 from prorl_jax.rewards import audit, code, ifeval, puzzles
-from prorl_jax.rewards.common import last_boxed
 from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.solution_answers import scp_answer
 
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
@@ -124,46 +124,6 @@ def convert_eurus_code(row: dict) -> dict:
     raise Malformed("column 'reward_model.ground_truth': a test expects blank output")
   messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
   return _verl(messages, ds, json.dumps(tests), "code", {})
-
-
-_ANSWER_IS = re.compile(
-  r"(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*[:=]|answer\s*:)\s*(.+?)\s*(?:\.\s*$|$)",
-  re.I | re.M,
-)
-_FINAL_EQUALS = re.compile(r"=\s*([^=]{1,60}?)\s*\.?\s*$")
-SHORT_LINE = 40  # characters of a last line that is taken as the answer
-_LEAD = re.compile(
-  r"^(?:so|thus|therefore|hence|finally|it is|this is|we get|which is|giving)\b[,:]?\s*", re.I
-)
-
-
-def _clean_answer(text: str) -> str:
-  return text.strip().strip("$").strip().rstrip(".").strip()
-
-
-def scp_answer(solution: str) -> tuple[str, str] | None:
-  """(answer, method) from SCP-116K's free solution text, by the first rule that applies:
-  `boxed` (the last \\boxed{}), `answer_is` ("the answer is X", "Final answer: X"),
-  `final_equals` (the last line ends in "= value"), `final_line` (a last line of at most
-  SHORT_LINE characters and three words, with a digit or a formula in it; "so", "thus", "it is"
-  and the like before it set aside); None when no rule applies."""
-  boxed = last_boxed(solution)
-  if boxed and boxed.strip():
-    return _clean_answer(boxed), "boxed"
-  found = [_clean_answer(m) for m in _ANSWER_IS.findall(solution)]
-  if found and found[-1] and len(found[-1]) <= 120:
-    return found[-1], "answer_is"
-  lines = [ln.strip() for ln in solution.strip().splitlines() if ln.strip()]
-  if not lines:
-    return None
-  last = _LEAD.sub("", lines[-1].strip("$ ").rstrip("."))
-  m = _FINAL_EQUALS.search(last)
-  if m and _clean_answer(m.group(1)):
-    return _clean_answer(m.group(1)), "final_equals"
-  value = _clean_answer(last)
-  if len(last) <= SHORT_LINE and len(value.split()) <= 3 and re.search(r"[\d\\=^]", value):
-    return value, "final_line"
-  return None
 
 
 def convert_scp(row: dict) -> dict:
@@ -287,39 +247,7 @@ DOMAIN_SOURCE = {
 }
 # Reasoning Gym tasks of the logic domain (the out-of-distribution evaluation tasks acre, boxnet
 # and game_of_life_halting are left out on purpose).
-RG_TASKS = (
-  "arc_1d",
-  "basic_arithmetic",
-  "bitwise_arithmetic",
-  "caesar_cipher",
-  "calendar_arithmetic",
-  "chain_sum",
-  "color_cube_rotation",
-  "count_bits",
-  "countdown",
-  "cryptarithm",
-  "family_relationships",
-  "futoshiki",
-  "graph_color",
-  "knights_knaves",
-  "largest_island",
-  "letter_counting",
-  "maze",
-  "mini_sudoku",
-  "n_queens",
-  "number_sequence",
-  "number_sorting",
-  "palindrome_generation",
-  "rotate_matrix",
-  "self_reference",
-  "shortest_path",
-  "spell_backward",
-  "syllogism",
-  "tower_of_hanoi",
-  "word_ladder",
-  "word_sorting",
-  "zebra_puzzles",
-)
+RG_TASKS = puzzles.TRAINING_TASKS
 
 
 def check_references(rows: list[dict], pool) -> list[str | None]:

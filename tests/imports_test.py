@@ -61,6 +61,7 @@ LAYERS = {
     "run_record",
     "hub",
     "rewards.audit",
+    "solution_answers",
   ],
   4: ["setup", "train", "rl_step", "step"],
   5: ["main"],

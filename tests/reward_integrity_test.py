@@ -416,7 +416,12 @@ def test_a_correct_solution_starved_by_a_sibling_is_judged_again_alone():
     "      pass\n"
     "time.sleep(30)\n"
   )
-  work = "s = 0\nfor i in range(15_000_000):\n  s += i\nprint('ok')"  # ~1 s of CPU alone
+  # ~1 s of CPU alone, started once the sibling's loops are running (so it is starved)
+  work = "import time\ntime.sleep(0.5)\ns = 0\nfor i in range(15_000_000):\n  s += i\nprint('ok')"
+  # The pool and every sandbox it starts share one CPU, so 28 loops starve the work on a host
+  # of any size (on a 32-core host they would not fill the machine).
+  cpus = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {min(cpus)})
   pool = VerifierPool(processes=2, timeout_s=60.0)
   try:
     alone = pool.score_many([("codecontests", _py(work), spec, {"time_budget_s": 3.0})])
@@ -432,6 +437,7 @@ def test_a_correct_solution_starved_by_a_sibling_is_judged_again_alone():
     assert pool.stats["codecontests/starved"] >= 1
   finally:
     pool.close()
+    os.sched_setaffinity(0, cpus)
 
 
 def test_a_timeout_with_little_cpu_is_starved_and_one_that_computed_is_not():

@@ -265,6 +265,7 @@ def _as_nobody_env() -> tuple[str, dict]:
     "prorl_jax/rewards/__init__.py",
     "prorl_jax/rewards/sandbox.py",
     "prorl_jax/rewards/sandbox_runner.py",
+    "prorl_jax/rewards/confinement.py",
   ):
     os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
     shutil.copy(os.path.join(ROOT, rel), os.path.join(d, rel))

@@ -115,7 +115,7 @@ def _seccomp():
   """The child's filter (built once in the pool process, loaded in each child)."""
   import pyseccomp as sc
 
-  from prorl_jax.rewards.sandbox import DENIED_SYSCALLS
+  from prorl_jax.rewards.confinement import DENIED_SYSCALLS
 
   f = sc.SyscallFilter(defaction=sc.ALLOW)
   deny = sc.ERRNO(errno.EPERM)

@@ -80,6 +80,42 @@ TASK_RULES: dict[str, str] = {
   "game_of_life_halting": "boolean",
 }
 
+# The tasks of the training mix's logic domain (the out-of-distribution evaluation tasks acre,
+# boxnet and game_of_life_halting are left out on purpose).
+TRAINING_TASKS = (
+  "arc_1d",
+  "basic_arithmetic",
+  "bitwise_arithmetic",
+  "caesar_cipher",
+  "calendar_arithmetic",
+  "chain_sum",
+  "color_cube_rotation",
+  "count_bits",
+  "countdown",
+  "cryptarithm",
+  "family_relationships",
+  "futoshiki",
+  "graph_color",
+  "knights_knaves",
+  "largest_island",
+  "letter_counting",
+  "maze",
+  "mini_sudoku",
+  "n_queens",
+  "number_sequence",
+  "number_sorting",
+  "palindrome_generation",
+  "rotate_matrix",
+  "self_reference",
+  "shortest_path",
+  "spell_backward",
+  "syllogism",
+  "tower_of_hanoi",
+  "word_ladder",
+  "word_sorting",
+  "zebra_puzzles",
+)
+
 MAX_EXPRESSION = 256  # characters of a countdown expression
 
 

@@ -1,0 +1,144 @@
+"""What confines a process beyond its namespaces: the system calls the sandboxes refuse, the
+run's cgroup (memory and process ceilings for all sandboxes together) and the steps a sandbox's
+process takes between fork and exec. Used by `rewards/sandbox.py` and `rewards/isolate.py`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+_CGROUP_ROOT = "/sys/fs/cgroup"
+
+# Syscalls a test program never needs that widen the kernel's attack surface or reach other
+# processes: refused with EPERM by a seccomp filter (the families Docker's default profile
+# denies, plus io_uring and the new mount API).
+DENIED_SYSCALLS = (
+  "ptrace",
+  "process_vm_readv",
+  "process_vm_writev",
+  "kcmp",
+  "pidfd_getfd",
+  "bpf",
+  "perf_event_open",
+  "userfaultfd",
+  "io_uring_setup",
+  "io_uring_enter",
+  "io_uring_register",
+  "keyctl",
+  "add_key",
+  "request_key",
+  "mount",
+  "umount2",
+  "pivot_root",
+  "chroot",
+  "unshare",
+  "setns",
+  "open_tree",
+  "move_mount",
+  "fsopen",
+  "fsconfig",
+  "fsmount",
+  "fspick",
+  "mount_setattr",
+  "open_by_handle_at",
+  "name_to_handle_at",
+  "fanotify_init",
+  "kexec_load",
+  "kexec_file_load",
+  "init_module",
+  "finit_module",
+  "delete_module",
+  "reboot",
+  "swapon",
+  "swapoff",
+  "acct",
+  "quotactl",
+  "syslog",
+  "settimeofday",
+  "clock_settime",
+  "clock_adjtime",
+  "adjtimex",
+  "iopl",
+  "ioperm",
+  "modify_ldt",
+  "vm86",
+  "vm86old",
+  "uselib",
+  "lookup_dcookie",
+  "personality",
+  "mbind",
+  "set_mempolicy",
+  "move_pages",
+  "sysfs",
+  "ustat",
+  "nfsservctl",
+  "_sysctl",
+  "create_module",
+  "get_kernel_syms",
+  "query_module",
+)
+
+
+def own_cgroups() -> dict[str, str]:
+  """{controller or "": path} of this process (/proc/self/cgroup; "" is cgroup v2)."""
+  out = {}
+  try:
+    with open("/proc/self/cgroup") as f:
+      for line in f:
+        _, ctrls, path = line.rstrip("\n").split(":", 2)
+        for c in ctrls.split(",") if ctrls else [""]:
+          out[c] = path
+  except OSError:
+    pass
+  return out
+
+
+def make_cgroup(name: str, memory_bytes: int, pids: int) -> tuple[str, ...] | None:
+  """The run cgroup's cgroup.procs files (v1 memory + pids, or v2), limits written; None when
+  this host does not let us make one."""
+  own = own_cgroups()
+  v1 = [("memory", "memory.limit_in_bytes", memory_bytes), ("pids", "pids.max", pids)]
+  if all(c in own for c, _, _ in v1):
+    dirs = [(os.path.join(_CGROUP_ROOT, c, own[c].lstrip("/"), name), f, v) for c, f, v in v1]
+  elif "" in own:
+    base = _CGROUP_ROOT
+    d = os.path.join(base, own[""].lstrip("/"), name)
+    dirs = [(d, "memory.max", memory_bytes), (d, "pids.max", pids)]
+  else:
+    return None
+  try:
+    for d, f, v in dirs:
+      os.makedirs(d, exist_ok=True)
+      with open(os.path.join(d, f), "w") as fh:
+        fh.write(str(int(v)))
+      if f == "memory.limit_in_bytes":  # swap too, where the kernel accounts it
+        with contextlib.suppress(OSError):
+          with open(os.path.join(d, "memory.memsw.limit_in_bytes"), "w") as fh:
+            fh.write(str(int(v)))
+  except OSError:
+    return None
+  return tuple(sorted({os.path.join(d, "cgroup.procs") for d, _, _ in dirs}))
+
+
+def enter_sandbox(procs: tuple[str, ...], uid: int | None):
+  """Runs in the sandbox's process between fork and exec (before bubblewrap starts): first in
+  line for the OOM killer, into the run's cgroup, then the sandbox's own host uid (so the
+  cgroup is joined with the rights to join it). Only system calls: no locks, no allocation
+  beyond a few bytes."""
+  try:
+    fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+    os.write(fd, b"1000")
+    os.close(fd)
+  except OSError:
+    pass
+  me = str(os.getpid()).encode()
+  for path in procs:
+    fd = os.open(path, os.O_WRONLY)  # an error here stops the run: the ceiling must hold
+    try:
+      os.write(fd, me)
+    finally:
+      os.close(fd)
+  if uid is not None:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
