@@ -129,9 +129,10 @@ def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 
 
 
 def _take_prefetched(ex: Exchange, pf: dict | None, step: int) -> dict | None:
-  """The prefetch record `pf` if it is step `step`'s ({rounds, requests, ...}; its requests
-  written again after a resume); None without one, or when its weights version is gone from the
-  exchange (the step then generates fresh)."""
+  """The prefetch record `pf` if it is step `step`'s ({rounds, requests, ...}); None without one,
+  or when its weights version is gone from the exchange (its requests are retired and the step
+  generates fresh). A resumed run has put its requests again (`RequestQueue.reconcile`); one
+  lost since is put again by the wait."""
   if not pf or pf["step"] != step:
     return None
   if pf["version"] not in ex.weights.versions():
@@ -141,12 +142,10 @@ def _take_prefetched(ex: Exchange, pf: dict | None, step: int) -> dict | None:
       step,
       pf["version"],
     )
+    for rid in pf["requests"]:
+      ex.queue.retire(rid)
     return None
-  requests = {rid: Request.from_json(body) for rid, body in pf["requests"].items()}
-  for rid, req in requests.items():
-    if not ex.results.committed(rid) and not ex.queue.has(rid):
-      ex.queue.put(req.to_json(), request_id=rid)
-  return dict(pf, requests=requests)
+  return dict(pf, requests={rid: Request.from_json(b) for rid, b in pf["requests"].items()})
 
 
 def collect(

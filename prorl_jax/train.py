@@ -250,15 +250,18 @@ def exchange_url(cfg) -> str:
   return cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange")
 
 
-def _open_exchange(cfg, version: int) -> Exchange:
-  """The primary's exchange, cleared of what an interrupted run left after `version`: its
-  requests (redone deterministically) and newer weights."""
+def _open_exchange(cfg, loop: LoopState) -> Exchange:
+  """The primary's exchange as the loop state `loop` expects it: weights newer than its version
+  deleted (published after the checkpoint: redone), the requests of its prefetch record pending
+  or with their results (put again where missing or torn), and every other request, lease and
+  result of an interrupted run retired (`RequestQueue.reconcile`)."""
   ex = Exchange(exchange_url(cfg), lease_seconds=60)
-  for rid in ex.queue.ids():
-    ex.queue.retire(rid)
   for v in ex.weights.versions():
-    if v > version:  # published after the checkpoint we resumed from: redone
+    if v > loop.version:
       ex.weights.delete(v)
+  pf = loop.prefetch
+  keep = pf is not None and pf["version"] in ex.weights.versions()
+  ex.queue.reconcile(pf["requests"] if keep else {})
   return ex
 
 
@@ -310,7 +313,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       if primary:
         print(_finished(cfg, step0), flush=True)
       return {"finished": True, "steps": step0}
-  ex = _open_exchange(cfg, loop.version) if primary else None  # only the primary talks to it
+  ex = _open_exchange(cfg, loop) if primary else None  # only the primary talks to it
   publish(setup, state, ex, loop.version)
   workers = None
   if cfg.rollout.local_workers and primary:

@@ -158,6 +158,6 @@ def test_a_request_lost_while_retiring_is_put_again_from_the_record(tmp_path):
   lost = "s0000004-p-c00032"
   _lost_while_retiring(ex, lost, body)
   t0 = time.time()
-  with pytest.raises(LostRequest, match=f"request {lost} has no result and no request file"):
+  with pytest.raises(LostRequest, match=f"request {lost} has no result and no readable request"):
     wait_for_results(ex.queue, [lost], timeout_s=300, what="step 4", rows={lost: 2})
   assert time.time() - t0 < 10

@@ -74,7 +74,7 @@ def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_left
       },
       request_id=f"s0000002-g00-c{i:05d}",
     )
-  opened = train._open_exchange(cfg, version=1)  # resumed from the checkpoint of weights v1
+  opened = train._open_exchange(cfg, LoopState(version=1))  # resumed from a checkpoint of v1
   assert opened.weights.versions() == [0, 1]  # v2, v3 were published after it: redone
   assert opened.queue.ids() == []  # its requests are redone deterministically
   assert train.exchange_url(cfg) == cfg.rollout.exchange

@@ -169,10 +169,65 @@ class RequestQueue:
     return True
 
   def retire(self, rid: str):
-    """Removes a consumed (or unusable) request and everything under it."""
+    """Removes a consumed (or unusable) request and everything under it: the request file first
+    (no worker claims it again meanwhile), then its lease, the result's manifest and its data. A
+    late duplicate attempt that commits meanwhile finds the request gone and removes its result
+    itself. A cut in between leaves keys without a request, which the next `reconcile` retires
+    (or, for a request the resumed run expects, puts again from scratch)."""
     self.store.write(f"requests/{rid}.json", None)
     self.store.write(f"leases/{rid}.json", None)
+    self.store.write(f"results/{rid}/manifest.json", None)
     self.results.delete(rid)
+
+  def known_ids(self) -> set[str]:
+    """Every id with a request, a lease or a result key on the exchange."""
+    out = set(self.ids())
+    for prefix, cut in (("leases/", ".json"), ("results/", None)):
+      for k in self.store.list(prefix):
+        rest = k[len(prefix) :]
+        rid = rest[: -len(cut)] if cut and rest.endswith(cut) else rest.split("/")[0]
+        if is_plain_name(rid):
+          out.add(rid)
+    return out
+
+  def reconcile(self, expected: dict[str, dict]) -> dict[str, int]:
+    """Makes the exchange hold what a resumed trainer expects and nothing else: every request of
+    `expected` ({id: body}, the checkpoint's record of requests in flight) ends pending, or with
+    a verified result of that same body; one that is missing, torn, malformed or of another body
+    is put again (same id, same body, so the same seed), and a pending one's lease is dropped (its
+    worker belonged to the interrupted run: a live one loses the lease at its next renewal and
+    does not commit); every other request, lease and result (the interrupted run's leftovers) is
+    retired. Returns {kept, pending, put, retired}."""
+    counts = {"kept": 0, "pending": 0, "put": 0, "retired": 0}
+    for rid in sorted(self.known_ids() - set(expected)):
+      self.retire(rid)
+      counts["retired"] += 1
+    for rid, body in expected.items():
+      want = check_request(dict(body, id=rid), rid)
+      stored = self.load(rid) if self.has(rid) else None
+      if stored != want:  # missing, torn, or another request under this id: from scratch
+        self.retire(rid)  # (a result without its request is of no known body: dropped too)
+        stored = None
+      elif self.results.committed(rid) and self.results.read(rid) is None:
+        self.requeue(rid)  # a torn or malformed result: generated again
+      if stored is None:
+        self.put(want, request_id=rid)
+        counts["put"] += 1
+      if self.results.committed(rid):
+        counts["kept"] += 1
+      else:  # a lease of the interrupted run's worker (dead, or soon to lose it): free now
+        self.store.write(f"leases/{rid}.json", None)
+        counts["pending"] += 1
+    if counts["put"] or counts["retired"]:
+      log.info(
+        "exchange: resumed with %d requests of the checkpoint (%d with results, %d put again); "
+        "retired %d left by the interrupted run",
+        len(expected),
+        counts["kept"],
+        counts["put"],
+        counts["retired"],
+      )
+    return counts
 
   def requeue(self, rid: str):
     """Drops a corrupt result so that a worker generates the request again."""
@@ -189,8 +244,12 @@ class LostRequest(WaitTimeout):
   """A request with no result and no request file, and no record to put it again from."""
 
 
-def _ensure_request(queue: RequestQueue, rid: str, bodies: dict | None, what: str) -> None:
-  if queue.has(rid):
+def _ensure_request(
+  queue: RequestQueue, rid: str, bodies: dict | None, what: str, verify: bool = False
+) -> None:
+  """Puts request `rid` again from `bodies` when it is gone (or, `verify`, torn or malformed:
+  no worker could serve it); without a record, raises LostRequest."""
+  if queue.has(rid) and (not verify or queue.load(rid) is not None):
     return
   if bodies and rid in bodies:
     queue.put(bodies[rid], request_id=rid)
@@ -198,8 +257,8 @@ def _ensure_request(queue: RequestQueue, rid: str, bodies: dict | None, what: st
     log.warning("exchange: request %s of %s was gone; put it again", rid, what)
     return
   raise LostRequest(
-    f"waiting for {what}: request {rid} has no result and no request file on "
-    f"{queue.store.url}, so no worker can produce it (a run killed while retiring it?)"
+    f"waiting for {what}: request {rid} has no result and no readable request file on "
+    f"{queue.store.url}, so no worker can produce it (a run killed while writing or retiring it?)"
   )
 
 
@@ -218,26 +277,29 @@ def wait_for_results(
 
   `rows[rid]`: the response rows request `rid` asks for (a result of another shape is
   malformed). Corrupt or malformed results are requeued (a worker redoes them). A request that
-  has neither a result nor its request file (a run killed while retiring it, a quarantined
-  request) can never be served: it is put again from `bodies[rid]` (the caller's record: same
+  has no result and no request file a worker can read (gone, torn, quarantined) can never be
+  served: it is put again from `bodies[rid]` (the caller's record: same
   id, same seed), and without a record the wait stops at once with one line naming it. Logs
   what it waits for every 30 s.
   """
-  done, t0, last_log = {}, time.time(), time.time()
+  done, t0, last_log, last_verify = {}, time.time(), time.time(), 0.0
   pending, url = list(rids), queue.store.url
   while pending:
     still = []
+    verify = time.time() - last_verify > 1.0  # that a pending request can be served, each second
+    if verify:
+      last_verify = time.time()
     for rid in pending:
       if queue.results.committed(rid):
         res = queue.results.read(rid, (rows or {}).get(rid))
         if res is None:
           queue.requeue(rid)
-          _ensure_request(queue, rid, bodies, what)
+          _ensure_request(queue, rid, bodies, what, verify=True)
           still.append(rid)
         else:
           done[rid] = res
       else:
-        _ensure_request(queue, rid, bodies, what)
+        _ensure_request(queue, rid, bodies, what, verify=verify)
         still.append(rid)
     pending = still
     if not pending:
