@@ -214,6 +214,9 @@ FIELDS: dict = {
     "dir": ("", 'Orbax directory; "" = run_dir/checkpoints; any path, e.g. gs://...'),
     "keep": (3, "checkpoints kept"),
     "async_save": (True, "save in the background while training goes on"),
+    "on_signal": (True, "on SIGTERM/SIGINT: save at the next safe point, exit 75 (requeue)"),
+    "preempt_file": ("", "a path whose appearance asks the same (a preemption notice)"),
+    "grace_s": (30.0, "the scheduler's grace period after SIGTERM: a save past it warns"),
   },
   "metrics": {
     "tensorboard": (True, "also write TensorBoard event files"),
@@ -378,6 +381,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       )
   _range(cfg, "checkpoint.every", 0, integer=True)
   _range(cfg, "checkpoint.keep", 1, integer=True)
+  _range(cfg, "checkpoint.grace_s", 0, lo_open=True)
   if cfg.rollout.pipeline and cfg.rollout.max_staleness < 1:
     _fail(
       "rollout.pipeline=True samples each step's first round with the previous weights: set "
@@ -497,8 +501,7 @@ def _check_keys(known, cfg, prefix):
 
 
 def items(value: str) -> list[str]:
-  """The one parser of comma-separated keys (data.train_files, eval.pass_k, ...): stripped,
-  empty entries dropped."""
+  """The one parser of comma-separated keys (data.train_files, ...): stripped, no empty ones."""
   return [x.strip() for x in str(value).split(",") if x.strip()]
 
 
@@ -515,9 +518,7 @@ def sandbox_limits(cfg) -> dict:
 
 def routing_table(cfg) -> dict[str, str]:
   """data.reward_routing as {data_source: verifier} (validated by `validate`)."""
-  return dict(
-    (k.strip(), v.strip()) for k, v in (p.split(":") for p in items(cfg.data.reward_routing))
-  )
+  return {k.strip(): v.strip() for k, v in (p.split(":") for p in items(cfg.data.reward_routing))}
 
 
 def vllm_options(cfg) -> dict:

@@ -22,6 +22,7 @@ class LoopState:
   keep_rate: float = 0.5  # dynamic sampling's keep rate in the last step: sizes the prefetch
   data: dict = dataclasses.field(default_factory=dict)  # the training source's cursor
   buffer: dict = dataclasses.field(default_factory=dict)  # dynamic sampling's carry-over groups
+  pending_tail: bool = False  # step `step` trained, its validation and reset not yet done (stop)
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)

@@ -1,11 +1,13 @@
 """Entry point: `python -m prorl_jax.main --config=configs/qwen15b.py [--config.algo.x=...]`.
 
 Thin on purpose: flags, logging of the process/device layout, then `train.run`. A problem the
-user can fix ends in one line (exit status 2); `--debug` shows the traceback.
+user can fix ends in one line (exit status 2); `--debug` shows the traceback. A run stopped by
+SIGTERM/SIGINT saves a checkpoint and exits 75 (EX_TEMPFAIL): start it again to resume.
 """
 
 import logging
 import os
+import sys
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -58,7 +60,11 @@ def main(argv):
     jax.devices(),
   )
   with cli.user_errors(*user):
-    train.run(_CONFIG.value, accept_config_changes=_ACCEPT.value)
+    summary = train.run(_CONFIG.value, accept_config_changes=_ACCEPT.value)
+  if summary.get("stopped_at") is not None:  # stopped on a signal, checkpoint saved: requeue me
+    from prorl_jax.preemption import REQUEUE_EXIT
+
+    sys.exit(REQUEUE_EXIT)
 
 
 def cli():

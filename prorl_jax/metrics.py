@@ -20,6 +20,10 @@ def _plain(v):
   return f if math.isfinite(f) else str(f)
 
 
+# what a step logs after its training line (validation, reference reset): redone on resume
+TAIL_EVENTS = ("validation", "reference_reset")
+
+
 class MetricWriter:
   def __init__(
     self,
@@ -49,12 +53,18 @@ class MetricWriter:
 
       self.wandb = wandb.init(project=wandb_project, dir=run_dir, config=config, resume="allow")
 
-  def truncate_after(self, step: int):
-    """On resume: drop lines logged after the checkpoint we resumed from (they get redone)."""
+  def truncate_after(self, step: int, tail: bool = False):
+    """On resume: drop lines logged after the checkpoint we resumed from (they get redone);
+    `tail`: its step's validation and reset lines too (a checkpoint saved before them)."""
     if not os.path.isfile(self.path):
       return
+
+    def kept(row: dict) -> bool:
+      s, event = row.get("step", 0), str(row.get("event", ""))
+      return s < step or (s == step and not (tail and event.startswith(TAIL_EVENTS)))
+
     with open(self.path) as f:
-      keep = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= step]
+      keep = [line for line in f if line.strip() and kept(json.loads(line))]
     with open(self.path, "w") as f:
       f.writelines(keep)
 
@@ -102,7 +112,7 @@ class MetricWriter:
 class NullWriter:
   """What the non-primary processes of a multi-host run write: nothing (process 0 logs)."""
 
-  def truncate_after(self, step: int):
+  def truncate_after(self, step: int, tail: bool = False):
     pass
 
   def write(self, step: int, metrics: dict, event: str | None = None):

@@ -73,7 +73,7 @@ def _put(ex: Exchange, requests: dict[str, Request]) -> None:
     ex.queue.put(req.to_json(), request_id=rid)
 
 
-def _receive(c, ex: Exchange, workers, requests: dict[str, Request], step, version, notes: dict):
+def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, version, notes: dict):
   """Waits for the results of `requests`; their admissible, verified groups (`notes`: counts
   and waits, added to)."""
   t0 = time.time()
@@ -82,7 +82,7 @@ def _receive(c, ex: Exchange, workers, requests: dict[str, Request], step, versi
     list(requests),
     timeout_s=c.rollout.timeout_s,
     what=f"rollouts of step {step}",
-    on_idle=workers.check if workers else None,
+    on_idle=on_idle,
     rows={rid: req.rows for rid, req in requests.items()},
     bodies={rid: req.to_json() for rid, req in requests.items()},
   )
@@ -153,7 +153,7 @@ def collect(
   source,
   buffer: dynamic_sampling.GroupBuffer,
   ex: Exchange,
-  workers,
+  on_idle,
   *,
   step: int,
   version: int,
@@ -161,7 +161,8 @@ def collect(
 ) -> tuple[list[dict], dict]:
   """Fills step `step`'s batch of informative groups (dynamic sampling with refill): prompts
   from `source`, groups carried over in `buffer` (both advance), the results of the prefetch
-  record `prefetched` first. Returns (groups, metrics)."""
+  record `prefetched` first; `on_idle` is called while it waits (checks the workers, and raises
+  to abandon the wait). Returns (groups, metrics)."""
   next_round = {"i": 0}
   notes = {"dropped": 0, "verifier_failed_groups": 0}
 
@@ -170,7 +171,7 @@ def collect(
     requests = _requests(c, items, step=step, tag=f"g{next_round['i']:02d}", version=version)
     next_round["i"] += 1
     _put(ex, requests)
-    return _receive(c, ex, workers, requests, step, version, notes)
+    return _receive(c, ex, on_idle, requests, step, version, notes)
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
   expired = buffer.evict(
@@ -179,7 +180,7 @@ def collect(
   prefetched = _take_prefetched(ex, prefetched, step)
   kept_prefetched, got_prefetched, carried = 0, 0, len(buffer)  # carried: from earlier steps
   if prefetched:  # sampled while the previous step trained
-    received = _receive(c, ex, workers, prefetched["requests"], step, version, notes)
+    received = _receive(c, ex, on_idle, prefetched["requests"], step, version, notes)
     got_prefetched = len(received)
     kept_prefetched = buffer.add(received, filter_uninformative=c.algo.dynamic_sampling)
   groups, stats = dynamic_sampling.gather_groups(

@@ -31,6 +31,7 @@ from prorl_jax.export import RUN_RECORD
 from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.metrics import MetricWriter, NullWriter
 from prorl_jax.model import forward, save_hf
+from prorl_jax.preemption import PREEMPTED, Preempted, Watch
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
@@ -42,6 +43,7 @@ from prorl_jax.sources import precheck
 from prorl_jax.step import collect, prefetch, sampling, update
 
 log = logging.getLogger("prorl_jax.train")
+STOPPED = "stopped.json"  # in run_dir: the last stop on a signal (a finished run removes it)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -77,7 +79,7 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int):
   ex.weights.prune(keep=2)
 
 
-def validate(setup: Setup, ex: Exchange, workers, *, version: int, tag: str) -> dict:
+def validate(setup: Setup, ex: Exchange, on_idle, *, version: int, tag: str) -> dict:
   """pass@k of weights `version` on the held-out items (primary only); {} without any."""
   c = setup.cfg
   if not setup.heldout:
@@ -93,7 +95,7 @@ def validate(setup: Setup, ex: Exchange, workers, *, version: int, tag: str) -> 
     timeout_s=c.rollout.timeout_s,
     tag=tag,
     seed=c.seed,
-    on_idle=workers.check if workers else None,
+    on_idle=on_idle,
     routing=config_lib.routing_table(c),
   )
 
@@ -112,12 +114,26 @@ def _val_line(step: int, val: dict) -> str:
   )
 
 
-def _validate_and_log(setup, ex, workers, writer, *, step: int, version: int, event: str) -> dict:
+def on_primary(fn):
+  """fn() run by the primary, its result given to every process; a wait the primary abandoned
+  (`Preempted`) raises Preempted on every process."""
+  out = None
+  if dist.is_primary():
+    try:
+      out = fn()
+    except Preempted:
+      out = PREEMPTED
+  out = dist.broadcast(out)
+  if isinstance(out, str) and out == PREEMPTED:
+    raise Preempted("stop requested")
+  return out
+
+
+def _validate_and_log(setup, ex, on_idle, writer, *, step: int, version: int, event: str) -> dict:
   """Validation of weights `version` after step `step`: run by the primary, given to every
   process, written to the metrics and said on the console."""
-  primary = dist.is_primary()
   tag = "val-final" if event == "final" else f"val-s{step:07d}"
-  val = dist.broadcast(validate(setup, ex, workers, version=version, tag=tag) if primary else None)
+  val = on_primary(lambda: validate(setup, ex, on_idle, version=version, tag=tag))
   writer.write(step, {f"val/{k}": v for k, v in val.items()}, event=event)
   if event != "final":
     writer.say(_val_line(step, val))
@@ -136,10 +152,11 @@ def resume_loop(d: dict, source) -> tuple[LoopState, dynamic_sampling.GroupBuffe
   return loop, dynamic_sampling.GroupBuffer.from_state(loop.buffer)
 
 
-def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: int):
+def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: int, on_idle=None):
   """One RL step: when pipelined, send the next step's first rounds of prompts; collect this
-  step's groups (its prefetched ones first); update; publish weights v+1; advance the
-  length-penalty schedule. Returns (state, loop, metrics, length-penalty event)."""
+  step's groups (its prefetched ones first; `on_idle` runs while it waits, and may abandon the
+  step by raising `Preempted`); update; publish weights v+1; advance the length-penalty
+  schedule. Returns (state, loop, metrics, length-penalty event)."""
   cfg, primary = setup.cfg, dist.is_primary()
   t0 = time.time()
   prefetched, loop = loop.prefetch, dataclasses.replace(loop, prefetch=None)
@@ -160,12 +177,11 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
     pf = prefetch(cfg, source, ex, step=step + 1, version=loop.version, rounds=rounds)
     loop = dataclasses.replace(loop, prefetch=pf)
     sent["pipeline/prefetch_rounds"] = pf["rounds"]
-  got = None
-  if primary:
-    got = collect(
-      cfg, source, buffer, ex, workers, step=step, version=loop.version, prefetched=prefetched
+  groups, info = on_primary(
+    lambda: collect(
+      cfg, source, buffer, ex, on_idle, step=step, version=loop.version, prefetched=prefetched
     )
-  groups, info = dist.broadcast(got)
+  )
   if "sampling/keep_rate_all" in info:
     loop = dataclasses.replace(loop, keep_rate=info["sampling/keep_rate_all"])
   t1 = time.time()
@@ -202,6 +218,65 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
   return state, loop, metrics, lp_event
 
 
+def _tail(setup, state, loop: LoopState, log_val, writer, step: int, last_val=None):
+  """What follows step `step`'s update: its validation when due, then a reference reset when
+  one is due. Returns (state, loop, validation pass@1 or None, (step, validation) of the newest
+  validation); raises `Preempted` when asked to stop during the validation."""
+  cfg = setup.cfg
+  loop, val_metric = dataclasses.replace(loop, pending_tail=False), None
+  if cfg.eval.every and step % cfg.eval.every == 0:
+    val = log_val(step=step, version=loop.version, event="validation")
+    val_metric, last_val = val.get("pass@1"), (step, val)
+    loop = dataclasses.replace(loop, val_history=loop.val_history + [val_metric])
+  why = reset_reason(cfg.algo, step, loop.kl_history, loop.val_history)
+  if why:
+    state = setup.reset_ref(state)
+    loop = dataclasses.replace(
+      loop,
+      resets=loop.resets + [{"step": step, "why": why}],
+      # after a stall, a fresh start for the next stall count
+      val_history=loop.val_history[-1:] if why == "validation_stall" else loop.val_history,
+    )
+    writer.write(
+      step,
+      {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
+      event=f"reference_reset_{why}",
+    )
+  return state, loop, val_metric, last_val
+
+
+def _stop(ckpt: Checkpointer, watch: Watch, step: int, state, host: dict, saved=False) -> dict:
+  """Asked to stop: the checkpoint of step `step` (state and host state `host`) written and
+  finished, unless it exists. Returns how the run stopped."""
+  if not saved and step not in ckpt.steps():
+    ckpt.save(step, state, host)
+  ckpt.wait()
+  took = watch.elapsed_s()
+  if took > watch.grace_s:
+    log.warning(
+      "the checkpoint after %s took %.0f s, past checkpoint.grace_s=%.0f: a scheduler may kill "
+      "the next stop before it saves; raise its grace period and checkpoint.grace_s",
+      watch.why,
+      took,
+      watch.grace_s,
+    )
+  return {
+    "stopped_at": step,
+    "why": watch.why,
+    "stop_s": round(took, 3),
+    "pending_tail": bool(host.get("pending_tail")),
+  }
+
+
+def stopped_before(cfg) -> dict:
+  """How the run in `cfg.run_dir` last stopped to be requeued ({} if it did not)."""
+  try:
+    with open(os.path.join(cfg.run_dir, STOPPED)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
 def advice(cfg) -> list[str]:
   """Settings that run but learn less than a close alternative, each with that alternative."""
   out = []
@@ -223,7 +298,9 @@ def _check_before_loading(cfg, accept_config_changes: bool):
     log.warning(line)
   changes = check_resume_config(cfg, accept_config_changes)
   last = latest_local_step(cfg)
-  if last is not None and last >= cfg.total_steps and jax.process_count() == 1:
+  stop = stopped_before(cfg)  # stopped before the last step's validation: not finished
+  pending = bool(stop.get("pending_tail")) and stop.get("stopped_at") == last
+  if last is not None and last >= cfg.total_steps and jax.process_count() == 1 and not pending:
     print(_finished(cfg, last), flush=True)
     return {"finished": True, "steps": last}, changes
   precheck(cfg)  # are the data files there?
@@ -305,9 +382,9 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
   if restored:
     step0, state, saved = restored
     loop, buffer = resume_loop(saved, source)
-    writer.truncate_after(step0)
+    writer.truncate_after(step0, tail=loop.pending_tail)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, loop.version)
-    if step0 >= cfg.total_steps:
+    if step0 >= cfg.total_steps and not loop.pending_tail:
       ckpt.close()
       writer.close()
       if primary:
@@ -327,44 +404,51 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
       vllm_options=config_lib.vllm_options(cfg),
     )
-  summary = {}
-  log_val = functools.partial(_validate_and_log, setup, ex, workers, writer)
+  summary, stopped = {}, None  # stopped: how the run stopped to be requeued (a signal)
+  c = cfg.checkpoint
+  watch = Watch(c.on_signal, c.preempt_file, c.grace_s)
+
+  def on_idle():  # while the primary waits: stop when asked, and mind the workers
+    watch.check()
+    return workers.check() if workers else ""
+
+  log_val = functools.partial(_validate_and_log, setup, ex, on_idle, writer)
   try:
     if loop.pass1_start is None and cfg.eval.every:
       val = log_val(step=loop.step, version=loop.version, event="validation")
       loop = dataclasses.replace(loop, pass1_start=val.get("pass@1"))
     first = loop.step
     last_val = None  # (step, validation) of the newest in-loop validation
+    if loop.pending_tail:  # stopped before this step's validation and reset: they come first
+      state, loop, _, last_val = _tail(setup, state, loop, log_val, writer, first)
     for step in range(first + 1, cfg.total_steps + 1):
-      state, loop, metrics, lp_event = run_step(
-        setup, state, loop, source, buffer, ex, workers, step
-      )
+      before = (state, loop_json(loop, source, buffer))  # if the step is abandoned
+      try:
+        state, loop, metrics, lp_event = run_step(
+          setup, state, loop, source, buffer, ex, workers, step, on_idle
+        )
+      except Preempted:  # asked to stop while collecting: the step is redone on resume
+        stopped = _stop(ckpt, watch, step - 1, *before)
+        break
       writer.write(step, metrics, event=f"length_penalty_{lp_event}" if lp_event else None)
       writer.progress(step, first, f"reward {metrics.get('reward/raw_mean', 0):.3f}")
-      val_metric = None
-      if cfg.eval.every and step % cfg.eval.every == 0:
-        val = log_val(step=step, version=loop.version, event="validation")
-        val_metric, last_val = val.get("pass@1"), (step, val)
-        loop = dataclasses.replace(loop, val_history=loop.val_history + [val_metric])
-      why = reset_reason(cfg.algo, step, loop.kl_history, loop.val_history)
-      if why:
-        state = setup.reset_ref(state)
-        loop = dataclasses.replace(
-          loop,
-          resets=loop.resets + [{"step": step, "why": why}],
-          # after a stall, a fresh start for the next stall count
-          val_history=loop.val_history[-1:] if why == "validation_stall" else loop.val_history,
+      try:
+        state, loop, val_metric, last_val = _tail(
+          setup, state, loop, log_val, writer, step, last_val
         )
-        writer.write(
-          step,
-          {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
-          event=f"reference_reset_{why}",
-        )
-      if cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == cfg.total_steps):
+      except Preempted:  # during the validation: the resumed run validates this step first
+        pending = dataclasses.replace(loop, pending_tail=True)
+        stopped = _stop(ckpt, watch, step, state, loop_json(pending, source, buffer))
+        break
+      saved = bool(c.every) and (step % c.every == 0 or step == cfg.total_steps)
+      if saved:
         ckpt.save(step, state, loop_json(loop, source, buffer), val_metric)
+      if on_primary(watch.requested):
+        stopped = _stop(ckpt, watch, step, state, loop_json(loop, source, buffer), saved)
+        break
     if primary and sys.stdout.isatty():
       print(flush=True)  # past the progress bar
-    if cfg.eval.every:
+    if cfg.eval.every and not stopped:
       if last_val and last_val[0] == loop.step:  # the last step was just validated
         val = last_val[1]
         writer.write(loop.step, {f"val/{k}": v for k, v in val.items()}, event="final")
@@ -375,11 +459,25 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
         "pass@1_end": val.get("pass@1"),
         **{f"final/{k}": v for k, v in val.items()},
       }
+  except Preempted:  # asked to stop before the first step: nothing trained, nothing to save
+    stopped = {"stopped_at": loop.step, "why": watch.why, "stop_s": watch.elapsed_s()}
   finally:
+    watch.close()
     if workers:
       workers.stop()
     ckpt.close()
     writer.close()
+  if stopped:
+    summary = stopped
+    if primary:
+      with open(os.path.join(cfg.run_dir, STOPPED), "w") as f:
+        json.dump(summary, f)
+      print(
+        f"stopped by {watch.why} after step {stopped['stopped_at']} (checkpoint saved in "
+        f"{stopped['stop_s']:.1f} s of the signal); run the same command to resume",
+        flush=True,
+      )
+    return summary
   summary.update(
     {
       "steps": loop.step,
@@ -391,6 +489,8 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     }
   )
   if primary:
+    if os.path.exists(os.path.join(cfg.run_dir, STOPPED)):
+      os.remove(os.path.join(cfg.run_dir, STOPPED))
     with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
       json.dump(summary, f, indent=1)
     print(json.dumps(summary), flush=True)

@@ -27,6 +27,7 @@ LAYERS = {
     "packing",
     "dynamic_sampling",
     "loop_state",
+    "preemption",
     "model.qwen2",
     "model.hf_weights",
     "model",

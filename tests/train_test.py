@@ -73,6 +73,59 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
     assert all(r["time/workers_wait_weights_s"] >= 0 for r in timed) and len(timed) == 6
 
 
+def _rows(run_dir):
+  path = os.path.join(run_dir, "metrics.jsonl")
+  return [json.loads(x) for x in open(path)] if os.path.exists(path) else []
+
+
+def _signal_when(proc, run_dir, ready, sig, timeout=300):
+  """Sends `sig` to the trainer as soon as its metrics satisfy `ready`; its exit status."""
+  t0 = time.time()
+  while not ready(_rows(run_dir)):
+    assert proc.poll() is None, proc.stdout.read()[-3000:]
+    assert time.time() - t0 < timeout
+    time.sleep(0.02)
+  os.kill(proc.pid, sig)
+  t1 = time.time()
+  out = proc.communicate(timeout=120)[0]
+  return proc.returncode, time.time() - t1, out
+
+
+@pytest.mark.slow
+def test_sigterm_saves_within_the_grace_period_and_the_resumed_run_equals_the_uninterrupted_one(
+  tmp_path, base
+):
+  """SIGTERM while step 2 collects its rollouts (the step is abandoned: the state before it is
+  saved), and SIGTERM as step 2's validation starts (the trained step is saved with its
+  validation still to do); checkpoints are otherwise only written at the end. Each stops with
+  exit 75 and a new checkpoint within the grace period, and its resumed run ends as the
+  uninterrupted one did, metrics (validations included) and weights."""
+  extra = {"eval.every": 2, "eval.heldout": 64, "checkpoint.every": 100, "checkpoint.grace_s": 60}
+  ref_dir = str(tmp_path / "ref")
+  finish(start(ref_dir, base, 4, **extra))
+  assert [r["step"] for r in _rows(ref_dir) if r.get("event") == "validation"] == [0, 2, 4]
+  cuts = {
+    "collecting": lambda rows: any(r["step"] == 1 and "sampling/rounds" in r for r in rows),
+    "validating": lambda rows: any(r["step"] == 2 and "sampling/rounds" in r for r in rows),
+  }
+  for name, ready in cuts.items():
+    run_dir = str(tmp_path / name)
+    code, secs, out = _signal_when(start(run_dir, base, 4, **extra), run_dir, ready, signal.SIGTERM)
+    assert code == 75, out[-3000:]
+    stopped = json.load(open(os.path.join(run_dir, "stopped.json")))
+    assert stopped["why"] == "SIGTERM" and stopped["stop_s"] < 60 and secs < 60, stopped
+    saved = sorted(int(n) for n in os.listdir(os.path.join(run_dir, "checkpoints")) if n.isdigit())
+    if name == "collecting":  # abandoned in step 2: the state after step 1, saved on the signal
+      assert (stopped["stopped_at"], stopped["pending_tail"], saved) == (1, False, [1]), stopped
+    else:  # step 2 trained, its validation abandoned: done first by the resumed run
+      assert (stopped["stopped_at"], stopped["pending_tail"], saved) == (2, True, [2]), stopped
+    out = finish(start(run_dir, base, 4, **extra))
+    assert f"resumed from checkpoint step {stopped['stopped_at']}" in out
+    assert metrics(run_dir) == metrics(ref_dir), name
+    assert params_hash(run_dir) == params_hash(ref_dir), name
+    assert not os.path.exists(os.path.join(run_dir, "stopped.json"))
+
+
 @pytest.mark.slow
 def test_killed_worker_is_restarted_and_reset_zeroes_kl(tmp_path, base):
   run_dir = str(tmp_path / "run")
