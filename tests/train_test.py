@@ -30,6 +30,12 @@ def _kill9(proc):
 PIPELINE = {"rollout.pipeline": True, "rollout.max_staleness": 1}
 
 
+def _host_state(run_dir, step):
+  """The loop state (JSON) a checkpoint holds beside the TrainState."""
+  with open(os.path.join(run_dir, "checkpoints", str(step), "host", "metadata")) as f:
+    return json.load(f)
+
+
 def _kill_during_a_save(run_dir, proc, timeout=300):
   """kill -9 while a checkpoint's step directory is still being written."""
   ckpts = os.path.join(run_dir, "checkpoints")
@@ -53,6 +59,10 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
   proc = start(str(tmp_path / "cut"), base, 6, **extra)
   _wait_for_checkpoint(str(tmp_path / "cut"), 3, proc)
   _kill9(proc)
+  host = _host_state(str(tmp_path / "cut"), 3)
+  assert host["length_penalty"]["cycles"] == 0 and host["length_penalty"]["steps_in_phase"] == 1
+  if extra:  # the next step's requests were in flight at the cut, and are redone on resume
+    assert host["prefetch"]["step"] == 4 and len(host["prefetch"]["requests"]) >= 1, host
   if not extra:  # the same run killed while a step directory is half written
     cuts[str(tmp_path / "in_save")] = "resumed from checkpoint step"
     _kill_during_a_save(str(tmp_path / "in_save"), start(str(tmp_path / "in_save"), base, 6))
