@@ -1,0 +1,247 @@
+"""Fault injection: the tiny config run serially and pipelined, cut at random moments, resumed;
+every resumed run must end with the uninterrupted run's metrics and final weights, bit for bit.
+
+  python bench/faults.py [--cuts 50] [--modes serial,pipelined] [--load both] [--steps 4]
+
+Per mode, one uninterrupted reference run (validation every 2 steps, a reference reset at step 3,
+a checkpoint every step); then `--cuts` runs, each cut once at a moment drawn uniformly over the
+reference's wall time (so cuts land between the puts of a prefetch, mid-publish, mid-save,
+mid-retire, during validation and during a reset) with one fault drawn from:
+
+  kill9        kill -9 of the trainer, then the same command again until it finishes
+  sigterm      SIGTERM to the trainer (it must exit 75 with a checkpoint), then the same again
+  worker_kill9 kill -9 of the local rollout worker (the trainer restarts it; no resume)
+  torn         a request or result file of the exchange truncated to half (no resume)
+
+`--load on` runs a CPU-bound spinner beside every cut run, `both` alternates. A wait for
+rollouts longer than the exchange's lease (60 s) plus a 30 s margin counts as a failure. The last
+line is one JSON object: cut points tried and survived (per fault and load), the slowest
+recovery (the resumed run's longest wait for rollouts) and each failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+VOLATILE = ("time/", "perf/", "exchange/", "workers/")
+FAULTS = ("kill9", "sigterm", "worker_kill9", "torn")
+LEASE_S, MARGIN_S = 60.0, 30.0
+REQUEUE_EXIT = 75
+
+
+def flags(run_dir: str, base: str, steps: int, pipelined: bool) -> list[str]:
+  f = {
+    "run_dir": run_dir,
+    "model.path": base,
+    "total_steps": steps,
+    "rollout.n": 4,
+    "rollout.prompts_per_step": 8,
+    "rollout.mini_batch_prompts": 4,
+    "rollout.micro_batch_size": 8,
+    "rollout.max_response_len": 24,
+    "rollout.timeout_s": 300.0,
+    "checkpoint.every": 1,
+    "checkpoint.keep": 20,
+    "checkpoint.grace_s": 60.0,
+    "eval.every": 2,
+    "eval.heldout": 16,
+    "algo.ref_reset_every": 3,
+    "algo.kl_coef": 0.01,
+    "algo.length_penalty_on_steps": 2,
+    "algo.length_penalty_off_steps": 2,
+  }
+  if pipelined:
+    f.update({"rollout.pipeline": True, "rollout.max_staleness": 1})
+  return [f"--config.{k}={v}" for k, v in f.items()]
+
+
+def start(run_dir: str, base: str, steps: int, pipelined: bool) -> subprocess.Popen:
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  cmd = [sys.executable, "-m", "prorl_jax.main", "--config=configs/tiny.py"]
+  return subprocess.Popen(
+    cmd + flags(run_dir, base, steps, pipelined),
+    cwd=ROOT,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+
+
+def rows(run_dir: str) -> list[dict]:
+  path = os.path.join(run_dir, "metrics.jsonl")
+  return [json.loads(x) for x in open(path)] if os.path.exists(path) else []
+
+
+def outcome(run_dir: str) -> tuple[list[dict], str]:
+  """(metrics without the volatile keys, sha256 of the newest published weights)."""
+  kept = [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows(run_dir)]
+  weights = os.path.join(run_dir, "exchange", "weights")
+  last = sorted(os.listdir(weights))[-1]
+  with open(os.path.join(weights, last, "model.safetensors"), "rb") as f:
+    return kept, last + ":" + hashlib.sha256(f.read()).hexdigest()
+
+
+def longest_wait(run_dir: str) -> float:
+  return max((r.get("time/wait_rollouts_s", 0.0) for r in rows(run_dir)), default=0.0)
+
+
+def tear(run_dir: str, rng: random.Random) -> str:
+  """Truncates one request or result file of the run's exchange to half; what it tore."""
+  ex = os.path.join(run_dir, "exchange")
+  files = []
+  for sub in ("requests", "results"):
+    for d, _, names in os.walk(os.path.join(ex, sub)):
+      files += [os.path.join(d, n) for n in names]
+  if not files:
+    return ""
+  path = rng.choice(sorted(files))
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+    with open(path, "wb") as f:
+      f.write(data[: len(data) // 2])
+  except OSError:
+    return ""
+  return os.path.relpath(path, ex)
+
+
+def kill_worker(run_dir: str) -> bool:
+  out = subprocess.run(
+    ["pgrep", "-f", f"worker_id=local0.*{run_dir}|{run_dir}.*worker_id=local0"],
+    capture_output=True,
+    text=True,
+  ).stdout.split()
+  for pid in out:
+    try:
+      os.kill(int(pid), signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+  return bool(out)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
+  out = proc.communicate(timeout=timeout)[0]
+  return proc.returncode, out
+
+
+def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng) -> dict:
+  """One cut run: the fault `at_s` seconds in, then resumes until the run finishes."""
+  proc = start(run_dir, base, steps, pipelined)
+  t0 = time.time()
+  while time.time() - t0 < at_s and proc.poll() is None:
+    time.sleep(0.02)
+  note, starts = "", 1
+  if proc.poll() is None:
+    if fault == "kill9":
+      proc.kill()
+    elif fault == "sigterm":
+      proc.send_signal(signal.SIGTERM)
+    elif fault == "worker_kill9":
+      note = "worker killed" if kill_worker(run_dir) else "no worker found"
+    else:
+      note = tear(run_dir, rng) or "nothing to tear"
+  else:
+    note = "finished before the cut"
+  code, out = finish(proc)
+  if fault in ("worker_kill9", "torn") and code != 0:  # the run must get over these by itself
+    return {"ok": False, "why": f"{fault} ({note}): exit {code}: {out[-400:]}"}
+  if fault == "sigterm" and code not in (0, REQUEUE_EXIT):
+    return {"ok": False, "why": f"SIGTERM exit {code}: {out[-400:]}"}
+  if fault == "sigterm" and code == REQUEUE_EXIT:
+    stopped = json.load(open(os.path.join(run_dir, "stopped.json")))
+    if stopped["stop_s"] > 60:
+      return {"ok": False, "why": f"SIGTERM save took {stopped['stop_s']} s"}
+    pending = " (tail pending)" if stopped["pending_tail"] else ""
+    note = f"stopped at {stopped['stopped_at']}{pending}"
+  while not os.path.exists(os.path.join(run_dir, "summary.json")):
+    if starts > 3:
+      return {"ok": False, "why": f"not finished after {starts} starts: {out[-400:]}"}
+    code, out = finish(start(run_dir, base, steps, pipelined))
+    starts += 1
+    if code != 0:
+      return {"ok": False, "why": f"resume exit {code}: {out[-400:]}"}
+  return {"ok": True, "note": note, "starts": starts, "wait_s": longest_wait(run_dir)}
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--cuts", type=int, default=50, help="cut points per mode")
+  p.add_argument("--modes", default="serial,pipelined")
+  p.add_argument("--load", choices=("off", "on", "both"), default="both")
+  p.add_argument("--steps", type=int, default=4)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--base", default="", help="a built base model (default: built here)")
+  args = p.parse_args()
+  rng = random.Random(args.seed)
+  tmp = tempfile.mkdtemp(prefix="faults-")
+  base = args.base
+  if not base:
+    from prorl_jax.demo import warm_start
+
+    base = warm_start.build(os.path.join(tmp, "base"), steps=60)
+  tried, survived = collections.Counter(), collections.Counter()
+  failures, slowest = [], 0.0
+  for mode in args.modes.split(","):
+    pipelined = mode == "pipelined"
+    ref = os.path.join(tmp, f"{mode}-ref")
+    t0 = time.time()
+    code, out = finish(start(ref, base, args.steps, pipelined))
+    assert code == 0, out[-3000:]
+    ref_s, want = time.time() - t0, outcome(ref)
+    print(json.dumps({"mode": mode, "reference_s": round(ref_s, 1)}), flush=True)
+    for i in range(args.cuts):
+      fault = FAULTS[i % len(FAULTS)]
+      load = args.load == "on" or (args.load == "both" and i % 2 == 1)
+      at_s = rng.uniform(0.1, ref_s)
+      run_dir = os.path.join(tmp, f"{mode}-{i:03d}")
+      spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load else None
+      try:
+        got = one_cut(base, run_dir, args.steps, pipelined, fault, at_s, rng)
+      finally:
+        if spinner:
+          spinner.kill()
+          spinner.wait()
+      key = f"{mode}/{fault}/{'load' if load else 'quiet'}"
+      tried[key] += 1
+      if got["ok"] and outcome(run_dir) != want:
+        got = {"ok": False, "why": "resumed run differs from the reference (metrics or weights)"}
+      if got["ok"] and got["wait_s"] > LEASE_S + MARGIN_S:
+        got = {"ok": False, "why": f"a wait of {got['wait_s']:.0f} s"}
+      if got["ok"]:
+        survived[key] += 1
+        slowest = max(slowest, got["wait_s"])
+      else:
+        failures.append({"cut": key, "at_s": round(at_s, 2), "dir": run_dir, "why": got["why"]})
+      line = {"cut": key, "at_s": round(at_s, 2), **{k: v for k, v in got.items() if k != "ok"}}
+      print(json.dumps(dict(line, ok=got["ok"])), flush=True)
+  print(
+    json.dumps(
+      {
+        "cut_points": sum(tried.values()),
+        "survived": sum(survived.values()),
+        "by_cut": {k: f"{survived[k]}/{n}" for k, n in sorted(tried.items())},
+        "slowest_recovery_wait_s": round(slowest, 2),
+        "failures": failures,
+        "steps": args.steps,
+        "seed": args.seed,
+      }
+    )
+  )
+
+
+if __name__ == "__main__":
+  main()
