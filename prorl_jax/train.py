@@ -379,6 +379,8 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     if primary
     else NullWriter()
   )
+  if not restored:  # a run cut before its first checkpoint starts over: so do its metrics
+    writer.truncate_after(-1)
   if restored:
     step0, state, saved = restored
     loop, buffer = resume_loop(saved, source)
