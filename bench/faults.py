@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import json
 import os
 import random
@@ -36,36 +35,26 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-VOLATILE = ("time/", "perf/", "exchange/", "workers/")
+from tests import loop_helpers  # noqa: E402 - the loop tests' run settings and comparisons
+
 FAULTS = ("kill9", "sigterm", "worker_kill9", "torn")
 LEASE_S, MARGIN_S = 60.0, 30.0
 REQUEUE_EXIT = 75
 
 
 def flags(run_dir: str, base: str, steps: int, pipelined: bool) -> list[str]:
-  f = {
-    "run_dir": run_dir,
-    "model.path": base,
-    "total_steps": steps,
-    "rollout.n": 4,
-    "rollout.prompts_per_step": 8,
-    "rollout.mini_batch_prompts": 4,
-    "rollout.micro_batch_size": 8,
-    "rollout.max_response_len": 24,
-    "rollout.timeout_s": 300.0,
-    "checkpoint.every": 1,
+  """The loop tests' tiny run, with validation, a reference reset and checkpoints kept."""
+  extra = {
     "checkpoint.keep": 20,
     "checkpoint.grace_s": 60.0,
     "eval.every": 2,
     "eval.heldout": 16,
     "algo.ref_reset_every": 3,
     "algo.kl_coef": 0.01,
-    "algo.length_penalty_on_steps": 2,
-    "algo.length_penalty_off_steps": 2,
   }
   if pipelined:
-    f.update({"rollout.pipeline": True, "rollout.max_staleness": 1})
-  return [f"--config.{k}={v}" for k, v in f.items()]
+    extra.update({"rollout.pipeline": True, "rollout.max_staleness": 1})
+  return loop_helpers.flags(run_dir, base, steps, **extra)
 
 
 def start(run_dir: str, base: str, steps: int, pipelined: bool) -> subprocess.Popen:
@@ -86,13 +75,9 @@ def rows(run_dir: str) -> list[dict]:
   return [json.loads(x) for x in open(path)] if os.path.exists(path) else []
 
 
-def outcome(run_dir: str) -> tuple[list[dict], str]:
-  """(metrics without the volatile keys, sha256 of the newest published weights)."""
-  kept = [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows(run_dir)]
-  weights = os.path.join(run_dir, "exchange", "weights")
-  last = sorted(os.listdir(weights))[-1]
-  with open(os.path.join(weights, last, "model.safetensors"), "rb") as f:
-    return kept, last + ":" + hashlib.sha256(f.read()).hexdigest()
+def outcome(run_dir: str) -> tuple[list[dict], tuple[str, str]]:
+  """(metrics without the volatile keys, the newest published weights' version and sha256)."""
+  return loop_helpers.metrics(run_dir), loop_helpers.params_hash(run_dir)
 
 
 def longest_wait(run_dir: str) -> float:

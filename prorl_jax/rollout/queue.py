@@ -204,7 +204,7 @@ class RequestQueue:
       counts["retired"] += 1
     for rid, body in expected.items():
       want = check_request(dict(body, id=rid), rid)
-      stored = self.load(rid) if self.has(rid) else None
+      stored = self.load(rid)
       if stored != want:  # missing, torn, or another request under this id: from scratch
         self.retire(rid)  # (a result without its request is of no known body: dropped too)
         stored = None
