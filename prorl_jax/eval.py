@@ -197,6 +197,7 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
       sandbox_limits=config_lib.sandbox_limits(cfg),
       python=python,
       vllm_options=config_lib.vllm_options(cfg),
+      on_death=ex.queue.release,
     )
     try:
       return evaluate(

@@ -255,6 +255,7 @@ class _Runner:
       sandbox_limits=config_lib.sandbox_limits(cfg),
       python=python,
       vllm_options=config_lib.vllm_options(cfg),
+      on_death=self.ex.queue.release,
     )
 
   def close(self):

@@ -405,6 +405,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       sandbox_limits=config_lib.sandbox_limits(cfg),
       python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
       vllm_options=config_lib.vllm_options(cfg),
+      on_death=ex.queue.release,
     )
   summary, stopped = {}, None  # stopped: how the run stopped to be requeued (a signal)
   c = cfg.checkpoint

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from prorl_jax.rollout import local
+from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import LocalWorkers, WorkerFailure
 
 
@@ -70,6 +71,41 @@ def test_a_worker_that_served_before_dying_is_restarted_not_stopped(tmp_path):
     workers.procs[0].wait()
     log = open(os.path.join(tmp_path, "logs", "worker0.log")).read()
     assert log.count("served") == 6
+  finally:
+    workers.stop()
+
+
+def test_a_dead_workers_leases_are_expired_before_its_restart(tmp_path):
+  """The trainer's waits do not sit out the lease of a worker it saw die: its requests are
+  claimable at once, with the next attempt number; another worker's lease is untouched."""
+  url = f"file://{tmp_path}/ex"
+  ex = Exchange(url, lease_seconds=600)
+  for i in range(3):
+    request = {
+      "prompts": [[1, 2]],
+      "n": 2,
+      "sampling": {"max_new_tokens": 4},
+      "seed": i,
+      "min_version": 0,
+      "meta": [{"data_source": "chain_sum"}],
+    }
+    ex.queue.put(request, request_id=f"r{i}")
+  mine = [ex.queue.claim("local0"), ex.queue.claim("local0")]
+  theirs = ex.queue.claim("local1")
+  py = _fake_python(tmp_path, 'echo "worker local0 served r9: 1 prompts x 2"; exit 1')
+  workers = LocalWorkers(
+    url, 1, "jax", str(tmp_path / "logs"), python=py, on_death=ex.queue.release
+  )
+  try:
+    workers.procs[0].wait()
+    assert ex.queue.claim("other") is None  # all three held, for 600 s
+    workers.check()
+    assert workers.restarts == 1
+    again = [ex.queue.claim("new"), ex.queue.claim("new"), ex.queue.claim("new")]
+    assert sorted(c.request_id for c in again[:2]) == sorted(c.request_id for c in mine)
+    assert [c.attempt for c in again[:2]] == [1, 1] and again[2] is None
+    assert ex.queue.heartbeat(theirs) and not ex.queue.heartbeat(mine[0])
+    assert ex.stats["released"] == 2 and ex.queue.release("local0") == 0
   finally:
     workers.stop()
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -95,15 +96,19 @@ class LocalWorkers:
     max_failures: int = 3,
     vllm_options: dict | None = None,
     sandbox_limits: dict | None = None,
+    on_death: Callable[[str], object] | None = None,
   ):
     """`sandbox_limits`: {memory_bytes, pids}, ceilings on the code sandboxes of all these
-    workers together (one cgroup for the run where the host allows it)."""
+    workers together (one cgroup for the run where the host allows it). `on_death(worker_id)`
+    runs when a worker is found dead, before its restart (`RequestQueue.release`: its leases
+    are dropped rather than waited out)."""
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
     self.sandbox_limits = sandbox_limits or {}
     self.unsandboxed_code = unsandboxed_code
     self.vllm_options = vllm_options or {}
     self.python = python or worker_python(engine)
     self.max_failures = max_failures
+    self.on_death = on_death
     self.procs: list[subprocess.Popen] = []
     self.log_start: list[int] = []  # log offset where each worker's current life begins
     self.failures = [0] * count  # exits in a row without a served request
@@ -174,6 +179,8 @@ class LocalWorkers:
     for i, p in enumerate(self.procs):
       if p.poll() is None:
         continue
+      if self.on_death is not None:
+        self.on_death(f"local{i}")
       served = SERVED_MARK in _tail(self._log(i), self.log_start[i], lines=10**9)
       self.failures[i] = 0 if served else self.failures[i] + 1
       if self.failures[i] >= self.max_failures:

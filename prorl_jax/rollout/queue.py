@@ -229,6 +229,25 @@ class RequestQueue:
       )
     return counts
 
+  def release(self, worker: str) -> int:
+    """Expires every lease `worker` holds (it is known dead: its requests are open again now, not
+    when the leases run out; the attempt count is kept, so the next attempt's data key is new).
+    A lease taken over meanwhile is left alone (compare-and-swap on its generation). Returns how
+    many were expired."""
+    dropped = 0
+    for k in self.store.list("leases/"):
+      rid = k[len("leases/") : -len(".json")] if k.endswith(".json") else ""
+      if not is_plain_name(rid):
+        continue
+      lease, gen = self._lease(rid)
+      if lease is not None and lease["worker"] == worker and lease["expires"] > 0:
+        if self.store.write(k, json.dumps(dict(lease, expires=0.0)).encode(), if_equal=gen):
+          dropped += 1
+    if dropped:
+      self.store.stats["released"] += dropped
+      log.info("exchange: expired %d leases of the dead worker %s", dropped, worker)
+    return dropped
+
   def requeue(self, rid: str):
     """Drops a corrupt result so that a worker generates the request again."""
     self.results.delete(rid)
