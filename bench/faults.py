@@ -150,7 +150,7 @@ def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng) -> dict:
     stopped = json.load(open(os.path.join(run_dir, "stopped.json")))
     if stopped["stop_s"] > 60:
       return {"ok": False, "why": f"SIGTERM save took {stopped['stop_s']} s"}
-    pending = " (tail pending)" if stopped["pending_tail"] else ""
+    pending = " (tail pending)" if stopped.get("pending_tail") else ""
     note = f"stopped at {stopped['stopped_at']}{pending}"
   while not os.path.exists(os.path.join(run_dir, "summary.json")):
     if starts > 3:

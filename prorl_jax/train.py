@@ -265,6 +265,7 @@ def _stop(ckpt: Checkpointer, watch: Watch, step: int, state, host: dict, saved=
     "why": watch.why,
     "stop_s": round(took, 3),
     "pending_tail": bool(host.get("pending_tail")),
+    "saved": True,
   }
 
 
@@ -463,7 +464,13 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
         **{f"final/{k}": v for k, v in val.items()},
       }
   except Preempted:  # asked to stop before the first step: nothing trained, nothing to save
-    stopped = {"stopped_at": loop.step, "why": watch.why, "stop_s": watch.elapsed_s()}
+    stopped = {
+      "stopped_at": loop.step,
+      "why": watch.why,
+      "stop_s": round(watch.elapsed_s(), 3),
+      "pending_tail": loop.pending_tail,
+      "saved": False,
+    }
   finally:
     watch.close()
     if workers:
@@ -475,9 +482,14 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     if primary:
       with open(os.path.join(cfg.run_dir, STOPPED), "w") as f:
         json.dump(summary, f)
+      how = (
+        f"checkpoint saved in {stopped['stop_s']:.1f} s of the signal"
+        if stopped["saved"]
+        else "nothing new to save"
+      )
       print(
-        f"stopped by {watch.why} after step {stopped['stopped_at']} (checkpoint saved in "
-        f"{stopped['stop_s']:.1f} s of the signal); run the same command to resume",
+        f"stopped by {watch.why} after step {stopped['stopped_at']} ({how}); run the same "
+        "command to resume",
         flush=True,
       )
     return summary
