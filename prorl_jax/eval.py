@@ -156,27 +156,20 @@ def evaluate(
   return out
 
 
-def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
-  """Evaluates a HF directory (a published version, a base model) on the config's held-out set,
-  through a private exchange and local workers."""
+def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
+  """Evaluates a model (a run directory's newest checkpoint, a step directory, a HF directory or
+  EXCHANGE@VERSION: `export.resolve_model`) on the config's held-out set, through a private
+  exchange and local workers."""
   import os
   import tempfile
 
   from prorl_jax import config as config_lib
+  from prorl_jax import export
   from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
+  from prorl_jax.sources import sources_for
   from prorl_jax.tokenizer import load_tokenizer
 
   config_lib.validate(cfg)
-  if not os.path.isfile(os.path.join(checkpoint, "config.json")):
-    raise config_lib.ConfigError(f"--checkpoint={checkpoint!r} is not a HF model directory")
-  tok = load_tokenizer(checkpoint)
-  from prorl_jax.sources import sources_for
-
-  _, items = sources_for(cfg, tok)  # the trainer's own held-out set
-  if not items:
-    raise config_lib.ConfigError(
-      "no held-out items: set data.val_files, data.prepared or data.val_suite"
-    )
   python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
   check_worker_python(python, cfg.rollout.engine)
   sampling = SamplingParams(
@@ -185,9 +178,16 @@ def evaluate_checkpoint(cfg, checkpoint: str) -> dict:
     top_p=cfg.eval.top_p,
   )
   with tempfile.TemporaryDirectory() as tmp:
+    model_dir, label = export.resolve_model(checkpoint, os.path.join(tmp, "model"))
+    log(f"model: {label}" + ("" if label == model_dir else f" (as {model_dir})"))
+    _, items = sources_for(cfg, load_tokenizer(model_dir))  # the trainer's own held-out set
+    if not items:
+      raise config_lib.ConfigError(
+        "no held-out items: set data.val_files, data.prepared or data.val_suite"
+      )
     url = f"file://{tmp}/exchange"
     ex = Exchange(url)
-    ex.weights.publish(0, 0, checkpoint)
+    ex.weights.publish(0, 0, model_dir)
     workers = LocalWorkers(
       url,
       max(1, cfg.rollout.local_workers),
@@ -227,6 +227,17 @@ def _suite_config():
   if cfg is None:
     cfg = base_config()
     cfg.rollout.engine = "vllm"
+  print(
+    f"rollouts: the {cfg.rollout.engine} engine, {max(1, cfg.rollout.local_workers)} local "
+    "worker(s)"
+    + (
+      ""
+      if flags.FLAGS.config
+      else " (the default without --config; "
+      "--config=FILE with rollout.engine=jax runs without vLLM)"
+    ),
+    flush=True,
+  )
   return cfg
 
 
@@ -290,8 +301,9 @@ def main(argv):
       return
     if F.config is None or not F.checkpoint:
       raise config_lib.ConfigError(
-        "give --config=FILE and --checkpoint=HF_DIR (held-out set "
-        "of the config), or --suite=prorl-eval --data=DIR"
+        "give --config=FILE and --checkpoint=MODEL (held-out set of the config; MODEL is a run "
+        "directory, a checkpoint step, a HF directory or EXCHANGE@VERSION), or "
+        "--suite=prorl-eval --data=DIR"
       )
     result = evaluate_checkpoint(F.config, F.checkpoint)
   text = json.dumps(result, indent=1)
@@ -310,8 +322,8 @@ def cli():
   flags.DEFINE_string(
     "checkpoint",
     None,
-    "a HF model directory; with --suite also an Orbax "
-    "checkpoint (RUN_DIR or a step) or EXCHANGE@VERSION",
+    "the model: a run directory (its newest checkpoint), a checkpoint step directory, a Hugging "
+    "Face directory or EXCHANGE@VERSION (a published version)",
   )
   flags.DEFINE_string(
     "out", "", "the JSON file (held-out evaluation) or the report directory (--suite)"

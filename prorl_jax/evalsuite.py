@@ -41,38 +41,6 @@ class SuiteError(ValueError):
   """A user-fixable problem (a model path, a flag); printed as one line."""
 
 
-def resolve_model(checkpoint: str, out_dir: str) -> tuple[str, str]:
-  """(HF directory, label) of MODEL; Orbax steps are exported, versions fetched, once."""
-  from prorl_jax import export
-
-  if os.path.isfile(os.path.join(checkpoint, "config.json")):
-    return os.path.abspath(checkpoint), os.path.abspath(checkpoint)
-  if "@" in checkpoint and not os.path.exists(checkpoint):
-    from prorl_jax.rollout.exchange import Exchange
-
-    url, version = checkpoint.rsplit("@", 1)
-    if not version.isdigit():
-      raise SuiteError(f"--checkpoint={checkpoint!r}: a published version is EXCHANGE@N")
-    dest = os.path.join(out_dir, f"model-v{version}")
-    path = Exchange(url if "://" in url else f"file://{os.path.abspath(url)}").weights.fetch(
-      int(version), dest
-    )
-    if path is None:
-      raise SuiteError(f"--checkpoint={checkpoint!r}: version {version} is not published on {url}")
-    return path, checkpoint
-  try:
-    step_dir = export.find_step(checkpoint)
-  except (export.ExportError, OSError) as e:
-    raise SuiteError(
-      f"--checkpoint={checkpoint!r} is neither a Hugging Face directory nor a "
-      f"checkpoint nor EXCHANGE@VERSION ({e})"
-    ) from None
-  dest = os.path.join(out_dir, f"model-step-{os.path.basename(step_dir)}")
-  if not os.path.isfile(os.path.join(dest, "config.json")):
-    export.export(step_dir, dest)
-  return dest, step_dir
-
-
 def model_identity(model_dir: str) -> list:
   """What names a model's weights for the cache: its files' names, sizes and mtimes."""
   return sorted(
@@ -126,7 +94,7 @@ def run_suite(
 
   `compare` holds LABEL=DIR items: reports of other models by this harness (`--out` of an
   earlier run), put beside ours as measured columns."""
-  from prorl_jax import data, rewards
+  from prorl_jax import data, export, rewards
   from prorl_jax import eval as eval_lib
   from prorl_jax.tokenizer import load_tokenizer
 
@@ -140,7 +108,11 @@ def run_suite(
   samples = dict(DEFAULT_SAMPLES, **(samples or {}))
   measured = load_compare(compare or [])
   os.makedirs(out_dir, exist_ok=True)
-  model_dir, label = resolve_model(checkpoint, out_dir)
+  try:
+    model_dir, label = export.resolve_model(checkpoint, out_dir)
+  except export.ExportError as e:
+    raise SuiteError(str(e)) from None
+  log(f"model: {label}" + ("" if label == model_dir else f" (as {model_dir})"))
   tok = load_tokenizer(model_dir)
   settings = {
     "temperature": temperature,

@@ -94,6 +94,54 @@ def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfl
   return step_dir
 
 
+def is_hf_dir(path: str) -> bool:
+  """A Hugging Face model directory: a config.json naming a model type (a run directory's own
+  config.json, the run record, names none)."""
+  try:
+    with open(os.path.join(path, "config.json")) as f:
+      doc = json.load(f)
+  except (OSError, ValueError):
+    return False
+  return isinstance(doc, dict) and "model_type" in doc
+
+
+def resolve_model(checkpoint: str, scratch: str) -> tuple[str, str]:
+  """(Hugging Face directory, label) of a model named by `checkpoint`: a run directory (its
+  newest checkpoint), a checkpoints or step directory (exported under `scratch` once), a
+  Hugging Face directory, or EXCHANGE@VERSION (a published version, fetched under `scratch`).
+  The label names the source: the HF directory, the step directory, or EXCHANGE@VERSION."""
+  is_orbax = os.path.isdir(os.path.join(checkpoint, "checkpoints")) or os.path.isdir(
+    os.path.join(checkpoint, "state")
+  )
+  if not is_orbax and is_hf_dir(checkpoint):
+    path = os.path.abspath(checkpoint)
+    return path, path
+  if "@" in checkpoint and not os.path.exists(checkpoint):
+    from prorl_jax.rollout.exchange import Exchange
+
+    url, version = checkpoint.rsplit("@", 1)
+    if not version.isdigit():
+      raise ExportError(f"--checkpoint={checkpoint!r}: a published version is EXCHANGE@N")
+    dest = os.path.join(scratch, f"model-v{version}")
+    path = Exchange(url if "://" in url else f"file://{os.path.abspath(url)}").weights.fetch(
+      int(version), dest
+    )
+    if path is None:
+      raise ExportError(f"--checkpoint={checkpoint!r}: version {version} is not published on {url}")
+    return path, checkpoint
+  try:
+    step_dir = find_step(checkpoint)
+  except (ExportError, OSError) as e:
+    raise ExportError(
+      f"--checkpoint={checkpoint!r} is neither a run directory, a checkpoint, a Hugging Face "
+      f"directory nor EXCHANGE@VERSION ({e})"
+    ) from None
+  dest = os.path.join(scratch, f"model-step-{os.path.basename(step_dir)}")
+  if not is_hf_dir(dest):
+    export(step_dir, dest)
+  return dest, step_dir
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(
     prog="python -m prorl_jax.export", description=__doc__.split("\n\n")[0]

@@ -99,3 +99,34 @@ def test_export_without_a_run_record_asks_for_the_base(run_dir, tmp_path, capsys
   os.symlink(root / "checkpoints", ck)
   assert export.main([str(ck), str(tmp_path / "out")]) == 2
   assert "pass --base=HF_DIR" in capsys.readouterr().err
+
+
+def test_a_model_is_found_from_a_run_dir_a_step_a_hf_dir_or_a_published_version(run_dir, tmp_path):
+  """The run directory's own config.json (the run record) is not taken for a HF config: a run
+  directory means its newest checkpoint, exported once."""
+  from prorl_jax.rollout.exchange import Exchange
+
+  root, _, states = run_dir
+  path, label = export.resolve_model(str(root), str(tmp_path / "a"))
+  assert label == str(root / "checkpoints" / "5") and path == str(tmp_path / "a" / "model-step-5")
+  _, got = load_hf(path, dtype="float32")
+  want = jax.tree.map(
+    lambda p: np.asarray(p.astype(jax.numpy.bfloat16), np.float32), states[5].params
+  )
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(a, np.asarray(b))
+  mtime = os.path.getmtime(os.path.join(path, "config.json"))
+  assert export.resolve_model(str(root), str(tmp_path / "a"))[0] == path  # exported once
+  assert os.path.getmtime(os.path.join(path, "config.json")) == mtime
+  step3, label3 = export.resolve_model(str(root / "checkpoints" / "3"), str(tmp_path / "a"))
+  assert label3 == str(root / "checkpoints" / "3") and step3.endswith("model-step-3")
+  assert export.resolve_model(path, str(tmp_path / "b")) == (path, path)  # a HF directory as is
+  url = f"file://{tmp_path}/ex"
+  Exchange(url).weights.publish(7, 0, path)
+  got7, label7 = export.resolve_model(f"{url}@7", str(tmp_path / "c"))
+  assert label7 == f"{url}@7" and export.is_hf_dir(got7)
+  with pytest.raises(export.ExportError, match="version 8 is not published"):
+    export.resolve_model(f"{url}@8", str(tmp_path / "c"))
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(export.ExportError, match="neither a run directory, a checkpoint"):
+    export.resolve_model(str(tmp_path / "empty"), str(tmp_path / "d"))
