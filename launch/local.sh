@@ -7,7 +7,7 @@
 # WORKERS  rollout worker processes (default 1); ENGINE jax|vllm (default jax)
 # RUN_DIR  run directory (default runs/local); the exchange is $RUN_DIR/exchange
 # PY       trainer python (default .venv/bin/python); WORKER_PY the workers' (default: $PY, or
-#          .venv-vllm/bin/python for ENGINE=vllm)
+#          .venv-vllm/bin/python for ENGINE=vllm, built by `make venv-vllm`)
 # DRY_RUN=1 prints the commands only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,8 @@ WORKER_PY=${WORKER_PY:-$PY}
 case "$WORKERS" in ''|*[!0-9]*) echo "error: WORKERS must be a number, got '$WORKERS'" >&2; exit 2;; esac
 for p in "$PY" "$WORKER_PY"; do
   if [ "${DRY_RUN:-0}" != 1 ] && ! command -v "$p" >/dev/null; then
-    echo "error: $p not found: run 'make venv' (or 'make venv-vllm' for ENGINE=vllm) or set PY" >&2
+    if [ "$p" = "$PY" ]; then fix="run 'make venv', or set PY"; else fix="run 'make venv-vllm' (builds .venv-vllm), or set WORKER_PY"; fi
+    echo "error: $p not found: $fix" >&2
     exit 2
   fi
 done

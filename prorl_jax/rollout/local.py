@@ -19,10 +19,8 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The vLLM environments `launch/vllm_env.sh gpu` and `make venv-vllm` (CPU) build, in that order.
-VLLM_VENV_PYTHONS = tuple(
-  os.path.join(PROJECT_ROOT, d, "bin", "python") for d in (".venv-vllm-gpu", ".venv-vllm")
-)
+# The vLLM environment `make venv-vllm` builds (the GPU or the CPU build of vLLM).
+VLLM_VENV_PYTHON = os.path.join(PROJECT_ROOT, ".venv-vllm", "bin", "python")
 SERVED_MARK = " served "  # what the worker logs after each committed request
 
 
@@ -37,16 +35,16 @@ def worker_python(engine: str, configured: str = "") -> str:
     return configured
   if engine != "vllm":
     return sys.executable
-  return next((p for p in VLLM_VENV_PYTHONS if os.path.isfile(p)), VLLM_VENV_PYTHONS[-1])
+  return VLLM_VENV_PYTHON
 
 
 def check_worker_python(python: str, engine: str, timeout_s: float = 600.0):
   """Raises WorkerFailure (one line, with the fix) unless `python` can import the engine."""
   module = "vllm" if engine == "vllm" else "jax"
   fix = (
-    "build the project's vLLM environment with `make venv-vllm` (CPU), or `pip install -r "
-    "requirements-vllm.txt` in a GPU environment, and point rollout.worker_python at its "
-    "python"
+    "build the project's vLLM environment with `make venv-vllm` (.venv-vllm: the GPU build "
+    "where nvidia-smi lists a GPU, else the CPU one; VLLM=gpu|cpu chooses), or point "
+    "rollout.worker_python at the python of an environment with vLLM"
     if engine == "vllm"
     else "install the project's requirements (`make venv`) or set rollout.worker_python"
   )
