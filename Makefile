@@ -48,7 +48,10 @@ sandbox:
 	  fi; }
 	@bwrap --version
 
+# EXTRAS=wandb (comma-separated extras of pyproject.toml) adds optional packages to .venv.
+EXTRAS ?=
 venv: $(VENV)/.runtime-stamp
+	$(if $(EXTRAS),$(BIN)/pip install -q -e ".[$(EXTRAS)]")
 venv-dev: $(VENV)/.dev-stamp
 venv-vllm: $(VVENV)/.stamp
 

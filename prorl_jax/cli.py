@@ -90,10 +90,35 @@ def _last_line(text: str) -> str:
   return " ".join(lines)
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-  """absl `flags_parser` with one-line errors (see the module docstring)."""
+HELP_ARGS = ("--help", "-h", "--helpshort", "-?")
+
+
+def print_help(usage: str) -> None:
+  """`usage`, then the command's own flags (not absl's), then where the config keys are."""
   from absl import flags
 
+  print(usage.strip() + "\n\nflags:")
+  for module, defined in sorted(flags.FLAGS.flags_by_module_dict().items()):
+    if module.startswith("absl"):
+      continue
+    for f in sorted(defined, key=lambda f: f.name):
+      default = "" if f.default in (None, "", []) else f" (default: {f.default_as_str})"
+      text = " ".join(str(f.help).split())
+      print(f"  --{f.name}: {text}{default}")
+  print(
+    "\n--config.<key>=VALUE overrides one field of the config file; list the keys, their "
+    "defaults and meanings with `python -m prorl_jax.config --config=FILE` (docs/config.md)."
+  )
+
+
+def parse_flags(argv: list[str], usage: str = "") -> list[str]:
+  """absl `flags_parser` with one-line errors (see the module docstring); `--help` prints
+  `usage` and the command's flags, exit 0."""
+  from absl import flags
+
+  if any(a in HELP_ARGS for a in argv[1:]):
+    print_help(usage or f"usage: {os.path.basename(argv[0])} [flags]")
+    sys.exit(0)
   argv = [a for a in argv if a != "--debug"]
   if not debug_on(argv + sys.argv):
     check_config_args(argv)

@@ -313,6 +313,16 @@ def main(argv):
       f.write(text)
 
 
+USAGE = """usage: prorl-eval --config=FILE --checkpoint=MODEL [--out=FILE]
+       prorl-eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=DIR [--config=FILE]
+  (= python -m prorl_jax.eval)
+
+The first form scores MODEL on the config's held-out set (JSON); the second runs the paper's
+evaluation suite (report.md, report.json, report.png). MODEL is a run directory (its newest
+checkpoint), a checkpoint step, a Hugging Face directory or EXCHANGE@VERSION. Without --config
+the suite generates with vLLM (.venv-vllm); --config=FILE with rollout.engine=jax uses JAX."""
+
+
 def cli():
   """The `prorl-eval` console script (= python -m prorl_jax.eval)."""
   from absl import app, flags
@@ -355,9 +365,11 @@ def cli():
   flags.register_validator(
     "suite", lambda s: s in ("", "prorl-eval"), message="--suite takes prorl-eval"
   )
+  import functools
+
   from prorl_jax import cli as cli_lib
 
-  app.run(main, flags_parser=cli_lib.parse_flags)
+  app.run(main, flags_parser=functools.partial(cli_lib.parse_flags, usage=USAGE))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ user can fix ends in one line (exit status 2); `--debug` shows the traceback. A 
 SIGTERM/SIGINT saves a checkpoint and exits 75 (EX_TEMPFAIL): start it again to resume.
 """
 
+import functools
 import logging
 import os
 import sys
@@ -12,6 +13,12 @@ import sys
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
+
+USAGE = """usage: prorl-train --config=FILE[:variant] [--config.<key>=VALUE ...]
+  (= python -m prorl_jax.main)
+
+Trains with the ProRL v2 recipe; resumes from RUN_DIR/checkpoints by itself. A run stopped by
+SIGTERM/SIGINT saves a checkpoint and exits 75: start it again to resume."""
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config",
@@ -72,7 +79,7 @@ def cli():
   from prorl_jax import cli as cli_lib
 
   flags.mark_flags_as_required(["config"])
-  app.run(main, flags_parser=cli_lib.parse_flags)
+  app.run(main, flags_parser=functools.partial(cli_lib.parse_flags, usage=USAGE))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,31 @@ def _plain(v):
 
 # what a step logs after its training line (validation, reference reset): redone on resume
 TAIL_EVENTS = ("validation", "reference_reset")
+SESSIONS = "sessions.jsonl"  # in run_dir: one line per start of the run, one per clean end
+CLOCK = "time/clock"  # the wall-clock time a metrics row was written (Unix seconds)
+
+
+def wall_seconds_total(run_dir: str, now: float | None = None) -> float:
+  """Seconds the run has run over all its sessions: each session from its start to its clean
+  end, or (killed) to the last metrics row it wrote; the current session until `now`."""
+  try:
+    marks = read_jsonl(os.path.join(run_dir, SESSIONS))
+  except (OSError, ValueError):
+    return 0.0
+  try:
+    clocks = [r[CLOCK] for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if CLOCK in r]
+  except (OSError, ValueError):
+    clocks = []
+  starts = [m["start"] for m in marks if "start" in m]
+  ends = [m["end"] for m in marks if "end" in m]
+  total = 0.0
+  for i, t0 in enumerate(starts):
+    t1 = starts[i + 1] if i + 1 < len(starts) else float("inf")
+    inside = [t for t in ends + clocks if t0 <= t < t1]
+    if i + 1 == len(starts) and now is not None:
+      inside.append(now)
+    total += max(inside, default=t0) - t0
+  return total
 
 
 class MetricWriter:
@@ -34,9 +59,11 @@ class MetricWriter:
     config: dict | None = None,
   ):
     os.makedirs(run_dir, exist_ok=True)
+    self.run_dir = run_dir
     self.path = os.path.join(run_dir, "metrics.jsonl")
     self.total = total_steps
     self.t0 = time.time()
+    self.first_step_done: tuple[int, float] | None = None  # (step, time): the ETA skips compiling
     self.tb = self.wandb = None
     if tensorboard:
       try:
@@ -52,6 +79,16 @@ class MetricWriter:
       import wandb
 
       self.wandb = wandb.init(project=wandb_project, dir=run_dir, config=config, resume="allow")
+
+  def start_session(self, step: int, resumed: bool, started: float):
+    """Marks this start of the run (at Unix time `started`) in RUN_DIR/sessions.jsonl: resumes
+    show on the dashboard, and `wall_seconds_total` adds the sessions up."""
+    with open(os.path.join(self.run_dir, SESSIONS), "a") as f:
+      f.write(json.dumps({"start": started, "step": step, "resumed": resumed}) + "\n")
+
+  def end_session(self):
+    with open(os.path.join(self.run_dir, SESSIONS), "a") as f:
+      f.write(json.dumps({"end": time.time()}) + "\n")
 
   def truncate_after(self, step: int, tail: bool = False):
     """On resume: drop lines logged after the checkpoint we resumed from (they get redone);
@@ -70,6 +107,7 @@ class MetricWriter:
 
   def write(self, step: int, metrics: dict, event: str | None = None):
     row = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
+    row[CLOCK] = round(time.time(), 3)
     if event:
       row["event"] = event
     with open(self.path, "a") as f:
@@ -83,17 +121,24 @@ class MetricWriter:
 
   def progress(self, step: int, start_step: int, msg: str):
     """A progress bar redrawn in place on a terminal; one line per step elsewhere (logs)."""
-    done = step - start_step
-    rate = (time.time() - self.t0) / max(done, 1)
+    now = time.time()
+    if self.first_step_done is None:  # the first step of a session compiles: not in the rate
+      self.first_step_done = (step, now)
+      rate = now - self.t0
+    else:
+      rate = (now - self.first_step_done[1]) / max(step - self.first_step_done[0], 1)
     eta = rate * max(self.total - step, 0)
     if not sys.stdout.isatty():
-      sys.stdout.write(f"step {step}/{self.total} {msg} ({rate:.1f} s/step, eta {eta:.0f}s)\n")
+      stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+      sys.stdout.write(
+        f"{stamp} step {step}/{self.total} {msg} ({rate:.1f} s/step, eta {_hms(eta)})\n"
+      )
       sys.stdout.flush()
       return
     width = 20
     filled = int(width * step / max(self.total, 1))
     sys.stdout.write(
-      f"\r[{'#' * filled}{'.' * (width - filled)}] step {step}/{self.total} {msg} eta {eta:5.0f}s "
+      f"\r[{'#' * filled}{'.' * (width - filled)}] step {step}/{self.total} {msg} eta {_hms(eta)} "
     )
     sys.stdout.flush()
 
@@ -109,8 +154,19 @@ class MetricWriter:
       self.wandb.finish()
 
 
+def _hms(seconds: float) -> str:
+  s = int(seconds)
+  return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
 class NullWriter:
   """What the non-primary processes of a multi-host run write: nothing (process 0 logs)."""
+
+  def start_session(self, step: int, resumed: bool, started: float):
+    pass
+
+  def end_session(self):
+    pass
 
   def truncate_after(self, step: int, tail: bool = False):
     pass

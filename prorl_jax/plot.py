@@ -1,9 +1,10 @@
-"""`python -m prorl_jax.plot RUN_DIR`: a PNG dashboard of a run's metrics.jsonl.
+"""`prorl-plot RUN_DIR [RUN_DIR ...] [--out=PNG]` (= python -m prorl_jax.plot): a PNG dashboard
+of a run's metrics.jsonl, or of several runs overlaid with a legend.
 
 Panels: reward (raw, shaped), held-out pass@1, response length and truncation, entropy, KL to the
 reference, clip fractions, dynamic-sampling keep rate, throughput and time per phase (rollout,
-update, publish); reference resets (red) and length-penalty phase switches (green) are
-marked on every panel.
+update, publish); reference resets (red), length-penalty phase switches (green) and resumes (grey)
+are marked on every panel.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from prorl_jax.metrics import read_jsonl
+from prorl_jax.metrics import SESSIONS, read_jsonl
 
 PANELS = (
   ("reward", ("reward/raw_mean", "reward/shaped_mean")),
@@ -31,12 +32,7 @@ class PlotError(ValueError):
   """A run directory without metrics, a metrics file that is not JSON lines; one line."""
 
 
-def dashboard(run_dir: str, out: str | None = None) -> str:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
+def _rows(run_dir: str) -> list[dict]:
   path = os.path.join(run_dir, "metrics.jsonl")
   try:
     rows = read_jsonl(path)
@@ -49,40 +45,103 @@ def dashboard(run_dir: str, out: str | None = None) -> str:
     raise PlotError(f"{path} is not JSON lines ({e})") from None
   if not any("step" in r for r in rows):
     raise PlotError(f"{path} holds no steps yet")
-  resets = [r["step"] for r in rows if str(r.get("event", "")).startswith("reference_reset")]
-  phases = [r["step"] for r in rows if str(r.get("event", "")).startswith("length_penalty")]
+  return rows
+
+
+def _events(rows: list[dict], prefix: str) -> list[int]:
+  return [r["step"] for r in rows if str(r.get("event", "")).startswith(prefix)]
+
+
+def dashboard(runs: str | list[str], out: str | None = None) -> str:
+  """Writes the dashboard of one run directory, or of several overlaid (a color per run, named
+  in every panel's legend); returns the PNG's path. Reference resets are red lines (dotted in
+  the run's color when overlaid), length-penalty phase switches green dashed, resumes grey."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  runs = [runs] if isinstance(runs, str) else list(runs)
+  data = {run: _rows(run) for run in runs}
+  names = _names(runs)
+  one = len(runs) == 1
   fig, axes = plt.subplots(2, 5, figsize=(22, 7.5))
   for ax, (title, keys) in zip(axes.flat, PANELS):
-    for key in keys:
-      pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-      if pts:
+    for i, (run, rows) in enumerate(data.items()):
+      color = None if one else f"C{i}"
+      for j, key in enumerate(keys):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if not pts:
+          continue
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, ms=3, label=key.split("/")[-1])
-    for s in resets:
-      ax.axvline(s, color="red", alpha=0.4, lw=1)
-    for s in phases:
-      ax.axvline(s, color="green", alpha=0.3, lw=1, ls="--")
+        label = key.split("/")[-1] if one else f"{names[run]}: {key.split('/')[-1]}"
+        style = "-" if one else ("-", "--", ":", "-.")[j % 4]
+        ax.plot(
+          xs, ys, style, color=color, marker="o" if len(pts) < 30 else None, ms=3, label=label
+        )
+      for s in _events(rows, "reference_reset"):
+        ax.axvline(s, color="red" if one else color, alpha=0.4, lw=1, ls="-" if one else ":")
+      if one:
+        for s in _events(rows, "length_penalty"):
+          ax.axvline(s, color="green", alpha=0.3, lw=1, ls="--")
+      for s in _resumes(run):
+        ax.axvline(s, color="grey", alpha=0.5, lw=1, ls="-.")
     ax.set_title(title)
     ax.set_xlabel("RL step")
-    if len(keys) > 1:
+    if ax.get_legend_handles_labels()[0] and (len(keys) > 1 or not one):
       ax.legend(fontsize=7)
-  fig.suptitle(f"{run_dir}  (red: reference reset, green dashed: length-penalty phase switch)")
+  what = "red: reference reset, green dashed: length-penalty phase switch"
+  if not one:
+    what = "dotted: reference resets in the run's color"
+  head = runs[0] if one else " vs ".join(names[r] for r in runs)
+  fig.suptitle(f"{head}  ({what}; grey: resumed)")
   fig.tight_layout()
-  out = out or os.path.join(run_dir, "dashboard.png")
+  if out is None:
+    first = runs[0]
+    out = os.path.join(first, "dashboard.png") if one else os.path.join(first, "compare.png")
   fig.savefig(out, dpi=80)
   plt.close(fig)
   return out
 
 
+def _names(runs: list[str]) -> dict[str, str]:
+  """Short legend names: each run directory's last component, made unique with its parent."""
+  base = {r: os.path.basename(os.path.normpath(r)) for r in runs}
+  if len(set(base.values())) == len(runs):
+    return base
+  return {r: os.path.join(*os.path.normpath(r).split(os.sep)[-2:]) for r in runs}
+
+
+def _resumes(run_dir: str) -> list[int]:
+  """The steps a run resumed from (RUN_DIR/sessions.jsonl, one line per start)."""
+  try:
+    rows = read_jsonl(os.path.join(run_dir, SESSIONS))
+  except (OSError, ValueError):
+    return []
+  return [r["step"] for r in rows if r.get("resumed")]
+
+
 def main(argv=None) -> int:
+  import argparse
+
   from prorl_jax import cli
 
-  argv = sys.argv[1:] if argv is None else argv
-  argv = [a for a in argv if a != "--debug"]
-  if len(argv) != 1:
-    cli.fail("usage: python -m prorl_jax.plot RUN_DIR (writes RUN_DIR/dashboard.png)")
+  ap = argparse.ArgumentParser(
+    prog="prorl-plot",
+    description="A PNG dashboard of one run's metrics (RUN_DIR/dashboard.png), or of several "
+    "runs overlaid with a legend (e.g. an ablation beside its baseline).",
+  )
+  ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (metrics.jsonl)")
+  ap.add_argument(
+    "--out",
+    default=None,
+    help="the PNG (default: the first RUN_DIR's "
+    "dashboard.png, or compare.png beside it for several runs)",
+  )
+  ap.add_argument("--debug", action="store_true", help="show tracebacks")
+  args = ap.parse_args(sys.argv[1:] if argv is None else argv)
   with cli.user_errors(PlotError):
-    print(dashboard(argv[0]))
+    print(dashboard(args.runs, args.out))
   return 0
 
 

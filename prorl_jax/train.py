@@ -22,14 +22,14 @@ import jax
 import jax.numpy as jnp
 
 from prorl_jax import config as config_lib
-from prorl_jax import dist, dynamic_sampling
+from prorl_jax import dist, dynamic_sampling, preflight
 from prorl_jax import eval as eval_lib
 from prorl_jax import setup as setup_lib
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.export import RUN_RECORD
 from prorl_jax.loop_state import LoopState, reset_reason
-from prorl_jax.metrics import MetricWriter, NullWriter
+from prorl_jax.metrics import MetricWriter, NullWriter, wall_seconds_total
 from prorl_jax.model import forward, save_hf
 from prorl_jax.preemption import PREEMPTED, Preempted, Watch
 from prorl_jax.rollout import probe
@@ -346,8 +346,12 @@ def _open_exchange(cfg, loop: LoopState) -> Exchange:
 def run(cfg, accept_config_changes: bool = False) -> dict:
   t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
   config_lib.validate(cfg)
+  preflight.check_installed(cfg)
   dist.initialize(cfg.dist)
   primary = dist.is_primary()
+  if primary:
+    for line in preflight.inert_flags(cfg):
+      print(f"warning: {line}", file=sys.stderr, flush=True)
   os.makedirs(cfg.run_dir, exist_ok=True)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   changes = []
@@ -382,10 +386,12 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
   )
   if not restored:  # a run cut before its first checkpoint starts over: so do its metrics
     writer.truncate_after(-1)
+    writer.start_session(0, resumed=False, started=t_start)
   if restored:
     step0, state, saved = restored
     loop, buffer = resume_loop(saved, source)
     writer.truncate_after(step0, tail=loop.pending_tail)
+    writer.start_session(step0, resumed=True, started=t_start)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, loop.version)
     if step0 >= cfg.total_steps and not loop.pending_tail:
       ckpt.close()
@@ -476,6 +482,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
     if workers:
       workers.stop()
     ckpt.close()
+    writer.end_session()
     writer.close()
   if stopped:
     summary = stopped
@@ -496,7 +503,8 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
   summary.update(
     {
       "steps": loop.step,
-      "wall_seconds": time.time() - t_start,
+      "wall_seconds": time.time() - t_start,  # this session
+      "wall_seconds_total": wall_seconds_total(cfg.run_dir) if primary else None,
       "model_path": setup.path,
       "num_params": setup.model_cfg.num_params,
       "resets": loop.resets,

@@ -28,6 +28,7 @@ LAYERS = {
     "dynamic_sampling",
     "loop_state",
     "preemption",
+    "preflight",
     "model.qwen2",
     "model.hf_weights",
     "model",

@@ -4,6 +4,7 @@
 import io
 import json
 import os
+import re
 
 import pytest
 
@@ -79,7 +80,23 @@ def test_progress_is_one_line_per_step_in_a_log(tmp_path, monkeypatch):
   w.close()
   lines = out.getvalue().splitlines()
   assert "\r" not in out.getvalue() and len(lines) == 3
-  assert lines[0].startswith("step 1/10 reward 0.500 (") and lines[2].startswith("validation")
+  stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "  # each step line says when it was written
+  assert re.match(stamp + r"step 1/10 reward 0\.500 \(", lines[0]), lines[0]
+  assert re.match(stamp + r"step 2/10 reward 0\.600 \(", lines[1]) and lines[2].startswith("valid")
+
+
+def test_the_eta_leaves_out_the_first_step_of_a_session(tmp_path, monkeypatch):
+  """The first step compiles: the rate (and so the ETA) is measured from its end on."""
+  out = io.StringIO()
+  monkeypatch.setattr("sys.stdout", out)
+  clock = iter([100.0, 160.0, 170.0, 180.0])  # writer made at 100, first step done at 160
+  monkeypatch.setattr("prorl_jax.metrics.time.time", lambda: next(clock))
+  w = MetricWriter(str(tmp_path), False, "", total_steps=10, config={})
+  for step in (1, 2, 3):
+    w.progress(step, 0, "")
+  lines = out.getvalue().splitlines()
+  assert "(60.0 s/step, eta 9m00s)" in lines[0]  # nothing better known yet
+  assert "(10.0 s/step, eta 1m20s)" in lines[1] and "(10.0 s/step, eta 1m10s)" in lines[2]
 
 
 def test_validation_line_is_rounded_per_benchmark():

@@ -1,0 +1,182 @@
+"""What a user meets around the run: help on every command, optional packages refused in one
+line before anything loads, warnings for flags that cannot act, runs overlaid on one dashboard,
+the sessions of a resumed run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from prorl_jax import config as config_lib
+from prorl_jax import metrics, plot, preflight
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(module, args, **env):
+  return subprocess.run(
+    [sys.executable, "-m", module, *args],
+    cwd=ROOT,
+    env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", **env),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+@pytest.mark.parametrize(
+  "module,own_flags",
+  [
+    ("prorl_jax.main", ["--config"]),
+    ("prorl_jax.eval", ["--checkpoint", "--suite", "--samples", "--config"]),
+    ("prorl_jax.plot", ["RUN_DIR", "--out"]),
+    ("prorl_jax.export", ["--base", "--dtype"]),
+    ("prorl_jax.prepare", ["--mix", "--suite"]),
+    ("prorl_jax.rollout.worker", ["--exchange", "--engine"]),
+    ("prorl_jax.config", ["--config"]),
+  ],
+)
+def test_help_prints_the_commands_own_flags_and_exits_0(module, own_flags):
+  proc = _run(module, ["--help"])
+  assert proc.returncode == 0, proc.stderr[-1500:]
+  out = proc.stdout
+  assert out.lstrip().startswith("usage:") and all(f in out for f in own_flags), out[:1500]
+  assert "--helpfull" not in out and "--flagfile" not in out  # absl's own flags are not listed
+  if module in ("prorl_jax.main", "prorl_jax.eval"):
+    assert "python -m prorl_jax.config" in out  # where the config keys are
+
+
+def test_wandb_without_the_package_is_one_line_with_the_fix_before_any_loading(tmp_path):
+  pytest.importorskip("absl")
+  if __import__("importlib").util.find_spec("wandb") is not None:
+    pytest.skip("wandb is installed here: the refusal cannot be reached")
+  run_dir = tmp_path / "run"
+  proc = _run(
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", f"--config.run_dir={run_dir}", "--config.metrics.wandb_project=x"],
+  )
+  err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert err[-1] == (
+    "error: metrics.wandb_project='x' needs the wandb package, which is not installed: "
+    "pip install -e '.[wandb]' (or: make venv EXTRAS=wandb)"
+  )
+  assert not (run_dir / "base").exists()  # refused before the demo's base model was built
+
+
+def _cfg(**overrides):
+  cfg = config_lib.base_config()
+  for key, value in overrides.items():
+    *section, field = key.split("__")
+    (cfg[section[0]] if section else cfg)[field] = value
+  return cfg
+
+
+def test_flags_that_cannot_act_are_named():
+  # 512 prompts / 64 per update = 8 updates: the clip acts; the defaults warn of nothing
+  assert preflight.inert_flags(_cfg()) == []
+  one_update = _cfg(rollout__mini_batch_prompts=512, algo__clip_high=0.4)
+  assert preflight.updates_per_step(one_update) == 1
+  [line] = preflight.inert_flags(one_update)
+  assert line.startswith("algo.clip_high cannot act: rollout.prompts_per_step") and "= 1" in line
+  assert (
+    preflight.inert_flags(
+      _cfg(rollout__mini_batch_prompts=512, algo__epochs=2, algo__clip_high=0.4)
+    )
+    == []
+  )
+  no_kl = preflight.inert_flags(_cfg(algo__kl_coef=0.0, algo__kl_kind="k3"))
+  assert no_kl == [
+    "algo.kl_kind cannot act with algo.kl_coef=0 (no KL term)",
+    "reference resets (algo.ref_reset_every / ref_reset_stall_evals) change nothing with "
+    "algo.kl_coef=0: the reference policy is used only by the KL term",
+  ]
+  assert preflight.inert_flags(_cfg(algo__kl_coef=0.0, algo__ref_reset_every=0)) == []
+  short = preflight.inert_flags(_cfg(algo__ref_reset_every=400, total_steps=100))
+  assert short == [
+    "algo.ref_reset_every=400 >= total_steps=100: no scheduled reference reset happens in this run",
+    "eval.every=50 > total_steps=100: the run validates only at its start and end",
+  ] or short[0].startswith("algo.ref_reset_every=400")
+  assert preflight.inert_flags(_cfg(algo__tis_cap=3.0)) == [
+    "algo.tis_cap acts only with algo.is_correction=tis (it is 'icepop')"
+  ]
+  assert preflight.inert_flags(_cfg(algo__overlong_factor=0.5)) == [
+    "algo.overlong_factor cannot act with algo.overlong_buffer=0 (the penalty is off)"
+  ]
+
+
+def test_the_tiny_smoke_run_warns_that_its_clip_flags_cannot_act():
+  import ml_collections.config_flags  # noqa: F401 - the configs import ml_collections
+
+  sys.path.insert(0, ROOT)
+  import importlib
+
+  tiny = importlib.import_module("configs.tiny").get_config("smoke")
+  tiny.algo.clip_high = 0.4
+  tiny.rollout.mini_batch_prompts = tiny.rollout.prompts_per_step
+  assert any(line.startswith("algo.clip_high cannot act") for line in preflight.inert_flags(tiny))
+
+
+def _metrics(run_dir, rows):
+  os.makedirs(run_dir, exist_ok=True)
+  with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def test_plot_overlays_runs_with_a_legend_naming_each(tmp_path):
+  import matplotlib
+
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+
+  for name, slope in (("baseline", 0.1), ("clip_high_0.4", 0.2)):
+    _metrics(
+      str(tmp_path / name),
+      [{"step": s, "reward/raw_mean": slope * s, "val/pass@1": slope} for s in range(1, 6)],
+    )
+  seen = {}
+  real = plt.Figure.savefig
+
+  def spy(fig, path, **kw):  # the legends of the figure being written
+    seen["labels"] = [
+      t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()
+    ]
+    return real(fig, path, **kw)
+
+  plt.Figure.savefig = spy
+  try:
+    out = plot.dashboard([str(tmp_path / "baseline"), str(tmp_path / "clip_high_0.4")])
+  finally:
+    plt.Figure.savefig = real
+  assert out == str(tmp_path / "baseline" / "compare.png") and os.path.getsize(out) > 10_000
+  assert "baseline: raw_mean" in seen["labels"] and "clip_high_0.4: raw_mean" in seen["labels"]
+  assert "baseline: pass@1" in seen["labels"] and "clip_high_0.4: pass@1" in seen["labels"]
+  proc = _run(
+    "prorl_jax.plot",
+    [str(tmp_path / "baseline"), str(tmp_path / "clip_high_0.4"), f"--out={tmp_path / 'ab.png'}"],
+  )
+  assert proc.returncode == 0 and os.path.isfile(tmp_path / "ab.png"), proc.stderr[-1500:]
+
+
+def test_wall_seconds_total_adds_up_every_session(tmp_path):
+  run = str(tmp_path)
+  with open(os.path.join(run, metrics.SESSIONS), "w") as f:
+    for mark in (
+      {"start": 100.0, "step": 0, "resumed": False},  # killed: its last row at 130
+      {"start": 200.0, "step": 2, "resumed": True},
+      {"end": 260.0},  # clean: 60 s
+      {"start": 300.0, "step": 5, "resumed": True},
+    ):  # this one, until now=310
+      f.write(json.dumps(mark) + "\n")
+  _metrics(
+    run,
+    [
+      {"step": 1, metrics.CLOCK: 120.0},
+      {"step": 2, metrics.CLOCK: 130.0},
+      {"step": 3, metrics.CLOCK: 250.0},
+    ],
+  )
+  assert metrics.wall_seconds_total(run, now=310.0) == 30.0 + 60.0 + 10.0
+  assert plot._resumes(run) == [2, 5]
