@@ -161,7 +161,11 @@ FIELDS: dict = {
       "max_staleness >= 1; learns more with algo.is_correction=tis)",
     ),
     "engine": ("jax", "rollout engine of local workers: jax | vllm"),
-    "local_workers": (1, "workers the trainer starts itself; 0 = external workers only"),
+    "local_workers": (
+      "auto",
+      "workers the trainer starts: auto (vllm: one per vllm.tensor_parallel GPUs, every GPU "
+      "generating; jax: 1), a count, or 0 (external workers only)",
+    ),
     "external_workers": (0, "workers started elsewhere (launch/*) on the same exchange"),
     "exchange": ("", 'tensorstore kvstore URL of the exchange; "" = run_dir/exchange'),
     "timeout_s": (3600.0, "seconds to wait for rollouts before stopping the run"),
@@ -474,7 +478,8 @@ def _validate_rollout(cfg):
   _range(cfg, "rollout.top_k", 0, integer=True)
   _range(cfg, "rollout.max_staleness", 0, integer=True)
   _in(cfg, "rollout.engine", ENGINES)
-  _range(cfg, "rollout.local_workers", 0, integer=True)
+  if not (cfg.rollout.local_workers == "auto" or str(cfg.rollout.local_workers).isdigit()):
+    _fail(f"rollout.local_workers={cfg.rollout.local_workers!r}: want auto or a count (0 or more)")
   _range(cfg, "rollout.external_workers", 0, integer=True)
   _range(cfg, "rollout.timeout_s", 0, lo_open=True)
   _range(cfg, "rollout.max_probe_mismatch", 0)
@@ -536,19 +541,13 @@ def vllm_options(cfg) -> dict:
 def jax_memory_fraction(cfg) -> float | None:
   """The share of accelerator memory the trainer's JAX may take (XLA_PYTHON_CLIENT_MEM_FRACTION):
   `model.memory_fraction` when set; with local vLLM workers on the trainer's GPUs what they
-  leave (1 − workers × vllm.gpu_memory_utilization − 5 %); else None (JAX's default)."""
-  if cfg.model.memory_fraction:
-    return float(cfg.model.memory_fraction)
-  if cfg.rollout.engine != "vllm" or not cfg.rollout.local_workers:
-    return None
-  left = 1.0 - cfg.rollout.local_workers * cfg.vllm.gpu_memory_utilization - 0.05
-  if left < 0.1:
-    _fail(
-      f"{cfg.rollout.local_workers} local vLLM workers x vllm.gpu_memory_utilization="
-      f"{cfg.vllm.gpu_memory_utilization} leave the trainer {max(left, 0):.0%} of the GPU; "
-      "lower vllm.gpu_memory_utilization or run the workers elsewhere (external workers)"
-    )
-  return round(left, 3)
+  leave (`rollout.layout`); else None (JAX's default)."""
+  from prorl_jax.rollout.layout import LayoutError, for_config
+
+  try:
+    return for_config(cfg).trainer_memory
+  except LayoutError as e:
+    _fail(str(e))
 
 
 def _value(v) -> str:

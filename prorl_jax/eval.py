@@ -165,6 +165,7 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
 
   from prorl_jax import config as config_lib
   from prorl_jax import export
+  from prorl_jax.rollout import layout
   from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
   from prorl_jax.sources import sources_for
   from prorl_jax.tokenizer import load_tokenizer
@@ -190,7 +191,7 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
     ex.weights.publish(0, 0, model_dir)
     workers = LocalWorkers(
       url,
-      max(1, cfg.rollout.local_workers),
+      max(1, layout.worker_count(cfg)),
       cfg.rollout.engine,
       os.path.join(tmp, "workers"),
       unsandboxed_code=cfg.rollout.unsandboxed_code,
@@ -222,13 +223,14 @@ def _suite_config():
   from absl import flags
 
   from prorl_jax.config import base_config
+  from prorl_jax.rollout import layout
 
   cfg = flags.FLAGS.config
   if cfg is None:
     cfg = base_config()
     cfg.rollout.engine = "vllm"
   print(
-    f"rollouts: the {cfg.rollout.engine} engine, {max(1, cfg.rollout.local_workers)} local "
+    f"rollouts: the {cfg.rollout.engine} engine, {max(1, layout.worker_count(cfg))} local "
     "worker(s)"
     + (
       ""

@@ -209,6 +209,7 @@ class _Runner:
 
   def __init__(self, cfg, model_dir: str):
     from prorl_jax import config as config_lib
+    from prorl_jax.rollout import layout
     from prorl_jax.rollout.exchange import Exchange
     from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 
@@ -220,7 +221,7 @@ class _Runner:
     self.ex.weights.publish(0, 0, model_dir)
     self.workers = LocalWorkers(
       url,
-      max(1, cfg.rollout.local_workers),
+      max(1, layout.worker_count(cfg)),
       cfg.rollout.engine,
       os.path.join(self.tmp.name, "workers"),
       unsandboxed_code=cfg.rollout.unsandboxed_code,

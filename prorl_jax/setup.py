@@ -22,6 +22,7 @@ from prorl_jax import train_step as ts
 from prorl_jax.algo import shaping
 from prorl_jax.model import load_hf, load_tokenizer
 from prorl_jax.rewards import sandbox
+from prorl_jax.rollout import layout
 from prorl_jax.sharding import make_mesh
 from prorl_jax.sources import sources_for
 
@@ -91,7 +92,7 @@ def loss_config(cfg) -> ts.LossConfig:
 def check_code_sandbox(cfg, verifiers: set[str]):
   """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
   run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
-  if "code" not in verifiers or not cfg.rollout.local_workers:
+  if "code" not in verifiers or not layout.worker_count(cfg):
     return
   if cfg.rollout.unsandboxed_code:
     log.warning(

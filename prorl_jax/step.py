@@ -14,7 +14,7 @@ from prorl_jax import config as config_lib
 from prorl_jax import dist, dynamic_sampling, packing, rl_step
 from prorl_jax import train_step as ts
 from prorl_jax.records import PromptMeta, Request, SamplingParams
-from prorl_jax.rollout import probe
+from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
 
@@ -42,7 +42,7 @@ def _requests(c, items: list[dict], *, step: int, tag: str, version: int) -> dic
   """The request bodies of one round over `items`, split so every worker gets a share; their
   ids name the step and round (a resumed run writes the same ids and seeds again)."""
   k = len(items)
-  nreq = max(1, c.rollout.local_workers + c.rollout.external_workers)
+  nreq = max(1, layout.worker_count(c) + c.rollout.external_workers)
   # Requests of at most one round's share per worker: a prefetch of several rounds is several
   # requests of the usual size (one compiled sampler shape; a refill waits for one at most).
   per = max(1, -(-min(k, c.rollout.prompts_per_step) // nreq))

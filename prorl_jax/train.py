@@ -32,7 +32,7 @@ from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.metrics import MetricWriter, NullWriter, wall_seconds_total
 from prorl_jax.model import forward, save_hf
 from prorl_jax.preemption import PREEMPTED, Preempted, Watch
-from prorl_jax.rollout import probe
+from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
@@ -309,7 +309,7 @@ def _check_before_loading(cfg, accept_config_changes: bool):
     open_store(exchange_url(cfg))
   except InvalidExchange as e:
     raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
-  if cfg.rollout.local_workers:  # can the workers run at all?
+  if layout.worker_count(cfg):  # can the workers run at all?
     check_worker_python(
       worker_python(cfg.rollout.engine, cfg.rollout.worker_python), cfg.rollout.engine
     )
@@ -402,10 +402,15 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
   ex = _open_exchange(cfg, loop) if primary else None  # only the primary talks to it
   publish(setup, state, ex, loop.version)
   workers = None
-  if cfg.rollout.local_workers and primary:
+  placed = layout.for_config(cfg, hosts=jax.process_count())
+  if primary:
+    print(placed.describe(), flush=True)
+    for line in placed.warnings:
+      print(f"warning: {line}", file=sys.stderr, flush=True)
+  if placed.workers and primary:
     workers = LocalWorkers(
       exchange_url(cfg),
-      cfg.rollout.local_workers,
+      len(placed.workers),
       cfg.rollout.engine,
       os.path.join(cfg.run_dir, "workers"),
       unsandboxed_code=cfg.rollout.unsandboxed_code,
@@ -413,6 +418,7 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
       vllm_options=config_lib.vllm_options(cfg),
       on_death=ex.queue.release,
+      envs=[placed.worker_env(i) for i in range(len(placed.workers))],
     )
   summary, stopped = {}, None  # stopped: how the run stopped to be requeued (a signal)
   c = cfg.checkpoint

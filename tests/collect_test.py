@@ -54,7 +54,7 @@ def _answer(ex, stop, served, version_of):
 def _collect(tmp_path, version_of, **rollout):
   cfg = config_lib.base_config()
   cfg.rollout.n, cfg.rollout.prompts_per_step = 2, 4
-  cfg.rollout.local_workers, cfg.rollout.external_workers = 1, 0
+  cfg.rollout.local_workers, cfg.rollout.external_workers = "1", 0
   cfg.rollout.timeout_s = 30.0
   cfg.algo.max_gen_rounds = 5
   for k, v in rollout.items():

@@ -10,6 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 LAYERS = {
   0: [
     "config",
+    "rollout.layout",
     "cli",
     "dist",
     "sharding",

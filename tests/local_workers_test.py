@@ -168,18 +168,3 @@ def test_vllm_workers_get_the_configs_engine_options(tmp_path):
     }
   finally:
     workers.stop()
-
-
-def test_trainer_memory_share_leaves_room_for_local_vllm_workers():
-  from prorl_jax import config as config_lib
-
-  cfg = config_lib.base_config()
-  assert config_lib.jax_memory_fraction(cfg) is None  # JAX engine: JAX's own default
-  cfg.rollout.engine = "vllm"
-  cfg.vllm.gpu_memory_utilization = 0.3
-  assert config_lib.jax_memory_fraction(cfg) == 0.65
-  cfg.rollout.local_workers = 3
-  with pytest.raises(config_lib.ConfigError, match="leave the trainer 5% of the GPU"):
-    config_lib.jax_memory_fraction(cfg)
-  cfg.model.memory_fraction = 0.4
-  assert config_lib.jax_memory_fraction(cfg) == 0.4

@@ -523,8 +523,8 @@ def test_the_trainer_stops_before_training_when_code_data_cannot_be_sandboxed(mo
   with pytest.raises(ConfigError, match="install bubblewrap .*rollout.unsandboxed_code=True"):
     setup.check_code_sandbox(cfg, {"math", "code"})
   setup.check_code_sandbox(cfg, {"math", "chain_sum"})  # no code data: nothing to check
-  cfg.rollout.local_workers = 0
+  cfg.rollout.local_workers = "0"
   setup.check_code_sandbox(cfg, {"code"})  # external workers check (and log) for themselves
-  cfg.rollout.local_workers, cfg.rollout.unsandboxed_code = 1, True
+  cfg.rollout.local_workers, cfg.rollout.unsandboxed_code = "1", True
   setup.check_code_sandbox(cfg, {"code"})
   assert "WITHOUT a sandbox" in caplog.text

@@ -95,11 +95,13 @@ class LocalWorkers:
     vllm_options: dict | None = None,
     sandbox_limits: dict | None = None,
     on_death: Callable[[str], object] | None = None,
+    envs: list[dict[str, str]] | None = None,
   ):
     """`sandbox_limits`: {memory_bytes, pids}, ceilings on the code sandboxes of all these
     workers together (one cgroup for the run where the host allows it). `on_death(worker_id)`
     runs when a worker is found dead, before its restart (`RequestQueue.release`: its leases
-    are dropped rather than waited out)."""
+    are dropped rather than waited out). `envs[i]`: worker i's extra environment (the GPUs
+    `rollout.layout` pins it to)."""
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
     self.sandbox_limits = sandbox_limits or {}
     self.unsandboxed_code = unsandboxed_code
@@ -107,6 +109,7 @@ class LocalWorkers:
     self.python = python or worker_python(engine)
     self.max_failures = max_failures
     self.on_death = on_death
+    self.envs = envs or [{} for _ in range(count)]
     self.procs: list[subprocess.Popen] = []
     self.log_start: list[int] = []  # log offset where each worker's current life begins
     self.failures = [0] * count  # exits in a row without a served request
@@ -125,6 +128,7 @@ class LocalWorkers:
       PYTHONPATH=os.pathsep.join([PROJECT_ROOT, os.environ.get("PYTHONPATH", "")]),
       PRORL_SANDBOX_GROUP=f"prorl-run-{os.getpid()}",  # one cgroup for all these workers
       PRORL_SANDBOX_SHARERS=str(self.count),  # without one: the budget split among them
+      **self.envs[i],
     )
     out = open(self._log(i), "a")
     start = out.tell()

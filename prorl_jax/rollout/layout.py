@@ -1,0 +1,149 @@
+"""Where the local rollout workers run: the GPUs of this machine split among vLLM engines so that
+every GPU both trains (the trainer's mesh spans them all) and generates (one engine per
+`vllm.tensor_parallel` GPUs), with the memory of each GPU split between the two.
+
+`plan` is pure (a device count in, an assignment out) so that a layout can be checked for any
+machine; `visible_gpus` counts this machine's NVIDIA GPUs without initialising any framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import subprocess
+
+AUTO = "auto"
+HEADROOM = 0.05  # of each GPU left to neither (CUDA context, fragmentation)
+
+
+class LayoutError(ValueError):
+  """A layout that cannot be placed on the devices; one line that says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  gpus: int  # NVIDIA GPUs visible on this host (0: vLLM's CPU build, or the JAX engine)
+  workers: tuple[tuple[int, ...], ...]  # the GPUs of each local worker (empty on CPUs)
+  vllm_memory: float | None  # vLLM's gpu_memory_utilization on each GPU it uses
+  trainer_memory: float | None  # the trainer's JAX memory fraction (None: JAX's default)
+  warnings: tuple[str, ...] = ()
+
+  def worker_env(self, i: int) -> dict[str, str]:
+    """The environment that pins worker `i` to its GPUs."""
+    if not self.workers[i]:
+      return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.workers[i])}
+
+  def describe(self) -> str:
+    if not self.workers:
+      return "layout: no local rollout workers (external workers only)"
+    if not self.gpus:
+      return f"layout: {len(self.workers)} local rollout worker(s) on the CPU"
+    used = sorted({g for w in self.workers for g in w})
+    per = ", ".join(f"worker {i}: GPU {','.join(map(str, w))}" for i, w in enumerate(self.workers))
+    return (
+      f"layout: the trainer on GPUs 0-{self.gpus - 1} (JAX memory fraction "
+      f"{self.trainer_memory}); {len(self.workers)} vLLM worker(s) on {len(used)} GPU(s) "
+      f"(gpu_memory_utilization {self.vllm_memory}): {per}"
+    )
+
+
+def plan(
+  gpus: int,
+  engine: str,
+  workers: str | int = AUTO,
+  tensor_parallel: int = 1,
+  vllm_memory: float = 0.5,
+  trainer_memory: float | None = None,
+  hosts: int = 1,
+) -> Layout:
+  """The layout of the primary host's local workers. `workers`: "auto" (one engine per
+  `tensor_parallel` GPUs, every GPU generating; one worker where there is no GPU or the engine
+  is JAX), or a count. `trainer_memory`: a fixed JAX fraction (model.memory_fraction), else what
+  vLLM leaves. `hosts`: trainer hosts; only the first starts local workers."""
+  tp = int(tensor_parallel)
+  if tp < 1:
+    raise LayoutError(f"vllm.tensor_parallel={tp}: want 1 or more GPUs per vLLM engine")
+  auto = str(workers) == AUTO
+  n = None if auto else int(workers)
+  if engine != "vllm" or gpus == 0:  # the JAX engine, or vLLM's CPU build: no GPUs to place
+    count = 1 if auto else n
+    return Layout(gpus, tuple(() for _ in range(count)), None, trainer_memory)
+  if auto:
+    n = gpus // tp
+    if n == 0:
+      raise LayoutError(
+        f"vllm.tensor_parallel={tp} needs {tp} GPUs for one vLLM engine, this host has {gpus}: "
+        "lower vllm.tensor_parallel"
+      )
+  if n * tp > gpus:
+    raise LayoutError(
+      f"rollout.local_workers={n} x vllm.tensor_parallel={tp} needs {n * tp} GPUs, this host "
+      f"has {gpus}: lower one of them, or set rollout.local_workers=auto"
+    )
+  warnings = []
+  idle = gpus - n * tp
+  if idle:
+    warnings.append(
+      f"{idle} of this host's {gpus} GPUs generate nothing (rollout.local_workers={n} x "
+      f"vllm.tensor_parallel={tp}); rollout.local_workers=auto uses {gpus // tp} workers"
+    )
+  if hosts > 1:
+    warnings.append(
+      f"only the first of the {hosts} trainer hosts starts local workers: the GPUs of the "
+      "others train and do not generate; start workers beside them (launch/slurm/train.sbatch "
+      "WORKER_NODES, or rollout.external_workers)"
+    )
+  memory = trainer_memory
+  if memory is None and n:
+    memory = round(1.0 - vllm_memory - HEADROOM, 3)
+    if memory < 0.1:
+      raise LayoutError(
+        f"vllm.gpu_memory_utilization={vllm_memory} leaves the trainer {max(memory, 0):.0%} of "
+        "each GPU; lower it (the trainer and a vLLM engine share every GPU)"
+      )
+  elif memory is not None and n and memory + vllm_memory > 1.0:
+    raise LayoutError(
+      f"model.memory_fraction={memory} + vllm.gpu_memory_utilization={vllm_memory} > 1: the "
+      "trainer and a vLLM engine share every GPU; lower one of them"
+    )
+  placed = tuple(tuple(range(i * tp, (i + 1) * tp)) for i in range(n))
+  return Layout(gpus, placed, float(vllm_memory) if n else None, memory, tuple(warnings))
+
+
+def for_config(cfg, gpus: int | None = None, hosts: int = 1) -> Layout:
+  """The layout that a config's rollout, vllm and model.memory_fraction fields ask for on this
+  host (`gpus`: its GPU count, default `visible_gpus()`)."""
+  return plan(
+    visible_gpus() if gpus is None else gpus,
+    cfg.rollout.engine,
+    cfg.rollout.local_workers,
+    cfg.vllm.tensor_parallel,
+    cfg.vllm.gpu_memory_utilization,
+    float(cfg.model.memory_fraction) if cfg.model.memory_fraction else None,
+    hosts,
+  )
+
+
+def worker_count(cfg) -> int:
+  """How many local workers the config starts on this host (rollout.local_workers resolved)."""
+  return len(for_config(cfg).workers)
+
+
+@functools.cache
+def visible_gpus() -> int:
+  """NVIDIA GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else `nvidia-smi -L`."""
+  env = os.environ.get("CUDA_VISIBLE_DEVICES")
+  if env is not None:
+    return len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
+  if not shutil.which("nvidia-smi"):
+    return 0
+  try:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.TimeoutExpired):
+    return 0
+  return (
+    sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if not out.returncode else 0
+  )
