@@ -38,7 +38,8 @@ def get_config(arg=None):
   c.eval.top_p = 1.0
   c.checkpoint.every = 55
   c.metrics.tensorboard = False
-  if arg == "smoke":  # CI: a handful of steps
+  if arg == "smoke":  # CI: a handful of steps, in its own run dir (the demo's stays the demo's)
+    c.run_dir = "runs/tiny-smoke"
     c.total_steps = 6
     c.rollout.prompts_per_step = 16
     c.eval.every = 0

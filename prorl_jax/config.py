@@ -49,7 +49,8 @@ FIELDS: dict = {
     ),
     "build_tiny": (
       False,
-      "build the CPU demo's tiny base model into run_dir/base when model.path is empty",
+      "build the CPU demo's tiny base model when model.path is empty (once per build settings, "
+      "into $PRORL_CACHE_DIR or ~/.cache/prorl_jax, for every run dir)",
     ),
     "memory_fraction": (
       0.0,

@@ -47,7 +47,7 @@ def resolve_model_path(cfg) -> str:
   if cfg.model.build_tiny:
     from prorl_jax.demo import warm_start
 
-    return warm_start.build(os.path.join(cfg.run_dir, "base"), seed=cfg.seed)
+    return warm_start.cached(seed=cfg.seed)  # one build for every run dir
   raise config_lib.ConfigError(R1_DISTILL_HINT)
 
 

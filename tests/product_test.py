@@ -56,6 +56,7 @@ def test_wandb_without_the_package_is_one_line_with_the_fix_before_any_loading(t
   proc = _run(
     "prorl_jax.main",
     ["--config=configs/tiny.py", f"--config.run_dir={run_dir}", "--config.metrics.wandb_project=x"],
+    PRORL_CACHE_DIR=str(tmp_path / "cache"),
   )
   err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
@@ -63,7 +64,7 @@ def test_wandb_without_the_package_is_one_line_with_the_fix_before_any_loading(t
     "error: metrics.wandb_project='x' needs the wandb package, which is not installed: "
     "pip install -e '.[wandb]' (or: make venv EXTRAS=wandb)"
   )
-  assert not (run_dir / "base").exists()  # refused before the demo's base model was built
+  assert not (tmp_path / "cache").exists()  # refused before the demo's base model was built
 
 
 def _cfg(**overrides):
@@ -180,3 +181,28 @@ def test_wall_seconds_total_adds_up_every_session(tmp_path):
   )
   assert metrics.wall_seconds_total(run, now=310.0) == 30.0 + 60.0 + 10.0
   assert plot._resumes(run) == [2, 5]
+
+
+def test_the_demo_base_is_built_once_per_settings_for_every_run_dir(tmp_path, monkeypatch):
+  from prorl_jax.demo import warm_start
+  from prorl_jax.setup import resolve_model_path
+
+  monkeypatch.setenv("PRORL_CACHE_DIR", str(tmp_path / "cache"))
+  built = []
+  monkeypatch.setattr(warm_start, "build", lambda path, **kw: built.append((path, kw)) or path)
+  cfg = config_lib.base_config()
+  cfg.model.build_tiny = True
+  a = resolve_model_path(cfg)
+  cfg.run_dir = str(tmp_path / "another_run")
+  assert resolve_model_path(cfg) == a and a.startswith(str(tmp_path / "cache" / "tiny-base-seed0-"))
+  cfg.seed = 1
+  assert resolve_model_path(cfg) != a  # other settings, another base
+  assert [kw for _, kw in built] == [{"seed": 0}, {"seed": 0}, {"seed": 1}]
+
+
+def test_the_smoke_config_has_its_own_run_dir():
+  sys.path.insert(0, ROOT)
+  import importlib
+
+  tiny = importlib.import_module("configs.tiny")
+  assert tiny.get_config("smoke").run_dir != tiny.get_config().run_dir

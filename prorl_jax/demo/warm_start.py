@@ -35,6 +35,34 @@ def _sft_batch(tok, src, batch: int, length: int):
   return toks, loss_mask
 
 
+def cache_dir() -> str:
+  """Where built demo bases are kept for every run dir: $PRORL_CACHE_DIR, else
+  ~/.cache/prorl_jax."""
+  return os.environ.get("PRORL_CACHE_DIR") or os.path.join(
+    os.path.expanduser("~"), ".cache", "prorl_jax"
+  )
+
+
+def cached(seed: int = 0, **settings) -> str:
+  """The demo's warm-started base for these build settings, built once into the cache and
+  reused by any run dir. The key names the settings and the builder's own source (a changed
+  builder builds anew); a lock keeps two runs from building it at once."""
+  import fcntl
+  import hashlib
+
+  here = os.path.dirname(os.path.abspath(__file__))
+  code = b"".join(
+    open(os.path.join(here, n), "rb").read() for n in ("warm_start.py", "tiny_base.py")
+  )
+  args = dict(seed=seed, **settings)
+  key = "-".join(f"{k}{v}" for k, v in sorted(args.items())) or "default"
+  path = os.path.join(cache_dir(), f"tiny-base-{key}-{hashlib.sha256(code).hexdigest()[:12]}")
+  os.makedirs(cache_dir(), exist_ok=True)
+  with open(path + ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return build(path, **args)
+
+
 def build(
   path: str, *, seed: int = 0, steps: int = 200, batch: int = 64, lr: float = 1e-3, length: int = 56
 ) -> str:
