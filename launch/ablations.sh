@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The ablation grid on the CPU demo: one tiny run per ProRL component switched off, then a table
-# of final held-out pass@1 and entropy. Usage: launch/ablations.sh [RUN_ROOT] [extra --config flags]
-# (RUN_ROOT defaults to runs/ablations; DRY_RUN=1 prints the commands without running them).
+# The ablation grid: one run per ProRL component switched off, then a table of final held-out
+# pass@1 and entropy and one dashboard of all runs overlaid (RUN_ROOT/compare.png).
+# Usage: [CONFIG=configs/qwen15b.py] launch/ablations.sh [RUN_ROOT] [extra --config flags]
+# CONFIG defaults to configs/tiny.py (the CPU demo: ~8-10 min a run on 2 cores, the grid's 9
+# runs one after another); RUN_ROOT to runs/ablations; DRY_RUN=1 prints the commands only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source launch/common.sh
 root=runs/ablations
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then root=$1; shift; fi
 PY=${PY:-.venv/bin/python}
+CONFIG=${CONFIG:-configs/tiny.py}
 declare -A grid=(
   [full]=""
   [no_clip_higher]="--config.algo.clip_high=0.2"
@@ -19,14 +22,18 @@ declare -A grid=(
   [grpo]="--config.algo.estimator=grpo"
   [no_is_correction]="--config.algo.is_correction=none"
 )
-if [ ! -f "$root/base/config.json" ]; then  # one shared warm-started base model
-  run mkdir -p "$root"
-  run "$PY" -c "from prorl_jax.demo import warm_start; warm_start.build('$root/base')"
+base=()
+if [ "$CONFIG" = configs/tiny.py ]; then  # one shared warm-started base model for the demo
+  if [ ! -f "$root/base/config.json" ]; then
+    run mkdir -p "$root"
+    run "$PY" -c "from prorl_jax.demo import warm_start; warm_start.build('$root/base')"
+  fi
+  base=("--config.model.path=$root/base")
 fi
 for name in $(printf '%s\n' "${!grid[@]}" | sort); do
   # shellcheck disable=SC2206  # a grid entry is zero or one flag
-  cmd=("$PY" -m prorl_jax.main --config=configs/tiny.py "--config.run_dir=$root/$name"
-       "--config.model.path=$root/base" ${grid[$name]} "$@")
+  cmd=("$PY" -m prorl_jax.main "--config=$CONFIG" "--config.run_dir=$root/$name"
+       "${base[@]}" ${grid[$name]} "$@")
   show "${cmd[@]}"
   if [ "${DRY_RUN:-0}" != 1 ]; then
     "${cmd[@]}" > "$root/$name.log" 2>&1 || echo "  $name failed: see $root/$name.log"
@@ -47,3 +54,8 @@ for name in sorted(os.listdir(root)):
   print(f"{name:24s} {summ.get('pass@1_start') or 0:12.3f} {summ.get('pass@1_end') or 0:10.3f} "
         f"{(ent[-1] if ent else float('nan')):8.3f}")
 PYEOF
+runs=()
+for name in $(printf '%s\n' "${!grid[@]}" | sort); do
+  if [ -f "$root/$name/metrics.jsonl" ]; then runs+=("$root/$name"); fi
+done
+if [ ${#runs[@]} -gt 0 ]; then "$PY" -m prorl_jax.plot "${runs[@]}" --out="$root/compare.png"; fi

@@ -188,3 +188,15 @@ def test_the_docs_show_the_downloads():
   cmds = [c for _, c in _shell_commands()]
   assert any(c.startswith("hf download ") for c in cmds)
   assert any(c.startswith("make venv-gpu") for c in cmds)
+
+
+def test_the_readme_is_a_front_door():
+  """The first screen says what it is, the two commands with their times, and the real run's
+  hardware and time; the manual lives in docs/."""
+  text = open(os.path.join(ROOT, "README.md")).read()
+  assert len(text.encode()) <= 12 * 1024, len(text.encode())
+  first = text[: text.index("## The real run: the commands")]
+  assert "make demo" in first and "make test" in first and "min" in first
+  assert "3,000 steps" in first and "8 H100/H200" in first and "days" in first
+  for link in re.findall(r"\]\(((?:docs|bench)/[^)#]+)\)", text):
+    assert os.path.isfile(os.path.join(ROOT, link)), link
