@@ -111,6 +111,22 @@ def print_help(usage: str) -> None:
   )
 
 
+_PYTHON_WORDING = (  # what int(), float() and absl say of a value, and what we say instead
+  (
+    r"\('Non-boolean argument to boolean flag', '(.*)'\)",
+    r"\1 is not a boolean: use True or False",
+  ),
+  (r"invalid literal for int\(\) with base 10: '(.*)'", r"\1 is not an integer"),
+  (r"could not convert string to float: '(.*)'", r"\1 is not a number"),
+)
+
+
+def _plain_wording(msg: str) -> str:
+  for pattern, says in _PYTHON_WORDING:
+    msg = re.sub(pattern, says, msg)
+  return msg
+
+
 def parse_flags(argv: list[str], usage: str = "") -> list[str]:
   """absl `flags_parser` with one-line errors (see the module docstring); `--help` prints
   `usage` and the command's flags, exit 0."""
@@ -127,5 +143,5 @@ def parse_flags(argv: list[str], usage: str = "") -> list[str]:
   except (flags.Error, OSError, ValueError, AttributeError, KeyError, TypeError) as e:
     if debug_on(sys.argv):
       raise
-    fail(_last_line(str(e)))
+    fail(_plain_wording(_last_line(str(e))))
   return []

@@ -271,6 +271,10 @@ def main(argv):
   from prorl_jax.rollout.local import WorkerFailure
 
   del argv
+  from absl import logging as absl_logging
+
+  absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every restore step at INFO
+  logging.getLogger("absl").setLevel(logging.WARNING)
   F = flags.FLAGS
   with cli.user_errors(
     config_lib.ConfigError, WorkerFailure, PrepareError, ExportError, DataError, ValueError

@@ -248,8 +248,17 @@ def _per_task(items: list[dict], got: dict, cont: bool) -> dict:
   }
 
 
+def model_title(label: str) -> str:
+  """A model's name for people: RUN_NAME step N for a checkpoint step, else the directory name
+  (or EXCHANGE@VERSION as given)."""
+  parts = os.path.normpath(label).split(os.sep)
+  if len(parts) >= 3 and parts[-1].isdigit() and parts[-2] == "checkpoints":
+    return f"{parts[-3]} step {parts[-1]}"
+  return parts[-1] if "@" not in label else label
+
+
 def _pct(v) -> str:
-  return "n/a" if v is None else f"{100 * v:.2f}"
+  return "n/a" if v is None else f"{100 * v:.2f}%"
 
 
 def load_references(path: str) -> dict:
@@ -475,7 +484,7 @@ def report_png(report: dict, path: str) -> None:
   ax.set_ylabel("pass@1 / mean score (%)")
   ax.set_ylim(0, 100)
   ax.legend(fontsize=8)
-  ax.set_title(f"{os.path.basename(str(report['model']).rstrip('/'))}")
+  ax.set_title(model_title(str(report["model"])))
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)

@@ -352,15 +352,21 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
   if primary:
     for line in preflight.inert_flags(cfg):
       print(f"warning: {line}", file=sys.stderr, flush=True)
+  created = not os.path.isdir(cfg.run_dir)
   os.makedirs(cfg.run_dir, exist_ok=True)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   changes = []
-  if primary:
-    finished, changes = _check_before_loading(cfg, accept_config_changes)
-    if finished:
-      return finished
-  dist.barrier("base_model")
-  setup, state, source = setup_lib.build(cfg)
+  try:
+    if primary:
+      finished, changes = _check_before_loading(cfg, accept_config_changes)
+      if finished:
+        return finished
+    dist.barrier("base_model")
+    setup, state, source = setup_lib.build(cfg)
+  except BaseException:  # a start that fails before writing anything leaves no empty run dir
+    if created and primary and not os.listdir(cfg.run_dir):
+      os.rmdir(cfg.run_dir)
+    raise
   if primary:
     record_run(cfg, setup.path, changes)
   ckpt = Checkpointer(

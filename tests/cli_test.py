@@ -82,7 +82,7 @@ CASES = [
     "value of the wrong type",
     "prorl_jax.main",
     ["--config=configs/tiny.py", "--config.algo.clip_low=abc"],
-    "--config.algo.clip_low=abc: could not convert string to float",
+    "--config.algo.clip_low=abc: abc is not a number",
   ),
   (
     "value out of range",
@@ -157,6 +157,24 @@ CASES = [
   ),
   ("plot of a directory without metrics", "prorl_jax.plot", ["/tmp"], "/tmp has no metrics.jsonl"),
   (
+    "a boolean that is not one",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.rollout.pipeline=maybe"],
+    "--config.rollout.pipeline=maybe: maybe is not a boolean: use True or False",
+  ),
+  (
+    "an integer that is not one",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.rollout.n=many"],
+    "--config.rollout.n=many: many is not an integer",
+  ),
+  (
+    "a number that is not one",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--config.algo.kl_coef=x"],
+    "--config.algo.kl_coef=x: x is not a number",
+  ),
+  (
     "export of a directory without checkpoints",
     "prorl_jax.export",
     ["/tmp", "/tmp/out"],
@@ -184,7 +202,7 @@ def test_errors_after_the_tokenizer_are_one_line_too(base, rows, tmp_path):
   proc = _run("prorl_jax.main", _model_args(base, rows, tmp_path) + ["--config.mesh.data=3"])
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
   assert "mesh data=3" in proc.stderr.splitlines()[-1]
-  assert not (tmp_path / "run" / "checkpoints").exists()
+  assert not (tmp_path / "run").exists()  # a failed start leaves no empty run dir behind
 
 
 def test_debug_shows_the_traceback():

@@ -298,3 +298,10 @@ def test_unknown_checkpoint_is_one_line(tmp_path):
   assert proc.returncode != 0
   assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
   assert "not an evaluation suite" in proc.stderr
+
+
+def test_the_report_names_a_checkpoint_by_run_and_step():
+  assert evalsuite.model_title("/x/runs/prorl_v2/checkpoints/10") == "prorl_v2 step 10"
+  assert evalsuite.model_title("/models/r1-1.5b/") == "r1-1.5b"
+  assert evalsuite.model_title("runs/x/exchange@12") == "runs/x/exchange@12"
+  assert evalsuite._pct(0.125) == "12.50%" and evalsuite._pct(None) == "n/a"

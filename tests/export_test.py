@@ -130,3 +130,18 @@ def test_a_model_is_found_from_a_run_dir_a_step_a_hf_dir_or_a_published_version(
   (tmp_path / "empty").mkdir()
   with pytest.raises(export.ExportError, match="neither a run directory, a checkpoint"):
     export.resolve_model(str(tmp_path / "empty"), str(tmp_path / "d"))
+
+
+def test_an_exported_model_is_readable_by_others(run_dir, tmp_path):
+  import stat
+
+  root, _, _ = run_dir
+  out = tmp_path / "hf"
+  old = os.umask(0o022)
+  try:
+    assert export.main([str(root), str(out)]) == 0
+  finally:
+    os.umask(old)
+  for name in os.listdir(out):
+    mode = stat.S_IMODE(os.stat(out / name).st_mode)
+    assert mode & 0o044 == 0o044, (name, oct(mode))  # group and others may read (umask 022)

@@ -172,6 +172,18 @@ def params_to_hf(cfg: Qwen2Config, params, dtype=None) -> dict[str, np.ndarray]:
   return out
 
 
+def _umask() -> int:
+  """The process's umask, read without setting it (os.umask would, for every thread)."""
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
+  return 0o022
+
+
 def write_hf_dir(
   cfg: Qwen2Config,
   tensors: dict[str, np.ndarray],
@@ -211,6 +223,10 @@ def write_hf_dir(
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
       json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
     written.append("model.safetensors.index.json")
+  umask = _umask()
+  for name in written:  # safetensors writes 0600; a model directory is read by others too
+    if name.endswith(".safetensors"):
+      os.chmod(os.path.join(path, name), 0o666 & ~umask)
   hf_cfg = cfg.to_hf_dict()
   first = next(iter(tensors.values()))
   hf_cfg["torch_dtype"] = "bfloat16" if first.dtype.name in _BF16_NAMES else "float32"
