@@ -26,7 +26,8 @@ class DataError(ValueError):
   """A malformed dataset row: names the file and row."""
 
 
-def _read_rows(path: str) -> list[dict]:
+def read_rows(path: str) -> list[dict]:
+  """The rows of a JSONL or Parquet file, or of a generated reasoning_gym:TASK:SEED:SIZE source."""
   if path.startswith("reasoning_gym:"):  # reasoning_gym:TASK:SEED:SIZE
     from prorl_jax.rewards import puzzles
 
@@ -153,7 +154,7 @@ class JsonlSource:
     self.items, self.dropped_too_long = [], 0
     self.verifiers: set[str] = set()
     for path in files:
-      for i, row in enumerate(_read_rows(path), 1):
+      for i, row in enumerate(read_rows(path), 1):
         r = parse_row(row, path, i)
         try:
           self.verifiers.add(rewards.verifier_name(r["data_source"], routing))

@@ -35,14 +35,18 @@ R1_DISTILL_HINT = (
 )
 
 
+def check_model_path(cfg) -> None:
+  if cfg.model.path and not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
+    raise config_lib.ConfigError(
+      f"model.path={cfg.model.path!r} has no config.json; point it at a Hugging Face model "
+      "directory"
+    )
+
+
 def resolve_model_path(cfg) -> str:
   """The HF directory to start from; the demo builds its tiny base model when none is given."""
+  check_model_path(cfg)
   if cfg.model.path:
-    if not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
-      raise config_lib.ConfigError(
-        f"model.path={cfg.model.path!r} has no config.json; point it "
-        "at a Hugging Face model directory"
-      )
     return cfg.model.path
   if cfg.model.build_tiny:
     from prorl_jax.demo import warm_start

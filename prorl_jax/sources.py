@@ -38,6 +38,10 @@ def precheck(cfg) -> None:
       suite.read_manifest(cfg.data.val_suite)
     except suite.PrepareError as e:
       raise data.DataError(f"data.val_suite: {e}") from None
+  for f in train + val:  # every row parses (a bad one is named now, not after the model loads)
+    if "://" not in f and not f.startswith("reasoning_gym:"):
+      for i, row in enumerate(data.read_rows(f), 1):
+        data.parse_row(row, f, i)
 
 
 def sources_for(cfg, tok):

@@ -304,7 +304,8 @@ def _check_before_loading(cfg, accept_config_changes: bool):
   if last is not None and last >= cfg.total_steps and jax.process_count() == 1 and not pending:
     print(_finished(cfg, last), flush=True)
     return {"finished": True, "steps": last}, changes
-  precheck(cfg)  # are the data files there?
+  setup_lib.check_model_path(cfg)  # is the model there, and are the data files and rows?
+  precheck(cfg)
   try:  # ... and can the exchange be opened?
     open_store(exchange_url(cfg))
   except InvalidExchange as e:

@@ -206,3 +206,23 @@ def test_the_smoke_config_has_its_own_run_dir():
 
   tiny = importlib.import_module("configs.tiny")
   assert tiny.get_config("smoke").run_dir != tiny.get_config().run_dir
+
+
+def test_a_malformed_training_row_is_named_before_the_base_model_is_built(tmp_path):
+  rows = tmp_path / "train.jsonl"
+  good = {"data_source": "chain_sum", "prompt": "1+2", "reward_model": {"ground_truth": "3"}}
+  rows.write_text(json.dumps(good) + "\n" + json.dumps({"data_source": "chain_sum"}) + "\n")
+  proc = _run(
+    "prorl_jax.main",
+    [
+      "--config=configs/tiny.py",
+      f"--config.run_dir={tmp_path / 'run'}",
+      f"--config.data.train_files={rows}",
+    ],
+    PRORL_CACHE_DIR=str(tmp_path / "cache"),
+  )
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+    f"error: {rows}: row 2: 'prompt' must be a list of {{role, content}} chat messages"
+  )
+  assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()

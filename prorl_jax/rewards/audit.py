@@ -29,7 +29,7 @@ import re
 import sys
 
 from prorl_jax import rewards
-from prorl_jax.data import DataError, _read_rows, parse_row, prepared_files
+from prorl_jax.data import DataError, parse_row, prepared_files, read_rows
 from prorl_jax.rewards import puzzles
 from prorl_jax.rewards.common import last_boxed
 
@@ -73,7 +73,7 @@ def sample_rows(files: list[str], per_source: int, seed: int) -> dict[str, list[
   """Up to `per_source` parsed rows of each source (reasoning_gym: each task), seeded."""
   by = collections.defaultdict(list)
   for path in files:
-    for i, raw in enumerate(_read_rows(path)):
+    for i, raw in enumerate(read_rows(path)):
       row = parse_row(raw, path, i)
       by[_key(row)].append(row)
   rng = random.Random(seed)
