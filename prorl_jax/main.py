@@ -43,8 +43,11 @@ def main(argv):
   logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save step at INFO
   from prorl_jax import cli, data
   from prorl_jax import config as config_lib
+  from prorl_jax.preemption import Watch
   from prorl_jax.rollout.local import WorkerFailure
 
+  c = _CONFIG.value.checkpoint  # a stop asked from here on is kept (saved at the first safe point)
+  watch = Watch(c.on_signal, c.preempt_file, c.grace_s)
   user = (config_lib.ConfigError, data.DataError, WorkerFailure)
   with cli.user_errors(*user):
     config_lib.validate(_CONFIG.value)
@@ -67,7 +70,7 @@ def main(argv):
     jax.devices(),
   )
   with cli.user_errors(*user):
-    summary = train.run(_CONFIG.value, accept_config_changes=_ACCEPT.value)
+    summary = train.run(_CONFIG.value, accept_config_changes=_ACCEPT.value, watch=watch)
   if summary.get("stopped_at") is not None:  # stopped on a signal, checkpoint saved: requeue me
     from prorl_jax.preemption import REQUEUE_EXIT
 

@@ -344,8 +344,13 @@ def _open_exchange(cfg, loop: LoopState) -> Exchange:
   return ex
 
 
-def run(cfg, accept_config_changes: bool = False) -> dict:
+def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) -> dict:
+  """The run to `total_steps`, resumed from its checkpoints. `watch`: the stop requests to
+  heed (main.py makes it first thing, so a SIGTERM during imports and the model load is kept
+  too); by default one made here from checkpoint.on_signal / preempt_file / grace_s."""
   t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
+  c = cfg.checkpoint
+  watch = watch or Watch(c.on_signal, c.preempt_file, c.grace_s)
   config_lib.validate(cfg)
   preflight.check_installed(cfg)
   dist.initialize(cfg.dist)
@@ -428,8 +433,6 @@ def run(cfg, accept_config_changes: bool = False) -> dict:
       envs=[placed.worker_env(i) for i in range(len(placed.workers))],
     )
   summary, stopped = {}, None  # stopped: how the run stopped to be requeued (a signal)
-  c = cfg.checkpoint
-  watch = Watch(c.on_signal, c.preempt_file, c.grace_s)
 
   def on_idle():  # while the primary waits: stop when asked, and mind the workers
     watch.check()

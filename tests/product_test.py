@@ -226,3 +226,44 @@ def test_a_malformed_training_row_is_named_before_the_base_model_is_built(tmp_pa
     f"error: {rows}: row 2: 'prompt' must be a list of {{role, content}} chat messages"
   )
   assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_sigterm_while_the_run_loads_stops_it_with_the_requeue_status(tmp_path):
+  """The stop is heeded from main()'s first line: a SIGTERM while JAX and the model load ends
+  the run at its first safe point with exit 75 (nothing trained), not killed by the signal."""
+  import signal
+
+  from prorl_jax.demo import tiny_base
+
+  base = tiny_base.build(str(tmp_path / "base"))
+  rows = tmp_path / "train.jsonl"
+  good = {"data_source": "chain_sum", "prompt": "1+2", "reward_model": {"ground_truth": "3"}}
+  rows.write_text(json.dumps(good) + "\n")
+  run_dir = tmp_path / "run"
+  proc = subprocess.Popen(
+    [
+      sys.executable,
+      "-m",
+      "prorl_jax.main",
+      "--config=configs/tiny.py",
+      f"--config.model.path={base}",
+      f"--config.data.train_files={rows}",
+      f"--config.run_dir={run_dir}",
+      "--config.eval.every=0",
+      "--config.total_steps=2",
+    ],
+    cwd=ROOT,
+    env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+  for line in proc.stdout:  # main() has begun: JAX is up, the model not yet loaded
+    if "prorl_jax process 0/1" in line:
+      break
+  proc.send_signal(signal.SIGTERM)
+  out = proc.communicate(timeout=300)[0]
+  assert proc.returncode == 75, out[-2000:]
+  stopped = json.load(open(run_dir / "stopped.json"))
+  assert (stopped["why"], stopped["stopped_at"]) == ("SIGTERM", 0), stopped
+  assert not stopped["saved"] or (run_dir / "checkpoints" / "0").is_dir()  # the state at step 0
