@@ -141,7 +141,10 @@ def test_the_throw_away_child_cannot_write_connect_spawn_or_touch_the_pool(tmp_p
   assert not target.exists() and state["poisoned"] is False
   # a busy child is the response's doing; one that blew the memory limit too
   spin = isolate.run(lambda: [0 for _ in iter(int, 1)], timeout_s=2)
-  assert spin.response_error and spin.value == 0.0, spin
+  # (beside other CPU-bound work the child may get under half a CPU: then it is "starved", not
+  # blamed, and the pool scores it again alone - the starvation test below pins that case)
+  assert (spin.response_error or spin.starved) and not (spin.response_error and spin.starved)
+  assert spin.value == 0.0 and not spin.failed, spin
   hog = isolate.run(lambda: bytearray(4 << 30), timeout_s=20, mem_bytes=256 << 20)
   assert hog.response_error and not hog.failed and hog.value == 0.0, hog
 
