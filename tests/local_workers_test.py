@@ -12,6 +12,7 @@ import pytest
 from prorl_jax.rollout import local
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import LocalWorkers, WorkerFailure
+from tests.exchange_test import _req
 
 
 def _fake_python(tmp_path, body: str) -> str:
@@ -79,15 +80,7 @@ def test_a_dead_workers_leases_are_expired_before_its_restart(tmp_path):
   url = f"file://{tmp_path}/ex"
   ex = Exchange(url, lease_seconds=600)
   for i in range(3):
-    request = {
-      "prompts": [[1, 2]],
-      "n": 2,
-      "sampling": {"max_new_tokens": 4},
-      "seed": i,
-      "min_version": 0,
-      "meta": [{"data_source": "chain_sum"}],
-    }
-    ex.queue.put(request, request_id=f"r{i}")
+    _req(ex, i)
   mine = [ex.queue.claim("local0"), ex.queue.claim("local0")]
   theirs = ex.queue.claim("local1")
   py = _fake_python(tmp_path, 'echo "worker local0 served r9: 1 prompts x 2"; exit 1')
