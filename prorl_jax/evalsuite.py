@@ -94,8 +94,7 @@ def run_suite(
 
   `compare` holds LABEL=DIR items: reports of other models by this harness (`--out` of an
   earlier run), put beside ours as measured columns."""
-  from prorl_jax import data, export, rewards
-  from prorl_jax import eval as eval_lib
+  from prorl_jax import data, export, rewards, scoring
   from prorl_jax.tokenizer import load_tokenizer
 
   manifest = suite_lib.read_manifest(data_dir)
@@ -149,7 +148,7 @@ def run_suite(
       if runner is None:
         runner = _Runner(cfg, model_dir)
       t0 = time.time()
-      got = eval_lib.collect(
+      got = scoring.collect(
         runner.ex,
         items,
         samples=n_samples,
@@ -163,7 +162,7 @@ def run_suite(
         ),
       )
       cont = rewards.continuous(items[0]["data_source"])
-      summary = eval_lib.summarize(got["scores"], got["failed"], continuous=cont, ks=[])
+      summary = scoring.summarize(got["scores"], got["failed"], continuous=cont, ks=[])
       summary.update(
         metric="mean score" if cont else "pass@1",
         dropped_too_long=src.dropped_too_long,
@@ -237,13 +236,13 @@ class _Runner:
 
 
 def _per_task(items: list[dict], got: dict, cont: bool) -> dict:
-  from prorl_jax import eval as eval_lib
+  from prorl_jax import scoring
 
   by_task: dict[str, list[int]] = {}
   for i, it in enumerate(items):
     by_task.setdefault(str(it["extra"].get("task", "?")), []).append(i)
   return {
-    t: eval_lib.summarize(got["scores"][idx], got["failed"][idx], continuous=cont, ks=[])["pass@1"]
+    t: scoring.summarize(got["scores"][idx], got["failed"][idx], continuous=cont, ks=[])["pass@1"]
     for t, idx in sorted(by_task.items())
   }
 

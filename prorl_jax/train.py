@@ -22,8 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from prorl_jax import config as config_lib
-from prorl_jax import dist, dynamic_sampling, preflight
-from prorl_jax import eval as eval_lib
+from prorl_jax import dist, dynamic_sampling, preflight, scoring
 from prorl_jax import setup as setup_lib
 from prorl_jax import train_step as ts
 from prorl_jax.checkpoint import Checkpointer, abstract_like
@@ -85,7 +84,7 @@ def validate(setup: Setup, ex: Exchange, on_idle, *, version: int, tag: str) -> 
   if not setup.heldout:
     return {}
   ks = config_lib.pass_ks(c)
-  return eval_lib.evaluate(
+  return scoring.evaluate(
     ex,
     setup.heldout,
     samples=c.eval.samples,

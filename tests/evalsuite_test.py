@@ -13,7 +13,7 @@ import pytest
 from prorl_jax import evalsuite, prepare
 from prorl_jax import suite as suite_lib
 from prorl_jax.demo import tiny_base
-from prorl_jax.eval import summarize
+from prorl_jax.scoring import summarize
 from tests.suite_test import FIXTURES, _write_sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

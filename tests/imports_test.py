@@ -55,6 +55,7 @@ LAYERS = {
   ],
   3: [
     "eval",
+    "scoring",
     "evalsuite",
     "plot",
     "export",
