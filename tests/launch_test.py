@@ -2,11 +2,13 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
+from prorl_jax.rollout import layout
 from tests.loop_helpers import ROOT, flags
 
 
@@ -193,3 +195,49 @@ def test_vllm_env_builds_one_flavor_per_directory(tmp_path):
   r = _sh("vllm_env.sh", {"VLLM_VENV": str(built)}, "gpu")
   assert r.returncode == 2 and "holds the cpu build of vLLM, not gpu" in r.stderr
   assert _sh("vllm_env.sh", {"VLLM_VENV": str(built)}, "cpu").stdout == ""  # built: nothing to do
+
+
+def _worker_gpus(stdout):
+  """The CUDA_VISIBLE_DEVICES of each worker command a launcher printed."""
+  return [
+    re.search(r"CUDA_VISIBLE_DEVICES=([\d\\,]+)", x).group(1).replace("\\", "")
+    for x in stdout.splitlines()
+    if "prorl_jax.rollout.worker" in x
+  ]
+
+
+@pytest.mark.parametrize("gpus, tp", [(8, 1), (8, 2), (4, 4), (6, 4)])
+def test_local_sh_places_vllm_workers_with_the_trainers_planner(gpus, tp):
+  """Every GPU generates and trains: the launcher's workers are the planner's, pinned to their
+  GPUs, and the trainer gets the memory the engines leave."""
+  env = {"CONFIG": "configs/qwen15b.py", "ENGINE": "vllm", "GPUS": str(gpus), "TP": str(tp)}
+  r = _sh("local.sh", env)
+  assert r.returncode == 0, r.stderr
+  want = layout.plan(gpus, "vllm", "auto", tensor_parallel=tp, vllm_memory=0.5)
+  assert _worker_gpus(r.stdout) == [",".join(map(str, w)) for w in want.workers]
+  trainer = [x for x in r.stdout.splitlines() if "prorl_jax.main" in x][0]
+  assert f"--config.rollout.external_workers={len(want.workers)}" in trainer
+  assert "--config.model.memory_fraction=0.45" in trainer and "local_workers=0" in trainer
+  assert want.describe() in r.stderr
+  idle = gpus % tp
+  assert (f"warning: {idle} of this host's" in r.stderr) == bool(idle)
+
+
+def test_local_sh_refuses_a_layout_that_does_not_fit_in_one_line():
+  env = {"CONFIG": "configs/qwen15b.py", "ENGINE": "vllm", "GPUS": "8", "WORKERS": "9"}
+  r = _sh("local.sh", env)
+  assert r.returncode == 2 and "+ " not in r.stdout
+  assert r.stderr.strip() == (
+    "error: --workers=9 x --tensor_parallel=1 needs 9 GPUs, this host has 8: lower one of "
+    "them, or set --workers=auto"
+  )
+
+
+@pytest.mark.parametrize("gpus, tp", [(8, 1), (8, 2), (8, 8)])
+def test_slurm_rollout_nodes_use_the_same_planner(gpus, tp):
+  r = _sh("slurm/train.sbatch", dict(SLURM, TP=str(tp), GPUS_PER_NODE=str(gpus)))
+  assert r.returncode == 0, r.stderr
+  want = layout.plan(gpus, "vllm", "auto", tensor_parallel=tp, vllm_memory=0.9, dedicated=True)
+  line = [x for x in r.stdout.splitlines() if x.startswith("+ srun")][0]
+  assert f"--ntasks-per-node={len(want.workers)}" in line
+  assert want.describe() in r.stderr and want.trainer_memory is None

@@ -4,15 +4,25 @@ every GPU both trains (the trainer's mesh spans them all) and generates (one eng
 
 `plan` is pure (a device count in, an assignment out) so that a layout can be checked for any
 machine; `visible_gpus` counts this machine's NVIDIA GPUs without initialising any framework.
+The launchers place their workers with the same planner, through its command line:
+
+  python -m prorl_jax.rollout.layout --shell [--gpus=N] [--tensor_parallel=T] [--workers=auto|K]
+      [--vllm_memory=F] [--trainer_memory=F] [--dedicated]
+
+prints `WORKERS=`, `WORKER_GPUS=(...)`, `VLLM_MEMORY=` and `TRAINER_MEMORY=` for bash to eval,
+and the layout and its warnings on stderr (`--dedicated`: a rollout node, no trainer on it).
+It needs nothing but the standard library, so a launcher can run it with any Python 3.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import os
 import shutil
 import subprocess
+import sys
 
 AUTO = "auto"
 HEADROOM = 0.05  # of each GPU left to neither (CUDA context, fragmentation)
@@ -43,6 +53,11 @@ class Layout:
       return f"layout: {len(self.workers)} local rollout worker(s) on the CPU"
     used = sorted({g for w in self.workers for g in w})
     per = ", ".join(f"worker {i}: GPU {','.join(map(str, w))}" for i, w in enumerate(self.workers))
+    if self.trainer_memory is None:  # a rollout node: the GPUs are the engines' alone
+      return (
+        f"layout: no trainer; {len(self.workers)} vLLM worker(s) on {len(used)} of {self.gpus} "
+        f"GPU(s) (gpu_memory_utilization {self.vllm_memory}): {per}"
+      )
     return (
       f"layout: the trainer on GPUs 0-{self.gpus - 1} (JAX memory fraction "
       f"{self.trainer_memory}); {len(self.workers)} vLLM worker(s) on {len(used)} GPU(s) "
@@ -58,11 +73,13 @@ def plan(
   vllm_memory: float = 0.5,
   trainer_memory: float | None = None,
   hosts: int = 1,
+  dedicated: bool = False,
 ) -> Layout:
   """The layout of the primary host's local workers. `workers`: "auto" (one engine per
   `tensor_parallel` GPUs, every GPU generating; one worker where there is no GPU or the engine
   is JAX), or a count. `trainer_memory`: a fixed JAX fraction (model.memory_fraction), else what
-  vLLM leaves. `hosts`: trainer hosts; only the first starts local workers."""
+  vLLM leaves. `hosts`: trainer hosts; only the first starts local workers. `dedicated`: a
+  rollout node with no trainer (the engines may take all the memory they ask for)."""
   tp = int(tensor_parallel)
   if tp < 1:
     raise LayoutError(f"vllm.tensor_parallel={tp}: want 1 or more GPUs per vLLM engine")
@@ -71,6 +88,8 @@ def plan(
   if engine != "vllm" or gpus == 0:  # the JAX engine, or vLLM's CPU build: no GPUs to place
     count = 1 if auto else n
     return Layout(gpus, tuple(() for _ in range(count)), None, trainer_memory)
+  if n == 0:  # external workers only: this host's GPUs train, others generate
+    return Layout(gpus, (), None, trainer_memory)
   if auto:
     n = gpus // tp
     if n == 0:
@@ -90,14 +109,18 @@ def plan(
       f"{idle} of this host's {gpus} GPUs generate nothing (rollout.local_workers={n} x "
       f"vllm.tensor_parallel={tp}); rollout.local_workers=auto uses {gpus // tp} workers"
     )
-  if hosts > 1:
+  if hosts > 1 and not dedicated:
     warnings.append(
       f"only the first of the {hosts} trainer hosts starts local workers: the GPUs of the "
       "others train and do not generate; start workers beside them (launch/slurm/train.sbatch "
       "WORKER_NODES, or rollout.external_workers)"
     )
   memory = trainer_memory
-  if memory is None and n:
+  if dedicated:
+    if not 0.0 < vllm_memory <= 1.0:
+      raise LayoutError(f"vllm.gpu_memory_utilization={vllm_memory}: want a fraction in (0, 1]")
+    memory = None
+  elif memory is None and n:
     memory = round(1.0 - vllm_memory - HEADROOM, 3)
     if memory < 0.1:
       raise LayoutError(
@@ -147,3 +170,60 @@ def visible_gpus() -> int:
   return (
     sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if not out.returncode else 0
   )
+
+
+CLI_NAMES = {
+  "rollout.local_workers": "--workers",
+  "vllm.tensor_parallel": "--tensor_parallel",
+  "vllm.gpu_memory_utilization": "--vllm_memory",
+  "model.memory_fraction": "--trainer_memory",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(
+    prog="python -m prorl_jax.rollout.layout",
+    description="Where one host's vLLM rollout workers run and how each GPU's memory is split.",
+  )
+  p.add_argument("--gpus", type=int, default=None, help="GPUs of the host (default: visible)")
+  p.add_argument("--engine", default="vllm", choices=("vllm", "jax"))
+  p.add_argument("--tensor_parallel", type=int, default=1, help="GPUs per vLLM engine")
+  p.add_argument("--workers", default=AUTO, help="auto (every GPU generates) or a count")
+  p.add_argument("--vllm_memory", type=float, default=0.5, help="gpu_memory_utilization")
+  p.add_argument("--trainer_memory", type=float, default=None, help="a fixed JAX fraction")
+  p.add_argument("--dedicated", action="store_true", help="a rollout node: no trainer on it")
+  p.add_argument("--shell", action="store_true", help="print bash assignments on stdout")
+  args = p.parse_args(argv)
+  if args.workers != AUTO and not args.workers.isdigit():
+    print(f"error: --workers={args.workers}: want auto or a number", file=sys.stderr)
+    return 2
+  try:
+    got = plan(
+      visible_gpus() if args.gpus is None else args.gpus,
+      args.engine,
+      args.workers,
+      args.tensor_parallel,
+      args.vllm_memory,
+      args.trainer_memory,
+      dedicated=args.dedicated,
+    )
+  except LayoutError as e:  # said in this command's own flag names
+    msg = str(e)
+    for key, flag in CLI_NAMES.items():
+      msg = msg.replace(key, flag)
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+  print(got.describe(), file=sys.stderr)
+  for w in got.warnings:
+    print(f"warning: {w}", file=sys.stderr)
+  if args.shell:
+    gpus = " ".join(",".join(map(str, w)) or "-" for w in got.workers)
+    print(f"WORKERS={len(got.workers)}")
+    print(f"WORKER_GPUS=({gpus})")
+    print(f"VLLM_MEMORY={'' if got.vllm_memory is None else got.vllm_memory}")
+    print(f"TRAINER_MEMORY={'' if got.trainer_memory is None else got.trainer_memory}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
