@@ -4,6 +4,7 @@
 # Usage: [CONFIG=configs/qwen15b.py] launch/ablations.sh [RUN_ROOT] [extra --config flags]
 # CONFIG defaults to configs/tiny.py (the CPU demo: ~8-10 min a run on 2 cores, the grid's 9
 # runs one after another); RUN_ROOT to runs/ablations; DRY_RUN=1 prints the commands only.
+# It prints an estimate of the grid's time first and refines it after every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source launch/common.sh
@@ -30,13 +31,44 @@ if [ "$CONFIG" = configs/tiny.py ]; then  # one shared warm-started base model f
   fi
   base=("--config.model.path=$root/base")
 fi
+# How long the grid takes: the median wall time of the runs already finished under RUN_ROOT,
+# else the demo's measured one for the tiny config; refined after every run.
+estimate() {  # estimate [DONE_NAME DONE_SECONDS]
+  python3 - "$root" "$CONFIG" "${#grid[@]}" "$@" <<'PYEOF'
+import json, os, statistics, sys, time
+root, config, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+walls, left = [], total
+for name in (os.listdir(root) if os.path.isdir(root) else []):
+  s = os.path.join(root, name, "summary.json")
+  if name != "base" and os.path.isfile(s):
+    summ = json.load(open(s))
+    walls.append(summ.get("wall_seconds_total") or summ.get("wall_seconds") or 0)
+    left -= 1
+if len(sys.argv) > 4:
+  print(f"ablation {sys.argv[4]} done in {float(sys.argv[5]) / 60:.1f} min")
+if walls:
+  per, basis = statistics.median(walls), f"the median of the {len(walls)} finished run(s) here"
+elif config == "configs/tiny.py":
+  per, basis = 600.0, "make demo's measured ~10 min on 2 cores, docs/demo.md"
+else:
+  print(f"estimate: {left} run(s) one after another, each one full run of {config} "
+        "(the README's hardware table: days per run on one 8-GPU node); refined after the first")
+  sys.exit(0)
+end = time.strftime("%a %H:%M", time.localtime(time.time() + left * per))
+print(f"estimate: {left} run(s) left x {per / 60:.1f} min ({basis}) = "
+      f"{left * per / 3600:.1f} h, done ~{end}")
+PYEOF
+}
+estimate
 for name in $(printf '%s\n' "${!grid[@]}" | sort); do
   # shellcheck disable=SC2206  # a grid entry is zero or one flag
   cmd=("$PY" -m prorl_jax.main "--config=$CONFIG" "--config.run_dir=$root/$name"
        "${base[@]}" ${grid[$name]} "$@")
   show "${cmd[@]}"
   if [ "${DRY_RUN:-0}" != 1 ]; then
+    t0=$(date +%s)
     "${cmd[@]}" > "$root/$name.log" 2>&1 || echo "  $name failed: see $root/$name.log"
+    estimate "$name" $(($(date +%s) - t0))
   fi
 done
 if [ "${DRY_RUN:-0}" = 1 ]; then exit 0; fi

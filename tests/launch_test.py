@@ -241,3 +241,22 @@ def test_slurm_rollout_nodes_use_the_same_planner(gpus, tp):
   line = [x for x in r.stdout.splitlines() if x.startswith("+ srun")][0]
   assert f"--ntasks-per-node={len(want.workers)}" in line
   assert want.describe() in r.stderr and want.trainer_memory is None
+
+
+def test_ablations_estimates_the_grid_from_the_runs_it_has_finished(tmp_path):
+  root = tmp_path / "abl"
+  for name, wall in (("full", 120), ("grpo", 240), ("no_kl", 600)):
+    (root / name).mkdir(parents=True)
+    (root / name / "summary.json").write_text(json.dumps({"wall_seconds_total": wall}))
+  (root / "base").mkdir()  # the shared base model is not a run
+  (root / "base" / "config.json").write_text("{}")
+  r = _sh("ablations.sh", {}, str(root))
+  assert r.returncode == 0, r.stderr
+  line = [x for x in r.stdout.splitlines() if x.startswith("estimate: ")]
+  assert line and line[0].startswith(
+    "estimate: 6 run(s) left x 4.0 min (the median of the 3 finished run(s) here) = 0.4 h, done ~"
+  )
+  r = _sh("ablations.sh", {}, str(tmp_path / "fresh"))
+  assert "estimate: 9 run(s) left x 10.0 min (make demo's measured ~10 min" in r.stdout
+  r = _sh("ablations.sh", {"CONFIG": "configs/qwen15b.py"}, str(tmp_path / "fresh"))
+  assert "estimate: 9 run(s) one after another, each one full run of configs/qwen15b.py" in r.stdout
