@@ -1,5 +1,5 @@
-"""Helpers shared by the benchmarks: median wall time, model FLOPs per token, and the AOT child
-process on a fake 8-device CPU mesh."""
+"""Helpers shared by the benchmarks: median wall time, interleaved A/B timing, model FLOPs per
+token, and the AOT child process on a fake 8-device CPU mesh."""
 
 from __future__ import annotations
 
@@ -32,6 +32,29 @@ def median_time(fn, reps: int = 3) -> float:
     fn()
     times.append(time.perf_counter() - t0)
   return statistics.median(times)
+
+
+def interleaved(arms: dict, reps: int = 5) -> dict[str, list[float]]:
+  """Seconds of each of `reps` calls of every arm, the arms taking turns (A B C, B C A, ...)
+  after one untimed call each, so that a slow phase of a shared machine hits every arm alike."""
+  names = list(arms)
+  for name in names:
+    arms[name]()
+  times = {name: [] for name in names}
+  for r in range(reps):
+    for name in names[r % len(names) :] + names[: r % len(names)]:
+      t0 = time.perf_counter()
+      arms[name]()
+      times[name].append(time.perf_counter() - t0)
+  return times
+
+
+def spread(seconds: list[float], work: float = 1.0, digits: int = 1) -> dict:
+  """`work` per second of the fastest call ("best") and of the median call ("median")."""
+  return {
+    "best": round(work / min(seconds), digits),
+    "median": round(work / statistics.median(seconds), digits),
+  }
 
 
 def model_flops_per_token(cfg, seq: int) -> int:

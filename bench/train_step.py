@@ -1,10 +1,11 @@
 """Train-step throughput vs transformers/torch on this machine, in one run; prints JSON lines.
 
-  make bench            # or: python bench/train_step.py [--skip-aot] [--steps 3]
+  make bench            # or: python bench/train_step.py [--skip-aot] [--reps 7] [--remat dots]
 
 For the tiny and a ~50M-parameter Qwen2: tokens/s of one fwd+bwd+AdamW update (JAX: the real
-ProRL train step; torch: Qwen2ForCausalLM + cross-entropy + AdamW, fp32, same batch), model
-FLOP/s ÷ the measured `jnp.dot` f32 peak, and the ratio JAX/torch. Then an AOT compile of the
+ProRL train step; torch: Qwen2ForCausalLM + cross-entropy + AdamW, fp32, same batch), the two
+timed in turns in one process (best and median of `--reps` steps each), model FLOP/s ÷ the
+measured `jnp.dot` f32 peak, and the ratio JAX/torch of the medians. Then an AOT compile of the
 qwen15b-shaped step on a fake 8-device CPU mesh (fsdp 8; fsdp 4 × tensor 2) with per-device
 memory from `compiled.memory_analysis()`, in a subprocess (the device count is fixed at import).
 The last line is one JSON object with `ratio_vs_torch` and `matmul_peak_fraction` (larger config).
@@ -15,13 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchutil import aot_child, median_time, model_flops_per_token  # noqa: E402
+from benchutil import (  # noqa: E402
+  aot_child,
+  interleaved,
+  median_time,
+  model_flops_per_token,
+  spread,
+)
 
 CONFIGS = {
   # name: (Qwen2 kwargs, batch, seq)
@@ -56,10 +64,9 @@ CONFIGS = {
 }
 
 
-# The layer policy of the JAX step: "dots" keeps the matmul outputs and recomputes the elementwise
-# ops, which on XLA:CPU beats saving everything ("none": ~25% slower on the tiny model, because
-# the layer scan then stacks many large residual buffers).
-REMAT = "dots"
+# The layer policy of the JAX step (--remat): "dots" keeps the matmul outputs and recomputes the
+# elementwise ops, which on XLA:CPU beats saving everything ("none": the layer scan then stacks
+# many large residual buffers; bench/RESULTS.md has both).
 
 
 def matmul_peak(n=2048, steps=5):
@@ -72,7 +79,8 @@ def matmul_peak(n=2048, steps=5):
   return 2 * n**3 / t
 
 
-def bench_jax(kw, b, t, steps):
+def jax_step(kw, b, t, remat):
+  """(model config, one call of the real train step on a fixed batch)."""
   import jax
   import numpy as np
 
@@ -80,7 +88,7 @@ def bench_jax(kw, b, t, steps):
   from prorl_jax.model import init_params, presets
   from prorl_jax.sharding import make_mesh
 
-  cfg = presets.Qwen2Config(**kw, remat=REMAT)
+  cfg = presets.Qwen2Config(**kw, remat=remat)
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-5)
   lc = ts.LossConfig(micro_batches=1, logit_chunk=t, is_correction="none")
@@ -107,10 +115,11 @@ def bench_jax(kw, b, t, steps):
     holder["state"], m = step(holder["state"], batch)
     jax.block_until_ready(m)
 
-  return cfg, median_time(run, steps)
+  return cfg, run
 
 
-def bench_torch(kw, b, t, steps):
+def torch_step(kw, b, t):
+  """One call of transformers' Qwen2 fwd + bwd + AdamW on the same shapes."""
   import torch
   import transformers
 
@@ -138,7 +147,7 @@ def bench_torch(kw, b, t, steps):
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
-  return median_time(run, steps)
+  return run
 
 
 def aot_report():
@@ -187,7 +196,8 @@ def aot_report():
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--steps", type=int, default=3)
+  ap.add_argument("--reps", type=int, default=7, help="timed steps per side, in turns")
+  ap.add_argument("--remat", default="dots", choices=("dots", "none", "full"))
   ap.add_argument("--skip-aot", action="store_true")
   ap.add_argument("--aot-child", action="store_true")
   args = ap.parse_args()
@@ -198,17 +208,20 @@ def main():
   print(json.dumps({"matmul_f32_gflops": round(peak / 1e9, 1)}), flush=True)
   summary = {"matmul_f32_gflops": round(peak / 1e9, 1)}
   for name, (kw, b, t) in CONFIGS.items():
-    cfg, jt = bench_jax(kw, b, t, args.steps)
-    tt = bench_torch(kw, b, t, args.steps)
+    cfg, jax_run = jax_step(kw, b, t, args.remat)
+    times = interleaved({"jax": jax_run, "torch": torch_step(kw, b, t)}, args.reps)
+    jt, tt = (statistics.median(times[k]) for k in ("jax", "torch"))
     flops = model_flops_per_token(cfg, t) * b * t
     row = {
       "config": name,
       "params": cfg.num_params,
       "batch": [b, t],
-      "jax_remat": REMAT,
-      "jax_tokens_per_s": round(b * t / jt, 1),
-      "torch_tokens_per_s": round(b * t / tt, 1),
-      "ratio_vs_torch": round(tt / jt, 3),
+      "jax_remat": args.remat,
+      "reps": args.reps,
+      "jax_tokens_per_s": spread(times["jax"], b * t),
+      "torch_tokens_per_s": spread(times["torch"], b * t),
+      "ratio_vs_torch": round(tt / jt, 3),  # of the medians
+      "ratio_vs_torch_best": round(min(times["torch"]) / min(times["jax"]), 3),
       "jax_model_gflops": round(flops / jt / 1e9, 1),
       "matmul_peak_fraction": round(flops / jt / peak, 3),
       "torch_matmul_peak_fraction": round(flops / tt / peak, 3),

@@ -5,6 +5,11 @@ user can fix ends in one line (exit status 2); `--debug` shows the traceback. A 
 SIGTERM/SIGINT saves a checkpoint and exits 75 (EX_TEMPFAIL): start it again to resume.
 """
 
+if __name__ == "__main__":  # python -m prorl_jax.main: a SIGTERM from here on is kept, not fatal
+  from prorl_jax import preemption
+
+  preemption.install_early()
+
 import functools
 import logging
 import os

@@ -91,19 +91,29 @@ class MetricWriter:
       f.write(json.dumps({"end": time.time()}) + "\n")
 
   def truncate_after(self, step: int, tail: bool = False):
-    """On resume: drop lines logged after the checkpoint we resumed from (they get redone);
-    `tail`: its step's validation and reset lines too (a checkpoint saved before them)."""
+    """On resume: drop lines logged after the checkpoint we resumed from (they get redone), and
+    its step's final line (written again at the end); `tail`: its step's validation and reset
+    lines too (a checkpoint saved before them)."""
     if not os.path.isfile(self.path):
       return
 
-    def kept(row: dict) -> bool:
+    def kept(row: dict) -> bool:  # a run's final row is written again when it finishes
       s, event = row.get("step", 0), str(row.get("event", ""))
-      return s < step or (s == step and not (tail and event.startswith(TAIL_EVENTS)))
+      redone = event == "final" or (tail and event.startswith(TAIL_EVENTS))
+      return s < step or (s == step and not redone)
 
     with open(self.path) as f:
       keep = [line for line in f if line.strip() and kept(json.loads(line))]
     with open(self.path, "w") as f:
       f.writelines(keep)
+
+  def validation(self, step: int) -> dict:
+    """The in-loop validation logged at `step` (without the val/ prefix), {} if none."""
+    rows = read_jsonl(self.path) if os.path.isfile(self.path) else []
+    for row in rows:
+      if row.get("step") == step and row.get("event") == "validation":
+        return {k[4:]: v for k, v in row.items() if k.startswith("val/")}
+    return {}
 
   def write(self, step: int, metrics: dict, event: str | None = None):
     row = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
@@ -170,6 +180,9 @@ class NullWriter:
 
   def truncate_after(self, step: int, tail: bool = False):
     pass
+
+  def validation(self, step: int) -> dict:
+    return {}
 
   def write(self, step: int, metrics: dict, event: str | None = None):
     pass

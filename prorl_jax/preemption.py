@@ -24,6 +24,24 @@ REQUEUE_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped to be started again; resu
 PREEMPTED = "__preempted__"  # what the primary broadcasts when its wait was abandoned
 
 
+_EARLY: dict = {}  # a stop asked before the Watch exists: {"why": signal name, "since": time}
+
+
+def _early_handler(signum, frame):
+  if _EARLY and signum == signal.SIGINT:
+    raise KeyboardInterrupt
+  _EARLY.setdefault("why", signal.Signals(signum).name)
+  _EARLY.setdefault("since", time.time())
+
+
+def install_early():
+  """Heeds SIGTERM/SIGINT from a process's first line: the request is kept for the `Watch` that
+  the trainer makes once its flags are parsed (the imports before it take a second or more)."""
+  if threading.current_thread() is threading.main_thread():
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      signal.signal(sig, _early_handler)
+
+
 class Preempted(Exception):
   """A wait abandoned because the run was asked to stop."""
 
@@ -41,6 +59,9 @@ class Watch:
     if on_signal and threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGINT):
         self._old[sig] = signal.signal(sig, self._handler)
+      if _EARLY:  # asked while the process started
+        self.ask(_EARLY["why"])
+        self.since = _EARLY["since"]
 
   def _handler(self, signum, frame):
     if self.since is not None and signum == signal.SIGINT:

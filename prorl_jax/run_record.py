@@ -14,8 +14,9 @@ from prorl_jax.export import RUN_RECORD
 log = logging.getLogger("prorl_jax.train")
 
 # Keys a resumed run may change without --accept_config_changes: how long and where it runs,
-# not what it learns.
+# not what it learns (a run directory moved or copied elsewhere resumes there).
 OPERATIONAL_KEYS = (
+  "run_dir",
   "total_steps",
   "rollout.timeout_s",
   "rollout.local_workers",

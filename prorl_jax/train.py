@@ -43,6 +43,7 @@ from prorl_jax.step import collect, prefetch, sampling, update
 
 log = logging.getLogger("prorl_jax.train")
 STOPPED = "stopped.json"  # in run_dir: the last stop on a signal (a finished run removes it)
+SUMMARY = "summary.json"  # in run_dir: written last; a run is finished when it names the last step
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -268,6 +269,17 @@ def _stop(ckpt: Checkpointer, watch: Watch, step: int, state, host: dict, saved=
   }
 
 
+def summarized_step(cfg) -> int | None:
+  """The step `RUN_DIR/summary.json` says the run finished at (None: no summary). A run whose
+  last checkpoint is at total_steps but has no summary of that step was stopped after its last
+  update (before its final validation or its summary): its resumption does those."""
+  try:
+    with open(os.path.join(cfg.run_dir, SUMMARY)) as f:
+      return int(json.load(f)["steps"])
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+
+
 def stopped_before(cfg) -> dict:
   """How the run in `cfg.run_dir` last stopped to be requeued ({} if it did not)."""
   try:
@@ -300,7 +312,8 @@ def _check_before_loading(cfg, accept_config_changes: bool):
   last = latest_local_step(cfg)
   stop = stopped_before(cfg)  # stopped before the last step's validation: not finished
   pending = bool(stop.get("pending_tail")) and stop.get("stopped_at") == last
-  if last is not None and last >= cfg.total_steps and jax.process_count() == 1 and not pending:
+  done = last is not None and last >= cfg.total_steps and summarized_step(cfg) == last
+  if done and jax.process_count() == 1 and not pending:
     print(_finished(cfg, last), flush=True)
     return {"finished": True, "steps": last}, changes
   setup_lib.check_model_path(cfg)  # is the model there, and are the data files and rows?
@@ -347,9 +360,18 @@ def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) ->
   """The run to `total_steps`, resumed from its checkpoints. `watch`: the stop requests to
   heed (main.py makes it first thing, so a SIGTERM during imports and the model load is kept
   too); by default one made here from checkpoint.on_signal / preempt_file / grace_s."""
-  t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
   c = cfg.checkpoint
+  own = watch is None
   watch = watch or Watch(c.on_signal, c.preempt_file, c.grace_s)
+  try:  # main.py's watch stays until the process exits: a late SIGTERM cannot kill a finished run
+    return _run(cfg, accept_config_changes, watch)
+  finally:
+    if own:
+      watch.close()
+
+
+def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
+  t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
   config_lib.validate(cfg)
   preflight.check_installed(cfg)
   dist.initialize(cfg.dist)
@@ -404,7 +426,8 @@ def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) ->
     writer.truncate_after(step0, tail=loop.pending_tail)
     writer.start_session(step0, resumed=True, started=t_start)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, loop.version)
-    if step0 >= cfg.total_steps and not loop.pending_tail:
+    summarized = on_primary(lambda: summarized_step(cfg) == step0)
+    if step0 >= cfg.total_steps and not loop.pending_tail and summarized:
       ckpt.close()
       writer.close()
       if primary:
@@ -465,7 +488,8 @@ def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) ->
         pending = dataclasses.replace(loop, pending_tail=True)
         stopped = _stop(ckpt, watch, step, state, loop_json(pending, source, buffer))
         break
-      saved = bool(c.every) and (step % c.every == 0 or step == cfg.total_steps)
+      every = cfg.checkpoint.every  # and the last step, always
+      saved = (bool(every) and step % every == 0) or step == cfg.total_steps
       if saved:
         ckpt.save(step, state, loop_json(loop, source, buffer), val_metric)
       if on_primary(watch.requested):
@@ -474,6 +498,9 @@ def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) ->
     if primary and sys.stdout.isatty():
       print(flush=True)  # past the progress bar
     if cfg.eval.every and not stopped:
+      if last_val is None and loop.step == first and loop.step and loop.step % cfg.eval.every == 0:
+        # resumed after the last step's validation (stopped before the summary): that one
+        last_val = (loop.step, writer.validation(loop.step))
       if last_val and last_val[0] == loop.step:  # the last step was just validated
         val = last_val[1]
         writer.write(loop.step, {f"val/{k}": v for k, v in val.items()}, event="final")
@@ -493,7 +520,6 @@ def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) ->
       "saved": False,
     }
   finally:
-    watch.close()
     if workers:
       workers.stop()
     ckpt.close()
@@ -529,7 +555,7 @@ def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) ->
   if primary:
     if os.path.exists(os.path.join(cfg.run_dir, STOPPED)):
       os.remove(os.path.join(cfg.run_dir, STOPPED))
-    with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
+    with open(os.path.join(cfg.run_dir, SUMMARY), "w") as f:
       json.dump(summary, f, indent=1)
     print(json.dumps(summary), flush=True)
   return summary

@@ -228,9 +228,53 @@ def test_a_malformed_training_row_is_named_before_the_base_model_is_built(tmp_pa
   assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
 
 
+def test_a_stop_asked_before_the_watch_exists_is_kept():
+  """The handler `python -m prorl_jax.main` installs on its first line keeps the request, and
+  the trainer's Watch, made once the flags are parsed, starts from it."""
+  import signal
+
+  from prorl_jax import preemption
+
+  preemption._early_handler(signal.SIGTERM, None)
+  try:
+    watch = preemption.Watch(on_signal=True)
+    assert watch.requested() and watch.why == "SIGTERM"
+    assert watch.since == preemption._EARLY["since"]
+    watch.close()
+  finally:
+    preemption._EARLY.clear()
+  watch = preemption.Watch(on_signal=True)
+  assert not watch.requested()
+  watch.close()
+
+
+def test_the_entry_point_handles_sigterm_before_its_first_import(tmp_path):
+  """`python -m prorl_jax.main` catches SIGTERM before it imports anything heavy: an `absl`
+  placed first on the path reports the handler it finds when the entry point imports it."""
+  fake = tmp_path / "absl"
+  fake.mkdir()
+  (fake / "__init__.py").write_text(
+    "import signal, sys\n"
+    "h = signal.getsignal(signal.SIGTERM)\n"
+    "print('handler:', getattr(h, '__qualname__', h))\n"
+    "sys.exit(3)\n"
+  )
+  env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{ROOT}")
+  out = subprocess.run(
+    [sys.executable, "-m", "prorl_jax.main", "--config=configs/tiny.py"],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert out.returncode == 3 and out.stdout.strip() == "handler: _early_handler", out
+
+
 def test_a_sigterm_while_the_run_loads_stops_it_with_the_requeue_status(tmp_path):
-  """The stop is heeded from main()'s first line: a SIGTERM while JAX and the model load ends
-  the run at its first safe point with exit 75 (nothing trained), not killed by the signal."""
+  """The stop is heeded from the entry point's first line: a SIGTERM while JAX and the model
+  load ends the run at its first safe point with exit 75 (nothing trained), not killed by the
+  signal."""
   import signal
 
   from prorl_jax.demo import tiny_base

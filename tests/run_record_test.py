@@ -63,11 +63,25 @@ def test_a_finished_run_says_so_and_leaves_its_summary(tmp_path, capsys):
   _started(cfg, 5)
   summary = os.path.join(cfg.run_dir, "summary.json")
   with open(summary, "w") as f:
-    f.write('{"pass@1_end": 0.5}')
+    f.write('{"pass@1_end": 0.5, "steps": 5}')
   got = train.run(cfg)  # returns before any model is loaded (model.path is empty)
   assert got == {"finished": True, "steps": 5}
   assert "is finished: step 5 of total_steps=5" in capsys.readouterr().out
-  assert open(summary).read() == '{"pass@1_end": 0.5}'
+  assert open(summary).read() == '{"pass@1_end": 0.5, "steps": 5}'
+
+
+@pytest.mark.parametrize("summary", [None, '{"steps": 3}', "{not json"])
+def test_a_run_with_its_last_checkpoint_but_no_summary_of_it_is_not_finished(tmp_path, summary):
+  """Stopped after its last update (during the final validation, before the summary, or a
+  summary of an earlier total_steps): it goes on to load the model, to finish the run."""
+  cfg = _cfg(tmp_path)
+  cfg.total_steps = 5
+  _started(cfg, 5)
+  if summary is not None:
+    with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
+      f.write(summary)
+  with pytest.raises(config_lib.ConfigError, match="model.path is empty"):
+    train.run(cfg)
 
 
 def test_progress_is_one_line_per_step_in_a_log(tmp_path, monkeypatch):

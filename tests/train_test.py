@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -141,6 +142,44 @@ def test_sigterm_saves_within_the_grace_period_and_the_resumed_run_equals_the_un
     assert metrics(run_dir) == metrics(ref_dir), name
     assert params_hash(run_dir) == params_hash(ref_dir), name
     assert not os.path.exists(os.path.join(run_dir, "stopped.json"))
+  _the_end_of_a_run_is_resumable(tmp_path, base, ref_dir, extra)
+
+
+def _summary(run_dir):
+  s = json.load(open(os.path.join(run_dir, "summary.json")))
+  return {k: v for k, v in s.items() if not k.startswith("wall_seconds")}
+
+
+def _the_end_of_a_run_is_resumable(tmp_path, base, ref_dir, extra):
+  """Stops after the last checkpoint: during the final validation or before the summary (the
+  checkpoint at total_steps is there, the run is not finished: its resumption writes the final
+  row and the summary), and a SIGTERM once the loop is over (the run still ends, never killed
+  by the signal's default action)."""
+  final = [r for r in _rows(ref_dir) if r.get("event") == "final"]
+  assert len(final) == 1 and final[0]["step"] == 4
+  for name in ("before_the_summary", "during_the_final_validation"):
+    run_dir = str(tmp_path / name)
+    shutil.copytree(ref_dir, run_dir)
+    os.remove(os.path.join(run_dir, "summary.json"))
+    if name == "during_the_final_validation":
+      with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [x for x in f if json.loads(x).get("event") != "final"]
+      with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+        f.writelines(rows)
+    out = finish(start(run_dir, base, 4, **extra))
+    assert "resumed from checkpoint step 4" in out and "is finished" not in out, out[-2000:]
+    assert metrics(run_dir) == metrics(ref_dir), name
+    assert _summary(run_dir) == _summary(ref_dir), name
+    again = finish(start(run_dir, base, 4, **extra))  # now finished: nothing more is done
+    assert "is finished: step 4 of total_steps=4" in again
+  run_dir = str(tmp_path / "late_sigterm")
+  ready = lambda rows: any(r.get("event") == "final" for r in rows)  # noqa: E731
+  code, _, out = _signal_when(start(run_dir, base, 4, **extra), run_dir, ready, signal.SIGTERM)
+  assert code in (0, 75), (code, out[-3000:])
+  if code == 75:
+    finish(start(run_dir, base, 4, **extra))
+  assert metrics(run_dir) == metrics(ref_dir)
+  assert _summary(run_dir) == _summary(ref_dir)
 
 
 @pytest.mark.slow
