@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export JAX_PLATFORMS ?= cpu
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test test-faults test-vllm bench lint venv venv-dev venv-vllm venv-gpu venv-tpu sandbox clean
+.PHONY: demo test test-slow test-all test-faults test-vllm bench lint venv venv-dev venv-vllm venv-gpu venv-tpu sandbox clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -68,9 +68,17 @@ demo: $(VENV)/.runtime-stamp
 # subprocesses (TEST_WORKERS=0 runs them in one process).
 TEST_WORKERS ?= 2
 
+# `make test` is the default suite; the end-to-end tests marked slow (whole runs killed and
+# resumed, the README's recipe, two trainer processes, the suite on a model: each over ~30 s)
+# are `make test-slow`. CI (.ci/run) runs both, the linter and the fault harness's short mode.
 test: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp
-	$(BIN)/python -m pytest -q tests -m "not vllm" -n $(TEST_WORKERS) $(ARGS)
+	$(BIN)/python -m pytest -q tests -m "not vllm and not slow" -n $(TEST_WORKERS) $(ARGS)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
+
+test-slow: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp
+	$(BIN)/python -m pytest -q tests -m "slow and not vllm" -n $(TEST_WORKERS) $(ARGS)
+
+test-all: test test-slow
 
 test-vllm: $(VVENV)/.stamp
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
