@@ -481,8 +481,12 @@ def test_a_verifier_killed_mid_item_is_a_marked_failure_never_none():
     got = {}
     t = threading.Thread(target=lambda: got.update(out=pool.score_many(jobs)))
     t.start()
-    time.sleep(1.5)  # the verifier process is inside the first item
     victim = pool.slots[0].proc
+    children = f"/proc/{victim.pid}/task/{victim.pid}/children"
+    deadline = time.time() + 120
+    while not open(children).read().strip():  # inside the first item: its child is judging it
+      assert time.time() < deadline and t.is_alive(), "the verifier never started the item"
+      time.sleep(0.01)
     victim.kill()  # as the OS's OOM killer would
     t.join(60)
     out = got["out"]

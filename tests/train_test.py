@@ -23,6 +23,13 @@ def _wait_for_checkpoint(run_dir, step, proc, timeout=300):
     time.sleep(0.05)
 
 
+def _wait_for_no_process_naming(text, timeout=120):
+  t0 = time.time()
+  while subprocess.run(["pgrep", "-f", text], capture_output=True).returncode == 0:
+    assert time.time() - t0 < timeout, f"a process naming {text} still runs after {timeout}s"
+    time.sleep(0.05)
+
+
 def _kill9(proc):
   os.kill(proc.pid, signal.SIGKILL)
   proc.wait(timeout=30)
@@ -74,7 +81,8 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
     _kill_during_a_save(
       str(tmp_path / "in_save"), start(str(tmp_path / "in_save"), base, 6, **extra)
     )
-  time.sleep(1.0)
+  for cut_dir in cuts:  # the killed trainers' workers notice their parent is gone and exit
+    _wait_for_no_process_naming(cut_dir)
   for cut_dir, resumed in cuts.items():
     out = finish(start(cut_dir, base, 6, **extra))
     assert resumed in out

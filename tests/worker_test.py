@@ -44,6 +44,34 @@ def _start(url, *extra):
   )
 
 
+class _Lines:
+  """A process's output lines, read by a thread (a silent process cannot hang the test)."""
+
+  def __init__(self, proc):
+    import queue
+    import threading
+
+    self.q: queue.Queue = queue.Queue()
+    threading.Thread(
+      target=lambda: [self.q.put(x) for x in proc.stdout] + [self.q.put(None)]
+    ).start()
+
+  def until(self, text: str, timeout: float) -> None:
+    """Waits for a line that contains `text`; fails after `timeout` s or if the output ends."""
+    deadline = time.time() + timeout
+    while True:
+      line = self.q.get(timeout=max(0.0, deadline - time.time()))
+      assert line is not None, f"the process ended before {text!r}"
+      if text in line:
+        return
+
+  def rest(self, timeout: float) -> str:
+    out, deadline = [], time.time() + timeout
+    while (line := self.q.get(timeout=max(0.0, deadline - time.time()))) is not None:
+      out.append(line)
+    return "".join(out)
+
+
 # Scores that vary over random text (a random model never writes a correct chain sum): the
 # fraction of these digits present in the response.
 DIGITS = [
@@ -140,10 +168,11 @@ def test_sigterm_stops_an_idle_worker_cleanly(tmp_path, base):
   Exchange(url).weights.publish(0, step=0, src_dir=base)
   proc = _start(url)
   try:
-    time.sleep(8)
+    lines = _Lines(proc)
+    lines.until("loaded weights v0", timeout=300)  # idle from here on: nothing to serve
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
-    assert "stopped after 0 requests" in proc.stdout.read()
+    assert "stopped after 0 requests" in lines.rest(timeout=30)
   finally:
     proc.kill()
 
