@@ -15,11 +15,6 @@ import jax.numpy as jnp
 ESTIMATORS = ("reinforce_pp_baseline", "reinforce_pp", "grpo", "rloo", "dr_grpo")
 
 
-def masked_mean(x, mask):
-  mask = mask.astype(jnp.float32)
-  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-
 def masked_whiten(x_BxT, mask_BxT, *, unbiased: bool = False, eps: float = 1e-8):
   """(x − μ)·rsqrt(max(var, eps)) over valid tokens; padding stays 0.
 

@@ -169,6 +169,3 @@ def tiny(vocab_size: int = 32, **kw) -> Qwen2Config:
   )
   base.update(kw)
   return Qwen2Config(**base)
-
-
-PRESETS = {"r1_distill_qwen_1p5b": r1_distill_qwen_1p5b, "tiny": tiny}
