@@ -47,8 +47,8 @@ from typing import Callable
 
 import numpy as np
 
-from prorl_jax import prepare as P
-from prorl_jax.prepare import Malformed, PrepareError, Source
+from prorl_jax import mix as P
+from prorl_jax.mix import Malformed, PrepareError, Source
 from prorl_jax.rewards import code
 
 SUITE = "prorl-eval"
@@ -75,9 +75,13 @@ def _answer(v, column: str = "answer") -> str:
 
 def math_converter(problem: str, answer: str, data_source: str) -> Callable[[dict], dict]:
   def convert(row: dict) -> dict:
-    q = P._text(row, problem)
-    return P._verl(
-      P._user(f"{q} {MATH_INSTRUCTION}"), data_source, _answer(row.get(answer), answer), "math", {}
+    q = P.text_field(row, problem)
+    return P.verl_row(
+      P.user_prompt(f"{q} {MATH_INSTRUCTION}"),
+      data_source,
+      _answer(row.get(answer), answer),
+      "math",
+      {},
     )
 
   return convert
@@ -95,8 +99,8 @@ def _code_row(prompt: str, data_source: str, tests: dict) -> dict:
     truth = json.dumps(tests, allow_nan=False)
   except (TypeError, ValueError):
     raise Malformed("test values are not plain data") from None
-  return P._verl(
-    P._user(prompt),
+  return P.verl_row(
+    P.user_prompt(prompt),
     data_source,
     truth,
     "code",
@@ -127,8 +131,8 @@ def _check_body(test: str) -> dict[str, object]:
 
 
 def convert_humanevalplus(row: dict) -> dict:
-  prompt, entry = P._text(row, "prompt"), P._text(row, "entry_point")
-  body = _check_body(P._text(row, "test"))
+  prompt, entry = P.text_field(row, "prompt"), P.text_field(row, "entry_point")
+  body = _check_body(P.text_field(row, "test"))
   inputs = body.get("inputs")
   outputs = body.get("results", body.get("exp_out"))
   if not (
@@ -211,7 +215,7 @@ def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> di
   date = str(row.get("contest_date") or "")[:10]
   if not window[0] <= date < window[1]:
     raise Malformed(f"column 'contest_date' outside [{window[0]}, {window[1]})")
-  question = P._text(row, "question_content")
+  question = P.text_field(row, "question_content")
   meta, cases = (_json_column(row, c) for c in ("metadata", "public_test_cases"))
   if not isinstance(cases, list):
     raise Malformed("column 'public_test_cases' is not a list")
@@ -252,9 +256,9 @@ def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> di
 
 
 def convert_gpqa(row: dict) -> dict:
-  question = P._text(row, "Question")
-  right = P._text(row, "Correct Answer")
-  wrong = [P._text(row, f"Incorrect Answer {i}") for i in (1, 2, 3)]
+  question = P.text_field(row, "Question")
+  right = P.text_field(row, "Correct Answer")
+  wrong = [P.text_field(row, f"Incorrect Answer {i}") for i in (1, 2, 3)]
   seed = int.from_bytes(hashlib.sha256(question.encode()).digest()[:4], "little")
   order = np.random.RandomState(seed).permutation(4)
   choices = [([right] + wrong)[i] for i in order]
@@ -264,14 +268,14 @@ def convert_gpqa(row: dict) -> dict:
     f"{question}\n\n{lines}\n\nThink step by step, then give the letter of the correct "
     "choice within \\boxed{}."
   )
-  return P._verl(P._user(text), "gpqa", key, "stem", {})
+  return P.verl_row(P.user_prompt(text), "gpqa", key, "stem", {})
 
 
 def convert_ifeval(row: dict) -> dict:
-  text = P._text(row, "prompt")
+  text = P.text_field(row, "prompt")
   instructions = P.ifeval_instructions(row.get("instruction_id_list"), row.get("kwargs"), "kwargs")
-  return P._verl(
-    P._user(text), "ifeval", "", "instruction_following", {"instructions": instructions}
+  return P.verl_row(
+    P.user_prompt(text), "ifeval", "", "instruction_following", {"instructions": instructions}
   )
 
 
@@ -452,10 +456,10 @@ def prepare_suite(
     t0 = time.time()
     if b.source.startswith("reasoning_gym"):
       tasks = RG_OOD_TASKS if b.source == "reasoning_gym_ood" else rg_tasks
-      rows = P._reasoning_gym_rows(rg_per_task * len(tasks), tasks, RG_HELDOUT_SEED)
+      rows = P.reasoning_gym_rows(rg_per_task * len(tasks), tasks, RG_HELDOUT_SEED)
       manifest["sources"][b.source] = {
         "dataset": "reasoning_gym (generated)",
-        "revision": P._rg_version(),
+        "revision": P.rg_version(),
         "tasks": list(tasks),
         "per_task": rg_per_task,
         "seed": RG_HELDOUT_SEED,
@@ -472,7 +476,7 @@ def prepare_suite(
         manifest["sources"][b.source] = info
         loaded[b.source] = converted, info
         if bad:
-          log(f"{b.source}: {sum(bad.values())} rows not usable: {P._top(bad)}")
+          log(f"{b.source}: {sum(bad.values())} rows not usable: {P.top_reasons(bad)}")
       rows, info = loaded[b.source]
       if b.data_source:
         rows = [r for r in rows if r["data_source"] == b.data_source]
@@ -487,7 +491,8 @@ def prepare_suite(
       check = {"checked": len(verdicts), "dropped": dict(dropped.most_common())}
       if dropped:
         log(
-          f"{name}: {sum(dropped.values())} rows dropped by the reference check: {P._top(dropped)}"
+          f"{name}: {sum(dropped.values())} rows dropped by the reference check: "
+          f"{P.top_reasons(dropped)}"
         )
     if not rows:
       raise PrepareError(
@@ -495,7 +500,7 @@ def prepare_suite(
         "check --source / --revision"
       )
     rel = f"{name}.parquet"
-    manifest["files"][rel] = P._write_parquet(rows, os.path.join(out, rel))
+    manifest["files"][rel] = P.write_parquet(rows, os.path.join(out, rel))
     manifest["benchmarks"][name] = {
       "domain": b.domain,
       "file": rel,

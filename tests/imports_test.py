@@ -66,9 +66,10 @@ LAYERS = {
     "hub",
     "rewards.audit",
     "solution_answers",
+    "mix",
   ],
   4: ["setup", "train", "rl_step", "step"],
-  5: ["main"],
+  5: ["main", "config.__main__"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.
 NO_JAX = (
@@ -154,3 +155,67 @@ def test_rollout_worker_never_imports_jax():
     "assert not bad, bad"
   )
   subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT.parent)
+
+
+def _graph() -> dict[str, set[str]]:
+  """Module -> the package modules it imports (at the top or inside a function);
+  `from prorl_jax.pkg import sub` names the module pkg.sub, `from prorl_jax.pkg import Name`
+  the module pkg."""
+  modules = {_module_name(p) for p in FILES}
+  graph = {}
+  for path in FILES:
+    src, targets = _module_name(path), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Import):
+        targets |= {a.name for a in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        for a in node.names:
+          sub = f"{node.module}.{a.name}"
+          targets.add(sub if sub[len("prorl_jax.") :] in modules else node.module)
+    graph[src] = {
+      t[len("prorl_jax.") :]
+      for t in targets
+      if t.startswith("prorl_jax.") and t[len("prorl_jax.") :] in modules - {src}
+    }
+  return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """Each strongly connected group of more than one module (Tarjan)."""
+  index, low, stack, on, out = {}, {}, [], set(), []
+
+  def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on.add(v)
+    for w in sorted(graph.get(v, ())):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      group = []
+      while True:
+        w = stack.pop()
+        on.discard(w)
+        group.append(w)
+        if w == v:
+          break
+      if len(group) > 1:
+        out.append(sorted(group))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return out
+
+
+def test_no_import_circles():
+  """No two modules import each other, directly or through others, even inside a function
+  (the layer check above lets modules of one layer import each other)."""
+  assert _cycles(_graph()) == []
+
+
+def test_the_circle_check_can_fail():
+  assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

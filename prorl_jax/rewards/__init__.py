@@ -12,29 +12,14 @@ the pool scores it again alone. `route(data_source)` picks the verifier from the
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable
-
-
-@dataclasses.dataclass(frozen=True)
-class Score:
-  value: float  # in [0, 1]
-  reason: str = ""
-  failed: bool = False  # the verifier itself failed: not a judgement of the response
-  response_error: bool = False  # the response made the verifier fail: scored 0, counted
-  starved: bool = False  # cut short by other load, not by the response: to be scored again
-
-
-Verifier = Callable[..., Score]
+from prorl_jax.rewards.common import Score, Verifier  # noqa: F401 - the package's API
 
 
 def _registry() -> dict[str, Verifier]:
-  from prorl_jax.demo import chain_sum
-  from prorl_jax.rewards import code, ifeval, math, mcq, puzzles
+  from prorl_jax.rewards import chain_sum, code, ifeval, math, mcq, puzzles
 
   return {
     "chain_sum": chain_sum.score,
-    "length_format": chain_sum.format_score,
     "math": math.score,
     "code": code.score,
     "reasoning_gym": puzzles.score,
@@ -67,7 +52,7 @@ DEFAULT_ROUTING = {
 # Verifiers that run third-party checkers on model text: each response is judged in a confined,
 # throw-away child of the pool process (`rewards/isolate.py`). Code runs its programs in the
 # bubblewrap sandbox and compares their output in project code.
-ISOLATED = ("chain_sum", "length_format", "math", "reasoning_gym", "ifeval", "stem", "mcq")
+ISOLATED = ("chain_sum", "math", "reasoning_gym", "ifeval", "stem", "mcq")
 
 # Verifiers whose score is a judgement in [0, 1] (reported as a mean); the others' benchmarks
 # report pass@1, the mean over samples of score == 1.
@@ -127,8 +112,7 @@ def warm(name: str, reference, meta: dict) -> None:
   process itself, before the throw-away child is forked: trusted work, no response text."""
   import importlib
 
-  module = {"length_format": "chain_sum", "stem": "mcq", "reasoning_gym": "puzzles"}.get(name, name)
-  package = "prorl_jax.demo" if module == "chain_sum" else "prorl_jax.rewards"
-  fn = getattr(importlib.import_module(f"{package}.{module}"), "warm", None)
+  module = {"stem": "mcq", "reasoning_gym": "puzzles"}.get(name, name)
+  fn = getattr(importlib.import_module(f"prorl_jax.rewards.{module}"), "warm", None)
   if fn is not None:
     fn(reference, **meta)

@@ -28,8 +28,8 @@ import json
 import math
 import re
 
-from prorl_jax.rewards import Score, sandbox
-from prorl_jax.rewards.common import blank, close, load_json, same_token
+from prorl_jax.rewards import sandbox
+from prorl_jax.rewards.common import Score, blank, close, load_json, same_token
 
 _FENCE = re.compile(r"```(?:python|py|Python3?)?[ \t]*\n(.*?)```", re.S)
 REL_TOL = ABS_TOL = 1e-6

@@ -1,12 +1,27 @@
-"""Shared answer extraction: the text after the reasoning, boxed answers, answer tags."""
+"""What every verifier shares: the `Score` it returns, and answer extraction (the text after
+the reasoning, boxed answers, answer tags)."""
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import fractions
 import itertools
 import json
 import re
+from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+  value: float  # in [0, 1]
+  reason: str = ""
+  failed: bool = False  # the verifier itself failed: not a judgement of the response
+  response_error: bool = False  # the response made the verifier fail: scored 0, counted
+  starved: bool = False  # cut short by other load, not by the response: to be scored again
+
+
+Verifier = Callable[..., Score]
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 

@@ -33,8 +33,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from prorl_jax.rewards import Score
-from prorl_jax.rewards.common import after_think, load_json
+from prorl_jax.rewards.common import Score, after_think, load_json
 
 MIN_WORDS = 5
 

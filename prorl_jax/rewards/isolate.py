@@ -33,7 +33,7 @@ import select
 import signal
 import time
 
-from prorl_jax.rewards import Score
+from prorl_jax.rewards.common import Score
 
 VERDICT_BYTES = 64 << 10  # the most a child may send back
 STARVED_CPU_SHARE = 0.5  # a timed-out child that used less CPU than this share was starved

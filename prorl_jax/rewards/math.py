@@ -19,8 +19,7 @@ import signal
 import threading
 import time
 
-from prorl_jax.rewards import Score
-from prorl_jax.rewards.common import after_think, blank, last_boxed
+from prorl_jax.rewards.common import Score, after_think, blank, last_boxed
 
 MIN_CAP = 64  # characters an answer may always have, however short the reference
 _SPACE = re.compile(r"\s+|\$|\\[,;:! ]")

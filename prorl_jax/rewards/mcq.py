@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 
-from prorl_jax.rewards import Score
-from prorl_jax.rewards.common import after_think, answer_tag, blank, last_boxed, same_token
+from prorl_jax.rewards.common import Score, after_think, answer_tag, blank, last_boxed, same_token
 
 # The answer runs to the end of its line or to a full stop (a period before a space or the end;
 # a decimal point is not one: "Answer: 3.5" is 3.5).

@@ -34,8 +34,7 @@ import functools
 import json
 import re
 
-from prorl_jax.rewards import Score
-from prorl_jax.rewards.common import after_think, answer_tag, blank, load_json, same_token
+from prorl_jax.rewards.common import Score, after_think, answer_tag, blank, load_json, same_token
 
 EXCLUDED = {
   "propositional_logic": "open-ended (any entailed formula scores, the premises' conjunction "

@@ -573,28 +573,3 @@ def listing(cfg=None, markdown: bool = False) -> str:
     changed = "" if v == d else f"   (default {_value(d)})"
     lines.append(f"{k:<{width}}  {_value(v)}{changed}\n{'':<{width}}  # {describe(k)}")
   return "\n".join(lines) + "\n"
-
-
-def main(argv):
-  """`python -m prorl_jax.config [--config=FILE[:variant]] [--markdown]`: every key."""
-  from absl import flags
-
-  del argv
-  print(listing(flags.FLAGS.config, markdown=flags.FLAGS.markdown), end="")
-
-
-def cli():
-  from absl import app, flags
-  from ml_collections import config_flags
-
-  from prorl_jax import cli as cli_lib
-
-  config_flags.DEFINE_config_file(
-    "config", None, "a config file (its values are listed beside the defaults)", lock_config=True
-  )
-  flags.DEFINE_boolean("markdown", False, "a Markdown table of keys, defaults and meanings")
-  app.run(main, flags_parser=cli_lib.parse_flags)
-
-
-if __name__ == "__main__":
-  cli()
