@@ -1,6 +1,6 @@
 """Orbax checkpoints of a run: the sharded train state and the host state, saved together.
 
-Items: `state` (TrainState: params, opt state, ref params, step, rng) restored straight into its
+Items: `state` (TrainState: params, opt state, ref params, step, skipped updates) restored into its
 shardings, and `host` (JSON: data cursor, carry-over buffer, policy version, length-penalty
 phase, reset history, metric history the triggers need). Saves are asynchronous; the latest N
 are kept plus the best by validation. A corrupt latest checkpoint falls back to the previous one.
@@ -19,6 +19,10 @@ log = logging.getLogger(__name__)
 
 
 class Checkpointer:
+  """A run's checkpoint directory (local or gs://): `save(step, state, host)` in the background,
+  `restore_latest` of the newest readable step, `wait` for the save in flight, `close`. The
+  latest `keep` steps are kept, and the best by validation pass@1 besides."""
+
   def __init__(self, directory: str, keep: int = 3, async_save: bool = True):
     policy = pp.AnyPreservationPolicy(
       [

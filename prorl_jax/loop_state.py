@@ -21,7 +21,7 @@ class LoopState:
   prefetch: dict | None = None  # the pipelined next step's requests (rollout.pipeline)
   keep_rate: float = 0.5  # dynamic sampling's keep rate in the last step: sizes the prefetch
   data: dict = dataclasses.field(default_factory=dict)  # the training source's cursor
-  buffer: dict = dataclasses.field(default_factory=dict)  # dynamic sampling's carry-over groups
+  buffer: list = dataclasses.field(default_factory=list)  # dynamic sampling's carry-over groups
   pending_tail: bool = False  # step `step` trained, its validation and reset not yet done (stop)
 
   def to_json(self) -> dict:

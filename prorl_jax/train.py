@@ -29,7 +29,7 @@ from prorl_jax.checkpoint import Checkpointer, abstract_like
 from prorl_jax.export import RUN_RECORD
 from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.metrics import MetricWriter, NullWriter, wall_seconds_total
-from prorl_jax.model import forward, save_hf
+from prorl_jax.model import log_probs, save_hf
 from prorl_jax.preemption import PREEMPTED, Preempted, Watch
 from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
@@ -46,9 +46,7 @@ STOPPED = "stopped.json"  # in run_dir: the last stop on a signal (a finished ru
 SUMMARY = "summary.json"  # in run_dir: written last; a run is finished when it names the last step
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _probe_logprobs(model_cfg, params, tokens_BxT):
-  return jax.nn.log_softmax(forward(model_cfg, params, tokens_BxT), -1)
+_probe_logprobs = jax.jit(log_probs, static_argnums=0)
 
 
 def write_probe(model_cfg, params, tokens: list[list[int]], path: str):

@@ -84,6 +84,12 @@ def forward(cfg: Qwen2Config, params, tokens_BxT, attention_mask_BxT=None, mesh=
   return jnp.einsum("btd,dv->btv", h, w).astype(jnp.float32)
 
 
+def log_probs(cfg: Qwen2Config, params, tokens_BxT):
+  """log-softmax of the logits, float32 [B, T, V]: the log-probs a rollout engine is checked
+  against (the probe), on short sequences where the full vocabulary fits."""
+  return jax.nn.log_softmax(forward(cfg, params, tokens_BxT), -1)
+
+
 def _abstract_boxed(cfg: Qwen2Config):
   tokens = jnp.zeros((1, 1), jnp.int32)
   mask = jnp.ones((1, 1, 1), bool)

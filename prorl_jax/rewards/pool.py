@@ -115,6 +115,12 @@ ALONE_WALL_FACTOR = 4.0  # a starved judgement's second try: this many times the
 
 
 class VerifierPool:
+  """Scores responses in `processes` spawned verifier processes (never in the caller: model text
+  is judged away from the trainer and the worker). Each item of an isolated verifier runs in a
+  confined throw-away child of its pool process; an item that hangs past `timeout_s` costs that
+  process, which is replaced, and the item is a marked failure, never a silent 0. `stats`
+  counts what each verifier failed, blamed on the response, or scored again alone."""
+
   def __init__(
     self,
     processes: int = 2,

@@ -23,7 +23,7 @@ keeps going.
 
 from __future__ import annotations
 
-from prorl_jax.rollout.queue import RequestQueue
+from prorl_jax.rollout.queue import LEASE_SECONDS, RequestQueue
 from prorl_jax.rollout.results import ResultStore
 from prorl_jax.rollout.store import open_store
 from prorl_jax.rollout.weights import WeightStore
@@ -32,7 +32,7 @@ from prorl_jax.rollout.weights import WeightStore
 class Exchange:
   """One handle on the exchange at `url`; safe to use from many processes at once."""
 
-  def __init__(self, url: str, lease_seconds: float = 60.0):
+  def __init__(self, url: str, lease_seconds: float = LEASE_SECONDS):
     self.url = url
     self.store = open_store(url)
     self.stats = self.store.stats  # what every part skipped, quarantined, reclaimed, ...

@@ -43,10 +43,15 @@ class Claim:
   generation: bytes  # of our lease; renewing it is a compare-and-swap on this
 
 
+# How long a claim holds without a heartbeat (a worker beats every third of it): past it, a
+# request whose worker died or hung is served by another.
+LEASE_SECONDS = 60.0
+
+
 class RequestQueue:
   """Requests, leases and the commit of their results, on one store."""
 
-  def __init__(self, store: KvStore, results: ResultStore, lease_seconds: float = 60.0):
+  def __init__(self, store: KvStore, results: ResultStore, lease_seconds: float = LEASE_SECONDS):
     self.store = store
     self.results = results
     self.lease_seconds = lease_seconds

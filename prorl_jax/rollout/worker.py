@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -31,18 +32,28 @@ from prorl_jax.rewards import sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.entries import InvalidEntry, safe_name
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.rollout.queue import Claim
+from prorl_jax.rollout.queue import LEASE_SECONDS, Claim
 from prorl_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger("prorl_jax.worker")
 
 
 class Engine(Protocol):
-  def load(self, path: str) -> None: ...
+  """What the worker needs of a rollout engine (JAX's or vLLM's)."""
+
+  # |engine - trainer| log-probs on the probe of the version loaded last, if the engine checked
+  # it while loading (vLLM does, to catch a bad in-place reload); None: the worker checks.
+  last_mismatch: dict | None
+
+  def load(self, path: str) -> None:
+    """Loads (or swaps in) the weights of a published version's HF directory."""
 
   def generate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int) -> dict:
     """Prompt-major rows (all n of prompt 0 first): tokens [R, N], logprobs [R, N], lengths [R],
     finish_reason list."""
+
+  def score_tokens(self, tokens: list[int]) -> np.ndarray:
+    """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the probe's check)."""
 
 
 class JaxEngine:
@@ -51,6 +62,7 @@ class JaxEngine:
   def __init__(self):
     self.cfg = self.params = self.weights = self._score = None
     self.pad = 0
+    self.last_mismatch = None  # the worker checks the probe
 
   def load(self, path: str) -> None:
     from prorl_jax.model import load_hf
@@ -64,10 +76,10 @@ class JaxEngine:
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     import jax
 
-    from prorl_jax.model import forward
+    from prorl_jax.model import log_probs
 
     if self._score is None:  # jitted once: the probe is checked after every weight reload
-      self._score = jax.jit(lambda p, t: jax.nn.log_softmax(forward(self.cfg, p, t), axis=-1))
+      self._score = jax.jit(functools.partial(log_probs, self.cfg))
     lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
     return lp[np.arange(len(tokens) - 1), tokens[1:]]
 
@@ -118,6 +130,11 @@ def score_rows(
 
 
 class Worker:
+  """The loop of one rollout worker on an exchange: load the newest weights the exchange has
+  committed, claim a request, generate with `engine`, score in `pool`, commit the result (data
+  first, manifest last), repeat. A lost lease drops the work (another worker has it); SIGTERM
+  sets `stop`, heeded after the request in hand."""
+
   def __init__(
     self,
     exchange: Exchange,
@@ -178,7 +195,7 @@ class Worker:
     """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
     from prorl_jax.rollout.probe import check_probe
 
-    cached = getattr(self.engine, "last_mismatch", None)  # the vLLM engine checks on load
+    cached = self.engine.last_mismatch  # the vLLM engine checks on load
     if cached is not None:
       return cached
     return check_probe(self.engine.score_tokens, path)
@@ -302,7 +319,7 @@ def main(argv=None):
   ap.add_argument("--engine", default="jax", choices=["jax", "vllm"])
   ap.add_argument("--cache_dir", default="", help="local copies of weights (default: tmp)")
   ap.add_argument("--worker_id", default="")
-  ap.add_argument("--lease_seconds", type=float, default=60.0)
+  ap.add_argument("--lease_seconds", type=float, default=LEASE_SECONDS)
   ap.add_argument("--poll_seconds", type=float, default=0.2)
   ap.add_argument("--max_requests", type=int, default=None)
   ap.add_argument("--idle_exit_seconds", type=float, default=None)
