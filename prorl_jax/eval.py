@@ -21,14 +21,11 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
 
   from prorl_jax import config as config_lib
   from prorl_jax import export
-  from prorl_jax.rollout import layout
-  from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
+  from prorl_jax.rollout import local
   from prorl_jax.sources import sources_for
   from prorl_jax.tokenizer import load_tokenizer
 
   config_lib.validate(cfg)
-  python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
-  check_worker_python(python, cfg.rollout.engine)
   sampling = SamplingParams(
     max_new_tokens=cfg.rollout.max_response_len,
     temperature=cfg.eval.temperature,
@@ -45,16 +42,8 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
     url = f"file://{tmp}/exchange"
     ex = Exchange(url)
     ex.weights.publish(0, 0, model_dir)
-    workers = LocalWorkers(
-      url,
-      max(1, layout.worker_count(cfg)),
-      cfg.rollout.engine,
-      os.path.join(tmp, "workers"),
-      unsandboxed_code=cfg.rollout.unsandboxed_code,
-      sandbox_limits=config_lib.sandbox_limits(cfg),
-      python=python,
-      vllm_options=config_lib.vllm_options(cfg),
-      on_death=ex.queue.release,
+    workers, _ = local.for_config(
+      cfg, url, os.path.join(tmp, "workers"), ex.queue.release, at_least_one=True
     )
     try:
       return evaluate(

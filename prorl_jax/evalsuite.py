@@ -207,27 +207,15 @@ class _Runner:
   """A private exchange with the model published as version 0, and local workers on it."""
 
   def __init__(self, cfg, model_dir: str):
-    from prorl_jax import config as config_lib
-    from prorl_jax.rollout import layout
+    from prorl_jax.rollout import local
     from prorl_jax.rollout.exchange import Exchange
-    from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
 
-    python = worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
-    check_worker_python(python, cfg.rollout.engine)
     self.tmp = tempfile.TemporaryDirectory(prefix="prorl_suite_")
     url = f"file://{self.tmp.name}/exchange"
     self.ex = Exchange(url)
     self.ex.weights.publish(0, 0, model_dir)
-    self.workers = LocalWorkers(
-      url,
-      max(1, layout.worker_count(cfg)),
-      cfg.rollout.engine,
-      os.path.join(self.tmp.name, "workers"),
-      unsandboxed_code=cfg.rollout.unsandboxed_code,
-      sandbox_limits=config_lib.sandbox_limits(cfg),
-      python=python,
-      vllm_options=config_lib.vllm_options(cfg),
-      on_death=self.ex.queue.release,
+    self.workers, _ = local.for_config(
+      cfg, url, os.path.join(self.tmp.name, "workers"), self.ex.queue.release, at_least_one=True
     )
 
   def close(self):

@@ -33,7 +33,8 @@ from prorl_jax.model import log_probs, save_hf
 from prorl_jax.preemption import PREEMPTED, Preempted, Watch
 from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.rollout.local import LocalWorkers, check_worker_python, worker_python
+from prorl_jax.rollout.local import check_worker_python, worker_python
+from prorl_jax.rollout.local import for_config as local_workers_for
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.rollout.weights import shard_bytes
 from prorl_jax.run_record import check_resume_config, latest_local_step, record_run
@@ -433,24 +434,18 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
       return {"finished": True, "steps": step0}
   ex = _open_exchange(cfg, loop) if primary else None  # only the primary talks to it
   publish(setup, state, ex, loop.version)
-  workers = None
-  placed = layout.for_config(cfg, hosts=jax.process_count())
+  workers, placed = None, layout.for_config(cfg, hosts=jax.process_count())
   if primary:
     print(placed.describe(), flush=True)
     for line in placed.warnings:
       print(f"warning: {line}", file=sys.stderr, flush=True)
-  if placed.workers and primary:
-    workers = LocalWorkers(
+    workers, _ = local_workers_for(
+      cfg,
       exchange_url(cfg),
-      len(placed.workers),
-      cfg.rollout.engine,
       os.path.join(cfg.run_dir, "workers"),
-      unsandboxed_code=cfg.rollout.unsandboxed_code,
-      sandbox_limits=config_lib.sandbox_limits(cfg),
-      python=worker_python(cfg.rollout.engine, cfg.rollout.worker_python),
-      vllm_options=config_lib.vllm_options(cfg),
-      on_death=ex.queue.release,
-      envs=[placed.worker_env(i) for i in range(len(placed.workers))],
+      ex.queue.release,
+      hosts=jax.process_count(),
+      check=False,
     )
   summary, stopped = {}, None  # stopped: how the run stopped to be requeued (a signal)
 

@@ -97,3 +97,33 @@ def test_local_workers_get_their_gpus(tmp_path):
   logs = [open(workers._log(i)).read().strip() for i in range(2)]
   workers.stop()
   assert logs == ["gpus=0,1", "gpus=2,3"]
+
+
+@pytest.mark.parametrize(
+  "local_workers, want", [("auto", ["gpus=0,1", "gpus=2,3"]), ("0", ["gpus="])]
+)
+def test_every_command_starts_its_local_workers_pinned_by_the_layout(
+  tmp_path, monkeypatch, local_workers, want
+):
+  """The trainer and both evaluation commands start their workers through one function: on 4
+  GPUs with tensor parallel 2, two workers on GPUs 0,1 and 2,3 (not all of them on GPU 0); an
+  evaluation with no local workers configured still gets one."""
+  import stat
+
+  from prorl_jax.rollout import local
+
+  py = tmp_path / "python"
+  py.write_text('#!/bin/sh\necho "gpus=$CUDA_VISIBLE_DEVICES"\n')
+  py.chmod(py.stat().st_mode | stat.S_IXUSR)
+  monkeypatch.setattr(layout, "visible_gpus", lambda: 4)
+  cfg = config_lib.base_config()
+  cfg.rollout.engine, cfg.rollout.worker_python = "vllm", str(py)
+  cfg.rollout.local_workers, cfg.vllm.tensor_parallel = local_workers, 2
+  workers, placed = local.for_config(
+    cfg, "file:///x", str(tmp_path / "logs"), at_least_one=True, check=False
+  )
+  for p in workers.procs:
+    p.wait()
+  logs = [open(workers._log(i)).read().strip() for i in range(len(want))]
+  workers.stop()
+  assert logs == want and len(placed.workers) == (2 if local_workers == "auto" else 0)
