@@ -15,7 +15,8 @@ drawn from:
   worker_kill9 kill -9 of the local rollout worker (the trainer restarts it; no resume)
   torn         a request or result file of the exchange truncated to half (no resume)
 
-`--load on` runs a CPU-bound spinner beside every cut run, `both` alternates. A wait for
+`--load on` runs a CPU-bound spinner beside every cut run; `both` alternates quiet and loaded
+cuts so that each fault meets both conditions within every 8 cuts. A wait for
 rollouts longer than the exchange's lease (60 s) plus a 30 s margin counts as a failure. The last
 line is one JSON object: cut points tried and survived (per fault and load), the slowest
 recovery (the resumed run's longest wait for rollouts) and each failure; the exit status is 1
@@ -212,7 +213,9 @@ def main():
       print(json.dumps({"mode": mode, "reference": k, "wall_s": round(ref_s, 1)}), flush=True)
     for i in range(args.cuts):
       fault = FAULTS[i % len(FAULTS)]
-      load = args.load == "on" or (args.load == "both" and i % 2 == 1)
+      # `both`: quiet and loaded cuts alternate, and each fault meets both conditions within
+      # every 8 cuts (the flip at i // 4 shifts which faults the odd cuts fall on)
+      load = args.load == "on" or (args.load == "both" and (i + i // len(FAULTS)) % 2 == 1)
       at_s = rng.uniform(0.1, ref_s)
       run_dir = os.path.join(tmp, f"{mode}-{i:03d}")
       spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load else None
