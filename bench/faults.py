@@ -47,6 +47,9 @@ FAULTS = ("kill9", "sigterm", "worker_kill9", "torn")
 LEASE_S, MARGIN_S = 60.0, 30.0
 REQUEUE_EXIT = 75
 MISSED = "finished before the cut"  # such a run counts as tried, not as a cut point
+# The competing process: busy until its parent (this harness) is gone, so that a harness
+# stopped by a signal leaves no spinner behind to load the next run.
+SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n  pass"
 CACHE_DIR = os.path.join(tempfile.gettempdir(), f"prorl_jax-faults-xla-cache-{os.getuid()}")
 
 
@@ -218,7 +221,7 @@ def main():
       load = args.load == "on" or (args.load == "both" and (i + i // len(FAULTS)) % 2 == 1)
       at_s = rng.uniform(0.1, ref_s)
       run_dir = os.path.join(tmp, f"{mode}-{i:03d}")
-      spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load else None
+      spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if load else None
       try:
         got = one_cut(base, run_dir, args.steps, pipelined, fault, at_s, rng)
       finally:
