@@ -43,7 +43,7 @@ def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
   buffer = dynamic_sampling.GroupBuffer([_group(1, 4), _group(2, 5)])
   loop = LoopState(step=5, version=5, resets=[{"step": 3, "why": "schedule"}], pass1_start=0.25)
   saved = json.loads(json.dumps(train.loop_json(loop, source, buffer)))  # as a checkpoint does
-  assert loop.data == {} and loop.buffer == {}  # the live loop state is not changed
+  assert loop.data == {} and loop.buffer == []  # the live loop state is not changed
   fresh = Counter()
   got, got_buffer = train.resume_loop(saved, fresh)
   assert fresh.k == 12 and fresh.take(2) == [12, 13]  # the cursor continues where it stood

@@ -263,6 +263,7 @@ def _as_nobody_env() -> tuple[str, dict]:
   for rel in (
     "prorl_jax/__init__.py",
     "prorl_jax/rewards/__init__.py",
+    "prorl_jax/rewards/common.py",
     "prorl_jax/rewards/sandbox.py",
     "prorl_jax/rewards/sandbox_runner.py",
     "prorl_jax/rewards/confinement.py",
