@@ -26,7 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchutil import interleaved  # noqa: E402
+from benchutil import interleaved, spread  # noqa: E402
 
 B, PROMPT, NEW = 8, 32, 128
 KW = dict(
@@ -229,10 +229,9 @@ def main():
       reps,
     )
     med = {k: statistics.median(v) for k, v in times.items()}
-    out["jax_tokens_per_s"] = round(B * NEW / med["jax"], 1)
-    out["hf_generate_tokens_per_s"] = round(B * NEW / med["hf"], 1)
-    out["jax_tokens_per_s_best"] = round(B * NEW / min(times["jax"]), 1)
-    out["hf_generate_tokens_per_s_best"] = round(B * NEW / min(times["hf"]), 1)
+    for arm, key in (("jax", "jax_tokens_per_s"), ("hf", "hf_generate_tokens_per_s")):
+      rate = spread(times[arm], B * NEW)
+      out[key], out[f"{key}_best"] = rate["median"], rate["best"]
     # What 5x HF would allow per decode step, beside the step's weight matmuls alone in torch.
     out["ms_per_step_jax"] = round(med["jax"] * 1e3 / NEW, 3)
     out["ms_per_step_budget_5x_hf"] = round(med["hf"] * 1e3 / NEW / 5, 3)

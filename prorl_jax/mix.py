@@ -18,14 +18,7 @@ import numpy as np
 
 from prorl_jax import rewards
 from prorl_jax.data import parse_row
-from prorl_jax.hub import (  # noqa: F401 - the errors and readers are prepare's API too
-  Malformed,
-  PrepareError,
-  Source,
-  download,
-  load_source,
-  read_local,
-)
+from prorl_jax.hub import Malformed, Source, load_source
 from prorl_jax.rewards import audit, code, ifeval, puzzles
 from prorl_jax.solution_answers import scp_answer
 

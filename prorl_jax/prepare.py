@@ -31,14 +31,12 @@ import os
 import sys
 
 from prorl_jax import suite as suite_lib
+from prorl_jax.hub import Malformed, PrepareError  # noqa: F401 - Malformed: the command's API
 from prorl_jax.mix import (  # noqa: F401 - the mix's names, as this command's users knew them
   BOXED_INSTRUCTION,
   PRORL_MIX,
   RG_TASKS,
   SOURCES,
-  Malformed,
-  PrepareError,
-  Source,
   ifeval_instructions,
   normalise_prompt,
   prepare,

@@ -48,7 +48,7 @@ from typing import Callable
 import numpy as np
 
 from prorl_jax import mix as P
-from prorl_jax.mix import Malformed, PrepareError, Source
+from prorl_jax.hub import Malformed, PrepareError, Source
 from prorl_jax.rewards import code
 
 SUITE = "prorl-eval"

@@ -49,11 +49,12 @@ class Layout:
   def describe(self) -> str:
     if not self.workers:
       return "layout: no local rollout workers (external workers only)"
-    if not self.gpus:
-      return f"layout: {len(self.workers)} local rollout worker(s) on the CPU"
     used = sorted({g for w in self.workers for g in w})
+    if not used:  # the JAX engine, or vLLM's CPU build: nothing pinned
+      where = "on the CPU" if not self.gpus else "beside the trainer, not pinned to a GPU"
+      return f"layout: {len(self.workers)} local rollout worker(s) {where}"
     per = ", ".join(f"worker {i}: GPU {','.join(map(str, w))}" for i, w in enumerate(self.workers))
-    if self.trainer_memory is None:  # a rollout node: the GPUs are the engines' alone
+    if self.trainer_memory is None:  # pinned, and no trainer share: a rollout node (dedicated)
       return (
         f"layout: no trainer; {len(self.workers)} vLLM worker(s) on {len(used)} of {self.gpus} "
         f"GPU(s) (gpu_memory_utilization {self.vllm_memory}): {per}"
