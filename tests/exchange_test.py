@@ -303,6 +303,43 @@ def test_two_worker_processes_commit_each_request_exactly_once(tmp_path):
   assert all(ex.results.read(f"r{i:03d}") is not None for i in range(30))
 
 
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from prorl_jax.rollout.store import NO_VALUE, open_store
+    store, errors = open_store({url!r}), []
+    for i in range({n}):
+      rid = f"r{{i % 8}}"
+      for key, value, cond in ((f"results/{{rid}}/data.npz", b"d", None),
+                               (f"results/{{rid}}/manifest.json", b"m", NO_VALUE),
+                               (f"results/{{rid}}/manifest.json", None, None)):
+        try:
+          store.write(key, value, if_equal=cond)
+        except Exception as e:
+          errors.append(str(e).splitlines()[0][:100])
+    print(len(errors), sorted(set(errors))[:3])
+""")
+
+
+def test_deleting_a_prefix_never_breaks_a_write_under_it_in_another_process(tmp_path):
+  # The trainer retires a result (deleting results/<id>/) while a worker commits or deletes keys
+  # under it: a range delete that takes the writer's lock file with it fails the writer.
+  url, n = f"file://{tmp_path}/ex", 1500
+  store = open_store(url)
+  script = tmp_path / "writer.py"
+  script.write_text(WRITER.format(root=ROOT, url=url, n=n))
+  proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+  deletes = 0
+  while proc.poll() is None:
+    store.delete_prefix(f"results/r{deletes % 8}/")
+    deletes += 1
+  assert proc.communicate(timeout=60)[0].strip() == "0 []"
+  assert deletes > n // 4  # the two ran side by side
+  for i in range(8):
+    store.delete_prefix(f"results/r{i}/")
+  assert store.list("results/") == [] and os.listdir(tmp_path / "ex") in ([], ["results"])
+
+
 # ------------------------------------------------------------------ forged and malformed entries
 def _publish_one(ex, tmp_path, version=1, payload=b"real weights"):
   src = tmp_path / f"src{version}"

@@ -19,7 +19,6 @@ import concurrent.futures
 import hashlib
 import logging
 import os
-import shutil
 import stat
 import uuid
 
@@ -29,6 +28,7 @@ log = logging.getLogger(__name__)
 
 NO_VALUE = b"\x02"  # tensorstore's storage generation of a missing key
 _CHUNK_BYTES = 1 << 20
+_WRITE_TRIES = 5
 
 
 class InvalidExchange(ValueError):
@@ -143,10 +143,28 @@ class LocalStore(KvStore):
     except OSError:
       return False
 
+  def write(self, key: str, value: bytes | None, if_equal: bytes | None = None) -> bytes:
+    # A write whose directory another process's `delete_prefix` removed between the write's
+    # mkdir and its lock file fails NOT_FOUND before it has written anything: tried again.
+    for attempt in range(_WRITE_TRIES):
+      try:
+        return super().write(key, value, if_equal)
+      except ValueError as e:
+        if not str(e).startswith("NOT_FOUND") or attempt == _WRITE_TRIES - 1:
+          raise
+    raise AssertionError("unreachable")
+
   def delete_prefix(self, prefix: str):
-    super().delete_prefix(prefix)
-    # The key-value store leaves the emptied directory behind.
-    shutil.rmtree(os.path.join(self.root, prefix), ignore_errors=True)
+    # Key by key, then the emptied directories: tensorstore's range delete (like a recursive
+    # remove) also deletes the lock files of writes in flight under the prefix, and those writes
+    # then fail in their own process (a worker committing a result while the trainer retires it).
+    for key in self.list(prefix):
+      self.write(key, None)
+    for path, _, _ in os.walk(os.path.join(self.root, prefix), topdown=False):
+      try:
+        os.rmdir(path)  # only if empty: a write in flight keeps its directory
+      except OSError:
+        pass
 
 
 def open_store(url: str) -> KvStore:
