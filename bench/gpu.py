@@ -109,8 +109,8 @@ def stage_train(args, impl, remat="full"):
   import jax
   import numpy as np
 
-  from prorl_jax import train_step as ts
-  from prorl_jax.sharding import make_mesh
+  from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import train_step as ts
 
   cfg = _big_cfg(impl, args, remat)
   b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
@@ -229,7 +229,7 @@ def stage_sampler_jax(args, batch=None):
   import numpy as np
 
   from prorl_jax.model import init_params
-  from prorl_jax.rollout import jax_sampler
+  from prorl_jax.rollout.engines import jax_sampler
 
   cfg = _big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
   b, p, n = _sampler_shape(args, batch)

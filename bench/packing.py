@@ -85,10 +85,10 @@ def padded_batch(rng, vocab):
 def throughput(reps: int) -> dict:
   import jax
 
-  from prorl_jax import packing
-  from prorl_jax import train_step as ts
+  from prorl_jax.algo import packing
   from prorl_jax.model import init_params, presets
-  from prorl_jax.sharding import make_mesh
+  from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import train_step as ts
 
   cfg = presets.Qwen2Config(**MODEL, remat="dots")
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
@@ -167,10 +167,10 @@ def window(reps: int) -> dict:
   (`attention_window`, what the trainer sets), on the same slabs, interleaved."""
   import jax
 
-  from prorl_jax import packing
-  from prorl_jax import train_step as ts
+  from prorl_jax.algo import packing
   from prorl_jax.model import init_params, presets
-  from prorl_jax.sharding import make_mesh
+  from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import train_step as ts
 
   slab = (1, 16384 // SCALE)
   base = presets.Qwen2Config(**MODEL, remat="dots", attention_chunk=1024 // SCALE)
@@ -224,9 +224,9 @@ def aot_report():
   """Child: the 1.5B update compiled for 8 fake CPU devices (fsdp 8), per-device memory."""
   import jax
 
-  from prorl_jax import train_step as ts
   from prorl_jax.model import presets
-  from prorl_jax.sharding import make_mesh
+  from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import train_step as ts
 
   mesh = make_mesh(1, 8, 1)
   tx = ts.make_optimizer(1e-6)

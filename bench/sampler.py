@@ -56,7 +56,7 @@ def make_model(path):
 
 def jax_generate(cfg, params, prompts):
   """One call: the JAX sampler's B x NEW tokens."""
-  from prorl_jax.rollout.jax_sampler import SamplingParams, generate, prepare
+  from prorl_jax.rollout.engines.jax_sampler import SamplingParams, generate, prepare
 
   sp = SamplingParams(max_new_tokens=NEW, temperature=1.0)
   weights = prepare(cfg, params)  # as the worker does once per weight version

@@ -84,9 +84,9 @@ def jax_step(kw, b, t, remat):
   import jax
   import numpy as np
 
-  from prorl_jax import train_step as ts
   from prorl_jax.model import init_params, presets
-  from prorl_jax.sharding import make_mesh
+  from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import train_step as ts
 
   cfg = presets.Qwen2Config(**kw, remat=remat)
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
@@ -155,9 +155,9 @@ def aot_report():
   import jax
   import numpy as np
 
-  from prorl_jax import train_step as ts
   from prorl_jax.model import presets
-  from prorl_jax.sharding import make_mesh
+  from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import train_step as ts
 
   cfg = presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16", remat="full")
   tx = ts.make_optimizer(1e-6)

@@ -90,4 +90,4 @@ runs=()
 for name in $(printf '%s\n' "${!grid[@]}" | sort); do
   if [ -f "$root/$name/metrics.jsonl" ]; then runs+=("$root/$name"); fi
 done
-if [ ${#runs[@]} -gt 0 ]; then "$PY" -m prorl_jax.plot "${runs[@]}" --out="$root/compare.png"; fi
+if [ ${#runs[@]} -gt 0 ]; then "$PY" -m prorl_jax.cli.plot "${runs[@]}" --out="$root/compare.png"; fi

@@ -1,12 +1,12 @@
 """Entry point: `python -m prorl_jax.main --config=configs/qwen15b.py [--config.algo.x=...]`.
 
-Thin on purpose: flags, logging of the process/device layout, then `train.run`. A problem the
+Thin on purpose: flags, logging of the process/device layout, then `loop.run`. A problem the
 user can fix ends in one line (exit status 2); `--debug` shows the traceback. A run stopped by
 SIGTERM/SIGINT saves a checkpoint and exits 75 (EX_TEMPFAIL): start it again to resume.
 """
 
 if __name__ == "__main__":  # python -m prorl_jax.main: a SIGTERM from here on is kept, not fatal
-  from prorl_jax import preemption
+  from prorl_jax.trainer import preemption
 
   preemption.install_early()
 
@@ -29,7 +29,7 @@ _CONFIG = config_flags.DEFINE_config_file(
   "config",
   None,
   "config file, e.g. configs/tiny.py or configs/qwen15b.py:smoke; list its "
-  "keys with python -m prorl_jax.config --config=FILE",
+  "keys with python -m prorl_jax.cli.config --config=FILE",
   lock_config=True,
 )
 _ACCEPT = flags.DEFINE_boolean(
@@ -46,15 +46,16 @@ def main(argv):
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save step at INFO
-  from prorl_jax import cli, data
   from prorl_jax import config as config_lib
-  from prorl_jax.preemption import Watch
+  from prorl_jax.cli import errors
+  from prorl_jax.data import prompts
   from prorl_jax.rollout.local import WorkerFailure
+  from prorl_jax.trainer.preemption import Watch
 
   c = _CONFIG.value.checkpoint  # a stop asked from here on is kept (saved at the first safe point)
   watch = Watch(c.on_signal, c.preempt_file, c.grace_s)
-  user = (config_lib.ConfigError, data.DataError, WorkerFailure)
-  with cli.user_errors(*user):
+  user = (config_lib.ConfigError, prompts.DataError, WorkerFailure)
+  with errors.user_errors(*user):
     config_lib.validate(_CONFIG.value)
     fraction = config_lib.jax_memory_fraction(_CONFIG.value)
   if fraction is not None and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
@@ -62,9 +63,10 @@ def main(argv):
     os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(fraction)
   import jax
 
-  from prorl_jax import dist, train
+  from prorl_jax.parallel import dist
+  from prorl_jax.trainer import loop
 
-  with cli.user_errors(*user):
+  with errors.user_errors(*user):
     dist.initialize(_CONFIG.value.dist)  # before anything touches a device
   logging.getLogger("prorl_jax").info(
     "process %d/%d, %d local / %d global devices: %s",
@@ -74,17 +76,17 @@ def main(argv):
     jax.device_count(),
     jax.devices(),
   )
-  with cli.user_errors(*user):
-    summary = train.run(_CONFIG.value, accept_config_changes=_ACCEPT.value, watch=watch)
+  with errors.user_errors(*user):
+    summary = loop.run(_CONFIG.value, accept_config_changes=_ACCEPT.value, watch=watch)
   if summary.get("stopped_at") is not None:  # stopped on a signal, checkpoint saved: requeue me
-    from prorl_jax.preemption import REQUEUE_EXIT
+    from prorl_jax.trainer.preemption import REQUEUE_EXIT
 
     sys.exit(REQUEUE_EXIT)
 
 
 def cli():
   """The `prorl-train` console script."""
-  from prorl_jax import cli as cli_lib
+  from prorl_jax.cli import errors as cli_lib
 
   flags.mark_flags_as_required(["config"])
   app.run(main, flags_parser=functools.partial(cli_lib.parse_flags, usage=USAGE))

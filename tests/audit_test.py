@@ -1,4 +1,4 @@
-"""`python -m prorl_jax.rewards.audit` on fixture data: no strategy beats an honest wrong answer,
+"""`python -m prorl_jax.data.audit` on fixture data: no strategy beats an honest wrong answer,
 every reference earns 1.0, and breaking one reward rule makes it say so."""
 
 import json
@@ -10,8 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prorl_jax import prepare, rewards
-from prorl_jax.rewards import audit, code, common
+from prorl_jax import rewards
+from prorl_jax.cli import prepare
+from prorl_jax.data import audit
+from prorl_jax.rewards import code, common
 from tests import prepare_test as fixtures
 
 TASKS = "countdown,n_queens,number_sorting,word_sorting,syllogism,letter_counting,word_ladder"
@@ -51,7 +53,7 @@ def test_the_audit_passes_on_the_fixture_mix(mix, tmp_path):
     [
       sys.executable,
       "-m",
-      "prorl_jax.rewards.audit",
+      "prorl_jax.data.audit",
       f"--data={mix}",
       "--per_source=2",
       f"--json={table}",

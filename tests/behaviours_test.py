@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax import rl_step, setup, step
 from prorl_jax.algo import losses
-from prorl_jax.loop_state import LoopState, reset_reason
 from prorl_jax.model import init_params, presets
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout import probe
-from prorl_jax.rollout.jax_sampler import generate
+from prorl_jax.rollout.engines.jax_sampler import generate
 from prorl_jax.rollout.local import WorkerFailure
+from prorl_jax.trainer import batch, setup, update
+from prorl_jax.trainer.loop_state import LoopState, reset_reason
 
 
 def test_train_batch_layout_by_hand():
@@ -28,7 +28,7 @@ def test_train_batch_layout_by_hand():
     "tokens": np.array([[11, 12, 0, 0], [21, 22, 23, 24]]),
     "gen_logp": np.array([[-0.1, -0.2, 0, 0], [-1.0, -2.0, -3.0, -4.0]], np.float32),
   }
-  b = rl_step.build_batch([g], prompt_len=4, response_len=4, pad_id=0, rows=3)
+  b = batch.build_batch([g], prompt_len=4, response_len=4, pad_id=0, rows=3)
   # prompt left-padded into 4 slots, response right-padded; the third row is empty padding
   assert b["tokens"].tolist() == [
     [0, 7, 8, 9, 11, 12, 0, 0],
@@ -98,11 +98,11 @@ def test_kl_in_reward_puts_minus_beta_k1_into_the_returns():
   scores = np.array([[1.0, 0.0]])
   mask = np.ones((2, 3), np.float32)
   kl = np.array([[0.1, 0.2, 0.3], [0.0, 0.5, 0.0]], np.float32)
-  adv = rl_step.token_advantages("reinforce_pp", scores, mask, kl_BxT=kl, kl_coef=0.5)
+  adv = batch.token_advantages("reinforce_pp", scores, mask, kl_BxT=kl, kl_coef=0.5)
   g = np.array([[1 - 0.5 * 0.6, 1 - 0.5 * 0.5, 1 - 0.5 * 0.3], [-0.25, -0.25, 0.0]])
   want = (g - g.mean()) / np.sqrt(g.var() + 1e-8)
   np.testing.assert_allclose(np.asarray(adv), want, rtol=1e-5, atol=1e-5)
-  no_kl = rl_step.token_advantages("reinforce_pp", scores, mask, kl_BxT=kl, kl_coef=0.0)
+  no_kl = batch.token_advantages("reinforce_pp", scores, mask, kl_BxT=kl, kl_coef=0.0)
   assert not np.allclose(np.asarray(no_kl), want)
 
 
@@ -163,12 +163,12 @@ def test_epochs_repeat_every_mini_batch_update(packed):
     packed_logprobs=logprobs,
   )
   state = types.SimpleNamespace(params=None, ref_params=None)
-  import prorl_jax.dist as dist
+  import prorl_jax.parallel.dist as dist
 
   orig = dist.global_batch
   dist.global_batch = lambda tree, shardings: tree
   try:
-    _, metrics = step.update(run, state, groups, step=1, length_penalty_on=False)
+    _, metrics = update.update(run, state, groups, step=1, length_penalty_on=False)
   finally:
     dist.global_batch = orig
   assert len(calls) == 3 * 2 and metrics["actor/updates"] == 6

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prorl_jax.checkpoint import Checkpointer, abstract_like
+from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
 
 
 def _state(i):
@@ -44,7 +44,7 @@ def test_corrupt_latest_falls_back_to_the_previous_one(tmp_path, caplog):
         broken += 1
   assert broken
   ck = Checkpointer(str(tmp_path / "ck"), keep=3, async_save=False)
-  with caplog.at_level(logging.WARNING, logger="prorl_jax.checkpoint"):
+  with caplog.at_level(logging.WARNING, logger="prorl_jax.trainer.checkpoint"):
     step, state, host = ck.restore_latest(_abstract())
   assert step == 2 and host == {"step": 2} and int(state["step"]) == 2
   np.testing.assert_array_equal(state["w"], np.full((4, 3), 2.0))

@@ -139,23 +139,28 @@ CASES = [
   ),
   (
     "config listing typo",
-    "prorl_jax.config",
+    "prorl_jax.cli.config",
     ["--config.rollout.nn=3"],
     "did you mean --config.rollout.n?",
   ),
   (
     "eval suite without its data",
-    "prorl_jax.eval",
+    "prorl_jax.cli.eval",
     ["--suite=prorl-eval", "--checkpoint=/tmp", "--out=/tmp/x"],
     "--suite needs --data=DIR",
   ),
   (
     "eval suite on a directory that is not one",
-    "prorl_jax.eval",
+    "prorl_jax.cli.eval",
     ["--suite=prorl-eval", "--data=/tmp", "--checkpoint=/tmp", "--out=/tmp/x"],
     "/tmp: not an evaluation suite",
   ),
-  ("plot of a directory without metrics", "prorl_jax.plot", ["/tmp"], "/tmp has no metrics.jsonl"),
+  (
+    "plot of a directory without metrics",
+    "prorl_jax.cli.plot",
+    ["/tmp"],
+    "/tmp has no metrics.jsonl",
+  ),
   (
     "a boolean that is not one",
     "prorl_jax.main",
@@ -176,13 +181,13 @@ CASES = [
   ),
   (
     "export of a directory without checkpoints",
-    "prorl_jax.export",
+    "prorl_jax.cli.export",
     ["/tmp", "/tmp/out"],
     "/tmp holds no Orbax checkpoint",
   ),
   (
     "prepare from an unknown source",
-    "prorl_jax.prepare",
+    "prorl_jax.cli.prepare",
     ["--mix=prorl", "--out=/tmp/x", "--source=nope=/tmp"],
     "--source nope: unknown source",
   ),

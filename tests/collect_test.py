@@ -1,4 +1,4 @@
-"""`step.collect` without a model: a real exchange, and a thread that answers requests as a
+"""`update.collect` without a model: a real exchange, and a thread that answers requests as a
 worker would, with scores chosen by the prompt (even first token: one right of two, odd: both)."""
 
 import threading
@@ -6,9 +6,10 @@ import threading
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import dynamic_sampling, step
+from prorl_jax.algo import dynamic_sampling
 from prorl_jax.records import Request
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.trainer import update
 
 
 class Items:
@@ -65,7 +66,7 @@ def _collect(tmp_path, version_of, **rollout):
   t = threading.Thread(target=_answer, args=(ex, stop, served, version_of), daemon=True)
   t.start()
   try:
-    groups, info = step.collect(cfg, Items(), buffer, ex, None, step=7, version=3)
+    groups, info = update.collect(cfg, Items(), buffer, ex, None, step=7, version=3)
   finally:
     stop.set()
     t.join()

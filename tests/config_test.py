@@ -125,7 +125,7 @@ def test_each_rule_rejects_with_one_line(path, value, msg):
 
 
 def test_cudnn_attention_needs_16_bit_compute_and_auto_resolves_per_backend():
-  from prorl_jax.setup import attention_impl
+  from prorl_jax.trainer.setup import attention_impl
 
   c = base_config()
   c.model.attention_impl = "cudnn"
@@ -213,5 +213,5 @@ def test_docs_config_table_is_the_generated_one():
 
   doc = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "config.md")).read()
   assert config_lib.listing(markdown=True) in doc, (
-    "docs/config.md is stale: regenerate its table with python -m prorl_jax.config --markdown"
+    "docs/config.md is stale: regenerate its table with python -m prorl_jax.cli.config --markdown"
   )

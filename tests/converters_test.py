@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from prorl_jax import prepare, suite
-from prorl_jax.hub import load_source
+from prorl_jax.cli import prepare
+from prorl_jax.data import suite
+from prorl_jax.data.hub import load_source
 from tests import prepare_test as mix_fixtures
 from tests.suite_test import FIXTURES
 
@@ -120,7 +121,7 @@ def test_prepare_output_reads_as_verl_reads_it(tmp_path):
   ground truth a mapping's entry."""
   import pyarrow.parquet as pq
 
-  from prorl_jax import data
+  from prorl_jax.data import prompts
 
   out = tmp_path / "mix"
   argv = ["--mix=prorl", f"--out={out}", "--val=1", "--rg_tasks=chain_sum,syllogism"]
@@ -131,7 +132,7 @@ def test_prepare_output_reads_as_verl_reads_it(tmp_path):
       assert isinstance(row["extra_info"], dict) and isinstance(row["reward_model"], dict)
       assert row["extra_info"].get("index") is not None
       assert isinstance(row["reward_model"]["ground_truth"], str)
-      parsed = data.parse_row(row, str(path), i)  # and prorl_jax reads it back
+      parsed = prompts.parse_row(row, str(path), i)  # and prorl_jax reads it back
       assert None not in parsed["extra"].values()
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from prorl_jax import data
-from prorl_jax.demo import tiny_base
+from prorl_jax.data import prompts
+from prorl_jax.demo import chain_sum, tiny_base
 from prorl_jax.model import load_tokenizer
 
 
@@ -32,7 +32,7 @@ def _row(i, src="chain_sum", n=3):
 
 def test_rows_load_tokenize_and_drop_long_prompts(tmp_path, tok):
   path = _write(tmp_path / "a.jsonl", [_row(0), _row(1), _row(2, n=30)])
-  src = data.JsonlSource([path], tok, max_prompt_len=16)
+  src = prompts.JsonlSource([path], tok, max_prompt_len=16)
   assert len(src.items) == 2 and src.dropped_too_long == 1
   it = src.items[0]
   assert it["prompt_ids"][0] == tok.bos_token_id  # the chat template's <bos>
@@ -62,8 +62,8 @@ def test_rows_load_tokenize_and_drop_long_prompts(tmp_path, tok):
 )
 def test_malformed_rows_name_file_and_row(tmp_path, tok, bad, msg):
   path = _write(tmp_path / "bad.jsonl", [_row(0), bad])
-  with pytest.raises(data.DataError, match=msg) as e:
-    data.JsonlSource([path], tok, max_prompt_len=16)
+  with pytest.raises(prompts.DataError, match=msg) as e:
+    prompts.JsonlSource([path], tok, max_prompt_len=16)
   assert "bad.jsonl" in str(e.value)
 
 
@@ -76,24 +76,24 @@ def test_malformed_rows_name_file_and_row(tmp_path, tok, bad, msg):
   ],
 )
 def test_bad_generated_sources_are_one_line(tok, spec, msg):
-  with pytest.raises(data.DataError, match=msg) as e:
-    data.JsonlSource([spec], tok, max_prompt_len=16)
+  with pytest.raises(prompts.DataError, match=msg) as e:
+    prompts.JsonlSource([spec], tok, max_prompt_len=16)
   assert "\n" not in str(e.value)
 
 
 def test_an_unreadable_parquet_file_is_one_line(tmp_path, tok):
   path = tmp_path / "broken.parquet"
   path.write_bytes(b"PAR1 this is not parquet PAR1")
-  with pytest.raises(data.DataError, match="broken.parquet: not a readable Parquet file"):
-    data.JsonlSource([str(path)], tok, max_prompt_len=16)
+  with pytest.raises(prompts.DataError, match="broken.parquet: not a readable Parquet file"):
+    prompts.JsonlSource([str(path)], tok, max_prompt_len=16)
 
 
 def test_cursor_round_trip_continues_exactly(tmp_path, tok):
   path = _write(tmp_path / "a.jsonl", [_row(i, src="math", n=1 + i % 5) for i in range(7)])
-  make = lambda: data.Blend(
+  make = lambda: prompts.Blend(
     [
-      data.JsonlSource([path], tok, max_prompt_len=16, seed=3),  # noqa: E731
-      data.ChainSumSource(tok, seed=5),
+      prompts.JsonlSource([path], tok, max_prompt_len=16, seed=3),  # noqa: E731
+      chain_sum.ChainSumSource(tok, seed=5),
     ],
     [0.5, 0.5],
     seed=1,
@@ -110,8 +110,8 @@ def test_cursor_round_trip_continues_exactly(tmp_path, tok):
 
 
 def test_heldout_prompts_are_excluded_from_training(tok):
-  held = data.chain_sum_heldout(tok, 200)
-  src = data.ChainSumSource(tok, seed=0, exclude={h["prompt"] for h in held})
+  held = chain_sum.chain_sum_heldout(tok, 200)
+  src = chain_sum.ChainSumSource(tok, seed=0, exclude={h["prompt"] for h in held})
   train = {src.next()["prompt"] for _ in range(500)}
   assert not train & {h["prompt"] for h in held}
 
@@ -122,13 +122,13 @@ def test_parquet_rows_load_like_jsonl(tmp_path, tok):
 
   rows = [_row(0), _row(1, src="math", n=2)]
   pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "a.parquet"))
-  src = data.JsonlSource([str(tmp_path / "a.parquet")], tok, max_prompt_len=16)
+  src = prompts.JsonlSource([str(tmp_path / "a.parquet")], tok, max_prompt_len=16)
   assert [it["data_source"] for it in src.items] == ["chain_sum", "math"]
   assert src.items[1]["reference"] == "2"
 
 
 def test_reasoning_gym_procedural_source(tok):
-  src = data.JsonlSource(
+  src = prompts.JsonlSource(
     ["reasoning_gym:basic_arithmetic:3:5"], tok, max_prompt_len=4096, use_chat_template=False
   )
   assert len(src.items) == 5 and src.items[0]["data_source"] == "reasoning_gym"
@@ -138,16 +138,18 @@ def test_reasoning_gym_procedural_source(tok):
 def test_an_unroutable_data_source_names_file_row_and_value(tmp_path, tok):
   path = _write(tmp_path / "a.jsonl", [_row(0), _row(1, src="mystery_set")])
   with pytest.raises(
-    data.DataError,
+    prompts.DataError,
     match=r"a.jsonl: row 2: no verifier for data_source "
     r"'mystery_set'.*data.reward_routing",
   ):
-    data.JsonlSource([path], tok, max_prompt_len=64)
-  src = data.JsonlSource([path], tok, max_prompt_len=64, routing={"mystery_set": "math"})
+    prompts.JsonlSource([path], tok, max_prompt_len=64)
+  src = prompts.JsonlSource([path], tok, max_prompt_len=64, routing={"mystery_set": "math"})
   assert src.verifiers == {"chain_sum", "math"}
   bad_val = _write(tmp_path / "val.jsonl", [_row(0, src="nope")])
-  with pytest.raises(data.DataError, match="val.jsonl: row 1: no verifier for data_source 'nope'"):
-    data.make_sources(
+  with pytest.raises(
+    prompts.DataError, match="val.jsonl: row 1: no verifier for data_source 'nope'"
+  ):
+    prompts.make_sources(
       tok,
       train_files=[_write(tmp_path / "t.jsonl", [_row(0)])],
       val_files=[bad_val],
@@ -156,7 +158,7 @@ def test_an_unroutable_data_source_names_file_row_and_value(tmp_path, tok):
       seed=0,
       heldout=1,
     )
-  blend, _ = data.make_sources(
+  blend, _ = prompts.make_sources(
     tok,
     train_files=[path],
     val_files=[],

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from prorl_jax import dist
+from prorl_jax.parallel import dist
 
 
 def test_pack_round_trips_types_and_values_exactly():

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from prorl_jax.demo import tiny_base
-from prorl_jax.scoring import pass_at_k
+from prorl_jax.evaluation.scoring import pass_at_k
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,7 +27,7 @@ def test_eval_cli_on_a_hf_directory(tmp_path):
     [
       sys.executable,
       "-m",
-      "prorl_jax.eval",
+      "prorl_jax.cli.eval",
       "--config=configs/tiny.py",
       f"--checkpoint={base}",
       f"--out={out}",

@@ -10,10 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from prorl_jax import evalsuite, prepare
-from prorl_jax import suite as suite_lib
+from prorl_jax.cli import prepare
+from prorl_jax.data import suite as suite_lib
 from prorl_jax.demo import tiny_base
-from prorl_jax.scoring import summarize
+from prorl_jax.evaluation import runner
+from prorl_jax.evaluation.scoring import summarize
 from tests.suite_test import FIXTURES, _write_sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,7 +36,7 @@ def test_pass_at_1_is_the_mean_of_binary_scores_without_failed_samples():
 
 
 def test_markdown_report_puts_published_numbers_beside_ours():
-  refs = evalsuite.load_references(evalsuite.REFERENCES)
+  refs = runner.load_references(runner.REFERENCES)
   results = {
     "aime24": {
       "domain": "math",
@@ -49,7 +50,7 @@ def test_markdown_report_puts_published_numbers_beside_ours():
       },
     }
   }
-  rep = evalsuite.build_report(
+  rep = runner.build_report(
     results,
     {"suite": "prorl-eval"},
     label="m",
@@ -60,16 +61,16 @@ def test_markdown_report_puts_published_numbers_beside_ours():
       "max_prompt_len": 4096,
       "seed": 0,
     },
-    samples=evalsuite.DEFAULT_SAMPLES,
+    samples=runner.DEFAULT_SAMPLES,
     references=refs,
   )
-  md = evalsuite.report_markdown(rep)
+  md = runner.report_markdown(rep)
   assert "| aime24 | 28.54 | 48.13 | 49.58 | 25.00 (2 verifier failures) |" in md
   assert "## Math" in md and "DeepSeek-R1-Distill-Qwen-1.5B" in md
 
 
 def test_published_numbers_cover_the_suite_and_match_the_papers_averages():
-  refs = evalsuite.load_references(evalsuite.REFERENCES)
+  refs = runner.load_references(runner.REFERENCES)
   assert set(refs["numbers"]) == set(suite_lib.BENCHMARKS)
   by_domain: dict[str, list[str]] = {}
   for name, b in suite_lib.BENCHMARKS.items():
@@ -112,10 +113,10 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
     "benchmarks": {"aime24": {"file": "a.jsonl"}, "aime25": {"file": "b.jsonl"}},
     "files": {"a.jsonl": {"sha256": "aa"}, "b.jsonl": {"sha256": "bb"}},
   }
-  refs = evalsuite.load_references(evalsuite.REFERENCES)
+  refs = runner.load_references(runner.REFERENCES)
 
   def report(p24, p25, **settings):
-    return evalsuite.build_report(
+    return runner.build_report(
       {
         "aime24": {"domain": "math", "summary": _summary(p24)},
         "aime25": {"domain": "math", "summary": _summary(p25)},
@@ -123,18 +124,18 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
       manifest,
       label="m",
       settings=dict(SETTINGS, **settings),
-      samples=evalsuite.DEFAULT_SAMPLES,
+      samples=runner.DEFAULT_SAMPLES,
       references=refs,
     )
 
   base = report(0.25, 0.125, max_response_len=8192)
   base["files"]["aime25"] = "other"  # an older copy of the AIME25 file
-  evalsuite.write_report(base, str(tmp_path / "base"))
+  runner.write_report(base, str(tmp_path / "base"))
   v2 = report(0.5, None)  # AIME25 without a usable sample
-  evalsuite.write_report(v2, str(tmp_path / "v2"))
+  runner.write_report(v2, str(tmp_path / "v2"))
 
-  measured = evalsuite.load_compare([f"base={tmp_path / 'base'}", f"v2={tmp_path / 'v2'}"])
-  rep = evalsuite.build_report(
+  measured = runner.load_compare([f"base={tmp_path / 'base'}", f"v2={tmp_path / 'v2'}"])
+  rep = runner.build_report(
     {
       "aime24": {"domain": "math", "summary": _summary(0.75)},
       "aime25": {"domain": "math", "summary": _summary(0.5)},
@@ -142,11 +143,11 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
     manifest,
     label="run",
     settings=SETTINGS,
-    samples=evalsuite.DEFAULT_SAMPLES,
+    samples=runner.DEFAULT_SAMPLES,
     references=refs,
     measured=measured,
   )
-  md = evalsuite.report_markdown(rep)
+  md = runner.report_markdown(rep)
   head = "| Benchmark | DeepSeek-R1-Distill-Qwen-1.5B | ProRL v1"
   assert head in md and "| base (measured) | v2 (measured) | This model |" in md
   assert "| aime24 | 28.54 | 48.13 | 49.58 | 25.00 | 50.00 | 75.00 |" in md
@@ -157,7 +158,7 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
   assert diff == ["max_response_len 8192 (here 32768)", "other benchmark files for aime25"]
   assert rep["measured_columns"]["v2"]["differences"] == []
   assert "differs: max_response_len 8192 (here 32768); other benchmark files for aime25" in md
-  evalsuite.report_png(rep, str(tmp_path / "r.png"))
+  runner.report_png(rep, str(tmp_path / "r.png"))
   assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -175,38 +176,38 @@ def test_bad_compare_is_one_line(tmp_path, item, msg):
   (tmp_path / "bad").mkdir()
   (tmp_path / "bad" / "report.json").write_text('{"benchmarks": [1]}')
   item = item.format(missing=tmp_path / "nope", bad=tmp_path / "bad")
-  with pytest.raises(evalsuite.SuiteError, match=re.escape(msg)) as e:
-    evalsuite.load_compare([item])
+  with pytest.raises(runner.SuiteError, match=re.escape(msg)) as e:
+    runner.load_compare([item])
   assert "\n" not in str(e.value)
 
 
 def test_compare_label_twice_is_refused(tmp_path):
-  evalsuite.write_report(
-    evalsuite.build_report(
+  runner.write_report(
+    runner.build_report(
       {"aime24": {"domain": "math", "summary": _summary(0.5)}},
       {},
       label="m",
       settings=SETTINGS,
-      samples=evalsuite.DEFAULT_SAMPLES,
-      references=evalsuite.load_references(evalsuite.REFERENCES),
+      samples=runner.DEFAULT_SAMPLES,
+      references=runner.load_references(runner.REFERENCES),
     ),
     str(tmp_path),
   )
-  with pytest.raises(evalsuite.SuiteError, match="given twice"):
-    evalsuite.load_compare([f"a={tmp_path}", f"a={tmp_path}"])
+  with pytest.raises(runner.SuiteError, match="given twice"):
+    runner.load_compare([f"a={tmp_path}", f"a={tmp_path}"])
 
 
 def test_bad_reference_file_is_one_line(tmp_path):
   p = tmp_path / "r.json"
   p.write_text("[1]")
-  with pytest.raises(evalsuite.SuiteError, match="not a reference-numbers file"):
-    evalsuite.load_references(str(p))
+  with pytest.raises(runner.SuiteError, match="not a reference-numbers file"):
+    runner.load_references(str(p))
 
 
 def _eval(args, timeout=600):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", XLA_FLAGS="")
   return subprocess.run(
-    [sys.executable, "-m", "prorl_jax.eval", "--suite=prorl-eval", "--config=configs/tiny.py"]
+    [sys.executable, "-m", "prorl_jax.cli.eval", "--suite=prorl-eval", "--config=configs/tiny.py"]
     + args,
     cwd=ROOT,
     env=env,
@@ -301,7 +302,7 @@ def test_unknown_checkpoint_is_one_line(tmp_path):
 
 
 def test_the_report_names_a_checkpoint_by_run_and_step():
-  assert evalsuite.model_title("/x/runs/prorl_v2/checkpoints/10") == "prorl_v2 step 10"
-  assert evalsuite.model_title("/models/r1-1.5b/") == "r1-1.5b"
-  assert evalsuite.model_title("runs/x/exchange@12") == "runs/x/exchange@12"
-  assert evalsuite._pct(0.125) == "12.50%" and evalsuite._pct(None) == "n/a"
+  assert runner.model_title("/x/runs/prorl_v2/checkpoints/10") == "prorl_v2 step 10"
+  assert runner.model_title("/models/r1-1.5b/") == "r1-1.5b"
+  assert runner.model_title("runs/x/exchange@12") == "runs/x/exchange@12"
+  assert runner._pct(0.125) == "12.50%" and runner._pct(None) == "n/a"

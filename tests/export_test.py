@@ -1,4 +1,5 @@
-"""`python -m prorl_jax.export`: an Orbax checkpoint step as a HF directory transformers loads."""
+"""`python -m prorl_jax.cli.export`: an Orbax checkpoint step as a HF directory transformers
+loads."""
 
 import json
 import os
@@ -8,12 +9,13 @@ import numpy as np
 import optax
 import pytest
 
-from prorl_jax import export
-from prorl_jax import train_step as ts
-from prorl_jax.checkpoint import Checkpointer
+from prorl_jax.cli import export as export_cli
 from prorl_jax.demo import tiny_base
+from prorl_jax.evaluation import export
 from prorl_jax.model import forward, load_hf
-from prorl_jax.sharding import make_mesh
+from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.trainer import train_step as ts
+from prorl_jax.trainer.checkpoint import Checkpointer
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def test_export_writes_the_newest_policy_that_transformers_loads(run_dir, tmp_pa
 
   root, cfg, states = run_dir
   out = str(tmp_path / "hf")
-  assert export.main([str(root), out, "--dtype=float32"]) == 0
+  assert export_cli.main([str(root), out, "--dtype=float32"]) == 0
   cfg2, got = load_hf(out)
   for a, b in zip(jax.tree.leaves(states[5].params), jax.tree.leaves(got)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # step 5, not 3 or the base
@@ -57,7 +59,7 @@ def test_export_writes_the_newest_policy_that_transformers_loads(run_dir, tmp_pa
 def test_export_of_a_named_step_in_bf16(run_dir, tmp_path):
   root, _, states = run_dir
   out = str(tmp_path / "hf")
-  assert export.main([str(root / "checkpoints" / "3"), out]) == 0
+  assert export_cli.main([str(root / "checkpoints" / "3"), out]) == 0
   cfg, got = load_hf(out, dtype="float32")
   want = jax.tree.map(
     lambda p: np.asarray(p.astype(jax.numpy.bfloat16), np.float32), states[3].params
@@ -87,7 +89,7 @@ def test_export_errors_are_one_line(run_dir, tmp_path, capsys, args, msg):
   root, _, _ = run_dir
   (tmp_path / "nothing").mkdir()
   argv = [a.format(tmp=tmp_path, root=root) for a in args]
-  assert export.main(argv) == 2
+  assert export_cli.main(argv) == 2
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: ") and msg in err and "\n" not in err
 
@@ -97,7 +99,7 @@ def test_export_without_a_run_record_asks_for_the_base(run_dir, tmp_path, capsys
   ck = tmp_path / "elsewhere" / "checkpoints"
   ck.parent.mkdir()
   os.symlink(root / "checkpoints", ck)
-  assert export.main([str(ck), str(tmp_path / "out")]) == 2
+  assert export_cli.main([str(ck), str(tmp_path / "out")]) == 2
   assert "pass --base=HF_DIR" in capsys.readouterr().err
 
 
@@ -139,7 +141,7 @@ def test_an_exported_model_is_readable_by_others(run_dir, tmp_path):
   out = tmp_path / "hf"
   old = os.umask(0o022)
   try:
-    assert export.main([str(root), str(out)]) == 0
+    assert export_cli.main([str(root), str(out)]) == 0
   finally:
     os.umask(old)
   for name in os.listdir(out):

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prorl_jax import hub, prepare, suite
+from prorl_jax.cli import prepare
+from prorl_jax.data import hub, suite
 from tests import prepare_test, suite_test
 
 # The dataset cards' YAML headers, in the form the repositories publish them.

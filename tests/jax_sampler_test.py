@@ -7,8 +7,8 @@ import pytest
 
 from prorl_jax.model import forward, init_params, presets
 from prorl_jax.records import SamplingParams
-from prorl_jax.rollout import jax_sampler
-from prorl_jax.rollout.jax_sampler import generate
+from prorl_jax.rollout.engines import jax_sampler
+from prorl_jax.rollout.engines.jax_sampler import generate
 
 CFG = presets.tiny(vocab_size=40, num_layers=2)
 

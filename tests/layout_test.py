@@ -100,17 +100,17 @@ def test_local_workers_get_their_gpus(tmp_path):
 
 
 @pytest.mark.parametrize(
-  "local_workers, want", [("auto", ["gpus=0,1", "gpus=2,3"]), ("0", ["gpus="])]
+  "workers_asked, want", [("auto", ["gpus=0,1", "gpus=2,3"]), ("0", ["gpus="])]
 )
 def test_every_command_starts_its_local_workers_pinned_by_the_layout(
-  tmp_path, monkeypatch, local_workers, want
+  tmp_path, monkeypatch, workers_asked, want
 ):
   """The trainer and both evaluation commands start their workers through one function: on 4
   GPUs with tensor parallel 2, two workers on GPUs 0,1 and 2,3 (not all of them on GPU 0); an
   evaluation with no local workers configured still gets one."""
   import stat
 
-  from prorl_jax.rollout import local
+  from prorl_jax.config.workers import local_workers
 
   py = tmp_path / "python"
   py.write_text('#!/bin/sh\necho "gpus=$CUDA_VISIBLE_DEVICES"\n')
@@ -118,12 +118,12 @@ def test_every_command_starts_its_local_workers_pinned_by_the_layout(
   monkeypatch.setattr(layout, "visible_gpus", lambda: 4)
   cfg = config_lib.base_config()
   cfg.rollout.engine, cfg.rollout.worker_python = "vllm", str(py)
-  cfg.rollout.local_workers, cfg.vllm.tensor_parallel = local_workers, 2
-  workers, placed = local.for_config(
+  cfg.rollout.local_workers, cfg.vllm.tensor_parallel = workers_asked, 2
+  workers, placed = local_workers(
     cfg, "file:///x", str(tmp_path / "logs"), at_least_one=True, check=False
   )
   for p in workers.procs:
     p.wait()
   logs = [open(workers._log(i)).read().strip() for i in range(len(want))]
   workers.stop()
-  assert logs == want and len(placed.workers) == (2 if local_workers == "auto" else 0)
+  assert logs == want and len(placed.workers) == (2 if workers_asked == "auto" else 0)

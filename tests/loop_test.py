@@ -6,9 +6,10 @@ import json
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import dynamic_sampling, train
-from prorl_jax.loop_state import LoopState
+from prorl_jax.algo import dynamic_sampling
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.trainer import loop
+from prorl_jax.trainer.loop_state import LoopState
 
 
 class Counter:
@@ -41,13 +42,13 @@ def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
   source = Counter()
   source.take(12)
   buffer = dynamic_sampling.GroupBuffer([_group(1, 4), _group(2, 5)])
-  loop = LoopState(step=5, version=5, resets=[{"step": 3, "why": "schedule"}], pass1_start=0.25)
-  saved = json.loads(json.dumps(train.loop_json(loop, source, buffer)))  # as a checkpoint does
-  assert loop.data == {} and loop.buffer == []  # the live loop state is not changed
+  live = LoopState(step=5, version=5, resets=[{"step": 3, "why": "schedule"}], pass1_start=0.25)
+  saved = json.loads(json.dumps(loop.loop_json(live, source, buffer)))  # as a checkpoint does
+  assert live.data == {} and live.buffer == []  # the live loop state is not changed
   fresh = Counter()
-  got, got_buffer = train.resume_loop(saved, fresh)
+  got, got_buffer = loop.resume_loop(saved, fresh)
   assert fresh.k == 12 and fresh.take(2) == [12, 13]  # the cursor continues where it stood
-  assert (got.step, got.version, got.resets, got.pass1_start) == (5, 5, loop.resets, 0.25)
+  assert (got.step, got.version, got.resets, got.pass1_start) == (5, 5, live.resets, 0.25)
   taken = got_buffer.take(2)
   assert [int(g["prompt_ids"][0]) for g in taken] == [1, 2]
   assert [g["policy_version"] for g in taken] == [4, 5]
@@ -74,12 +75,12 @@ def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_left
       },
       request_id=f"s0000002-g00-c{i:05d}",
     )
-  opened = train._open_exchange(cfg, LoopState(version=1))  # resumed from a checkpoint of v1
+  opened = loop._open_exchange(cfg, LoopState(version=1))  # resumed from a checkpoint of v1
   assert opened.weights.versions() == [0, 1]  # v2, v3 were published after it: redone
   assert opened.queue.ids() == []  # its requests are redone deterministically
-  assert train.exchange_url(cfg) == cfg.rollout.exchange
+  assert loop.exchange_url(cfg) == cfg.rollout.exchange
   cfg.rollout.exchange = ""
-  assert train.exchange_url(cfg) == str(tmp_path / "run" / "exchange")
+  assert loop.exchange_url(cfg) == str(tmp_path / "run" / "exchange")
 
 
 def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
@@ -103,7 +104,7 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   )
   ex = Exchange(f"file://{tmp_path}/exchange")
   for v in (3, 4, 5):
-    train.publish(setup, types.SimpleNamespace(params=params, step=np.int32(v * 10)), ex, v)
+    loop.publish(setup, types.SimpleNamespace(params=params, step=np.int32(v * 10)), ex, v)
   assert ex.weights.versions() == [4, 5]  # two versions kept
   assert ex.weights.manifest(5)["step"] == 50
   _, path = ex.weights.latest(str(tmp_path / "cache"))
@@ -113,16 +114,16 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   # the probe holds the trainer's own log-probs of each probe token after the first
   pr = probe.read_probe(path)
   assert pr["tokens"] == setup.probe_tokens
-  lp = train._probe_logprobs(model_cfg, params, np.array([[1, 5, 6, 7]], np.int32))
+  lp = loop._probe_logprobs(model_cfg, params, np.array([[1, 5, 6, 7]], np.int32))
   want = [float(lp[0, t, tok]) for t, tok in enumerate([5, 6, 7])]
   np.testing.assert_allclose(np.concatenate([pr["logprobs"][0]]), want, rtol=1e-6)
 
 
 def test_advice_names_tis_for_the_pipeline_with_icepop():
   cfg = config_lib.base_config()
-  assert train.advice(cfg) == []  # the defaults: on-policy, ICE-POP
+  assert loop.advice(cfg) == []  # the defaults: on-policy, ICE-POP
   cfg.rollout.pipeline, cfg.rollout.max_staleness = True, 1
-  (line,) = train.advice(cfg)
+  (line,) = loop.advice(cfg)
   assert "algo.is_correction=tis" in line
   cfg.algo.is_correction = "tis"
-  assert train.advice(cfg) == []
+  assert loop.advice(cfg) == []

@@ -5,11 +5,10 @@ import numpy as np
 import optax
 import pytest
 
-from prorl_jax import packing
-from prorl_jax import train_step as ts
-from prorl_jax.algo import losses
+from prorl_jax.algo import losses, packing
 from prorl_jax.model import init_params, presets
-from prorl_jax.sharding import make_mesh
+from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.trainer import train_step as ts
 
 CFG = presets.tiny(
   vocab_size=50,

@@ -1,4 +1,4 @@
-"""`python -m prorl_jax.prepare --mix=prorl`: fixture rows in each source's schema become verl
+"""`python -m prorl_jax.cli.prepare --mix=prorl`: fixture rows in each source's schema become verl
 rows routed to the right verifier, deduplicated, counted, split and checksummed."""
 
 import hashlib
@@ -9,7 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prorl_jax import data, prepare, rewards
+from prorl_jax import rewards
+from prorl_jax.cli import prepare
+from prorl_jax.data import prompts
 from prorl_jax.demo import tiny_base
 from prorl_jax.rewards import puzzles
 
@@ -190,7 +192,7 @@ def test_malformed_rows_are_counted_by_reason(prepared):
 
 def test_every_row_routes_to_its_verifier_and_a_correct_answer_scores_1(prepared):
   out, m = prepared
-  train, weights, val = data.prepared_files(out)
+  train, weights, val = prompts.prepared_files(out)
   assert weights == [8.0, 6.0, 5.0, 7.0, 4.0] and val == [os.path.join(out, "val.parquet")]
   want = {
     "math": "math",
@@ -202,10 +204,10 @@ def test_every_row_routes_to_its_verifier_and_a_correct_answer_scores_1(prepared
   for path, (domain, verifier) in zip(train, want.items()):
     rows = _rows(path)
     for i, row in enumerate(rows):
-      parsed = data.parse_row(row, path, i)
+      parsed = prompts.parse_row(row, path, i)
       assert rewards.verifier_name(parsed["data_source"]) == verifier
       assert parsed["extra"]["domain"] == domain
-    r = data.parse_row(rows[0], path, 0)
+    r = prompts.parse_row(rows[0], path, 0)
     ref, extra = r["reference"], r["extra"]
     if verifier in ("math", "stem"):
       response = f"<think>ok</think> \\boxed{{{ref}}}"
@@ -238,8 +240,8 @@ def test_prepared_files_load_through_the_trainers_reader(prepared, tmp_path):
 
   out, _ = prepared
   tok = load_tokenizer(tiny_base.build(str(tmp_path / "base")))
-  train, weights, val = data.prepared_files(out)
-  blend, items = data.make_sources(
+  train, weights, val = prompts.prepared_files(out)
+  blend, items = prompts.make_sources(
     tok,
     train_files=train,
     val_files=val,

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax import metrics, plot, preflight
+from prorl_jax.cli import plot
+from prorl_jax.trainer import metrics, preflight
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,12 +31,12 @@ def _run(module, args, **env):
   "module,own_flags",
   [
     ("prorl_jax.main", ["--config"]),
-    ("prorl_jax.eval", ["--checkpoint", "--suite", "--samples", "--config"]),
-    ("prorl_jax.plot", ["RUN_DIR", "--out"]),
-    ("prorl_jax.export", ["--base", "--dtype"]),
-    ("prorl_jax.prepare", ["--mix", "--suite"]),
+    ("prorl_jax.cli.eval", ["--checkpoint", "--suite", "--samples", "--config"]),
+    ("prorl_jax.cli.plot", ["RUN_DIR", "--out"]),
+    ("prorl_jax.cli.export", ["--base", "--dtype"]),
+    ("prorl_jax.cli.prepare", ["--mix", "--suite"]),
     ("prorl_jax.rollout.worker", ["--exchange", "--engine"]),
-    ("prorl_jax.config", ["--config"]),
+    ("prorl_jax.cli.config", ["--config"]),
   ],
 )
 def test_help_prints_the_commands_own_flags_and_exits_0(module, own_flags):
@@ -44,8 +45,8 @@ def test_help_prints_the_commands_own_flags_and_exits_0(module, own_flags):
   out = proc.stdout
   assert out.lstrip().startswith("usage:") and all(f in out for f in own_flags), out[:1500]
   assert "--helpfull" not in out and "--flagfile" not in out  # absl's own flags are not listed
-  if module in ("prorl_jax.main", "prorl_jax.eval"):
-    assert "python -m prorl_jax.config" in out  # where the config keys are
+  if module in ("prorl_jax.main", "prorl_jax.cli.eval"):
+    assert "python -m prorl_jax.cli.config" in out  # where the config keys are
 
 
 def test_wandb_without_the_package_is_one_line_with_the_fix_before_any_loading(tmp_path):
@@ -155,7 +156,7 @@ def test_plot_overlays_runs_with_a_legend_naming_each(tmp_path):
   assert "baseline: raw_mean" in seen["labels"] and "clip_high_0.4: raw_mean" in seen["labels"]
   assert "baseline: pass@1" in seen["labels"] and "clip_high_0.4: pass@1" in seen["labels"]
   proc = _run(
-    "prorl_jax.plot",
+    "prorl_jax.cli.plot",
     [str(tmp_path / "baseline"), str(tmp_path / "clip_high_0.4"), f"--out={tmp_path / 'ab.png'}"],
   )
   assert proc.returncode == 0 and os.path.isfile(tmp_path / "ab.png"), proc.stderr[-1500:]
@@ -185,7 +186,7 @@ def test_wall_seconds_total_adds_up_every_session(tmp_path):
 
 def test_the_demo_base_is_built_once_per_settings_for_every_run_dir(tmp_path, monkeypatch):
   from prorl_jax.demo import warm_start
-  from prorl_jax.setup import resolve_model_path
+  from prorl_jax.trainer.setup import resolve_model_path
 
   monkeypatch.setenv("PRORL_CACHE_DIR", str(tmp_path / "cache"))
   built = []
@@ -233,7 +234,7 @@ def test_a_stop_asked_before_the_watch_exists_is_kept():
   the trainer's Watch, made once the flags are parsed, starts from it."""
   import signal
 
-  from prorl_jax import preemption
+  from prorl_jax.trainer import preemption
 
   preemption._early_handler(signal.SIGTERM, None)
   try:

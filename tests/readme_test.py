@@ -117,10 +117,10 @@ def _module_commands():
 
 def test_the_docs_show_every_entry_point():
   assert {m for m, _ in _module_commands()} >= {
-    "prorl_jax.prepare",
+    "prorl_jax.cli.prepare",
     "prorl_jax.main",
-    "prorl_jax.export",
-    "prorl_jax.eval",
+    "prorl_jax.cli.export",
+    "prorl_jax.cli.eval",
   }
 
 

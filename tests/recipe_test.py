@@ -97,12 +97,12 @@ def test_the_readmes_real_run_block_runs_to_its_last_command(tmp_path):
   rules = [
     (r"make venv-gpu|source \.venv/bin/activate|make venv-vllm", None),  # this .venv; JAX engine
     (r"hf download \S+ --local-dir (\S+)", "model"),
-    (r"python -m prorl_jax\.prepare --mix=prorl .*", mix_flags),
-    (r"python -m prorl_jax\.prepare --suite=prorl-eval .*", suite_flags),
-    (r"python -m prorl_jax\.rewards\.audit --data=\S+", ["--per_source=2"]),
+    (r"python -m prorl_jax\.cli\.prepare --mix=prorl .*", mix_flags),
+    (r"python -m prorl_jax\.cli\.prepare --suite=prorl-eval .*", suite_flags),
+    (r"python -m prorl_jax\.data\.audit --data=\S+", ["--per_source=2"]),
     (r"python -m prorl_jax\.main --config=configs/qwen15b\.py .*", TRAIN),
-    (r"python -m prorl_jax\.export \S+ \S+", []),
-    (r"python -m prorl_jax\.eval --suite=prorl-eval .*", SUITE_EVAL),
+    (r"python -m prorl_jax\.cli\.export \S+ \S+", []),
+    (r"python -m prorl_jax\.cli\.eval --suite=prorl-eval .*", SUITE_EVAL),
     (r"cat (\S+)", "cat"),
   ]
   recipe = _recipe()
@@ -125,7 +125,7 @@ def test_the_readmes_real_run_block_runs_to_its_last_command(tmp_path):
       out = shell(cmd, how)
       if "prorl_jax.main" in cmd:
         train_log = out
-      if "prorl_jax.eval" in cmd:
+      if "prorl_jax.cli.eval" in cmd:
         assert "rollouts: the jax engine" in out, out[-2000:]
   unused = {p for p, _ in rules} - set(seen)
   assert not unused, f"rules that no README command used: {unused}"

@@ -11,9 +11,12 @@ import time
 import pytest
 import reasoning_gym
 
-from prorl_jax import prepare, rewards, rl_step, suite
+from prorl_jax import rewards
+from prorl_jax.cli import prepare
+from prorl_jax.data import suite
 from prorl_jax.rewards import code, ifeval, isolate, puzzles, sandbox
 from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.trainer import batch
 
 ENABLED = tuple(prepare.RG_TASKS) + tuple(suite.RG_OOD_TASKS)
 
@@ -332,10 +335,10 @@ def test_a_verifier_fault_drops_that_sample_never_its_group():
     "gen_logp": np.zeros((4, 2), np.float32),
     "prompt_ids": np.array([5, 6]),
   }
-  kept = rl_step.without_failed_samples(g)
+  kept = batch.without_failed_samples(g)
   assert kept is not None
   np.testing.assert_allclose(kept["raw_scores"], [1.0, 0.0, 2 / 3, 1.0], rtol=1e-6)
-  shaped = rl_step.shape_scores(
+  shaped = batch.shape_scores(
     [kept],
     max_len=4,
     truncation_penalty=1.0,
@@ -346,12 +349,12 @@ def test_a_verifier_fault_drops_that_sample_never_its_group():
     overlong_factor=0,
   )
   np.testing.assert_allclose(shaped[0], [1.0, 0.0, 2 / 3, 1.0], rtol=1e-6)
-  b = rl_step.build_batch([kept], prompt_len=2, response_len=2, pad_id=0, rows=4)
+  b = batch.build_batch([kept], prompt_len=2, response_len=2, pad_id=0, rows=4)
   assert b["loss_mask"].sum(axis=1).tolist() == [2, 2, 0, 2]  # the failed sample never trains
-  adv = rl_step.token_advantages("reinforce_pp_baseline", shaped, b["loss_mask"])
+  adv = batch.token_advantages("reinforce_pp_baseline", shaped, b["loss_mask"])
   assert np.all(adv[2] == 0) and adv[0, 2] > 0 > adv[1, 2]
   one_left = dict(g, verifier_failed=np.array([True, True, True, False]))
-  assert rl_step.without_failed_samples(one_left) is None  # no baseline: the group goes
+  assert batch.without_failed_samples(one_left) is None  # no baseline: the group goes
 
 
 # --------------------------------------------------- 7. the sandboxes are capped as a whole

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax import run_record, train
-from prorl_jax.metrics import MetricWriter
+from prorl_jax.trainer import loop, run_record
+from prorl_jax.trainer.metrics import MetricWriter
 
 
 def _cfg(tmp_path, **algo):
@@ -64,7 +64,7 @@ def test_a_finished_run_says_so_and_leaves_its_summary(tmp_path, capsys):
   summary = os.path.join(cfg.run_dir, "summary.json")
   with open(summary, "w") as f:
     f.write('{"pass@1_end": 0.5, "steps": 5}')
-  got = train.run(cfg)  # returns before any model is loaded (model.path is empty)
+  got = loop.run(cfg)  # returns before any model is loaded (model.path is empty)
   assert got == {"finished": True, "steps": 5}
   assert "is finished: step 5 of total_steps=5" in capsys.readouterr().out
   assert open(summary).read() == '{"pass@1_end": 0.5, "steps": 5}'
@@ -81,7 +81,7 @@ def test_a_run_with_its_last_checkpoint_but_no_summary_of_it_is_not_finished(tmp
     with open(os.path.join(cfg.run_dir, "summary.json"), "w") as f:
       f.write(summary)
   with pytest.raises(config_lib.ConfigError, match="model.path is empty"):
-    train.run(cfg)
+    loop.run(cfg)
 
 
 def test_progress_is_one_line_per_step_in_a_log(tmp_path, monkeypatch):
@@ -104,7 +104,7 @@ def test_the_eta_leaves_out_the_first_step_of_a_session(tmp_path, monkeypatch):
   out = io.StringIO()
   monkeypatch.setattr("sys.stdout", out)
   clock = iter([100.0, 160.0, 170.0, 180.0])  # writer made at 100, first step done at 160
-  monkeypatch.setattr("prorl_jax.metrics.time.time", lambda: next(clock))
+  monkeypatch.setattr("prorl_jax.trainer.metrics.time.time", lambda: next(clock))
   w = MetricWriter(str(tmp_path), False, "", total_steps=10, config={})
   for step in (1, 2, 3):
     w.progress(step, 0, "")
@@ -114,7 +114,7 @@ def test_the_eta_leaves_out_the_first_step_of_a_session(tmp_path, monkeypatch):
 
 
 def test_validation_line_is_rounded_per_benchmark():
-  line = train._val_line(
+  line = loop._val_line(
     50,
     {
       "pass@1": 0.123456789,

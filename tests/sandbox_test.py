@@ -516,8 +516,8 @@ def test_unsandboxed_is_an_explicit_opt_in(caplog):
 
 
 def test_the_trainer_stops_before_training_when_code_data_cannot_be_sandboxed(monkeypatch, caplog):
-  from prorl_jax import setup
   from prorl_jax.config import ConfigError, base_config
+  from prorl_jax.trainer import setup
 
   cfg = base_config()
   monkeypatch.setattr(

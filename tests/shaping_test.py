@@ -4,8 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prorl_jax import dynamic_sampling
-from prorl_jax.algo import shaping
+from prorl_jax.algo import dynamic_sampling, shaping
 
 A = np.testing.assert_allclose
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from prorl_jax import prepare
+from prorl_jax.cli import prepare
 from prorl_jax.rollout import local
 from tests.hf_fixtures import make_hf_qwen2
 from tests.prepare_test import _deepscaler, _eurus, _jsonl, _nemotron_if, _scp

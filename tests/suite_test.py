@@ -9,8 +9,10 @@ import zlib
 
 import pytest
 
-from prorl_jax import prepare, rewards, suite
-from prorl_jax.data import parse_row
+from prorl_jax import rewards
+from prorl_jax.cli import prepare
+from prorl_jax.data import suite
+from prorl_jax.data.prompts import parse_row
 from prorl_jax.rewards import sandbox
 
 HEP_TEST = """
@@ -354,9 +356,9 @@ def test_unknown_benchmark_and_bad_dates_are_one_line_errors(tmp_path, capsys):
 
 def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_path):
   from prorl_jax import config as config_lib
-  from prorl_jax.data import DataError
+  from prorl_jax.data.prompts import DataError
+  from prorl_jax.data.sources import sources_for
   from prorl_jax.demo import tiny_base
-  from prorl_jax.sources import sources_for
 
   out, _ = built
   tok = tiny_base.build_tokenizer(str(tmp_path / "tok"))

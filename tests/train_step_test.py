@@ -6,9 +6,9 @@ import numpy as np
 import optax
 import pytest
 
-from prorl_jax import train_step as ts
 from prorl_jax.model import forward, init_params, presets
-from prorl_jax.sharding import make_mesh
+from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.trainer import train_step as ts
 
 CFG = presets.tiny(
   vocab_size=50,
@@ -168,8 +168,8 @@ def test_make_mesh_errors():
 
 
 def test_sharding_says_what_it_does(caplog):
-  from prorl_jax import sharding
   from prorl_jax.model import param_shardings
+  from prorl_jax.parallel import sharding
 
   with pytest.raises(ValueError, match="'act_vocab' maps to mesh axis 'tensor', which an earlier"):
     sharding.logical_to_spec(("act_heads", "act_vocab"))
@@ -184,7 +184,7 @@ def test_sharding_says_what_it_does(caplog):
     num_kv_heads=2, head_dim=16,
   )  # fmt: skip
   mesh = make_mesh(1, 2, 4)
-  with caplog.at_level("INFO", logger="prorl_jax.sharding"):
+  with caplog.at_level("INFO", logger="prorl_jax.parallel.sharding"):
     sh = param_shardings(cfg, mesh)
     param_shardings(cfg, mesh)
   k_spec = sh["layers"]["attn"]["k_proj"]["kernel"].spec

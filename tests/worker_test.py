@@ -13,9 +13,9 @@ import pytest
 
 from prorl_jax.demo import chain_sum, tiny_base
 from prorl_jax.model import load_tokenizer
+from prorl_jax.model.tokenizer import prompt_ids
 from prorl_jax.rewards import ifeval
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.tokenizer import prompt_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,7 +106,7 @@ def _wait(pred, timeout, what):
 def _with_probe(base, dest):
   """A copy of the model with probe.json: the trainer's log-probs of two fixed sequences."""
   from prorl_jax.model import load_hf
-  from prorl_jax.train import write_probe
+  from prorl_jax.trainer.loop import write_probe
 
   shutil.copytree(base, dest)
   write_probe(*load_hf(base), [[1, 8, 9, 10, 11, 12], [1, 13, 14]], dest)

@@ -28,7 +28,7 @@ ENGINES = ("jax", "vllm")
 
 
 # Every config key: (default, one-line meaning), the one home of both: `base_config()` builds
-# the ConfigDict from it, `python -m prorl_jax.config` lists it, docs/config.md is made from it.
+# the ConfigDict from it, `python -m prorl_jax.cli.config` lists it, docs/config.md is made from it.
 FIELDS: dict = {
   "run_dir": ("runs/prorl", "where checkpoints, metrics, logs and the local exchange go"),
   "seed": (0, "seed of data order, sampling and initialisation"),
@@ -190,7 +190,7 @@ FIELDS: dict = {
     "enforce_eager": ("auto", "auto (eager on CPUs, CUDA graphs on GPUs) | true | false"),
   },
   "data": {
-    "prepared": ("", "a `python -m prorl_jax.prepare --mix` output: files, weights, val split"),
+    "prepared": ("", "a `python -m prorl_jax.cli.prepare --mix` output: files, weights, val split"),
     "train_files": (
       "",
       "comma-separated JSONL/Parquet files in the verl schema (overrides prepared)",

@@ -7,6 +7,10 @@ the last <answer> tag equals the sum.
 
 from __future__ import annotations
 
+import numpy as np
+
+from prorl_jax.model.tokenizer import prompt_ids
+
 
 def make_item(rng, min_terms: int = 3, max_terms: int = 6) -> dict:
   """One item: {prompt, answer, solution} from a numpy RandomState."""
@@ -20,3 +24,46 @@ def make_item(rng, min_terms: int = 3, max_terms: int = 6) -> dict:
     "answer": str(acc),
     "solution": ",".join(partial) + f"<answer>{acc}</answer>",
   }
+
+
+class ChainSumSource:
+  """Procedural chain-sum prompts; item k comes from RandomState(seed + k)."""
+
+  verifiers = frozenset({"chain_sum"})
+
+  def __init__(self, tokenizer, seed: int = 0, exclude: set[str] | None = None):
+    self.tok, self.seed, self.exclude = tokenizer, seed, exclude or set()
+    self.cursor = {"index": 0}
+
+  def item(self, k: int) -> dict:
+    it = make_item(np.random.RandomState(self.seed + k))
+    return {
+      "uid": f"chain_sum:{self.seed}:{k}",
+      "prompt_ids": prompt_ids(self.tok, it["prompt"]),
+      "data_source": "chain_sum",
+      "reference": it["answer"],
+      "extra": {},
+      "prompt": it["prompt"],
+      "solution": it["solution"],
+    }
+
+  def next(self) -> dict:
+    while True:
+      it = self.item(self.cursor["index"])
+      self.cursor["index"] += 1
+      if it["prompt"] not in self.exclude:
+        return it
+
+  def state(self) -> dict:
+    return dict(self.cursor)
+
+  def load_state(self, state: dict):
+    self.cursor = dict(state)
+
+
+HELDOUT_SEED = 10_000_000
+
+
+def chain_sum_heldout(tokenizer, n: int, seed: int = HELDOUT_SEED) -> list[dict]:
+  src = ChainSumSource(tokenizer, seed=seed)
+  return [src.next() for _ in range(n)]

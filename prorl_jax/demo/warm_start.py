@@ -16,8 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from prorl_jax import data
-from prorl_jax.demo import tiny_base
+from prorl_jax.demo import chain_sum, tiny_base
 from prorl_jax.model import forward, load_hf, load_tokenizer, save_hf
 
 log = logging.getLogger(__name__)
@@ -74,8 +73,8 @@ def build(
   tiny_base.build(scratch, seed=seed)
   cfg, params = load_hf(scratch)
   tok = load_tokenizer(scratch)
-  heldout = {it["prompt"] for it in data.chain_sum_heldout(tok, 1000)}
-  src = data.ChainSumSource(tok, seed=seed * 7919 + 1, exclude=heldout)
+  heldout = {it["prompt"] for it in chain_sum.chain_sum_heldout(tok, 1000)}
+  src = chain_sum.ChainSumSource(tok, seed=seed * 7919 + 1, exclude=heldout)
   sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(50, steps // 4), steps, lr * 0.1)
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
   opt = tx.init(params)

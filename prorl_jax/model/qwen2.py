@@ -19,9 +19,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from prorl_jax import sharding
 from prorl_jax.model import attention as attn_lib
 from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.parallel import sharding
 
 # (k_LxBxSxKxDh, v_LxBxSxKxDh) for the whole stack; one layer's slice inside a Block.
 KVCache = tuple[jax.Array, jax.Array]

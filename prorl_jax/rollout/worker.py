@@ -27,13 +27,13 @@ from typing import Protocol
 
 import numpy as np
 
+from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rewards import sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.entries import InvalidEntry, safe_name
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LEASE_SECONDS, Claim
-from prorl_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger("prorl_jax.worker")
 
@@ -66,7 +66,7 @@ class JaxEngine:
 
   def load(self, path: str) -> None:
     from prorl_jax.model import load_hf
-    from prorl_jax.rollout.jax_sampler import prepare
+    from prorl_jax.rollout.engines.jax_sampler import prepare
 
     self.cfg, self.params = load_hf(path, dtype="float32")
     self.weights = prepare(self.cfg, self.params)  # the decode layout, once per version
@@ -84,7 +84,7 @@ class JaxEngine:
     return lp[np.arange(len(tokens) - 1), tokens[1:]]
 
   def generate(self, prompts, n, sampling: SamplingParams, seed):
-    from prorl_jax.rollout.jax_sampler import generate
+    from prorl_jax.rollout.engines.jax_sampler import generate
 
     rows = [p for p in prompts for _ in range(n)]
     return generate(
@@ -96,7 +96,7 @@ def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
   if name == "jax":
     return JaxEngine()
   if name == "vllm":
-    from prorl_jax.rollout.vllm_engine import VllmEngine
+    from prorl_jax.rollout.engines.vllm import VllmEngine
 
     return VllmEngine(**(vllm_options or {}))
   raise ValueError(f"unknown engine {name!r}; use jax or vllm")

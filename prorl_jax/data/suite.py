@@ -1,4 +1,4 @@
-"""`python -m prorl_jax.prepare --suite=prorl-eval --out=DIR`: the ProRL evaluation suite, one
+"""`python -m prorl_jax.cli.prepare --suite=prorl-eval --out=DIR`: the ProRL evaluation suite, one
 verl-schema Parquet file per benchmark, plus `manifest.json` (dataset ids, revisions, counts,
 malformed rows by reason, sha256 of every file).
 
@@ -24,7 +24,7 @@ malformed rows by reason, sha256 of every file).
   reasoning_gym        logic                  Reasoning Gym, 100 held-out items per training task
   reasoning_gym_ood    logic                  Reasoning Gym acre, boxnet, game_of_life_halting
 
-Every row carries `extra_info.benchmark`; `python -m prorl_jax.eval --suite=prorl-eval` reads
+Every row carries `extra_info.benchmark`; `python -m prorl_jax.cli.eval --suite=prorl-eval` reads
 the manifest. A row that cannot be scored (an IFEval instruction the verifier does not know, a
 test table that is not data) is counted by reason in the manifest and in the log, never dropped
 in silence.
@@ -47,8 +47,8 @@ from typing import Callable
 
 import numpy as np
 
-from prorl_jax import mix as P
-from prorl_jax.hub import Malformed, PrepareError, Source
+from prorl_jax.data import mix as P
+from prorl_jax.data.hub import Malformed, PrepareError, Source
 from prorl_jax.rewards import code
 
 SUITE = "prorl-eval"
@@ -525,7 +525,7 @@ def read_manifest(directory: str) -> dict:
   except (OSError, ValueError, KeyError, AssertionError) as e:
     raise PrepareError(
       f"{directory}: not an evaluation suite ({type(e).__name__}: {e}); build "
-      f"it with python -m prorl_jax.prepare --suite={SUITE} --out="
+      f"it with python -m prorl_jax.cli.prepare --suite={SUITE} --out="
       f"{directory}"
     ) from None
   for name, b in benches.items():
@@ -550,7 +550,7 @@ def validation_items(
   """(items, verifier names) of the in-loop validation blend: each spec is a benchmark of the
   suite at `directory`, or BENCHMARK/TASK for one Reasoning Gym task; at most `max_prompts`
   per spec (a seeded subset; 0 = all)."""
-  from prorl_jax.data import DataError, JsonlSource
+  from prorl_jax.data.prompts import DataError, JsonlSource
 
   try:
     m = read_manifest(directory)

@@ -4,7 +4,7 @@ An item is a dict: {uid, prompt_ids, data_source, reference, extra}. Sources:
 - `JsonlSource`: JSONL or Parquet rows in the verl schema (`prompt` as chat messages,
   `data_source`, `reward_model.ground_truth`, `extra_info`), tokenized with the chat template;
   prompts over the length limit are dropped and counted; shuffled per epoch from the seed.
-- `ChainSumSource`: the CPU demo's procedural task, with a held-out set excluded.
+- the CPU demo's procedural task (`demo.chain_sum.ChainSumSource`), with a held-out set excluded.
 - `Blend`: several sources mixed with weights.
 `state()` / `load_state()` round-trip through checkpoints so a resumed run draws the same prompts.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from prorl_jax import rewards
 from prorl_jax.demo import chain_sum
-from prorl_jax.tokenizer import prompt_ids
+from prorl_jax.model.tokenizer import prompt_ids
 
 
 class DataError(ValueError):
@@ -117,7 +117,7 @@ def parse_row(row, path: str, i: int) -> dict:
 
 
 def prepared_files(directory: str) -> tuple[list[str], list[float], list[str]]:
-  """(train files, blend weights, validation files) of a `python -m prorl_jax.prepare` output:
+  """(train files, blend weights, validation files) of a `python -m prorl_jax.cli.prepare` output:
   the weights are the training rows per file, so the blend follows the mix's counts."""
   path = os.path.join(directory, "manifest.json")
   try:
@@ -129,7 +129,7 @@ def prepared_files(directory: str) -> tuple[list[str], list[float], list[str]]:
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise DataError(
       f"data.prepared={directory!r}: no readable manifest.json ({e}); build it "
-      "with python -m prorl_jax.prepare --mix=prorl --out=DIR"
+      "with python -m prorl_jax.cli.prepare --mix=prorl --out=DIR"
     ) from None
   for f in train + val:
     if not os.path.isfile(f):
@@ -189,49 +189,6 @@ class JsonlSource:
 
   def load_state(self, state: dict):
     self.cursor = dict(state)
-
-
-class ChainSumSource:
-  """Procedural chain-sum prompts; item k comes from RandomState(seed + k)."""
-
-  verifiers = frozenset({"chain_sum"})
-
-  def __init__(self, tokenizer, seed: int = 0, exclude: set[str] | None = None):
-    self.tok, self.seed, self.exclude = tokenizer, seed, exclude or set()
-    self.cursor = {"index": 0}
-
-  def item(self, k: int) -> dict:
-    it = chain_sum.make_item(np.random.RandomState(self.seed + k))
-    return {
-      "uid": f"chain_sum:{self.seed}:{k}",
-      "prompt_ids": prompt_ids(self.tok, it["prompt"]),
-      "data_source": "chain_sum",
-      "reference": it["answer"],
-      "extra": {},
-      "prompt": it["prompt"],
-      "solution": it["solution"],
-    }
-
-  def next(self) -> dict:
-    while True:
-      it = self.item(self.cursor["index"])
-      self.cursor["index"] += 1
-      if it["prompt"] not in self.exclude:
-        return it
-
-  def state(self) -> dict:
-    return dict(self.cursor)
-
-  def load_state(self, state: dict):
-    self.cursor = dict(state)
-
-
-HELDOUT_SEED = 10_000_000
-
-
-def chain_sum_heldout(tokenizer, n: int, seed: int = HELDOUT_SEED) -> list[dict]:
-  src = ChainSumSource(tokenizer, seed=seed)
-  return [src.next() for _ in range(n)]
 
 
 class Blend:
@@ -301,6 +258,6 @@ def make_sources(
       srcs[0].verifiers |= val_src.verifiers  # the run needs the held-out set's verifiers too
       val = val_src.items
     return Blend(srcs, weights, seed=seed), val
-  exclude = {it["prompt"] for it in chain_sum_heldout(tok, max(1000, heldout))}
-  src = ChainSumSource(tok, seed=seed * 7919 + 2, exclude=exclude)
-  return Blend([src], seed=seed), chain_sum_heldout(tok, heldout)
+  exclude = {it["prompt"] for it in chain_sum.chain_sum_heldout(tok, max(1000, heldout))}
+  src = chain_sum.ChainSumSource(tok, seed=seed * 7919 + 2, exclude=exclude)
+  return Blend([src], seed=seed), chain_sum.chain_sum_heldout(tok, heldout)

@@ -1,6 +1,6 @@
-"""`python -m prorl_jax.prepare --mix=prorl --out=DIR`: the ProRL training mix as verl-schema
+"""`python -m prorl_jax.cli.prepare --mix=prorl --out=DIR`: the ProRL training mix as verl-schema
 Parquet files that `data.train_files` reads (`--suite=prorl-eval`: the evaluation suite,
-`prorl_jax.suite`).
+`prorl_jax.data.suite`).
 
 Five domains (default counts as in ProRL; `--count DOMAIN=N` changes one):
 
@@ -30,9 +30,9 @@ import collections
 import os
 import sys
 
-from prorl_jax import suite as suite_lib
-from prorl_jax.hub import Malformed, PrepareError  # noqa: F401 - Malformed: the command's API
-from prorl_jax.mix import (  # noqa: F401 - the mix's names, as this command's users knew them
+from prorl_jax.data import suite as suite_lib
+from prorl_jax.data.hub import Malformed, PrepareError  # noqa: F401 - Malformed: the command's API
+from prorl_jax.data.mix import (  # noqa: F401 - the mix's names, as this command's users knew them
   BOXED_INSTRUCTION,
   PRORL_MIX,
   RG_TASKS,
@@ -59,7 +59,7 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(
-    prog="python -m prorl_jax.prepare",
+    prog="python -m prorl_jax.cli.prepare",
     description="Builds the ProRL training mix (--mix=prorl) or "
     "evaluation suite (--suite=prorl-eval) as verl-schema Parquet.",
   )
@@ -158,7 +158,7 @@ def _run(args, local, revisions, tasks, check_pool) -> int:
       )
       print(
         f"wrote {args.out}: {len(m['benchmarks'])} benchmarks; evaluate with python -m "
-        f"prorl_jax.eval --suite={args.suite} --data={args.out} --checkpoint=MODEL"
+        f"prorl_jax.cli.eval --suite={args.suite} --data={args.out} --checkpoint=MODEL"
       )
       return 0
     counts = dict(PRORL_MIX)

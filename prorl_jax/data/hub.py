@@ -1,7 +1,7 @@
-"""Reading a dataset for `python -m prorl_jax.prepare`: a Hugging Face dataset repository (through
-`datasets`, or through `huggingface_hub` for the raw files of a repository `datasets` cannot load;
-the commit used is recorded), a local copy of one, or a local JSONL / JSON / Parquet / CSV file or
-directory of them; every row converted or counted as malformed with its reason."""
+"""Reading a dataset for `python -m prorl_jax.cli.prepare`: a Hugging Face dataset repository
+(through `datasets`, or through `huggingface_hub` for the raw files of a repository `datasets`
+cannot load; the commit used is recorded), a local copy of one, or a local JSONL / JSON / Parquet /
+CSV file or directory of them; every row converted or counted as malformed with its reason."""
 
 from __future__ import annotations
 

@@ -11,14 +11,16 @@ import time
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import dist, dynamic_sampling, packing, rl_step
-from prorl_jax import train_step as ts
+from prorl_jax.algo import dynamic_sampling, packing
+from prorl_jax.parallel import dist
 from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
+from prorl_jax.trainer import batch
+from prorl_jax.trainer import train_step as ts
 
-log = logging.getLogger("prorl_jax.train")
+log = logging.getLogger("prorl_jax.trainer.loop")
 
 
 def sampling(cfg, eval_mode=False) -> SamplingParams:
@@ -100,10 +102,10 @@ def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, versi
       notes["workers_wait_s"] = notes.get("workers_wait_s", 0.0) + float(wait)
     for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
       notes["verifier/" + k] = notes.get("verifier/" + k, 0) + v
-    for g in rl_step.results_to_groups(rid, req, manifest, arrays):
+    for g in batch.results_to_groups(rid, req, manifest, arrays):
       failed = int(np.sum(g["verifier_failed"]))
       notes["verifier_failed_samples"] = notes.get("verifier_failed_samples", 0) + failed
-      g = rl_step.without_failed_samples(g)  # a verifier's fault drops samples, not the group
+      g = batch.without_failed_samples(g)  # a verifier's fault drops samples, not the group
       if g is None:
         notes["verifier_failed_groups"] += 1
         continue
@@ -242,7 +244,7 @@ def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bo
   metrics = {"length_penalty/on": float(lp_on)}
   order = np.random.RandomState((c.seed, step)).permutation(len(groups))
   groups = [groups[i] for i in order]
-  shaped = rl_step.shape_scores(
+  shaped = batch.shape_scores(
     groups,
     max_len=r.max_response_len,
     truncation_penalty=a.truncation_penalty,
@@ -252,7 +254,7 @@ def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bo
     overlong_buffer=a.overlong_buffer,
     overlong_factor=a.overlong_factor,
   )
-  metrics.update(rl_step.group_metrics(groups, shaped))
+  metrics.update(batch.group_metrics(groups, shaped))
   per_mb = r.mini_batch_prompts
   # Only as many token columns as this step needs (rounded to 16: a few compiled shapes).
   p_len = min(r.max_prompt_len, -(-max(len(g["prompt_ids"]) for g in groups) // 16) * 16)
@@ -260,7 +262,7 @@ def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bo
   batches = []
   for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
     gs = groups[start : start + per_mb]
-    b = rl_step.build_batch(
+    b = batch.build_batch(
       gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=setup.pad_id, rows=setup.rows
     )
     m = b["loss_mask"].astype(np.float32)
@@ -282,7 +284,7 @@ def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bo
   if a.kl_in_reward:
     kl = np.concatenate([(b["old_logp"] - b["ref_logp"])[: len(gs) * r.n] for b, _, gs in batches])
   raw = np.concatenate([np.stack([g["raw_scores"] for g in gs]) for _, _, gs in batches])
-  adv_all = rl_step.token_advantages(
+  adv_all = batch.token_advantages(
     a.estimator,
     shaped,
     loss_mask,

@@ -1,4 +1,4 @@
-"""`prorl-plot RUN_DIR [RUN_DIR ...] [--out=PNG]` (= python -m prorl_jax.plot): a PNG dashboard
+"""`prorl-plot RUN_DIR [RUN_DIR ...] [--out=PNG]` (= python -m prorl_jax.cli.plot): a PNG dashboard
 of a run's metrics.jsonl, or of several runs overlaid with a legend.
 
 Panels: reward (raw, shaped), held-out pass@1, response length and truncation, entropy, KL to the
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from prorl_jax.metrics import SESSIONS, read_jsonl
+from prorl_jax.trainer.metrics import SESSIONS, read_jsonl
 
 PANELS = (
   ("reward", ("reward/raw_mean", "reward/shaped_mean")),
@@ -124,7 +124,7 @@ def _resumes(run_dir: str) -> list[int]:
 def main(argv=None) -> int:
   import argparse
 
-  from prorl_jax import cli
+  from prorl_jax.cli import errors
 
   ap = argparse.ArgumentParser(
     prog="prorl-plot",
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
   )
   ap.add_argument("--debug", action="store_true", help="show tracebacks")
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-  with cli.user_errors(PlotError):
+  with errors.user_errors(PlotError):
     print(dashboard(args.runs, args.out))
   return 0
 

@@ -22,27 +22,30 @@ import jax
 import jax.numpy as jnp
 
 from prorl_jax import config as config_lib
-from prorl_jax import dist, dynamic_sampling, preflight, scoring
-from prorl_jax import setup as setup_lib
-from prorl_jax import train_step as ts
-from prorl_jax.checkpoint import Checkpointer, abstract_like
-from prorl_jax.export import RUN_RECORD
-from prorl_jax.loop_state import LoopState, reset_reason
-from prorl_jax.metrics import MetricWriter, NullWriter, wall_seconds_total
+from prorl_jax.algo import dynamic_sampling
+from prorl_jax.config.workers import local_workers
+from prorl_jax.data.sources import precheck
+from prorl_jax.evaluation import scoring
+from prorl_jax.evaluation.export import RUN_RECORD
 from prorl_jax.model import log_probs, save_hf
-from prorl_jax.preemption import PREEMPTED, Preempted, Watch
+from prorl_jax.parallel import dist
 from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import check_worker_python, worker_python
-from prorl_jax.rollout.local import for_config as local_workers_for
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.rollout.weights import shard_bytes
-from prorl_jax.run_record import check_resume_config, latest_local_step, record_run
-from prorl_jax.setup import Setup, resolve_model_path
-from prorl_jax.sources import precheck
-from prorl_jax.step import collect, prefetch, sampling, update
+from prorl_jax.trainer import preflight
+from prorl_jax.trainer import setup as setup_lib
+from prorl_jax.trainer import train_step as ts
+from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
+from prorl_jax.trainer.loop_state import LoopState, reset_reason
+from prorl_jax.trainer.metrics import MetricWriter, NullWriter, wall_seconds_total
+from prorl_jax.trainer.preemption import PREEMPTED, Preempted, Watch
+from prorl_jax.trainer.run_record import check_resume_config, latest_local_step, record_run
+from prorl_jax.trainer.setup import Setup, resolve_model_path
+from prorl_jax.trainer.update import collect, prefetch, sampling, update
 
-log = logging.getLogger("prorl_jax.train")
+log = logging.getLogger("prorl_jax.trainer.loop")
 STOPPED = "stopped.json"  # in run_dir: the last stop on a signal (a finished run removes it)
 SUMMARY = "summary.json"  # in run_dir: written last; a run is finished when it names the last step
 
@@ -439,7 +442,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
     print(placed.describe(), flush=True)
     for line in placed.warnings:
       print(f"warning: {line}", file=sys.stderr, flush=True)
-    workers, _ = local_workers_for(
+    workers, _ = local_workers(
       cfg,
       exchange_url(cfg),
       os.path.join(cfg.run_dir, "workers"),

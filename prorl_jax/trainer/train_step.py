@@ -33,10 +33,10 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from prorl_jax import sharding
 from prorl_jax.algo import losses
 from prorl_jax.model import head_weight, hidden_states, init_params, param_shardings
 from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.parallel import sharding
 
 BATCH_KEYS = ("tokens", "attn_mask", "loss_mask", "old_logp", "ref_logp", "gen_logp", "adv")
 PER_TOKEN_KEYS = ("tokens", "loss_mask", "old_logp", "ref_logp", "gen_logp", "adv")

@@ -37,7 +37,7 @@ LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
   ("act_vocab", "tensor"),
 )
 _RULES = dict(LOGICAL_RULES)
-log = logging.getLogger("prorl_jax.sharding")
+log = logging.getLogger("prorl_jax.parallel.sharding")
 _logged: set = set()
 
 

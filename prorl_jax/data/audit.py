@@ -1,4 +1,4 @@
-"""`python -m prorl_jax.rewards.audit --data=DIR`: what the rewards of a prepared data directory
+"""`python -m prorl_jax.data.audit --data=DIR`: what the rewards of a prepared data directory
 pay for text that does not solve the task.
 
 For a sample of real rows of every data source (Reasoning Gym: of every task), through the
@@ -29,7 +29,7 @@ import re
 import sys
 
 from prorl_jax import rewards
-from prorl_jax.data import DataError, parse_row, prepared_files, read_rows
+from prorl_jax.data.prompts import DataError, parse_row, prepared_files, read_rows
 from prorl_jax.rewards import puzzles
 from prorl_jax.rewards.common import last_boxed
 
@@ -53,7 +53,7 @@ _INT = re.compile(r"[+-]?\d+")
 def data_files(directory: str) -> list[str]:
   """The Parquet/JSONL files of a `prepare --mix` (train + val) or `prepare --suite` output."""
   if not os.path.isfile(os.path.join(directory, "manifest.json")):
-    raise DataError(f"--data={directory!r}: no manifest.json; build it with prorl_jax.prepare")
+    raise DataError(f"--data={directory!r}: no manifest.json; build it with prorl_jax.cli.prepare")
   with open(os.path.join(directory, "manifest.json")) as f:
     m = json.load(f)
   if "benchmarks" in m:
@@ -331,7 +331,7 @@ def _fmt(v) -> str:
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(
-    prog="python -m prorl_jax.rewards.audit",
+    prog="python -m prorl_jax.data.audit",
     description="Scores degenerate and hedging strategies on real rows of a prepared data "
     "directory beside the reference answers; exits 1 when one earns more than an honest wrong "
     "answer.",

@@ -1,4 +1,4 @@
-"""`prorl-eval` (= python -m prorl_jax.eval): a model scored on a config's held-out set, or on
+"""`prorl-eval` (= python -m prorl_jax.cli.eval): a model scored on a config's held-out set, or on
 the paper's evaluation suite (`evalsuite`); the scoring itself is `scoring.evaluate`.
 """
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import logging
 
+from prorl_jax.evaluation.scoring import evaluate
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.scoring import evaluate
 
 
 def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
@@ -20,10 +20,10 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
   import tempfile
 
   from prorl_jax import config as config_lib
-  from prorl_jax import export
-  from prorl_jax.rollout import local
-  from prorl_jax.sources import sources_for
-  from prorl_jax.tokenizer import load_tokenizer
+  from prorl_jax.config.workers import local_workers
+  from prorl_jax.data.sources import sources_for
+  from prorl_jax.evaluation import export
+  from prorl_jax.model.tokenizer import load_tokenizer
 
   config_lib.validate(cfg)
   sampling = SamplingParams(
@@ -42,7 +42,7 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
     url = f"file://{tmp}/exchange"
     ex = Exchange(url)
     ex.weights.publish(0, 0, model_dir)
-    workers, _ = local.for_config(
+    workers, _ = local_workers(
       cfg, url, os.path.join(tmp, "workers"), ex.queue.release, at_least_one=True
     )
     try:
@@ -89,7 +89,7 @@ def _suite_config():
 
 
 def _domain_counts(items: list[str]) -> dict[str, int]:
-  from prorl_jax.evalsuite import DEFAULT_SAMPLES, SuiteError
+  from prorl_jax.evaluation.runner import DEFAULT_SAMPLES, SuiteError
 
   out = {}
   for item in items:
@@ -104,15 +104,15 @@ def _domain_counts(items: list[str]) -> dict[str, int]:
 
 
 def main(argv):
-  """`python -m prorl_jax.eval --config=configs/tiny.py --checkpoint=HF_DIR [--out=FILE]`, or
-  `python -m prorl_jax.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=DIR`."""
+  """`python -m prorl_jax.cli.eval --config=configs/tiny.py --checkpoint=HF_DIR [--out=FILE]`, or
+  `python -m prorl_jax.cli.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=DIR`."""
   from absl import flags
 
-  from prorl_jax import cli
   from prorl_jax import config as config_lib
-  from prorl_jax.data import DataError
-  from prorl_jax.export import ExportError
-  from prorl_jax.prepare import PrepareError
+  from prorl_jax.cli import errors
+  from prorl_jax.cli.prepare import PrepareError
+  from prorl_jax.data.prompts import DataError
+  from prorl_jax.evaluation.export import ExportError
   from prorl_jax.rollout.local import WorkerFailure
 
   del argv
@@ -121,11 +121,11 @@ def main(argv):
   absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every restore step at INFO
   logging.getLogger("absl").setLevel(logging.WARNING)
   F = flags.FLAGS
-  with cli.user_errors(
+  with errors.user_errors(
     config_lib.ConfigError, WorkerFailure, PrepareError, ExportError, DataError, ValueError
   ):
     if F.suite:
-      from prorl_jax import evalsuite
+      from prorl_jax.evaluation import runner
 
       if not (F.data and F.checkpoint and F.out):
         raise config_lib.ConfigError(
@@ -133,7 +133,7 @@ def main(argv):
         )
       cfg = _suite_config()
       config_lib.validate(cfg)
-      report = evalsuite.run_suite(
+      report = runner.run_suite(
         cfg,
         data_dir=F.data,
         checkpoint=F.checkpoint,
@@ -144,10 +144,10 @@ def main(argv):
         top_p=F.top_p,
         max_prompt_len=F.max_prompt_len,
         benchmarks=config_lib.items(F.benchmarks) or None,
-        references=F.references or evalsuite.REFERENCES,
+        references=F.references or runner.REFERENCES,
         compare=F.compare,
       )
-      print(evalsuite.report_markdown(report))
+      print(runner.report_markdown(report))
       print(f"wrote {F.out}/report.json, report.md and report.png")
       return
     if F.config is None or not F.checkpoint:
@@ -166,7 +166,7 @@ def main(argv):
 
 USAGE = """usage: prorl-eval --config=FILE --checkpoint=MODEL [--out=FILE]
        prorl-eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=DIR [--config=FILE]
-  (= python -m prorl_jax.eval)
+  (= python -m prorl_jax.cli.eval)
 
 The first form scores MODEL on the config's held-out set (JSON); the second runs the paper's
 evaluation suite (report.md, report.json, report.png). MODEL is a run directory (its newest
@@ -175,7 +175,7 @@ the suite generates with vLLM (.venv-vllm); --config=FILE with rollout.engine=ja
 
 
 def cli():
-  """The `prorl-eval` console script (= python -m prorl_jax.eval)."""
+  """The `prorl-eval` console script (= python -m prorl_jax.cli.eval)."""
   from absl import app, flags
   from ml_collections import config_flags
 
@@ -190,7 +190,7 @@ def cli():
     "out", "", "the JSON file (held-out evaluation) or the report directory (--suite)"
   )
   flags.DEFINE_string("suite", "", "prorl-eval: every benchmark of --data")
-  flags.DEFINE_string("data", "", "a `python -m prorl_jax.prepare --suite` output directory")
+  flags.DEFINE_string("data", "", "a `python -m prorl_jax.cli.prepare --suite` output directory")
   flags.DEFINE_integer("max_response_len", 32768, "response token budget (--suite)")
   flags.DEFINE_integer("max_prompt_len", 4096, "longer prompts are left out, counted (--suite)")
   flags.DEFINE_float("temperature", 0.6, "sampling temperature (--suite)")
@@ -218,7 +218,7 @@ def cli():
   )
   import functools
 
-  from prorl_jax import cli as cli_lib
+  from prorl_jax.cli import errors as cli_lib
 
   app.run(main, flags_parser=functools.partial(cli_lib.parse_flags, usage=USAGE))
 

@@ -1,6 +1,5 @@
-"""`python -m prorl_jax.export CHECKPOINT OUT [--base=HF_DIR] [--dtype=bfloat16]`: an Orbax
-checkpoint step of a run as a Hugging Face directory (safetensors + config.json + tokenizer) that
-transformers and vLLM load.
+"""An Orbax checkpoint step of a run as a Hugging Face directory (safetensors + config.json +
+tokenizer) that transformers and vLLM load (`prorl-export` is its command).
 
 CHECKPOINT is a step directory (`RUN_DIR/checkpoints/220`), a checkpoints directory (its newest
 step) or a run directory (`RUN_DIR`: its `checkpoints/`). Only the policy's parameters are read
@@ -11,10 +10,8 @@ from `--base`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 
 RUN_RECORD = "config.json"  # written by the trainer into its run directory
 
@@ -140,29 +137,3 @@ def resolve_model(checkpoint: str, scratch: str) -> tuple[str, str]:
   if not is_hf_dir(dest):
     export(step_dir, dest)
   return dest, step_dir
-
-
-def main(argv=None):
-  ap = argparse.ArgumentParser(
-    prog="python -m prorl_jax.export", description=__doc__.split("\n\n")[0]
-  )
-  ap.add_argument("checkpoint", help="RUN_DIR, RUN_DIR/checkpoints or a step directory in it")
-  ap.add_argument("out", help="the new Hugging Face directory")
-  ap.add_argument(
-    "--base",
-    default=None,
-    help="HF directory the run started from (default: RUN_DIR/config.json's)",
-  )
-  ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
-  args = ap.parse_args(argv)
-  try:
-    step_dir = export(args.checkpoint, args.out, args.base, args.dtype)
-  except ExportError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  print(f"wrote {args.out} from {step_dir} ({args.dtype})")
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

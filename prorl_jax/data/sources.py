@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from prorl_jax import config as config_lib
-from prorl_jax import data
+from prorl_jax.data import prompts
 
 
 def precheck(cfg) -> None:
@@ -15,33 +15,33 @@ def precheck(cfg) -> None:
   validation suite are readable. Raises DataError with one line."""
   train, val = config_lib.items(cfg.data.train_files), config_lib.items(cfg.data.val_files)
   if cfg.data.prepared:
-    p_train, _, p_val = data.prepared_files(cfg.data.prepared)
+    p_train, _, p_val = prompts.prepared_files(cfg.data.prepared)
     train, val = train or p_train, val or p_val
   for key, files in (("data.train_files", train), ("data.val_files", val)):
     for f in files:
       if "://" not in f and not os.path.exists(f):
-        raise data.DataError(f"{key}: {f}: no such file")
+        raise prompts.DataError(f"{key}: {f}: no such file")
   weights = config_lib.items(cfg.data.weights)
   if weights and len(weights) != len(train):
-    raise data.DataError(
+    raise prompts.DataError(
       f"data.weights has {len(weights)} values for {len(train)} training "
       "files; give one weight per file, in the same order"
     )
   try:
     [float(w) for w in weights]
   except ValueError:
-    raise data.DataError(f"data.weights must be numbers, got {cfg.data.weights!r}") from None
+    raise prompts.DataError(f"data.weights must be numbers, got {cfg.data.weights!r}") from None
   if cfg.data.val_suite:
-    from prorl_jax import suite
+    from prorl_jax.data import suite
 
     try:
       suite.read_manifest(cfg.data.val_suite)
     except suite.PrepareError as e:
-      raise data.DataError(f"data.val_suite: {e}") from None
+      raise prompts.DataError(f"data.val_suite: {e}") from None
   for f in train + val:  # every row parses (a bad one is named now, not after the model loads)
     if "://" not in f and not f.startswith("reasoning_gym:"):
-      for i, row in enumerate(data.read_rows(f), 1):
-        data.parse_row(row, f, i)
+      for i, row in enumerate(prompts.read_rows(f), 1):
+        prompts.parse_row(row, f, i)
 
 
 def sources_for(cfg, tok):
@@ -54,17 +54,17 @@ def sources_for(cfg, tok):
     split(cfg.data.val_files),
   )
   if cfg.data.prepared:
-    p_train, p_weights, p_val = data.prepared_files(cfg.data.prepared)
+    p_train, p_weights, p_val = prompts.prepared_files(cfg.data.prepared)
     if not train:
       train, weights = p_train, weights or p_weights
     val = val or p_val
   if not train and not cfg.model.build_tiny:
     raise config_lib.ConfigError(
       "data.train_files is empty: pass data.prepared=DIR (python -m "
-      "prorl_jax.prepare --mix=prorl --out=DIR) or JSONL/Parquet "
+      "prorl_jax.cli.prepare --mix=prorl --out=DIR) or JSONL/Parquet "
       "files in the verl schema (--config.data.train_files=a,b)"
     )
-  blend, heldout = data.make_sources(
+  blend, heldout = prompts.make_sources(
     tok,
     train_files=train,
     val_files=val,
@@ -76,7 +76,7 @@ def sources_for(cfg, tok):
     use_chat_template=cfg.data.chat_template,
   )
   if cfg.data.val_suite:
-    from prorl_jax import suite
+    from prorl_jax.data import suite
 
     heldout, verifiers = suite.validation_items(
       tok,

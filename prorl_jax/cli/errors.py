@@ -71,7 +71,7 @@ def check_config_args(argv: list[str]) -> None:
           + (
             f"; did you mean --config.{near[0]}?"
             if near
-            else "; list them with python -m prorl_jax.config"
+            else "; list them with python -m prorl_jax.cli.config"
           )
         )
       if key in sections and "=" in arg:
@@ -107,7 +107,7 @@ def print_help(usage: str) -> None:
       print(f"  --{f.name}: {text}{default}")
   print(
     "\n--config.<key>=VALUE overrides one field of the config file; list the keys, their "
-    "defaults and meanings with `python -m prorl_jax.config --config=FILE` (docs/config.md)."
+    "defaults and meanings with `python -m prorl_jax.cli.config --config=FILE` (docs/config.md)."
   )
 
 

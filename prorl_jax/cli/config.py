@@ -1,10 +1,10 @@
-"""`python -m prorl_jax.config [--config=FILE[:variant]] [--markdown]`: every config key, its
+"""`python -m prorl_jax.cli.config [--config=FILE[:variant]] [--markdown]`: every config key, its
 default and meaning, beside a config file's values."""
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from prorl_jax import cli as cli_lib
+from prorl_jax.cli import errors as cli_lib
 from prorl_jax.config import listing
 
 

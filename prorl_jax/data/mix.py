@@ -1,7 +1,7 @@
 """The ProRL training mix: each source's rows converted to verl-schema rows routed to their
 verifier, deduplicated, checked against their own references, split and written as Parquet with
-a manifest (`prepare`). `python -m prorl_jax.prepare --mix=prorl` is its command; the evaluation
-suite (`prorl_jax.suite`) reuses its readers, converters and writers.
+a manifest (`prepare`). `python -m prorl_jax.cli.prepare --mix=prorl` is its command; the evaluation
+suite (`prorl_jax.data.suite`) reuses its readers, converters and writers.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import time
 import numpy as np
 
 from prorl_jax import rewards
-from prorl_jax.data import parse_row
-from prorl_jax.hub import Malformed, Source, load_source
-from prorl_jax.rewards import audit, code, ifeval, puzzles
-from prorl_jax.solution_answers import scp_answer
+from prorl_jax.data import audit
+from prorl_jax.data.hub import Malformed, Source, load_source
+from prorl_jax.data.prompts import parse_row
+from prorl_jax.data.solution_answers import scp_answer
+from prorl_jax.rewards import code, ifeval, puzzles
 
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 

@@ -9,9 +9,9 @@ import os
 import time
 
 from prorl_jax import config as config_lib
-from prorl_jax.export import RUN_RECORD
+from prorl_jax.evaluation.export import RUN_RECORD
 
-log = logging.getLogger("prorl_jax.train")
+log = logging.getLogger("prorl_jax.trainer.loop")
 
 # Keys a resumed run may change without --accept_config_changes: how long and where it runs,
 # not what it learns (a run directory moved or copied elsewhere resumes there).

@@ -1,4 +1,4 @@
-"""`python -m prorl_jax.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=OUT`: the
+"""`python -m prorl_jax.cli.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=OUT`: the
 paper's evaluation of one model on every benchmark of a `prepare --suite` output.
 
 MODEL is a Hugging Face directory, an Orbax checkpoint (RUN_DIR, RUN_DIR/checkpoints or one
@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from prorl_jax import suite as suite_lib
+from prorl_jax.data import suite as suite_lib
 from prorl_jax.records import SamplingParams
 
 DEFAULT_SAMPLES = {"math": 16, "code": 16, "stem": 16, "instruction_following": 4, "logic": 4}
@@ -94,8 +94,10 @@ def run_suite(
 
   `compare` holds LABEL=DIR items: reports of other models by this harness (`--out` of an
   earlier run), put beside ours as measured columns."""
-  from prorl_jax import data, export, rewards, scoring
-  from prorl_jax.tokenizer import load_tokenizer
+  from prorl_jax import rewards
+  from prorl_jax.data import prompts
+  from prorl_jax.evaluation import export, scoring
+  from prorl_jax.model.tokenizer import load_tokenizer
 
   manifest = suite_lib.read_manifest(data_dir)
   names = benchmarks or list(manifest["benchmarks"])
@@ -133,7 +135,7 @@ def run_suite(
         results[name] = got
         log(f"[{i}/{len(names)}] {name}: cached, pass@1 {_pct(got['summary']['pass@1'])}")
         continue
-      src = data.JsonlSource(
+      src = prompts.JsonlSource(
         [os.path.join(data_dir, b["file"])], tok, max_prompt_len=max_prompt_len, seed=cfg.seed
       )
       items = src.items
@@ -207,14 +209,14 @@ class _Runner:
   """A private exchange with the model published as version 0, and local workers on it."""
 
   def __init__(self, cfg, model_dir: str):
-    from prorl_jax.rollout import local
+    from prorl_jax.config.workers import local_workers
     from prorl_jax.rollout.exchange import Exchange
 
     self.tmp = tempfile.TemporaryDirectory(prefix="prorl_suite_")
     url = f"file://{self.tmp.name}/exchange"
     self.ex = Exchange(url)
     self.ex.weights.publish(0, 0, model_dir)
-    self.workers, _ = local.for_config(
+    self.workers, _ = local_workers(
       cfg, url, os.path.join(self.tmp.name, "workers"), self.ex.queue.release, at_least_one=True
     )
 
@@ -224,7 +226,7 @@ class _Runner:
 
 
 def _per_task(items: list[dict], got: dict, cont: bool) -> dict:
-  from prorl_jax import scoring
+  from prorl_jax.evaluation import scoring
 
   by_task: dict[str, list[int]] = {}
   for i, it in enumerate(items):
@@ -286,7 +288,7 @@ def load_compare(items: list[str]) -> dict:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
       raise SuiteError(
         f"--compare {item!r}: no readable report in {path} ({type(e).__name__}: {e}); "
-        f"write one with python -m prorl_jax.eval --suite=prorl-eval ... --out={path}"
+        f"write one with python -m prorl_jax.cli.eval --suite=prorl-eval ... --out={path}"
       ) from None
     out[label] = {
       "dir": os.path.abspath(path),

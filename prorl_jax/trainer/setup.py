@@ -18,15 +18,15 @@ import jax
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import train_step as ts
 from prorl_jax.algo import shaping
+from prorl_jax.data.sources import sources_for
 from prorl_jax.model import load_hf, load_tokenizer
+from prorl_jax.parallel.sharding import make_mesh
 from prorl_jax.rewards import sandbox
 from prorl_jax.rollout import layout
-from prorl_jax.sharding import make_mesh
-from prorl_jax.sources import sources_for
+from prorl_jax.trainer import train_step as ts
 
-log = logging.getLogger("prorl_jax.train")
+log = logging.getLogger("prorl_jax.trainer.loop")
 
 R1_DISTILL_HINT = (
   "model.path is empty: download DeepSeek-R1-Distill-Qwen-1.5B on a machine with internet "

@@ -1,0 +1,148 @@
+"""The model's functions: forward passes, parameter init and shardings, Hugging Face weight I/O
+(re-exported by `prorl_jax.model`)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prorl_jax.model import hf_weights
+from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.qwen2 import Qwen2, head_weight
+from prorl_jax.parallel import sharding
+
+
+def positions_from_mask(mask_BxT):
+  """RoPE positions for a left-padded batch: 0 at each row's first real token."""
+  return jnp.maximum(jnp.cumsum(mask_BxT.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def causal_mask(mask_BxT):
+  """[B, T, T] bool: query t sees key s <= t when s is a real token."""
+  t = mask_BxT.shape[-1]
+  tril = jnp.tril(jnp.ones((t, t), dtype=bool))
+  return tril[None] & mask_BxT.astype(bool)[:, None, :]
+
+
+def hidden_states(
+  cfg: Qwen2Config,
+  params,
+  tokens_BxT,
+  attention_mask_BxT=None,
+  mesh=None,
+  *,
+  segment_ids_BxT=None,
+  positions_BxT=None,
+):
+  """Final hidden states [B, T, D] in the compute dtype.
+
+  A padded batch gives `attention_mask_BxT` (1 on real tokens; positions count from each row's
+  first real token). A packed batch gives `segment_ids_BxT` (1, 2, ... per sequence of a row, 0
+  on padding) and `positions_BxT` (restarting at 0 in each sequence): each token attends only to
+  the earlier tokens of its own sequence.
+  """
+  if segment_ids_BxT is None:
+    if attention_mask_BxT is None:
+      attention_mask_BxT = jnp.ones(tokens_BxT.shape, jnp.int32)
+    segment_ids_BxT = attention_mask_BxT.astype(jnp.int32)
+    positions_BxT = positions_from_mask(attention_mask_BxT)
+  elif positions_BxT is None:
+    raise ValueError("a packed batch (segment_ids_BxT) needs positions_BxT")
+  h, _ = Qwen2(cfg, mesh).apply(
+    {"params": params}, tokens_BxT, positions_BxT, segment_ids_BxT.astype(jnp.int32)
+  )
+  return h
+
+
+def forward(cfg: Qwen2Config, params, tokens_BxT, attention_mask_BxT=None, mesh=None):
+  """Logits, float32 [B, T, V]. For training use `losses.token_logprobs` on hidden states."""
+  h = hidden_states(cfg, params, tokens_BxT, attention_mask_BxT, mesh)
+  w = head_weight(cfg, params).astype(h.dtype)
+  return jnp.einsum("btd,dv->btv", h, w).astype(jnp.float32)
+
+
+def log_probs(cfg: Qwen2Config, params, tokens_BxT):
+  """log-softmax of the logits, float32 [B, T, V]: the log-probs a rollout engine is checked
+  against (the probe), on short sequences where the full vocabulary fits."""
+  return jax.nn.log_softmax(forward(cfg, params, tokens_BxT), -1)
+
+
+def _abstract_boxed(cfg: Qwen2Config):
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  mask = jnp.ones((1, 1, 1), bool)
+  return jax.eval_shape(lambda: Qwen2(cfg).init(jax.random.PRNGKey(0), tokens, tokens, mask))
+
+
+def param_logical_axes(cfg: Qwen2Config):
+  """The params pytree with a PartitionSpec of logical names at each leaf."""
+  return nn.get_partition_spec(_abstract_boxed(cfg))["params"]
+
+
+def param_shardings(cfg: Qwen2Config, mesh):
+  """NamedShardings for the params on `mesh` (dims a mesh axis does not divide stay whole)."""
+  abstract = nn.meta.unbox(_abstract_boxed(cfg))["params"]
+
+  def one(path, spec, a):
+    name = "param " + "/".join(str(getattr(k, "key", k)) for k in path)
+    return jax.sharding.NamedSharding(
+      mesh, sharding.fit_spec(sharding.logical_to_spec(tuple(spec)), a.shape, mesh, name)
+    )
+
+  return jax.tree_util.tree_map_with_path(
+    one,
+    param_logical_axes(cfg),
+    abstract,
+    is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
+  )
+
+
+def init_params(cfg: Qwen2Config, rng, mesh=None):
+  """Random params (std 0.02), created directly in their shardings when a mesh is given."""
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  mask = jnp.ones((1, 1, 1), bool)
+  init = lambda r: nn.meta.unbox(Qwen2(cfg).init(r, tokens, tokens, mask))["params"]  # noqa: E731
+  if mesh is None:
+    return jax.jit(init)(rng)
+  return jax.jit(init, out_shardings=param_shardings(cfg, mesh))(rng)
+
+
+def load_hf(
+  path: str,
+  dtype: str = "float32",
+  mesh=None,
+  compute_dtype: str | None = None,
+  remat: str = "none",
+  attention_impl: str = "xla",
+  attention_chunk: int = 1024,
+):
+  """(cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
+  cfg = Qwen2Config.from_hf_dict(
+    hf_weights.read_hf_config(path),
+    param_dtype=dtype,
+    compute_dtype=compute_dtype or dtype,
+    remat=remat,
+    attention_impl=attention_impl,
+    attention_chunk=attention_chunk,
+  )
+  host = hf_weights.hf_to_params(cfg, hf_weights.read_tensors(path), jnp.dtype(dtype))
+  if mesh is None:
+    return cfg, jax.tree.map(jnp.asarray, host)
+  shardings = param_shardings(cfg, mesh)
+  return cfg, jax.tree.map(lambda x, s: jax.device_put(x, s), host, shardings)
+
+
+def save_hf(
+  cfg: Qwen2Config,
+  params,
+  path: str,
+  tokenizer_dir: str | None = None,
+  dtype: str | None = None,
+  max_shard_bytes: int = 0,
+) -> list[str]:
+  """Writes HF-named safetensors + config.json (+ tokenizer files) that transformers loads."""
+  tensors = hf_weights.params_to_hf(
+    cfg, jax.device_get(params), None if dtype is None else np.dtype(jnp.dtype(dtype))
+  )
+  return hf_weights.write_hf_dir(cfg, tensors, path, tokenizer_dir, max_shard_bytes)
