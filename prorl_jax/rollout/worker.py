@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -23,83 +22,19 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Protocol
 
 import numpy as np
 
 from prorl_jax.model.tokenizer import load_tokenizer
-from prorl_jax.records import PromptMeta, Request, SamplingParams
+from prorl_jax.records import PromptMeta, Request
 from prorl_jax.rewards import sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
+from prorl_jax.rollout.engines import Engine, make_engine
 from prorl_jax.rollout.entries import InvalidEntry, safe_name
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LEASE_SECONDS, Claim
 
 log = logging.getLogger("prorl_jax.worker")
-
-
-class Engine(Protocol):
-  """What the worker needs of a rollout engine (JAX's or vLLM's)."""
-
-  # |engine - trainer| log-probs on the probe of the version loaded last, if the engine checked
-  # it while loading (vLLM does, to catch a bad in-place reload); None: the worker checks.
-  last_mismatch: dict | None
-
-  def load(self, path: str) -> None:
-    """Loads (or swaps in) the weights of a published version's HF directory."""
-
-  def generate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int) -> dict:
-    """Prompt-major rows (all n of prompt 0 first): tokens [R, N], logprobs [R, N], lengths [R],
-    finish_reason list."""
-
-  def score_tokens(self, tokens: list[int]) -> np.ndarray:
-    """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the probe's check)."""
-
-
-class JaxEngine:
-  """The JAX sampler as an engine (CPU or any JAX device)."""
-
-  def __init__(self):
-    self.cfg = self.params = self.weights = self._score = None
-    self.pad = 0
-    self.last_mismatch = None  # the worker checks the probe
-
-  def load(self, path: str) -> None:
-    from prorl_jax.model import load_hf
-    from prorl_jax.rollout.engines.jax_sampler import prepare
-
-    self.cfg, self.params = load_hf(path, dtype="float32")
-    self.weights = prepare(self.cfg, self.params)  # the decode layout, once per version
-    tok = load_tokenizer(path)
-    self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-
-  def score_tokens(self, tokens: list[int]) -> np.ndarray:
-    import jax
-
-    from prorl_jax.model import log_probs
-
-    if self._score is None:  # jitted once: the probe is checked after every weight reload
-      self._score = jax.jit(functools.partial(log_probs, self.cfg))
-    lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
-    return lp[np.arange(len(tokens) - 1), tokens[1:]]
-
-  def generate(self, prompts, n, sampling: SamplingParams, seed):
-    from prorl_jax.rollout.engines.jax_sampler import generate
-
-    rows = [p for p in prompts for _ in range(n)]
-    return generate(
-      self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
-    )
-
-
-def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
-  if name == "jax":
-    return JaxEngine()
-  if name == "vllm":
-    from prorl_jax.rollout.engines.vllm import VllmEngine
-
-    return VllmEngine(**(vllm_options or {}))
-  raise ValueError(f"unknown engine {name!r}; use jax or vllm")
 
 
 def score_rows(

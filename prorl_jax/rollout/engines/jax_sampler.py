@@ -20,6 +20,7 @@ from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
+from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
 
 
@@ -302,3 +303,34 @@ def generate(
     "lengths": length[:k],
     "finish_reason": ["stop" if d else "length" for d in done[:k]],
   }
+
+
+class JaxEngine:
+  """The JAX sampler as an engine (CPU or any JAX device)."""
+
+  def __init__(self):
+    self.cfg = self.params = self.weights = self._score = None
+    self.pad = 0
+    self.last_mismatch = None  # the worker checks the probe
+
+  def load(self, path: str) -> None:
+    from prorl_jax.model import load_hf
+
+    self.cfg, self.params = load_hf(path, dtype="float32")
+    self.weights = prepare(self.cfg, self.params)  # the decode layout, once per version
+    tok = load_tokenizer(path)
+    self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+  def score_tokens(self, tokens: list[int]) -> np.ndarray:
+    from prorl_jax.model import log_probs
+
+    if self._score is None:  # jitted once: the probe is checked after every weight reload
+      self._score = jax.jit(functools.partial(log_probs, self.cfg))
+    lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
+    return lp[np.arange(len(tokens) - 1), tokens[1:]]
+
+  def generate(self, prompts, n, sampling: SamplingParams, seed):
+    rows = [p for p in prompts for _ in range(n)]
+    return generate(
+      self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
+    )
