@@ -13,7 +13,7 @@ import pytest
 from prorl_jax.cli import prepare
 from prorl_jax.data import suite as suite_lib
 from prorl_jax.demo import tiny_base
-from prorl_jax.evaluation import runner
+from prorl_jax.evaluation import runner, suite_report
 from prorl_jax.evaluation.scoring import summarize
 from tests.suite_test import FIXTURES, _write_sources
 
@@ -36,7 +36,7 @@ def test_pass_at_1_is_the_mean_of_binary_scores_without_failed_samples():
 
 
 def test_markdown_report_puts_published_numbers_beside_ours():
-  refs = runner.load_references(runner.REFERENCES)
+  refs = suite_report.load_references(suite_report.REFERENCES)
   results = {
     "aime24": {
       "domain": "math",
@@ -50,7 +50,7 @@ def test_markdown_report_puts_published_numbers_beside_ours():
       },
     }
   }
-  rep = runner.build_report(
+  rep = suite_report.build_report(
     results,
     {"suite": "prorl-eval"},
     label="m",
@@ -64,13 +64,13 @@ def test_markdown_report_puts_published_numbers_beside_ours():
     samples=runner.DEFAULT_SAMPLES,
     references=refs,
   )
-  md = runner.report_markdown(rep)
+  md = suite_report.report_markdown(rep)
   assert "| aime24 | 28.54 | 48.13 | 49.58 | 25.00 (2 verifier failures) |" in md
   assert "## Math" in md and "DeepSeek-R1-Distill-Qwen-1.5B" in md
 
 
 def test_published_numbers_cover_the_suite_and_match_the_papers_averages():
-  refs = runner.load_references(runner.REFERENCES)
+  refs = suite_report.load_references(suite_report.REFERENCES)
   assert set(refs["numbers"]) == set(suite_lib.BENCHMARKS)
   by_domain: dict[str, list[str]] = {}
   for name, b in suite_lib.BENCHMARKS.items():
@@ -113,10 +113,10 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
     "benchmarks": {"aime24": {"file": "a.jsonl"}, "aime25": {"file": "b.jsonl"}},
     "files": {"a.jsonl": {"sha256": "aa"}, "b.jsonl": {"sha256": "bb"}},
   }
-  refs = runner.load_references(runner.REFERENCES)
+  refs = suite_report.load_references(suite_report.REFERENCES)
 
   def report(p24, p25, **settings):
-    return runner.build_report(
+    return suite_report.build_report(
       {
         "aime24": {"domain": "math", "summary": _summary(p24)},
         "aime25": {"domain": "math", "summary": _summary(p25)},
@@ -130,12 +130,12 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
 
   base = report(0.25, 0.125, max_response_len=8192)
   base["files"]["aime25"] = "other"  # an older copy of the AIME25 file
-  runner.write_report(base, str(tmp_path / "base"))
+  suite_report.write_report(base, str(tmp_path / "base"))
   v2 = report(0.5, None)  # AIME25 without a usable sample
-  runner.write_report(v2, str(tmp_path / "v2"))
+  suite_report.write_report(v2, str(tmp_path / "v2"))
 
-  measured = runner.load_compare([f"base={tmp_path / 'base'}", f"v2={tmp_path / 'v2'}"])
-  rep = runner.build_report(
+  measured = suite_report.load_compare([f"base={tmp_path / 'base'}", f"v2={tmp_path / 'v2'}"])
+  rep = suite_report.build_report(
     {
       "aime24": {"domain": "math", "summary": _summary(0.75)},
       "aime25": {"domain": "math", "summary": _summary(0.5)},
@@ -147,7 +147,7 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
     references=refs,
     measured=measured,
   )
-  md = runner.report_markdown(rep)
+  md = suite_report.report_markdown(rep)
   head = "| Benchmark | DeepSeek-R1-Distill-Qwen-1.5B | ProRL v1"
   assert head in md and "| base (measured) | v2 (measured) | This model |" in md
   assert "| aime24 | 28.54 | 48.13 | 49.58 | 25.00 | 50.00 | 75.00 |" in md
@@ -158,7 +158,7 @@ def test_measured_columns_sit_beside_ours_and_name_what_differs(tmp_path):
   assert diff == ["max_response_len 8192 (here 32768)", "other benchmark files for aime25"]
   assert rep["measured_columns"]["v2"]["differences"] == []
   assert "differs: max_response_len 8192 (here 32768); other benchmark files for aime25" in md
-  runner.report_png(rep, str(tmp_path / "r.png"))
+  suite_report.report_png(rep, str(tmp_path / "r.png"))
   assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -176,32 +176,32 @@ def test_bad_compare_is_one_line(tmp_path, item, msg):
   (tmp_path / "bad").mkdir()
   (tmp_path / "bad" / "report.json").write_text('{"benchmarks": [1]}')
   item = item.format(missing=tmp_path / "nope", bad=tmp_path / "bad")
-  with pytest.raises(runner.SuiteError, match=re.escape(msg)) as e:
-    runner.load_compare([item])
+  with pytest.raises(suite_report.SuiteError, match=re.escape(msg)) as e:
+    suite_report.load_compare([item])
   assert "\n" not in str(e.value)
 
 
 def test_compare_label_twice_is_refused(tmp_path):
-  runner.write_report(
-    runner.build_report(
+  suite_report.write_report(
+    suite_report.build_report(
       {"aime24": {"domain": "math", "summary": _summary(0.5)}},
       {},
       label="m",
       settings=SETTINGS,
       samples=runner.DEFAULT_SAMPLES,
-      references=runner.load_references(runner.REFERENCES),
+      references=suite_report.load_references(suite_report.REFERENCES),
     ),
     str(tmp_path),
   )
-  with pytest.raises(runner.SuiteError, match="given twice"):
-    runner.load_compare([f"a={tmp_path}", f"a={tmp_path}"])
+  with pytest.raises(suite_report.SuiteError, match="given twice"):
+    suite_report.load_compare([f"a={tmp_path}", f"a={tmp_path}"])
 
 
 def test_bad_reference_file_is_one_line(tmp_path):
   p = tmp_path / "r.json"
   p.write_text("[1]")
-  with pytest.raises(runner.SuiteError, match="not a reference-numbers file"):
-    runner.load_references(str(p))
+  with pytest.raises(suite_report.SuiteError, match="not a reference-numbers file"):
+    suite_report.load_references(str(p))
 
 
 def _eval(args, timeout=600):
@@ -302,7 +302,7 @@ def test_unknown_checkpoint_is_one_line(tmp_path):
 
 
 def test_the_report_names_a_checkpoint_by_run_and_step():
-  assert runner.model_title("/x/runs/prorl_v2/checkpoints/10") == "prorl_v2 step 10"
-  assert runner.model_title("/models/r1-1.5b/") == "r1-1.5b"
-  assert runner.model_title("runs/x/exchange@12") == "runs/x/exchange@12"
-  assert runner._pct(0.125) == "12.50%" and runner._pct(None) == "n/a"
+  assert suite_report.model_title("/x/runs/prorl_v2/checkpoints/10") == "prorl_v2 step 10"
+  assert suite_report.model_title("/models/r1-1.5b/") == "r1-1.5b"
+  assert suite_report.model_title("runs/x/exchange@12") == "runs/x/exchange@12"
+  assert suite_report.percent(0.125) == "12.50%" and suite_report.percent(None) == "n/a"

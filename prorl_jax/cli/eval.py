@@ -89,7 +89,8 @@ def _suite_config():
 
 
 def _domain_counts(items: list[str]) -> dict[str, int]:
-  from prorl_jax.evaluation.runner import DEFAULT_SAMPLES, SuiteError
+  from prorl_jax.evaluation.runner import DEFAULT_SAMPLES
+  from prorl_jax.evaluation.suite_report import SuiteError
 
   out = {}
   for item in items:
@@ -125,7 +126,7 @@ def main(argv):
     config_lib.ConfigError, WorkerFailure, PrepareError, ExportError, DataError, ValueError
   ):
     if F.suite:
-      from prorl_jax.evaluation import runner
+      from prorl_jax.evaluation import runner, suite_report
 
       if not (F.data and F.checkpoint and F.out):
         raise config_lib.ConfigError(
@@ -144,10 +145,10 @@ def main(argv):
         top_p=F.top_p,
         max_prompt_len=F.max_prompt_len,
         benchmarks=config_lib.items(F.benchmarks) or None,
-        references=F.references or runner.REFERENCES,
+        references=F.references or suite_report.REFERENCES,
         compare=F.compare,
       )
-      print(runner.report_markdown(report))
+      print(suite_report.report_markdown(report))
       print(f"wrote {F.out}/report.json, report.md and report.png")
       return
     if F.config is None or not F.checkpoint:
