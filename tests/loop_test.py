@@ -8,7 +8,7 @@ import numpy as np
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.trainer import loop
+from prorl_jax.trainer import run_dir, versions
 from prorl_jax.trainer.loop_state import LoopState
 
 
@@ -43,10 +43,10 @@ def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
   source.take(12)
   buffer = dynamic_sampling.GroupBuffer([_group(1, 4), _group(2, 5)])
   live = LoopState(step=5, version=5, resets=[{"step": 3, "why": "schedule"}], pass1_start=0.25)
-  saved = json.loads(json.dumps(loop.loop_json(live, source, buffer)))  # as a checkpoint does
+  saved = json.loads(json.dumps(run_dir.loop_json(live, source, buffer)))  # as a checkpoint does
   assert live.data == {} and live.buffer == []  # the live loop state is not changed
   fresh = Counter()
-  got, got_buffer = loop.resume_loop(saved, fresh)
+  got, got_buffer = run_dir.resume_loop(saved, fresh)
   assert fresh.k == 12 and fresh.take(2) == [12, 13]  # the cursor continues where it stood
   assert (got.step, got.version, got.resets, got.pass1_start) == (5, 5, live.resets, 0.25)
   taken = got_buffer.take(2)
@@ -75,12 +75,12 @@ def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_left
       },
       request_id=f"s0000002-g00-c{i:05d}",
     )
-  opened = loop._open_exchange(cfg, LoopState(version=1))  # resumed from a checkpoint of v1
+  opened = run_dir.open_exchange(cfg, LoopState(version=1))  # resumed from a checkpoint of v1
   assert opened.weights.versions() == [0, 1]  # v2, v3 were published after it: redone
   assert opened.queue.ids() == []  # its requests are redone deterministically
-  assert loop.exchange_url(cfg) == cfg.rollout.exchange
+  assert run_dir.exchange_url(cfg) == cfg.rollout.exchange
   cfg.rollout.exchange = ""
-  assert loop.exchange_url(cfg) == str(tmp_path / "run" / "exchange")
+  assert run_dir.exchange_url(cfg) == str(tmp_path / "run" / "exchange")
 
 
 def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
@@ -104,7 +104,7 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   )
   ex = Exchange(f"file://{tmp_path}/exchange")
   for v in (3, 4, 5):
-    loop.publish(setup, types.SimpleNamespace(params=params, step=np.int32(v * 10)), ex, v)
+    versions.publish(setup, types.SimpleNamespace(params=params, step=np.int32(v * 10)), ex, v)
   assert ex.weights.versions() == [4, 5]  # two versions kept
   assert ex.weights.manifest(5)["step"] == 50
   _, path = ex.weights.latest(str(tmp_path / "cache"))
@@ -114,16 +114,16 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   # the probe holds the trainer's own log-probs of each probe token after the first
   pr = probe.read_probe(path)
   assert pr["tokens"] == setup.probe_tokens
-  lp = loop._probe_logprobs(model_cfg, params, np.array([[1, 5, 6, 7]], np.int32))
+  lp = versions._probe_logprobs(model_cfg, params, np.array([[1, 5, 6, 7]], np.int32))
   want = [float(lp[0, t, tok]) for t, tok in enumerate([5, 6, 7])]
   np.testing.assert_allclose(np.concatenate([pr["logprobs"][0]]), want, rtol=1e-6)
 
 
 def test_advice_names_tis_for_the_pipeline_with_icepop():
   cfg = config_lib.base_config()
-  assert loop.advice(cfg) == []  # the defaults: on-policy, ICE-POP
+  assert run_dir.advice(cfg) == []  # the defaults: on-policy, ICE-POP
   cfg.rollout.pipeline, cfg.rollout.max_staleness = True, 1
-  (line,) = loop.advice(cfg)
+  (line,) = run_dir.advice(cfg)
   assert "algo.is_correction=tis" in line
   cfg.algo.is_correction = "tis"
-  assert loop.advice(cfg) == []
+  assert run_dir.advice(cfg) == []

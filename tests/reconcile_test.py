@@ -10,7 +10,7 @@ import pytest
 from prorl_jax import config as config_lib
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LostRequest, wait_for_results
-from prorl_jax.trainer import loop as train_loop
+from prorl_jax.trainer import run_dir
 from prorl_jax.trainer.loop_state import LoopState
 
 
@@ -192,7 +192,7 @@ def test_the_window_that_lost_a_prefetched_request_is_closed(tmp_path):
     if k.endswith(".npz"):
       ex.store.write(k, None)  # the manifest is left: a result whose data and request are gone
   loop = LoopState(step=3, version=3, prefetch={"step": 4, "version": 2, "requests": record})
-  resumed = train_loop._open_exchange(cfg, loop)
+  resumed = run_dir.open_exchange(cfg, loop)
   _serve(resumed)
   done = wait_for_results(resumed.queue, list(record), timeout_s=10.0, what="step 4")
   assert sorted(done) == sorted(record)

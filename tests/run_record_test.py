@@ -9,7 +9,7 @@ import re
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax.trainer import loop, run_record
+from prorl_jax.trainer import loop, run_record, versions
 from prorl_jax.trainer.metrics import MetricWriter
 
 
@@ -114,7 +114,7 @@ def test_the_eta_leaves_out_the_first_step_of_a_session(tmp_path, monkeypatch):
 
 
 def test_validation_line_is_rounded_per_benchmark():
-  line = loop._val_line(
+  line = versions.val_line(
     50,
     {
       "pass@1": 0.123456789,

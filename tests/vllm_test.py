@@ -17,7 +17,7 @@ from prorl_jax.model import forward, init_params, presets, save_hf  # noqa: E402
 from prorl_jax.records import SamplingParams  # noqa: E402
 from prorl_jax.rollout.engines.vllm import VllmEngine  # noqa: E402
 from prorl_jax.rollout.exchange import Exchange  # noqa: E402
-from prorl_jax.trainer.loop import write_probe  # noqa: E402
+from prorl_jax.trainer.versions import write_probe  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -106,7 +106,7 @@ def _wait(pred, timeout, what):
 def _with_probe(base, dest):
   """A copy of the model with probe.json: the trainer's log-probs of two fixed sequences."""
   from prorl_jax.model import load_hf
-  from prorl_jax.trainer.loop import write_probe
+  from prorl_jax.trainer.versions import write_probe
 
   shutil.copytree(base, dest)
   write_probe(*load_hf(base), [[1, 8, 9, 10, 11, 12], [1, 13, 14]], dest)

@@ -15,143 +15,38 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.config.workers import local_workers
-from prorl_jax.data.sources import precheck
-from prorl_jax.evaluation import scoring
-from prorl_jax.evaluation.export import RUN_RECORD
-from prorl_jax.model import log_probs, save_hf
 from prorl_jax.parallel import dist
-from prorl_jax.rollout import layout, probe
-from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.rollout.local import check_worker_python, worker_python
-from prorl_jax.rollout.store import InvalidExchange, open_store
-from prorl_jax.rollout.weights import shard_bytes
+from prorl_jax.rollout import layout
 from prorl_jax.trainer import preflight
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
 from prorl_jax.trainer.metrics import MetricWriter, NullWriter, wall_seconds_total
-from prorl_jax.trainer.preemption import PREEMPTED, Preempted, Watch
-from prorl_jax.trainer.run_record import check_resume_config, latest_local_step, record_run
-from prorl_jax.trainer.setup import Setup, resolve_model_path
-from prorl_jax.trainer.update import collect, prefetch, sampling, update
+from prorl_jax.trainer.preemption import Preempted, Watch
+from prorl_jax.trainer.run_dir import (
+  STOPPED,
+  SUMMARY,
+  check_before_loading,
+  exchange_url,
+  finished_line,
+  loop_json,
+  open_exchange,
+  resume_loop,
+  summarized_step,
+)
+from prorl_jax.trainer.run_record import record_run
+from prorl_jax.trainer.update import collect, prefetch, update
+from prorl_jax.trainer.versions import on_primary, publish, validate_and_log
 
 log = logging.getLogger("prorl_jax.trainer.loop")
-STOPPED = "stopped.json"  # in run_dir: the last stop on a signal (a finished run removes it)
-SUMMARY = "summary.json"  # in run_dir: written last; a run is finished when it names the last step
-
-
-_probe_logprobs = jax.jit(log_probs, static_argnums=0)
-
-
-def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
-  """The version's probe (`rollout/probe.py`) from the trainer's own log-probs."""
-  probe.write_probe(lambda t: _probe_logprobs(model_cfg, params, t), tokens, path)
-
-
-def publish(setup: Setup, state, ex: Exchange | None, version: int):
-  """Weights `version` (the TrainState's params) -> the exchange. Every process takes part in
-  gathering them; the primary writes."""
-  params = dist.host_tree(state.params)
-  if not dist.is_primary():
-    return
-  with tempfile.TemporaryDirectory(dir=setup.cfg.run_dir) as tmp:
-    dtype = setup.cfg.model.compute_dtype
-    nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
-    save_hf(
-      setup.model_cfg,
-      params,
-      tmp,
-      tokenizer_dir=setup.path,
-      dtype=dtype,
-      max_shard_bytes=shard_bytes(nbytes),
-    )
-    # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
-    write_probe(setup.model_cfg, params if dist.multi() else state.params, setup.probe_tokens, tmp)
-    ex.weights.publish(version, int(state.step), tmp)
-  ex.weights.prune(keep=2)
-
-
-def validate(setup: Setup, ex: Exchange, on_idle, *, version: int, tag: str) -> dict:
-  """pass@k of weights `version` on the held-out items (primary only); {} without any."""
-  c = setup.cfg
-  if not setup.heldout:
-    return {}
-  ks = config_lib.pass_ks(c)
-  return scoring.evaluate(
-    ex,
-    setup.heldout,
-    samples=c.eval.samples,
-    sampling=sampling(c, eval_mode=True),
-    version=version,
-    ks=ks,
-    timeout_s=c.rollout.timeout_s,
-    tag=tag,
-    seed=c.seed,
-    on_idle=on_idle,
-    routing=config_lib.routing_table(c),
-  )
-
-
-def _val_line(step: int, val: dict) -> str:
-  """One line of a validation's results, rounded: overall and per benchmark (pass@1)."""
-  parts = [f"pass@1 {val['pass@1']:.4f}"] if "pass@1" in val else []
-  parts += [
-    f"{k[: -len('/pass@1')]} {v:.4f}" for k, v in sorted(val.items()) if k.endswith("/pass@1")
-  ]
-  fails = val.get("verifier_failures", 0)
-  return (
-    f"validation at step {step}: "
-    + " | ".join(parts)
-    + (f" ({fails} verifier failures)" if fails else "")
-  )
-
-
-def on_primary(fn):
-  """fn() run by the primary, its result given to every process; a wait the primary abandoned
-  (`Preempted`) raises Preempted on every process."""
-  out = None
-  if dist.is_primary():
-    try:
-      out = fn()
-    except Preempted:
-      out = PREEMPTED
-  out = dist.broadcast(out)
-  if isinstance(out, str) and out == PREEMPTED:
-    raise Preempted("stop requested")
-  return out
-
-
-def _validate_and_log(setup, ex, on_idle, writer, *, step: int, version: int, event: str) -> dict:
-  """Validation of weights `version` after step `step`: run by the primary, given to every
-  process, written to the metrics and said on the console."""
-  tag = "val-final" if event == "final" else f"val-s{step:07d}"
-  val = on_primary(lambda: validate(setup, ex, on_idle, version=version, tag=tag))
-  writer.write(step, {f"val/{k}": v for k, v in val.items()}, event=event)
-  if event != "final":
-    writer.say(_val_line(step, val))
-  return val
-
-
-def loop_json(loop: LoopState, source, buffer) -> dict:
-  """The loop state with the data cursor and carry-over buffer, as a checkpoint stores it."""
-  return dataclasses.replace(loop, data=source.state(), buffer=buffer.state()).to_json()
-
-
-def resume_loop(d: dict, source) -> tuple[LoopState, dynamic_sampling.GroupBuffer]:
-  """The loop state of a checkpoint; `source` is moved to its cursor."""
-  loop = LoopState.from_json(d)
-  source.load_state(loop.data)
-  return loop, dynamic_sampling.GroupBuffer.from_state(loop.buffer)
 
 
 def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: int, on_idle=None):
@@ -271,93 +166,6 @@ def _stop(ckpt: Checkpointer, watch: Watch, step: int, state, host: dict, saved=
   }
 
 
-def summarized_step(cfg) -> int | None:
-  """The step `RUN_DIR/summary.json` says the run finished at (None: no summary). A run whose
-  last checkpoint is at total_steps but has no summary of that step was stopped after its last
-  update (before its final validation or its summary): its resumption does those."""
-  try:
-    with open(os.path.join(cfg.run_dir, SUMMARY)) as f:
-      return int(json.load(f)["steps"])
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
-
-
-def stopped_before(cfg) -> dict:
-  """How the run in `cfg.run_dir` last stopped to be requeued ({} if it did not)."""
-  try:
-    with open(os.path.join(cfg.run_dir, STOPPED)) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return {}
-
-
-def advice(cfg) -> list[str]:
-  """Settings that run but learn less than a close alternative, each with that alternative."""
-  out = []
-  if cfg.rollout.pipeline and cfg.algo.is_correction == "icepop":
-    out.append(
-      "rollout.pipeline=True with algo.is_correction=icepop: ICE-POP's band also drops the tokens "
-      "the policy moved most between the sampling version and the trained one; "
-      "algo.is_correction=tis keeps them with a capped weight and learns more with the pipeline "
-      "(docs/algorithm.md, section 8)"
-    )
-  return out
-
-
-def _check_before_loading(cfg, accept_config_changes: bool):
-  """The primary's checks before any heavy work: (summary of a finished run or None, the config
-  changes a resumed run accepts)."""
-  log.info("run %s: its config goes to %s", cfg.run_dir, os.path.join(cfg.run_dir, RUN_RECORD))
-  for line in advice(cfg):
-    log.warning(line)
-  changes = check_resume_config(cfg, accept_config_changes)
-  last = latest_local_step(cfg)
-  stop = stopped_before(cfg)  # stopped before the last step's validation: not finished
-  pending = bool(stop.get("pending_tail")) and stop.get("stopped_at") == last
-  done = last is not None and last >= cfg.total_steps and summarized_step(cfg) == last
-  if done and jax.process_count() == 1 and not pending:
-    print(_finished(cfg, last), flush=True)
-    return {"finished": True, "steps": last}, changes
-  setup_lib.check_model_path(cfg)  # is the model there, and are the data files and rows?
-  precheck(cfg)
-  try:  # ... and can the exchange be opened?
-    open_store(exchange_url(cfg))
-  except InvalidExchange as e:
-    raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
-  if layout.worker_count(cfg):  # can the workers run at all?
-    check_worker_python(
-      worker_python(cfg.rollout.engine, cfg.rollout.worker_python), cfg.rollout.engine
-    )
-  resolve_model_path(cfg)  # the demo's base model is built once, by the primary
-  return None, changes
-
-
-def _finished(cfg, step: int) -> str:
-  return (
-    f"{cfg.run_dir} is finished: step {step} of total_steps={cfg.total_steps}; raise "
-    "--config.total_steps to train on"
-  )
-
-
-def exchange_url(cfg) -> str:
-  return cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange")
-
-
-def _open_exchange(cfg, loop: LoopState) -> Exchange:
-  """The primary's exchange as the loop state `loop` expects it: weights newer than its version
-  deleted (published after the checkpoint: redone), the requests of its prefetch record pending
-  or with their results (put again where missing or torn), and every other request, lease and
-  result of an interrupted run retired (`RequestQueue.reconcile`)."""
-  ex = Exchange(exchange_url(cfg), lease_seconds=60)
-  for v in ex.weights.versions():
-    if v > loop.version:
-      ex.weights.delete(v)
-  pf = loop.prefetch
-  keep = pf is not None and pf["version"] in ex.weights.versions()
-  ex.queue.reconcile(pf["requests"] if keep else {})
-  return ex
-
-
 def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) -> dict:
   """The run to `total_steps`, resumed from its checkpoints. `watch`: the stop requests to
   heed (main.py makes it first thing, so a SIGTERM during imports and the model load is kept
@@ -387,7 +195,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   changes = []
   try:
     if primary:
-      finished, changes = _check_before_loading(cfg, accept_config_changes)
+      finished, changes = check_before_loading(cfg, accept_config_changes)
       if finished:
         return finished
     dist.barrier("base_model")
@@ -433,9 +241,9 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
       ckpt.close()
       writer.close()
       if primary:
-        print(_finished(cfg, step0), flush=True)
+        print(finished_line(cfg, step0), flush=True)
       return {"finished": True, "steps": step0}
-  ex = _open_exchange(cfg, loop) if primary else None  # only the primary talks to it
+  ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
   publish(setup, state, ex, loop.version)
   workers, placed = None, layout.for_config(cfg, hosts=jax.process_count())
   if primary:
@@ -456,7 +264,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
     watch.check()
     return workers.check() if workers else ""
 
-  log_val = functools.partial(_validate_and_log, setup, ex, on_idle, writer)
+  log_val = functools.partial(validate_and_log, setup, ex, on_idle, writer)
   try:
     if loop.pass1_start is None and cfg.eval.every:
       val = log_val(step=loop.step, version=loop.version, event="validation")

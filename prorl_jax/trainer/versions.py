@@ -1,0 +1,111 @@
+"""What the loop does with a weight version: publish it to the exchange with its log-prob probe,
+and validate it (pass@k on the held-out items, run by the primary and given to every process)."""
+
+from __future__ import annotations
+
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+from prorl_jax import config as config_lib
+from prorl_jax.evaluation import scoring
+from prorl_jax.model import log_probs, save_hf
+from prorl_jax.parallel import dist
+from prorl_jax.rollout import probe
+from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.weights import shard_bytes
+from prorl_jax.trainer.preemption import PREEMPTED, Preempted
+from prorl_jax.trainer.setup import Setup
+from prorl_jax.trainer.update import sampling
+
+_probe_logprobs = jax.jit(log_probs, static_argnums=0)
+
+
+def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
+  """The version's probe (`rollout/probe.py`) from the trainer's own log-probs."""
+  probe.write_probe(lambda t: _probe_logprobs(model_cfg, params, t), tokens, path)
+
+
+def publish(setup: Setup, state, ex: Exchange | None, version: int):
+  """Weights `version` (the TrainState's params) -> the exchange. Every process takes part in
+  gathering them; the primary writes."""
+  params = dist.host_tree(state.params)
+  if not dist.is_primary():
+    return
+  with tempfile.TemporaryDirectory(dir=setup.cfg.run_dir) as tmp:
+    dtype = setup.cfg.model.compute_dtype
+    nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
+    save_hf(
+      setup.model_cfg,
+      params,
+      tmp,
+      tokenizer_dir=setup.path,
+      dtype=dtype,
+      max_shard_bytes=shard_bytes(nbytes),
+    )
+    # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
+    write_probe(setup.model_cfg, params if dist.multi() else state.params, setup.probe_tokens, tmp)
+    ex.weights.publish(version, int(state.step), tmp)
+  ex.weights.prune(keep=2)
+
+
+def validate(setup: Setup, ex: Exchange, on_idle, *, version: int, tag: str) -> dict:
+  """pass@k of weights `version` on the held-out items (primary only); {} without any."""
+  c = setup.cfg
+  if not setup.heldout:
+    return {}
+  ks = config_lib.pass_ks(c)
+  return scoring.evaluate(
+    ex,
+    setup.heldout,
+    samples=c.eval.samples,
+    sampling=sampling(c, eval_mode=True),
+    version=version,
+    ks=ks,
+    timeout_s=c.rollout.timeout_s,
+    tag=tag,
+    seed=c.seed,
+    on_idle=on_idle,
+    routing=config_lib.routing_table(c),
+  )
+
+
+def val_line(step: int, val: dict) -> str:
+  """One line of a validation's results, rounded: overall and per benchmark (pass@1)."""
+  parts = [f"pass@1 {val['pass@1']:.4f}"] if "pass@1" in val else []
+  parts += [
+    f"{k[: -len('/pass@1')]} {v:.4f}" for k, v in sorted(val.items()) if k.endswith("/pass@1")
+  ]
+  fails = val.get("verifier_failures", 0)
+  return (
+    f"validation at step {step}: "
+    + " | ".join(parts)
+    + (f" ({fails} verifier failures)" if fails else "")
+  )
+
+
+def on_primary(fn):
+  """fn() run by the primary, its result given to every process; a wait the primary abandoned
+  (`Preempted`) raises Preempted on every process."""
+  out = None
+  if dist.is_primary():
+    try:
+      out = fn()
+    except Preempted:
+      out = PREEMPTED
+  out = dist.broadcast(out)
+  if isinstance(out, str) and out == PREEMPTED:
+    raise Preempted("stop requested")
+  return out
+
+
+def validate_and_log(setup, ex, on_idle, writer, *, step: int, version: int, event: str) -> dict:
+  """Validation of weights `version` after step `step`: run by the primary, given to every
+  process, written to the metrics and said on the console."""
+  tag = "val-final" if event == "final" else f"val-s{step:07d}"
+  val = on_primary(lambda: validate(setup, ex, on_idle, version=version, tag=tag))
+  writer.write(step, {f"val/{k}": v for k, v in val.items()}, event=event)
+  if event != "final":
+    writer.say(val_line(step, val))
+  return val
