@@ -11,7 +11,7 @@ import pytest
 
 from prorl_jax import rewards
 from prorl_jax.cli import prepare
-from prorl_jax.data import suite
+from prorl_jax.data import suite, suite_rows
 from prorl_jax.data.prompts import parse_row
 from prorl_jax.rewards import sandbox
 
@@ -306,11 +306,11 @@ def test_gpqa_key_points_at_the_correct_choice(built):
 
 def test_private_tests_decoder_refuses_anything_but_text():
   cases = [{"input": "1", "output": "2"}]
-  assert suite.lcb_tests(_lcb_private(cases)) == cases
-  assert suite.lcb_tests(json.dumps(cases)) == cases
+  assert suite_rows.lcb_tests(_lcb_private(cases)) == cases
+  assert suite_rows.lcb_tests(json.dumps(cases)) == cases
   for evil in (pickle.dumps(("a", "b")), pickle.dumps(print), b"garbage"):
     with pytest.raises(prepare.Malformed):
-      suite.lcb_tests(base64.b64encode(zlib.compress(evil)).decode())
+      suite_rows.lcb_tests(base64.b64encode(zlib.compress(evil)).decode())
 
 
 @pytest.mark.skipif(sandbox.check() is not None, reason="needs the bubblewrap sandbox")

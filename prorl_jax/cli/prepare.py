@@ -31,6 +31,7 @@ import os
 import sys
 
 from prorl_jax.data import suite as suite_lib
+from prorl_jax.data import suite_rows
 from prorl_jax.data.hub import Malformed, PrepareError  # noqa: F401 - Malformed: the command's API
 from prorl_jax.data.mix import (  # noqa: F401 - the mix's names, as this command's users knew them
   BOXED_INSTRUCTION,
@@ -107,11 +108,11 @@ def main(argv=None) -> int:
   )
   ap.add_argument(
     "--lcb_from",
-    default=suite_lib.LCB_WINDOW[0],
+    default=suite_rows.LCB_WINDOW[0],
     help="suite: LiveCodeBench problems dated on or after (YYYY-MM-DD)",
   )
   ap.add_argument(
-    "--lcb_to", default=suite_lib.LCB_WINDOW[1], help="suite: ... and before (YYYY-MM-DD)"
+    "--lcb_to", default=suite_rows.LCB_WINDOW[1], help="suite: ... and before (YYYY-MM-DD)"
   )
   args = ap.parse_args(argv)
   known = suite_lib.SOURCES if args.suite else SOURCES
