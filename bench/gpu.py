@@ -110,6 +110,7 @@ def stage_train(args, impl, remat="full"):
   import numpy as np
 
   from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
   cfg = _big_cfg(impl, args, remat)
@@ -131,7 +132,7 @@ def stage_train(args, impl, remat="full"):
   for k in ("old_logp", "ref_logp", "gen_logp"):
     batch[k] = np.full((b, t), -np.log(cfg.vocab_size), np.float32)
   batch = jax.device_put(batch)
-  step = ts.jit_train_step(cfg, tx, lc, mesh, (b, t))
+  step = compiled.jit_train_step(cfg, tx, lc, mesh, (b, t))
   t0 = time.perf_counter()
   compiled = step.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0

@@ -88,6 +88,7 @@ def throughput(reps: int) -> dict:
   from prorl_jax.algo import packing
   from prorl_jax.model import init_params, presets
   from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
   cfg = presets.Qwen2Config(**MODEL, remat="dots")
@@ -104,7 +105,7 @@ def throughput(reps: int) -> dict:
     shape = b["tokens"].shape
     if shape not in padded_steps:
       lc = ts.LossConfig(micro_batches=ROWS // MICRO, logit_chunk=512)
-      padded_steps[shape] = ts.jit_train_step(cfg, tx, lc, mesh, shape)
+      padded_steps[shape] = compiled.jit_train_step(cfg, tx, lc, mesh, shape)
     state["pad"] = state["pad"] or fresh()
     t0 = time.perf_counter()
     state["pad"], m = padded_steps[shape](state["pad"], b)
@@ -226,6 +227,7 @@ def aot_report():
 
   from prorl_jax.model import presets
   from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
   mesh = make_mesh(1, 8, 1)
@@ -250,7 +252,7 @@ def aot_report():
       k: jax.ShapeDtypeStruct((seqs, t), np.float32 if k in ts.FLOAT_KEYS else np.int32)
       for k in ts.BATCH_KEYS
     }
-    m = ts.jit_train_step(cfg, tx, lc, mesh, (seqs, t)).lower(abstract, batch).compile()
+    m = compiled.jit_train_step(cfg, tx, lc, mesh, (seqs, t)).lower(abstract, batch).compile()
     m = m.memory_analysis()
     # the padded step's arguments are the whole state (params, reference, Adam) and the batch
     padded = m.argument_size_in_bytes + m.temp_size_in_bytes

@@ -86,6 +86,7 @@ def jax_step(kw, b, t, remat):
 
   from prorl_jax.model import init_params, presets
   from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
   cfg = presets.Qwen2Config(**kw, remat=remat)
@@ -108,7 +109,7 @@ def jax_step(kw, b, t, remat):
   for k in ("old_logp", "ref_logp", "gen_logp"):
     batch[k] = np.full((b, t), -np.log(cfg.vocab_size), np.float32)
   batch = jax.device_put(batch)
-  step = ts.jit_train_step(cfg, tx, lc, mesh, (b, t))
+  step = compiled.jit_train_step(cfg, tx, lc, mesh, (b, t))
   holder = {"state": state}
 
   def run():
@@ -157,6 +158,7 @@ def aot_report():
 
   from prorl_jax.model import presets
   from prorl_jax.parallel.sharding import make_mesh
+  from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
   cfg = presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16", remat="full")
@@ -172,7 +174,7 @@ def aot_report():
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh
     )
     lc = ts.LossConfig(micro_batches=seqs // micro, logit_chunk=1024)
-    fn = ts.jit_train_step(cfg, tx, lc, mesh, (seqs, t))
+    fn = compiled.jit_train_step(cfg, tx, lc, mesh, (seqs, t))
     batch = {
       k: jax.ShapeDtypeStruct(
         (seqs, t), np.int32 if k in ("tokens", "attn_mask", "loss_mask") else np.float32

@@ -8,6 +8,7 @@ import pytest
 from prorl_jax.algo import losses, packing
 from prorl_jax.model import init_params, presets
 from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.trainer import compiled
 from prorl_jax.trainer import train_step as ts
 
 CFG = presets.tiny(
@@ -96,7 +97,7 @@ def test_aggregate_with_seq_tokens_equals_one_row_per_sequence(agg):
 
 def _padded(mesh, lc, tx, params, batch):
   state = ts.create_train_state(CFG, tx, mesh, jax.random.PRNGKey(1), params=params)
-  state, m = ts.jit_train_step(CFG, tx, lc, mesh, batch["tokens"].shape)(state, batch)
+  state, m = compiled.jit_train_step(CFG, tx, lc, mesh, batch["tokens"].shape)(state, batch)
   return state, jax.device_get(m)
 
 
@@ -159,10 +160,12 @@ def test_packed_logprobs_equal_padded_logprobs(windowed):
   params = init_params(CFG, jax.random.PRNGKey(0))
   batch = _batch(4)
   cfg = _windowed(batch) if windowed else CFG
-  pad_fn = ts.jit_logprob_step(CFG, mesh, batch["tokens"].shape, temperature=0.7, logit_chunk=16)
+  pad_fn = compiled.jit_logprob_step(
+    CFG, mesh, batch["tokens"].shape, temperature=0.7, logit_chunk=16
+  )
   lp_pad, ent_pad = pad_fn(params, {k: batch[k] for k in ("tokens", "attn_mask")})
   p = packing.plan(batch["attn_mask"], batch["loss_mask"], length=64, rows=2)
-  fn = ts.jit_packed_logprob_step(cfg, mesh, (2, 64), temperature=0.7, logit_chunk=16)
+  fn = compiled.jit_packed_logprob_step(cfg, mesh, (2, 64), temperature=0.7, logit_chunk=16)
   outs = [
     fn(params, {k: s[k] for k in ts.PACKED_MODEL_KEYS})
     for s in packing.slabs(p, batch, ("tokens",))

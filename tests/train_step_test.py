@@ -8,6 +8,7 @@ import pytest
 
 from prorl_jax.model import forward, init_params, presets
 from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.trainer import compiled
 from prorl_jax.trainer import train_step as ts
 
 CFG = presets.tiny(
@@ -52,7 +53,7 @@ def _run(mesh_shape, micro=1, tx=None, lc=None, batch=None, steps=1):
   lc = lc or ts.LossConfig(micro_batches=micro, kl_coef=0.1, logit_chunk=5)
   params = init_params(CFG, jax.random.PRNGKey(0))
   state = ts.create_train_state(CFG, tx, mesh, jax.random.PRNGKey(1), params=params)
-  step = ts.jit_train_step(CFG, tx, lc, mesh, (B, T))
+  step = compiled.jit_train_step(CFG, tx, lc, mesh, (B, T))
   batch = batch or _batch()
   for _ in range(steps):
     state, metrics = step(state, batch)
@@ -104,7 +105,7 @@ def test_logprob_step_equals_log_softmax_of_forward():
   mesh = make_mesh(2, 2, 2)
   params = init_params(CFG, jax.random.PRNGKey(0))
   batch = _batch()
-  fn = ts.jit_logprob_step(CFG, mesh, (B, T), temperature=0.7, micro_batches=2, logit_chunk=4)
+  fn = compiled.jit_logprob_step(CFG, mesh, (B, T), temperature=0.7, micro_batches=2, logit_chunk=4)
   lp, ent = fn(params, {"tokens": batch["tokens"], "attn_mask": batch["attn_mask"]})
   logits = forward(CFG, params, jnp.asarray(batch["tokens"]), jnp.asarray(batch["attn_mask"]))
   lsm = jax.nn.log_softmax(logits / 0.7, axis=-1)
@@ -138,7 +139,7 @@ def test_reference_reset(reinit):
     np.abs(np.asarray(state.ref_params["embed"]["embedding"]) - params["embed"]["embedding"]).max()
     > 0
   )
-  state = ts.jit_reset_reference(CFG, tx, mesh, reinit)(state)
+  state = compiled.jit_reset_reference(CFG, tx, mesh, reinit)(state)
   for a, b in zip(jax.tree.leaves(state.ref_params), jax.tree.leaves(params)):
     np.testing.assert_array_equal(np.asarray(a), b)
   mu = np.asarray(state.opt_state[1][0].mu["embed"]["embedding"])
@@ -150,12 +151,12 @@ def test_reference_reset(reinit):
   # the in-loss KL differs from 0 only by the train path's float rounding.
   lc = ts.LossConfig(kl_coef=0.1, logit_chunk=5)
   batch = _batch()
-  logprobs = ts.jit_logprob_step(CFG, mesh, (B, T), temperature=1.0)
+  logprobs = compiled.jit_logprob_step(CFG, mesh, (B, T), temperature=1.0)
   inputs = {"tokens": batch["tokens"], "attn_mask": batch["attn_mask"]}
   ref_lp, old_lp = logprobs(state.ref_params, inputs)[0], logprobs(state.params, inputs)[0]
   np.testing.assert_array_equal(np.asarray(ref_lp), np.asarray(old_lp))
   batch["ref_logp"] = np.asarray(ref_lp) * batch["loss_mask"]
-  _, m = ts.jit_train_step(CFG, tx, lc, mesh, (B, T))(state, batch)
+  _, m = compiled.jit_train_step(CFG, tx, lc, mesh, (B, T))(state, batch)
   assert abs(float(m["actor/kl_ref"])) < 1e-10
 
 
@@ -175,7 +176,7 @@ def test_sharding_says_what_it_does(caplog):
     sharding.logical_to_spec(("act_heads", "act_vocab"))
   mesh = make_mesh(1, 8, 1)
   with pytest.raises(ValueError, match="a batch of 12 rows cannot be split over .* = 8 devices"):
-    ts.batch_shardings(mesh, (12, 16))
+    compiled.batch_shardings(mesh, (12, 16))
   with pytest.raises(ValueError, match="a batch of 4 rows cannot be split"):
     ts.split_micro(jnp.zeros((8, 4)), 2, mesh)
   # 2 kv heads on tensor=4: those dims stay whole, said once in the log per parameter

@@ -24,6 +24,7 @@ from prorl_jax.model import load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
 from prorl_jax.rewards import sandbox
 from prorl_jax.rollout import layout
+from prorl_jax.trainer import compiled
 from prorl_jax.trainer import train_step as ts
 
 log = logging.getLogger("prorl_jax.trainer.loop")
@@ -190,11 +191,11 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
     row_len = packed_row_len(c.rollout)
     slab_shape = (shards * (c.rollout.token_budget // row_len), row_len)
-    slab_shardings = ts.packed_shardings(mesh, slab_shape)
+    slab_shardings = compiled.packed_shardings(mesh, slab_shape)
     # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
     packed_cfg = model_cfg.replace(attention_window=seq)
     packed_train_step = ts.PackedTrainStep(packed_cfg, tx, losses, mesh, slab_shape)
-    packed_logprobs = ts.jit_packed_logprob_step(
+    packed_logprobs = compiled.jit_packed_logprob_step(
       packed_cfg, mesh, slab_shape, temperature=c.rollout.temperature
     )
   rng = np.random.RandomState(c.seed)
@@ -211,9 +212,9 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     tx=tx,
     rows=rows,
     seq=seq,
-    batch_shardings=ts.batch_shardings(mesh, (rows, seq)),
-    train_step=ts.jit_train_step(model_cfg, tx, losses, mesh, (rows, seq)),
-    logprobs=ts.jit_logprob_step(
+    batch_shardings=compiled.batch_shardings(mesh, (rows, seq)),
+    train_step=compiled.jit_train_step(model_cfg, tx, losses, mesh, (rows, seq)),
+    logprobs=compiled.jit_logprob_step(
       model_cfg,
       mesh,
       (rows, seq),
@@ -224,7 +225,7 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     slab_shardings=slab_shardings,
     packed_train_step=packed_train_step,
     packed_logprobs=packed_logprobs,
-    reset_ref=ts.jit_reset_reference(model_cfg, tx, mesh, c.algo.ref_reset_optimizer),
+    reset_ref=compiled.jit_reset_reference(model_cfg, tx, mesh, c.algo.ref_reset_optimizer),
     probe_tokens=[
       [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len :]]
       + [int(x) for x in rng.randint(0, model_cfg.vocab_size, 16)]

@@ -141,7 +141,7 @@ def create_train_state(model_cfg: Qwen2Config, tx, mesh, rng, params=None) -> Tr
 # ----------------------------------------------------------------------------- the step
 
 
-def _token_logprobs(model_cfg, params, batch, temperature, chunk, mesh):
+def token_logprobs(model_cfg, params, batch, temperature, chunk, mesh):
   """ℓ and entropy of tokens[t] for t >= 1 (index 0 is 0), from logits/temperature."""
   if "segment_ids" in batch:
     h_BxTxD = hidden_states(
@@ -162,7 +162,7 @@ def _token_logprobs(model_cfg, params, batch, temperature, chunk, mesh):
 
 
 def _micro_loss(params, mb, counts, model_cfg, lc: LossConfig, mesh):
-  logp, ent = _token_logprobs(model_cfg, params, mb, lc.temperature, lc.logit_chunk, mesh)
+  logp, ent = token_logprobs(model_cfg, params, mb, lc.temperature, lc.logit_chunk, mesh)
   mask = mb["loss_mask"].astype(jnp.float32)
   num_tokens, num_seqs = counts
   is_w, is_metrics = losses.importance_weights(
@@ -303,6 +303,11 @@ def empty_acc(params, slab_shapes: dict, counts, *, model_cfg, lc, mesh):
   return jax.tree.map(jnp.zeros_like, params), m0
 
 
+def packed_shardings(mesh, slab_shape) -> dict:
+  spec = sharding.batch_spec(slab_shape, mesh)
+  return {k: NamedSharding(mesh, spec) for k in PACKED_KEYS}
+
+
 class PackedTrainStep:
   """`(state, slabs, counts) -> (state, metrics)`: one update over a mini-batch given as any
   number of [R, L] slabs. Three compiled functions of fixed shapes (zero accumulators, add one
@@ -345,29 +350,6 @@ class PackedTrainStep:
     return self._apply(state, acc, counts)
 
 
-def packed_shardings(mesh, slab_shape) -> dict:
-  spec = sharding.batch_spec(slab_shape, mesh)
-  return {k: NamedSharding(mesh, spec) for k in PACKED_KEYS}
-
-
-def jit_packed_logprob_step(
-  model_cfg: Qwen2Config, mesh, slab_shape, *, temperature, logit_chunk=256
-):
-  """(ℓ, entropy) [R, L] of one slab's tokens under `params`."""
-  p_sh = param_shardings(model_cfg, mesh)
-  sh = packed_shardings(mesh, slab_shape)
-
-  def fn(params, slab):
-    params = jax.lax.stop_gradient(params)
-    return _token_logprobs(model_cfg, params, slab, temperature, logit_chunk, mesh)
-
-  return jax.jit(
-    fn,
-    in_shardings=(p_sh, {k: sh[k] for k in PACKED_MODEL_KEYS}),
-    out_shardings=(sh["tokens"], sh["tokens"]),
-  )
-
-
 def logprob_step(
   params,
   batch: dict,
@@ -383,7 +365,7 @@ def logprob_step(
   micro = {k: split_micro(batch[k], micro_batches, mesh) for k in keys}
   params = jax.lax.stop_gradient(params)
   lp, ent = jax.lax.map(
-    lambda mb: _token_logprobs(model_cfg, params, mb, temperature, logit_chunk, mesh), micro
+    lambda mb: token_logprobs(model_cfg, params, mb, temperature, logit_chunk, mesh), micro
   )
   unsplit = lambda x: x.swapaxes(0, 1).reshape(batch["tokens"].shape)  # noqa: E731
   return unsplit(lp), unsplit(ent)
@@ -398,55 +380,3 @@ def reset_reference(state: TrainState, tx, reinit_optimizer: bool = False) -> Tr
 
 
 # ----------------------------------------------------------------------------- jit helpers
-
-
-def batch_shardings(mesh, batch_shape):
-  spec = sharding.batch_spec(batch_shape, mesh)
-  return {k: NamedSharding(mesh, spec) for k in BATCH_KEYS}
-
-
-def jit_train_step(model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, batch_shape):
-  """train_step jitted once: state and batch in their shardings, state donated."""
-  st_sh = state_shardings(model_cfg, tx, mesh)
-  fn = functools.partial(train_step, model_cfg=model_cfg, tx=tx, lc=lc, mesh=mesh)
-  return jax.jit(
-    fn,
-    in_shardings=(st_sh, batch_shardings(mesh, batch_shape)),
-    out_shardings=(st_sh, sharding.replicated(mesh)),
-    donate_argnums=(0,),
-  )
-
-
-def jit_logprob_step(
-  model_cfg: Qwen2Config,
-  mesh,
-  batch_shape,
-  *,
-  temperature: float,
-  micro_batches: int = 1,
-  logit_chunk: int = 256,
-):
-  p_sh = param_shardings(model_cfg, mesh)
-  b_sh = batch_shardings(mesh, batch_shape)
-  fn = functools.partial(
-    logprob_step,
-    model_cfg=model_cfg,
-    temperature=temperature,
-    micro_batches=micro_batches,
-    logit_chunk=logit_chunk,
-    mesh=mesh,
-  )
-  out = b_sh["tokens"]
-  return jax.jit(
-    fn, in_shardings=(p_sh, {"tokens": out, "attn_mask": out}), out_shardings=(out, out)
-  )
-
-
-def jit_reset_reference(model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool):
-  st_sh = state_shardings(model_cfg, tx, mesh)
-  return jax.jit(
-    functools.partial(reset_reference, tx=tx, reinit_optimizer=reinit_optimizer),
-    in_shardings=(st_sh,),
-    out_shardings=st_sh,
-    donate_argnums=(0,),
-  )

@@ -1,0 +1,95 @@
+"""The trainer's steps compiled for a mesh: each `jax.jit` with its input and output shardings
+(the update over padded micro-batches, the packed update's pieces, the log-prob passes, the
+reference reset), built once per run by `setup`."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax.sharding import NamedSharding
+
+from prorl_jax.model import param_shardings
+from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.parallel import sharding
+from prorl_jax.trainer.train_step import (
+  BATCH_KEYS,
+  PACKED_MODEL_KEYS,
+  LossConfig,
+  logprob_step,
+  packed_shardings,
+  reset_reference,
+  state_shardings,
+  token_logprobs,
+  train_step,
+)
+
+
+def jit_packed_logprob_step(
+  model_cfg: Qwen2Config, mesh, slab_shape, *, temperature, logit_chunk=256
+):
+  """(ℓ, entropy) [R, L] of one slab's tokens under `params`."""
+  p_sh = param_shardings(model_cfg, mesh)
+  sh = packed_shardings(mesh, slab_shape)
+
+  def fn(params, slab):
+    params = jax.lax.stop_gradient(params)
+    return token_logprobs(model_cfg, params, slab, temperature, logit_chunk, mesh)
+
+  return jax.jit(
+    fn,
+    in_shardings=(p_sh, {k: sh[k] for k in PACKED_MODEL_KEYS}),
+    out_shardings=(sh["tokens"], sh["tokens"]),
+  )
+
+
+def batch_shardings(mesh, batch_shape):
+  spec = sharding.batch_spec(batch_shape, mesh)
+  return {k: NamedSharding(mesh, spec) for k in BATCH_KEYS}
+
+
+def jit_train_step(model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, batch_shape):
+  """train_step jitted once: state and batch in their shardings, state donated."""
+  st_sh = state_shardings(model_cfg, tx, mesh)
+  fn = functools.partial(train_step, model_cfg=model_cfg, tx=tx, lc=lc, mesh=mesh)
+  return jax.jit(
+    fn,
+    in_shardings=(st_sh, batch_shardings(mesh, batch_shape)),
+    out_shardings=(st_sh, sharding.replicated(mesh)),
+    donate_argnums=(0,),
+  )
+
+
+def jit_logprob_step(
+  model_cfg: Qwen2Config,
+  mesh,
+  batch_shape,
+  *,
+  temperature: float,
+  micro_batches: int = 1,
+  logit_chunk: int = 256,
+):
+  p_sh = param_shardings(model_cfg, mesh)
+  b_sh = batch_shardings(mesh, batch_shape)
+  fn = functools.partial(
+    logprob_step,
+    model_cfg=model_cfg,
+    temperature=temperature,
+    micro_batches=micro_batches,
+    logit_chunk=logit_chunk,
+    mesh=mesh,
+  )
+  out = b_sh["tokens"]
+  return jax.jit(
+    fn, in_shardings=(p_sh, {"tokens": out, "attn_mask": out}), out_shardings=(out, out)
+  )
+
+
+def jit_reset_reference(model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool):
+  st_sh = state_shardings(model_cfg, tx, mesh)
+  return jax.jit(
+    functools.partial(reset_reference, tx=tx, reinit_optimizer=reinit_optimizer),
+    in_shardings=(st_sh,),
+    out_shardings=st_sh,
+    donate_argnums=(0,),
+  )
