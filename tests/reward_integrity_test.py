@@ -14,7 +14,7 @@ import reasoning_gym
 from prorl_jax import rewards
 from prorl_jax.cli import prepare
 from prorl_jax.data import suite
-from prorl_jax.rewards import code, ifeval, isolate, puzzles, sandbox
+from prorl_jax.rewards import code, confinement, ifeval, isolate, puzzles, sandbox
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.trainer import batch
 
@@ -380,31 +380,33 @@ def test_all_sandboxes_of_a_run_share_one_memory_ceiling():
     pytest.fail(f"the sandbox must run here: {sandbox.check()}")
   try:
     # (a cgroup where this host allows one, else per-sandbox limits: both must hold the budget)
-    how = sandbox.set_run_limits(memory_bytes=8 << 30, pids=256, concurrent=1, name="prorl-test-a")
+    how = confinement.set_run_limits(
+      memory_bytes=8 << 30, pids=256, concurrent=1, name="prorl-test-a"
+    )
     free = sandbox.run(HOG, timeout_s=20)
     assert free.stdout.split() == ["3", "1000"], (how, free)  # 900 MB fit 8 GiB; first to go
-    how = sandbox.set_run_limits(
+    how = confinement.set_run_limits(
       memory_bytes=512 << 20, pids=256, concurrent=1, name="prorl-test-b"
     )
     capped = sandbox.run(HOG, timeout_s=20)
     survivors = int(capped.stdout.split()[0]) if capped.stdout.split() else 0
     assert survivors < 3, (how, capped)  # three 300 MB processes never fit 512 MiB
   finally:
-    sandbox.set_run_limits(sandbox.RUN_MEMORY_BYTES, sandbox.RUN_PIDS, 2)
+    confinement.set_run_limits(confinement.RUN_MEMORY_BYTES, confinement.RUN_PIDS, 2)
 
 
 def test_without_a_cgroup_the_per_sandbox_limits_fit_the_run_budget(monkeypatch):
-  monkeypatch.setattr(sandbox, "_make_cgroup", lambda *a: None)
+  monkeypatch.setattr(confinement, "make_cgroup", lambda *a: None)
   monkeypatch.setenv("PRORL_SANDBOX_SHARERS", "2")
   try:
-    how = sandbox.set_run_limits(memory_bytes=4 << 30, pids=256, concurrent=2)
-    lim = dict(sandbox.LIMITS, **sandbox._RUN["limits"])
+    how = confinement.set_run_limits(memory_bytes=4 << 30, pids=256, concurrent=2)
+    lim = dict(confinement.LIMITS, **confinement.RUN_LIMITS["limits"])
     sandboxes = 2 * 2  # two workers, two verifier processes each
     assert sandboxes * (lim["nproc"] * lim["mem_bytes"] + lim["tmpfs_bytes"]) <= 4 << 30, how
     assert "no cgroup" in how
   finally:
     monkeypatch.undo()
-    sandbox.set_run_limits(sandbox.RUN_MEMORY_BYTES, sandbox.RUN_PIDS, 2)
+    confinement.set_run_limits(confinement.RUN_MEMORY_BYTES, confinement.RUN_PIDS, 2)
 
 
 # --------------------------------------------------- 8. a starved run is judged again

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from prorl_jax.rewards import code, sandbox
+from prorl_jax.rewards import bwrap, code, confinement, sandbox
 from prorl_jax.rewards.pool import VerifierPool
 from tests import socket_helpers
 
@@ -82,14 +82,14 @@ def test_the_sandbox_runs_and_isolates_here():
 def test_the_probe_checks_isolation_not_internet(monkeypatch):
   """The start-up probe looks at what the program can see, so a sandbox that shares the host
   network is caught on a machine without internet too."""
-  real = sandbox._bwrap_argv
+  real = bwrap.bwrap_argv
   monkeypatch.setattr(
-    sandbox, "_bwrap_argv", lambda lim, fd: real(lim, fd)[:4] + ["--share-net"] + real(lim, fd)[4:]
+    sandbox, "bwrap_argv", lambda lim, fd: real(lim, fd)[:4] + ["--share-net"] + real(lim, fd)[4:]
   )
   sandbox.check.cache_clear()
   try:
     assert "network interfaces" in sandbox.check()
-    with pytest.raises(sandbox.SandboxUnavailable, match="does not isolate"):
+    with pytest.raises(bwrap.SandboxUnavailable, match="does not isolate"):
       sandbox.run("print(1)", timeout_s=5)
     s = code.score(_py("print(3)"), {"inputs": ["1 2\n"], "outputs": ["3\n"]})
     assert s.failed and "does not isolate" in s.reason  # a marked failure, never a 0
@@ -265,6 +265,7 @@ def _as_nobody_env() -> tuple[str, dict]:
     "prorl_jax/rewards/__init__.py",
     "prorl_jax/rewards/common.py",
     "prorl_jax/rewards/sandbox.py",
+    "prorl_jax/rewards/bwrap.py",
     "prorl_jax/rewards/sandbox_runner.py",
     "prorl_jax/rewards/confinement.py",
   ):
@@ -399,7 +400,7 @@ def test_disk_is_capped():
   res = sandbox.run(src, timeout_s=20)
   assert res.ok, res
   n = int(res.stdout.split()[1])
-  assert n <= sandbox.LIMITS["tmpfs_bytes"] >> 20, res.stdout  # 32 MiB, not 200
+  assert n <= confinement.LIMITS["tmpfs_bytes"] >> 20, res.stdout  # 32 MiB, not 200
 
 
 def test_host_unix_sockets_are_unreachable():
@@ -504,13 +505,13 @@ def test_a_verifier_killed_mid_item_is_a_marked_failure_never_none():
 
 
 def test_unsandboxed_is_an_explicit_opt_in(caplog):
-  sandbox.allow_unsandboxed(True)
+  confinement.allow_unsandboxed(True)
   try:
     res = sandbox.run("import os\nprint(os.getuid())", timeout_s=10)
     assert res.ok and res.stdout.strip() == str(os.getuid())  # no user namespace: it is us
     assert "UNSANDBOXED" in sandbox.describe()
   finally:
-    sandbox.allow_unsandboxed(False)
+    confinement.allow_unsandboxed(False)
   assert "WITHOUT a sandbox" in caplog.text
   assert "bubblewrap sandbox" in sandbox.describe()
 

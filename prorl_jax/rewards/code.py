@@ -28,7 +28,7 @@ import json
 import math
 import re
 
-from prorl_jax.rewards import sandbox
+from prorl_jax.rewards import bwrap, confinement, sandbox
 from prorl_jax.rewards.common import Score, blank, close, load_json, same_token
 
 _FENCE = re.compile(r"```(?:python|py|Python3?)?[ \t]*\n(.*?)```", re.S)
@@ -107,7 +107,7 @@ def _fail_reason(res: sandbox.RunResult) -> str:
 
 def _case(spec: dict, inp, want) -> dict:
   """One test as a sandbox case; its stdout cap leaves room for twice the expected output."""
-  cap = max(sandbox.LIMITS["stdout_bytes"], 2 * len(json.dumps(want)) + 4096)
+  cap = max(confinement.LIMITS["stdout_bytes"], 2 * len(json.dumps(want)) + 4096)
   if spec.get("fn_name"):
     args = json.loads(inp) if isinstance(inp, str) else inp
     return {"args": args if isinstance(args, list) else [args], "stdout_bytes": cap}
@@ -168,7 +168,7 @@ def score(
       timeout_s=time_budget_s * wall_factor,  # a second try gets more wall clock, same CPU
       fn_name=str(spec["fn_name"]) if spec.get("fn_name") else None,
     )
-  except sandbox.SandboxUnavailable as e:
+  except bwrap.SandboxUnavailable as e:
     return Score(0.0, str(e), failed=True)
   if runs and runs[-1].starved:
     last = runs[-1]

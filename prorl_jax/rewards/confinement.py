@@ -1,11 +1,16 @@
 """What confines a process beyond its namespaces: the system calls the sandboxes refuse, the
-run's cgroup (memory and process ceilings for all sandboxes together) and the steps a sandbox's
-process takes between fork and exec. Used by `rewards/sandbox.py` and `rewards/isolate.py`."""
+run's cgroup (memory and process ceilings for all sandboxes together), the per-sandbox rlimits
+(`LIMITS`) and the run's share of them (`set_run_limits`), the explicit opt-out for trusted data
+(`allow_unsandboxed`), and the steps a sandbox's process takes between fork and exec. Used by
+`rewards/sandbox.py`, `rewards/bwrap.py` and `rewards/isolate.py`."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+
+log = logging.getLogger("prorl_jax.rewards.sandbox")
 
 _CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -142,3 +147,80 @@ def enter_sandbox(procs: tuple[str, ...], uid: int | None):
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
+
+
+LIMITS = {
+  "cpu_s": 5,  # RLIMIT_CPU
+  "mem_bytes": 1 << 30,  # RLIMIT_AS, per process
+  "nproc": 32,  # RLIMIT_NPROC, processes + threads inside this sandbox
+  "fsize_bytes": 8 << 20,  # RLIMIT_FSIZE, per file written
+  "nofile": 64,  # RLIMIT_NOFILE
+  "tmpfs_bytes": 32 << 20,  # /tmp (the work dir), all files together
+  "shm_bytes": 8 << 20,  # /dev/shm
+  "stdout_bytes": 1 << 20,  # read cap of stdout; more is an `output_overflow` failure
+  "stderr_bytes": 64 << 10,  # kept of stderr (the rest is read and dropped)
+}
+
+
+RLIMITS = (
+  ("RLIMIT_CPU", "cpu_s"),
+  ("RLIMIT_AS", "mem_bytes"),
+  ("RLIMIT_NPROC", "nproc"),
+  ("RLIMIT_FSIZE", "fsize_bytes"),
+  ("RLIMIT_NOFILE", "nofile"),
+)
+
+
+# All code sandboxes of a run together (the defaults of rollout.sandbox_memory_gib/_pids).
+RUN_MEMORY_BYTES = 4 << 30
+
+
+RUN_PIDS = 256
+
+
+RUN_LIMITS = {"limits": {}, "procs": (), "how": "per-sandbox rlimits only"}
+
+
+def set_run_limits(memory_bytes: int, pids: int, concurrent: int, name: str | None = None) -> str:
+  """Caps all sandboxes of this run together: `memory_bytes` and `pids` over at most
+  `concurrent` sandboxes at once. A cgroup named `name` (default $PRORL_SANDBOX_GROUP, else one
+  per parent process) where the host allows it; else per-sandbox rlimits whose product over
+  `concurrent` sandboxes fits the budget. Returns one line saying which."""
+  name = name or os.environ.get("PRORL_SANDBOX_GROUP") or f"prorl-sandboxes-{os.getppid()}"
+  procs = None if unsandboxed() else make_cgroup(name, memory_bytes, pids)
+  if procs:
+    RUN_LIMITS.update(
+      limits={}, procs=procs, how=f"cgroup {name}: {memory_bytes >> 20} MiB, {pids} pids"
+    )
+  else:  # the workers sharing this budget ($PRORL_SANDBOX_SHARERS) each run `concurrent`
+    concurrent *= max(1, int(os.environ.get("PRORL_SANDBOX_SHARERS", "1") or 1))
+    nproc = max(2, min(LIMITS["nproc"], pids // max(concurrent, 1), 8))
+    per = memory_bytes // max(concurrent, 1)
+    mem = min(LIMITS["mem_bytes"], max(64 << 20, (per - LIMITS["tmpfs_bytes"]) // nproc))
+    RUN_LIMITS.update(
+      limits={"nproc": nproc, "mem_bytes": mem},
+      procs=(),
+      how=f"no cgroup here: {nproc} processes x {mem >> 20} MiB per sandbox, {concurrent} at once",
+    )
+  return RUN_LIMITS["how"]
+
+
+def run_limits() -> str:
+  return RUN_LIMITS["how"]
+
+
+_UNSANDBOXED = {"on": False}
+
+
+def allow_unsandboxed(on: bool = True):
+  """The explicit opt-out for trusted data: programs run without isolation (rlimits only)."""
+  if on and not _UNSANDBOXED["on"]:
+    log.warning(
+      "!!! code rewards run WITHOUT a sandbox (unsandboxed_code is set): programs see "
+      "this machine, its files and its network; use only with trusted data"
+    )
+  _UNSANDBOXED["on"] = bool(on)
+
+
+def unsandboxed() -> bool:
+  return _UNSANDBOXED["on"]

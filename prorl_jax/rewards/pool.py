@@ -23,7 +23,7 @@ import queue
 import threading
 
 from prorl_jax import rewards
-from prorl_jax.rewards import isolate
+from prorl_jax.rewards import confinement, isolate
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,9 @@ def score_one(domain: str, response: str, reference, meta: dict, table, timeout_
 
 def _serve(conn, unsandboxed_code: bool = False, child_timeout_s: float = 20.0, sandbox_cfg=None):
   """Receives a chunk of jobs, sends one result per job as soon as it is scored."""
-  from prorl_jax.rewards import sandbox
-
-  sandbox.allow_unsandboxed(unsandboxed_code)
+  confinement.allow_unsandboxed(unsandboxed_code)
   if sandbox_cfg:
-    sandbox.set_run_limits(**sandbox_cfg)
+    confinement.set_run_limits(**sandbox_cfg)
   while True:
     chunk = conn.recv()
     if chunk is None:
@@ -131,13 +129,11 @@ class VerifierPool:
     sandbox_pids: int | None = None,
   ):
     """`sandbox_memory_bytes`/`sandbox_pids`: ceilings on all code sandboxes of this pool
-    together (defaults in `rewards/sandbox.py`: RUN_MEMORY_BYTES, RUN_PIDS)."""
-    from prorl_jax.rewards import sandbox
-
+    together (defaults in `rewards/confinement.py`: RUN_MEMORY_BYTES, RUN_PIDS)."""
     ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
     cfg = {
-      "memory_bytes": sandbox_memory_bytes or sandbox.RUN_MEMORY_BYTES,
-      "pids": sandbox_pids or sandbox.RUN_PIDS,
+      "memory_bytes": sandbox_memory_bytes or confinement.RUN_MEMORY_BYTES,
+      "pids": sandbox_pids or confinement.RUN_PIDS,
       "concurrent": processes,
     }
     args = (unsandboxed_code, CHILD_SHARE * timeout_s, cfg)

@@ -40,7 +40,6 @@ import base64
 import binascii
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import functools
 import json
@@ -52,12 +51,18 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
-from prorl_jax.rewards.confinement import DENIED_SYSCALLS, enter_sandbox
-from prorl_jax.rewards.confinement import make_cgroup as _make_cgroup
+from prorl_jax.rewards.bwrap import SandboxUnavailable, bwrap_argv, data_fd, python, seccomp_filter
+from prorl_jax.rewards.confinement import (  # allow_unsandboxed: the opt-out is sandbox API too
+  LIMITS,
+  RLIMITS,
+  RUN_LIMITS,
+  allow_unsandboxed,  # noqa: F401
+  enter_sandbox,
+  unsandboxed,
+)
 from prorl_jax.rewards.sandbox_runner import RUNNER
 
 log = logging.getLogger(__name__)
@@ -72,42 +77,16 @@ USERNS_HINT = (
   " or run the rollout worker as root"
 )
 
-LIMITS = {
-  "cpu_s": 5,  # RLIMIT_CPU
-  "mem_bytes": 1 << 30,  # RLIMIT_AS, per process
-  "nproc": 32,  # RLIMIT_NPROC, processes + threads inside this sandbox
-  "fsize_bytes": 8 << 20,  # RLIMIT_FSIZE, per file written
-  "nofile": 64,  # RLIMIT_NOFILE
-  "tmpfs_bytes": 32 << 20,  # /tmp (the work dir), all files together
-  "shm_bytes": 8 << 20,  # /dev/shm
-  "stdout_bytes": 1 << 20,  # read cap of stdout; more is an `output_overflow` failure
-  "stderr_bytes": 64 << 10,  # kept of stderr (the rest is read and dropped)
-}
-_RLIMITS = (
-  ("RLIMIT_CPU", "cpu_s"),
-  ("RLIMIT_AS", "mem_bytes"),
-  ("RLIMIT_NPROC", "nproc"),
-  ("RLIMIT_FSIZE", "fsize_bytes"),
-  ("RLIMIT_NOFILE", "nofile"),
-)
 
 LIBSECCOMP_HINT = "install libseccomp (Debian/Ubuntu: `apt-get install libseccomp2`)"
 
 # Host uids for sandboxes when running as root: one per live sandbox, taken under a lock file.
 UID_BASE, UID_COUNT = 1_900_000_000, 4096
 _UID_LOCK_DIR = "/run/prorl_sandbox"
-INNER_UID = 1000  # the uid the program sees
 
 RESULT_MARK = "\n__PRORL_RESULT__"
 
-# All code sandboxes of a run together (the defaults of rollout.sandbox_memory_gib/_pids).
-RUN_MEMORY_BYTES = 4 << 30
-RUN_PIDS = 256
 STARVED_CPU_SHARE = 0.5  # a case timed out with less CPU than this share of its wall time
-
-
-class SandboxUnavailable(RuntimeError):
-  """bubblewrap or a kernel feature it needs is missing; the message says what to install."""
 
 
 @dataclasses.dataclass
@@ -130,169 +109,6 @@ class RunResult:
     """Cut at the wall clock with little CPU time while it wanted the CPU (preempted, not
     sleeping or blocked): other load's doing, judged again alone before it counts."""
     return self.timed_out and self.preempted and self.cpu_seconds < STARVED_CPU_SHARE * self.seconds
-
-
-_RUN = {"limits": {}, "procs": (), "how": "per-sandbox rlimits only"}
-
-
-def set_run_limits(memory_bytes: int, pids: int, concurrent: int, name: str | None = None) -> str:
-  """Caps all sandboxes of this run together: `memory_bytes` and `pids` over at most
-  `concurrent` sandboxes at once. A cgroup named `name` (default $PRORL_SANDBOX_GROUP, else one
-  per parent process) where the host allows it; else per-sandbox rlimits whose product over
-  `concurrent` sandboxes fits the budget. Returns one line saying which."""
-  name = name or os.environ.get("PRORL_SANDBOX_GROUP") or f"prorl-sandboxes-{os.getppid()}"
-  procs = None if unsandboxed() else _make_cgroup(name, memory_bytes, pids)
-  if procs:
-    _RUN.update(limits={}, procs=procs, how=f"cgroup {name}: {memory_bytes >> 20} MiB, {pids} pids")
-  else:  # the workers sharing this budget ($PRORL_SANDBOX_SHARERS) each run `concurrent`
-    concurrent *= max(1, int(os.environ.get("PRORL_SANDBOX_SHARERS", "1") or 1))
-    nproc = max(2, min(LIMITS["nproc"], pids // max(concurrent, 1), 8))
-    per = memory_bytes // max(concurrent, 1)
-    mem = min(LIMITS["mem_bytes"], max(64 << 20, (per - LIMITS["tmpfs_bytes"]) // nproc))
-    _RUN.update(
-      limits={"nproc": nproc, "mem_bytes": mem},
-      procs=(),
-      how=f"no cgroup here: {nproc} processes x {mem >> 20} MiB per sandbox, {concurrent} at once",
-    )
-  return _RUN["how"]
-
-
-def run_limits() -> str:
-  return _RUN["how"]
-
-
-_UNSANDBOXED = {"on": False}
-
-
-def allow_unsandboxed(on: bool = True):
-  """The explicit opt-out for trusted data: programs run without isolation (rlimits only)."""
-  if on and not _UNSANDBOXED["on"]:
-    log.warning(
-      "!!! code rewards run WITHOUT a sandbox (unsandboxed_code is set): programs see "
-      "this machine, its files and its network; use only with trusted data"
-    )
-  _UNSANDBOXED["on"] = bool(on)
-
-
-def unsandboxed() -> bool:
-  return _UNSANDBOXED["on"]
-
-
-@functools.lru_cache(maxsize=1)
-def python() -> str:
-  """The interpreter that runs programs: $PRORL_SANDBOX_PYTHON, else the system python3."""
-  for cand in (
-    os.environ.get("PRORL_SANDBOX_PYTHON"),
-    "/usr/bin/python3",
-    "/usr/local/bin/python3",
-    shutil.which("python3"),
-    sys.executable,
-  ):
-    if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-      return cand
-  raise SandboxUnavailable("no python3 interpreter to run programs with; set PRORL_SANDBOX_PYTHON")
-
-
-@functools.lru_cache(maxsize=1)
-def _root_fs_args() -> tuple[str, ...]:
-  """Read-only mounts: /usr, the top-level links into it, and the interpreter's prefix."""
-  args = ["--ro-bind", "/usr", "/usr"]
-  for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-    if os.path.islink(top):
-      args += ["--symlink", os.readlink(top), top]
-    elif os.path.isdir(top):
-      args += ["--ro-bind", top, top]
-  exe = os.path.realpath(python())
-  if not exe.startswith("/usr/"):
-    prefix = subprocess.run(
-      [exe, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"],
-      capture_output=True,
-      text=True,
-      check=True,
-    ).stdout.strip()
-    args += ["--ro-bind", prefix, prefix]
-  return tuple(args)
-
-
-@functools.lru_cache(maxsize=1)
-def _seccomp_filter() -> bytes:
-  """The compiled seccomp program (BPF) that refuses DENIED_SYSCALLS, built with libseccomp."""
-  import pyseccomp
-
-  f = pyseccomp.SyscallFilter(defaction=pyseccomp.ALLOW)
-  for name in DENIED_SYSCALLS:
-    try:
-      f.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
-    except (ValueError, RuntimeError, OSError):
-      pass  # not a system call on this architecture
-  fd = os.memfd_create("prorl-seccomp", 0)
-  try:
-    with os.fdopen(os.dup(fd), "wb") as out:
-      f.export_bpf(out)
-    os.lseek(fd, 0, os.SEEK_SET)
-    with os.fdopen(os.dup(fd), "rb") as inp:
-      return inp.read()
-  finally:
-    os.close(fd)
-
-
-def _data_fd(data: bytes, name: str) -> int:
-  """A memfd holding `data`, positioned at 0 (for bwrap --seccomp or the runner's job)."""
-  fd = os.memfd_create(name, 0)  # not inheritable until pass_fds hands it over
-  view = memoryview(data)
-  while view:
-    view = view[os.write(fd, view) :]
-  os.lseek(fd, 0, os.SEEK_SET)
-  return fd
-
-
-def _bwrap_argv(lim: dict, seccomp_fd: int) -> list[str]:
-  return [
-    "bwrap",
-    "--seccomp",
-    str(seccomp_fd),
-    "--unshare-all",
-    "--unshare-user",
-    "--disable-userns",
-    "--die-with-parent",
-    "--new-session",
-    "--clearenv",
-    "--uid",
-    str(INNER_UID),
-    "--gid",
-    str(INNER_UID),
-    "--hostname",
-    "sandbox",
-    *_root_fs_args(),
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
-    "--size",
-    str(int(lim["shm_bytes"])),
-    "--tmpfs",
-    "/dev/shm",
-    "--remount-ro",
-    "/dev",
-    "--size",
-    str(int(lim["tmpfs_bytes"])),
-    "--tmpfs",
-    "/tmp",
-    "--remount-ro",
-    "/",
-    "--chdir",
-    "/tmp",
-    "--setenv",
-    "PATH",
-    "/usr/bin:/bin",
-    "--setenv",
-    "HOME",
-    "/tmp",
-    "--setenv",
-    "LANG",
-    "C.UTF-8",
-    "--",
-  ]
 
 
 @contextlib.contextmanager
@@ -334,7 +150,7 @@ def run_cases(
   program is imported and `fn_name(*args)` printed as JSON after RESULT_MARK), optionally with
   "stdout_bytes" (its stdout cap). Returns one RunResult per case that ran, in order: fewer when
   the time ran out (the last one then says `timed_out`) or the program killed the runner."""
-  lim = dict(LIMITS, **_RUN["limits"], **(limits or {}))
+  lim = dict(LIMITS, **RUN_LIMITS["limits"], **(limits or {}))
   if not unsandboxed():
     err = check()
     if err:
@@ -347,7 +163,7 @@ def run_cases(
     }
     for c in cases
   ]
-  fd = _data_fd(marshal.dumps({"code": code, "fn_name": fn_name, "cases": job_cases}), "job")
+  fd = data_fd(marshal.dumps({"code": code, "fn_name": fn_name, "cases": job_cases}), "job")
   cfg = marshal.dumps(
     {
       "fd": fd,
@@ -355,7 +171,7 @@ def run_cases(
       "timeout_s": float(timeout_s),
       "isolated": not unsandboxed(),
       "stderr_cap": int(lim["stderr_bytes"]),
-      "rlimits": [(name, int(lim[key])) for name, key in _RLIMITS],
+      "rlimits": [(name, int(lim[key])) for name, key in RLIMITS],
     }
   ).hex()
   cmd = [python(), "-I", "-S", "-c", RUNNER, cfg]
@@ -367,11 +183,11 @@ def run_cases(
       with tempfile.TemporaryDirectory(prefix="prorl_unsandboxed_") as cwd:
         res = _communicate(cmd, cwd, None, (fd,), timeout_s + 5.0, host_lim)
     else:
-      sfd = _data_fd(_seccomp_filter(), "seccomp")
+      sfd = data_fd(seccomp_filter(), "seccomp")
       try:
         with _host_uid() as uid:
           res = _communicate(
-            _bwrap_argv(lim, sfd) + cmd, "/", uid, (fd, sfd), timeout_s + 5.0, host_lim
+            bwrap_argv(lim, sfd) + cmd, "/", uid, (fd, sfd), timeout_s + 5.0, host_lim
           )
       finally:
         os.close(sfd)
@@ -423,7 +239,7 @@ def _communicate(cmd, cwd, uid, pass_fds, timeout_s: float, lim: dict) -> RunRes
   """Runs `cmd` (bwrap, or the bare runner) with no stdin; reads stdout up to its cap and
   stderr; kills it at `timeout_s` or on overflow, then waits for every holder of the pipes."""
   t0 = time.monotonic()
-  procs = _RUN["procs"]
+  procs = RUN_LIMITS["procs"]
   enter = None if uid is None and not procs else functools.partial(enter_sandbox, procs, uid)
   proc = subprocess.Popen(
     cmd,
@@ -520,7 +336,7 @@ def check() -> str | None:
   if shutil.which("bwrap") is None:
     return f"code rewards need the bubblewrap sandbox (`bwrap` not found): {INSTALL_HINT}"
   try:
-    bpf = _seccomp_filter()
+    bpf = seccomp_filter()
   except ImportError as e:
     return (
       f"the code sandbox's seccomp filter needs pyseccomp ({e}): pip install "
@@ -528,11 +344,11 @@ def check() -> str | None:
     )
   except (OSError, RuntimeError, AttributeError) as e:
     return f"the code sandbox's seccomp filter cannot be built ({e}): {LIBSECCOMP_HINT}"
-  sfd = _data_fd(bpf, "seccomp")
+  sfd = data_fd(bpf, "seccomp")
   try:
     with _host_uid() as uid:
       res = _communicate(
-        _bwrap_argv(LIMITS, sfd) + [python(), "-I", "-S", "-c", _PROBE],
+        bwrap_argv(LIMITS, sfd) + [python(), "-I", "-S", "-c", _PROBE],
         "/",
         uid,
         (sfd,),

@@ -27,7 +27,7 @@ import numpy as np
 
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import PromptMeta, Request
-from prorl_jax.rewards import sandbox
+from prorl_jax.rewards import confinement, sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.engines import Engine, make_engine
 from prorl_jax.rollout.entries import InvalidEntry, safe_name
@@ -307,7 +307,7 @@ def main(argv=None):
     ap.error(f"--vllm_options must be a JSON object, got {args.vllm_options!r}")
   own_cache = not args.cache_dir  # a fresh directory per process, removed on exit
   cache = args.cache_dir or tempfile.mkdtemp(prefix="prorl_worker_")
-  sandbox.allow_unsandboxed(args.unsandboxed_code)
+  confinement.allow_unsandboxed(args.unsandboxed_code)
   line = sandbox.describe()
   (log.warning if args.unsandboxed_code or "unavailable" in line else log.info)(
     "worker %s: %s", wid, line
