@@ -10,7 +10,7 @@ Each step's mini-batch is 64 such sequences, laid out as the trainer does it:
           in 8 micro-batches of 8 sequences;
   packed  first-fit decreasing into slabs of 4 rows x 1,024 tokens (`rollout.token_budget`
           4096, `rollout.pack_row_len` 1024) — as many slabs as the step needs.
-Both run the real update (`train_step.jit_train_step` / `PackedTrainStep`, AdamW) on the same
+Both run the real update (`compiled.jit_train_step` / `PackedTrainStep`, AdamW) on the same
 random Qwen2 and the same sequences, interleaved rep by rep; the metric is trained (non-pad)
 tokens per second. Then, in a subprocess on 8 fake CPU devices (fsdp 8), the per-device memory
 of the DeepSeek-R1-Distill-Qwen-1.5B update from an AOT compile: packed at a 16K-token budget

@@ -181,3 +181,11 @@ def test_no_import_circles():
 
 def test_the_circle_check_can_fail():
   assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_module_fits_on_a_few_screens():
+  """A module over 400 lines holds more than one idea: split it by role."""
+  long = {
+    str(p.relative_to(ROOT)): n for p in FILES if (n := len(p.read_text().splitlines())) > 400
+  }
+  assert not long, long

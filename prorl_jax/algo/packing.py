@@ -1,6 +1,6 @@
 """Packed sequences: whole sequences of a padded [B, T] batch laid into fixed [M, R, L] slabs.
 
-A mini-batch is built padded first (prompt left-padded, response right-padded: `rl_step`); a
+A mini-batch is built padded first (prompt left-padded, response right-padded: `trainer.batch`); a
 `Plan` then places each sequence's real tokens (prompt + response, contiguous) into rows of L
 tokens by first-fit decreasing. R rows make one slab, one micro-batch of the trainer: R is the
 number of devices the batch is split over, so L is each device's token budget. Only the number

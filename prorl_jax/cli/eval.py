@@ -1,5 +1,5 @@
 """`prorl-eval` (= python -m prorl_jax.cli.eval): a model scored on a config's held-out set, or on
-the paper's evaluation suite (`evalsuite`); the scoring itself is `scoring.evaluate`.
+the paper's evaluation suite (`evaluation.runner`); the scoring itself is `scoring.evaluate`.
 """
 
 from __future__ import annotations

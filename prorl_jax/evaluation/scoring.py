@@ -1,7 +1,7 @@
 """Scoring a model through the exchange: pass@1 averaged over k samples and unbiased pass@k.
 
-In-loop validation (`train`), `prorl-eval` (`eval`) and the evaluation suite (`evalsuite`) all
-call `evaluate`, through the same exchange and workers as training.
+In-loop validation (`trainer.versions`), `prorl-eval` (`cli.eval`) and the evaluation suite
+(`evaluation.runner`) all call `evaluate`, through the same exchange and workers as training.
 """
 
 from __future__ import annotations

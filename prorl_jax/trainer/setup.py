@@ -4,7 +4,7 @@
 the jitted steps and their shapes, the probe tokens, the length-penalty schedule — and returns
 `(Setup, TrainState, source)`: the frozen `Setup`, the initial train state and the training data
 stream (whose cursor is loop state). What changes from step to step is the TrainState and the
-`loop_state.LoopState`; `train.run` threads both through the loop.
+`loop_state.LoopState`; `loop.run` threads both through the loop.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One RL step of the trainer (`train.run` drives it): `collect` fills the step's batch of
+"""One RL step of the trainer (`loop.run` drives it): `collect` fills the step's batch of
 informative groups from the exchange (dynamic sampling with refill and carry-over, within
 `rollout.max_staleness`); `update` shapes the scores, computes advantages and the old/reference
 log-probs and runs the mini-batch updates."""
