@@ -1,8 +1,8 @@
 """Many hosts, one program: JAX's multi-controller runtime and the few helpers the loop needs.
 
-Every trainer process runs the same `trainer.loop.run`; the mesh spans all processes' devices. Process 0
-(the primary) is the only one that talks to the exchange (requests, results, weights), runs
-validation, writes metrics and summaries; it hands each step's scored groups and validation
+Every trainer process runs the same `trainer.loop.run`; the mesh spans all processes' devices.
+Process 0 (the primary) is the only one that talks to the exchange (requests, results, weights),
+runs validation, writes metrics and summaries; it hands each step's scored groups and validation
 results to the others with `broadcast`, so every process builds the same global batch. Orbax
 saves and restores the sharded state from all processes together.
 
