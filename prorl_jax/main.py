@@ -46,6 +46,8 @@ def main(argv):
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save step at INFO
+  # lazy throughout main: the SIGTERM handler is installed before any of these, and JAX starts
+  # only after its memory fraction is set
   from prorl_jax import config as config_lib
   from prorl_jax.cli import errors
   from prorl_jax.data import prompts
@@ -61,7 +63,7 @@ def main(argv):
   if fraction is not None and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
     # before JAX starts: trainer and local vLLM workers share the GPUs (an explicit env wins)
     os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(fraction)
-  import jax
+  import jax  # lazy: after XLA_PYTHON_CLIENT_MEM_FRACTION is set
 
   from prorl_jax.parallel import dist
   from prorl_jax.trainer import loop
@@ -79,14 +81,14 @@ def main(argv):
   with errors.user_errors(*user):
     summary = loop.run(_CONFIG.value, accept_config_changes=_ACCEPT.value, watch=watch)
   if summary.get("stopped_at") is not None:  # stopped on a signal, checkpoint saved: requeue me
-    from prorl_jax.trainer.preemption import REQUEUE_EXIT
+    from prorl_jax.trainer.preemption import REQUEUE_EXIT  # lazy: see above
 
     sys.exit(REQUEUE_EXIT)
 
 
 def cli():
   """The `prorl-train` console script."""
-  from prorl_jax.cli import errors as cli_lib
+  from prorl_jax.cli import errors as cli_lib  # lazy: see main
 
   flags.mark_flags_as_required(["config"])
   app.run(main, flags_parser=functools.partial(cli_lib.parse_flags, usage=USAGE))

@@ -112,7 +112,7 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   (src / "config.json").write_text("{}")
   ex.weights.publish(1, step=10, src_dir=str(src))
   ex.weights.publish(2, step=20, src_dir=str(src))
-  v, path = ex.weights.latest(str(tmp_path / "cache"))
+  v, path = _newest(ex, str(tmp_path / "cache"))
   assert (
     v == 2
     and open(os.path.join(path, "model.safetensors"), "rb").read()
@@ -124,7 +124,7 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   # v4: a truncated file under a committed manifest -> skipped, counted, v2 used instead
   ex.weights.publish(4, step=40, src_dir=str(src))
   ex.store.write("weights/v00000004/model.safetensors", b"truncated")
-  v, _ = ex.weights.latest(str(tmp_path / "cache2"))
+  v, _ = _newest(ex, str(tmp_path / "cache2"))
   assert v == 2 and ex.stats["skipped_weights"] == 1
   ex.weights.prune(keep=1)
   assert ex.weights.versions() == [4]
@@ -134,7 +134,7 @@ def test_weights_publish_fetch_and_corruption(ex, tmp_path):
   # evaluate it: its old manifest is not a weight file
   ex.weights.publish(5, step=50, src_dir=path)
   assert "manifest.json" not in ex.weights.manifest(5)["files"]
-  v, _ = ex.weights.latest(str(tmp_path / "cache3"))
+  v, _ = _newest(ex, str(tmp_path / "cache3"))
   assert v == 5
 
 
@@ -152,7 +152,7 @@ def test_manifest_checksums_are_of_the_whole_file_across_copy_chunks(ex, tmp_pat
     "sha256": hashlib.sha256(data).hexdigest(),
   }
   assert files["empty.txt"] == {"size": 0, "sha256": hashlib.sha256(b"").hexdigest()}
-  _, path = ex.weights.latest(str(tmp_path / "cache"))
+  _, path = _newest(ex, str(tmp_path / "cache"))
   assert open(os.path.join(path, "model.safetensors"), "rb").read() == data
   if hasattr(ex.store, "root"):  # no temp files left behind
     assert sorted(os.listdir(os.path.join(ex.store.root, "weights", "v00000001"))) == [
@@ -192,12 +192,12 @@ def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path)
   ex.weights.publish(1, step=1, src_dir=src)
   manifest = ex.weights.publish(2, step=2, src_dir=src)
   assert set(manifest["files"]) == set(os.listdir(src))
-  v, path = ex.weights.latest(str(tmp_path / "cache"))
+  v, path = _newest(ex, str(tmp_path / "cache"))
   _, got = load_hf(path)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   ex.store.write(f"weights/v00000002/{shards[1]}", b"corrupt")  # one shard of several
-  v, _ = ex.weights.latest(str(tmp_path / "cache2"))
+  v, _ = _newest(ex, str(tmp_path / "cache2"))
   assert v == 1 and ex.stats["skipped_weights"] == 1
 
 
@@ -209,7 +209,7 @@ def test_a_cached_version_from_another_run_is_replaced(tmp_path):
     (src / "model.safetensors").write_bytes(payload)
     ex = Exchange(f"file://{tmp_path}/exchange-{run}")
     ex.weights.publish(0, step=0, src_dir=str(src))
-    v, path = ex.weights.latest(cache)  # same version number, same cache directory
+    v, path = _newest(ex, cache)  # same version number, same cache directory
     assert v == 0 and open(os.path.join(path, "model.safetensors"), "rb").read() == payload
 
 
@@ -341,6 +341,17 @@ def test_deleting_a_prefix_never_breaks_a_write_under_it_in_another_process(tmp_
 
 
 # ------------------------------------------------------------------ forged and malformed entries
+def _newest(ex, dest_root: str, min_version: int = 0):
+  """(version, local dir) of the newest committed version that fetches and verifies."""
+  for v in reversed(ex.weights.versions()):
+    if v < min_version:
+      return None
+    path = ex.weights.fetch(v, os.path.join(dest_root, f"v{v:08d}"))
+    if path is not None:
+      return v, path
+  return None
+
+
 def _publish_one(ex, tmp_path, version=1, payload=b"real weights"):
   src = tmp_path / f"src{version}"
   src.mkdir(exist_ok=True)
@@ -374,7 +385,7 @@ def test_forged_manifest_names_write_nothing_outside_the_cache(ex, tmp_path):
     ex.store.write("weights/v00000002/manifest.json", json.dumps(forged).encode())
     cache = tmp_path / "cache" / "sub" / "deeper"
     assert ex.weights.fetch(2, str(cache / "v00000002")) is None
-    v, _ = ex.weights.latest(str(cache))
+    v, _ = _newest(ex, str(cache))
     assert v == 1  # the forged version is passed over, the real one served
   assert not target.exists() and not absolute.exists()
   assert not list(tmp_path.rglob("escape.txt")) and not list(tmp_path.rglob("x"))
@@ -436,7 +447,7 @@ def test_symlinks_in_a_local_store_are_never_followed(tmp_path):
   cache = tmp_path / "cache"
   for v in (2, 3):
     assert ex.weights.fetch(v, str(cache / f"v{v:08d}")) is None
-  assert ex.weights.latest(str(cache))[0] == 1
+  assert _newest(ex, str(cache))[0] == 1
   assert not any(p.read_bytes() == b"host secret" for p in cache.rglob("*") if p.is_file())
 
 
@@ -456,7 +467,7 @@ def test_symlinks_in_a_local_store_are_never_followed(tmp_path):
 def test_a_weights_manifest_of_the_wrong_structure_is_quarantined(ex, tmp_path, doc):
   ex.store.write("weights/v00000001/manifest.json", json.dumps(doc).encode())
   assert ex.weights.manifest(1) is None
-  assert ex.weights.latest(str(tmp_path / "cache")) is None  # no crash
+  assert _newest(ex, str(tmp_path / "cache")) is None  # no crash
   assert ex.stats["quarantined_weights"] == 1 and ex.weights.versions() == []
 
 
@@ -560,10 +571,10 @@ def test_a_cached_copy_is_hashed_again_before_reuse(tmp_path):
   ex = Exchange(f"file://{tmp_path}/exchange")
   _publish_one(ex, tmp_path, 1, payload=b"the real weights")
   cache = tmp_path / "cache"
-  v, path = ex.weights.latest(str(cache))
+  v, path = _newest(ex, str(cache))
   with open(os.path.join(path, "model.safetensors"), "r+b") as f:  # same size, other bytes
     f.write(b"THE")
-  v, path = ex.weights.latest(str(cache))
+  v, path = _newest(ex, str(cache))
   assert open(os.path.join(path, "model.safetensors"), "rb").read() == b"the real weights"
   assert ex.stats["cache_replaced"] == 1
   (cache / "v00000001" / "extra.bin").write_bytes(b"x")  # a file the manifest does not list

@@ -189,3 +189,48 @@ def test_every_module_fits_on_a_few_screens():
     str(p.relative_to(ROOT)): n for p in FILES if (n := len(p.read_text().splitlines())) > 400
   }
   assert not long, long
+
+
+def _unexplained_function_imports(path: pathlib.Path) -> list[str]:
+  """Imports inside functions with no comment on their line or on a comment line opening their
+  block of imports."""
+  src = path.read_text()
+  lines, out = src.split("\n"), []
+  for fn in ast.walk(ast.parse(src)):
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      continue
+    for node in ast.walk(fn):
+      if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        continue
+      i = node.lineno - 1
+      while (
+        i > 0
+        and lines[i - 1].strip().startswith(("import ", "from "))
+        or (
+          i > 0
+          and not lines[i - 1].strip()
+          and lines[i - 2].strip().startswith(("import ", "from "))
+        )
+      ):
+        i -= 1  # up to the first import of this block
+      said = any("#" in lines[k] for k in range(i, node.end_lineno))
+      if not (said or lines[i - 1].strip().startswith("#")):
+        out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+  return out
+
+
+def test_an_import_inside_a_function_says_why():
+  """An import belongs at the top of its module; one inside a function (a package vLLM's
+  environment lacks, JAX held back until its memory fraction is set, a slow optional one) says
+  why in a comment, or it hides a circle or an upward import."""
+  bad = [line for p in FILES for line in _unexplained_function_imports(p)]
+  assert not bad, "\n".join(bad)
+
+
+def test_the_function_import_check_can_fail(tmp_path):
+  f = ROOT / "_probe_module_for_test.py"
+  try:
+    f.write_text("def f():\n  import json\n\n  return json\n\n\ndef g():\n  import os  # why\n")
+    assert [x.split(": ")[1] for x in _unexplained_function_imports(f)] == ["import json"]
+  finally:
+    f.unlink()

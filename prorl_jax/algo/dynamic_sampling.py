@@ -17,11 +17,14 @@ from prorl_jax.algo.shaping import informative_groups
 
 @dataclasses.dataclass
 class FillStats:
+  """How one step's batch was filled: generation rounds, groups generated and kept by the
+  informative-group filter, groups taken from the carry-over buffer, and whether the step had to
+  train on fewer groups than it asked for."""
+
   rounds: int = 0
   groups_generated: int = 0
   groups_kept: int = 0
   from_carry_over: int = 0
-  exhausted: bool = False
   short: bool = False  # fewer groups than asked: trained on what there was
 
   @property
@@ -90,8 +93,7 @@ def gather_groups(
   stats = FillStats(from_carry_over=min(len(buffer), needed))
   while len(buffer) < needed and (max_rounds == 0 or stats.rounds < max_rounds):
     groups = generate()
-    if groups is None:
-      stats.exhausted = True
+    if groups is None:  # the prompt source is exhausted
       break
     stats.rounds += 1
     stats.groups_generated += len(groups)

@@ -15,6 +15,10 @@ import os
 import re
 import sys
 
+from absl import flags
+
+from prorl_jax import config as config_lib
+
 USAGE_EXIT = 2
 
 
@@ -44,7 +48,6 @@ def user_errors(*types: type[BaseException]):
 def check_config_args(argv: list[str]) -> None:
   """Fails in one line on a missing config file or an override of a field that does not exist
   (naming the closest field)."""
-  from prorl_jax import config as config_lib
 
   fields = None
   for arg in argv[1:]:
@@ -95,7 +98,6 @@ HELP_ARGS = ("--help", "-h", "--helpshort", "-?")
 
 def print_help(usage: str) -> None:
   """`usage`, then the command's own flags (not absl's), then where the config keys are."""
-  from absl import flags
 
   print(usage.strip() + "\n\nflags:")
   for module, defined in sorted(flags.FLAGS.flags_by_module_dict().items()):
@@ -130,7 +132,6 @@ def _plain_wording(msg: str) -> str:
 def parse_flags(argv: list[str], usage: str = "") -> list[str]:
   """absl `flags_parser` with one-line errors (see the module docstring); `--help` prints
   `usage` and the command's flags, exit 0."""
-  from absl import flags
 
   if any(a in HELP_ARGS for a in argv[1:]):
     print_help(usage or f"usage: {os.path.basename(argv[0])} [flags]")

@@ -4,33 +4,38 @@ the paper's evaluation suite (`evaluation.runner`); the scoring itself is `scori
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
+import tempfile
 
+from absl import app, flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+from prorl_jax import config as config_lib
+from prorl_jax.cli import errors
+from prorl_jax.cli.prepare import PrepareError
+from prorl_jax.config import base_config
+from prorl_jax.data.prompts import DataError
+from prorl_jax.data.sources import sources_for
+from prorl_jax.evaluation import export, runner, suite_report
+from prorl_jax.evaluation.export import ExportError
+from prorl_jax.evaluation.runner import DEFAULT_SAMPLES
 from prorl_jax.evaluation.scoring import evaluate
-from prorl_jax.records import SamplingParams
-from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.evaluation.serving import ServedModel
+from prorl_jax.evaluation.suite_report import SuiteError
+from prorl_jax.model.tokenizer import load_tokenizer
+from prorl_jax.rollout import layout
+from prorl_jax.rollout.local import WorkerFailure
 
 
 def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
   """Evaluates a model (a run directory's newest checkpoint, a step directory, a HF directory or
   EXCHANGE@VERSION: `export.resolve_model`) on the config's held-out set, through a private
   exchange and local workers."""
-  import os
-  import tempfile
-
-  from prorl_jax import config as config_lib
-  from prorl_jax.config.workers import local_workers
-  from prorl_jax.data.sources import sources_for
-  from prorl_jax.evaluation import export
-  from prorl_jax.model.tokenizer import load_tokenizer
-
   config_lib.validate(cfg)
-  sampling = SamplingParams(
-    max_new_tokens=cfg.rollout.max_response_len,
-    temperature=cfg.eval.temperature,
-    top_p=cfg.eval.top_p,
-  )
   with tempfile.TemporaryDirectory() as tmp:
     model_dir, label = export.resolve_model(checkpoint, os.path.join(tmp, "model"))
     log(f"model: {label}" + ("" if label == model_dir else f" (as {model_dir})"))
@@ -39,37 +44,24 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
       raise config_lib.ConfigError(
         "no held-out items: set data.val_files, data.prepared or data.val_suite"
       )
-    url = f"file://{tmp}/exchange"
-    ex = Exchange(url)
-    ex.weights.publish(0, 0, model_dir)
-    workers, _ = local_workers(
-      cfg, url, os.path.join(tmp, "workers"), ex.queue.release, at_least_one=True
-    )
-    try:
+    with ServedModel(cfg, model_dir) as served:
       return evaluate(
-        ex,
+        served.ex,
         items,
         samples=cfg.eval.samples,
-        sampling=sampling,
+        sampling=config_lib.sampling_params(cfg, eval_mode=True),
         version=0,
         ks=config_lib.pass_ks(cfg),
         routing=config_lib.routing_table(cfg),
         timeout_s=cfg.rollout.timeout_s,
         tag="eval",
         seed=cfg.seed,
-        on_idle=workers.check,
+        on_idle=served.workers.check,
       )
-    finally:
-      workers.stop()
 
 
 def _suite_config():
   """The suite's rollout settings: --config when given, else vLLM workers as the real run."""
-  from absl import flags
-
-  from prorl_jax.config import base_config
-  from prorl_jax.rollout import layout
-
   cfg = flags.FLAGS.config
   if cfg is None:
     cfg = base_config()
@@ -89,9 +81,6 @@ def _suite_config():
 
 
 def _domain_counts(items: list[str]) -> dict[str, int]:
-  from prorl_jax.evaluation.runner import DEFAULT_SAMPLES
-  from prorl_jax.evaluation.suite_report import SuiteError
-
   out = {}
   for item in items:
     k, _, v = item.partition("=")
@@ -107,18 +96,7 @@ def _domain_counts(items: list[str]) -> dict[str, int]:
 def main(argv):
   """`python -m prorl_jax.cli.eval --config=configs/tiny.py --checkpoint=HF_DIR [--out=FILE]`, or
   `python -m prorl_jax.cli.eval --suite=prorl-eval --data=DIR --checkpoint=MODEL --out=DIR`."""
-  from absl import flags
-
-  from prorl_jax import config as config_lib
-  from prorl_jax.cli import errors
-  from prorl_jax.cli.prepare import PrepareError
-  from prorl_jax.data.prompts import DataError
-  from prorl_jax.evaluation.export import ExportError
-  from prorl_jax.rollout.local import WorkerFailure
-
   del argv
-  from absl import logging as absl_logging
-
   absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every restore step at INFO
   logging.getLogger("absl").setLevel(logging.WARNING)
   F = flags.FLAGS
@@ -126,8 +104,6 @@ def main(argv):
     config_lib.ConfigError, WorkerFailure, PrepareError, ExportError, DataError, ValueError
   ):
     if F.suite:
-      from prorl_jax.evaluation import runner, suite_report
-
       if not (F.data and F.checkpoint and F.out):
         raise config_lib.ConfigError(
           "--suite needs --data=DIR (prepare --suite output), --checkpoint=MODEL and --out=DIR"
@@ -177,9 +153,6 @@ the suite generates with vLLM (.venv-vllm); --config=FILE with rollout.engine=ja
 
 def cli():
   """The `prorl-eval` console script (= python -m prorl_jax.cli.eval)."""
-  from absl import app, flags
-  from ml_collections import config_flags
-
   config_flags.DEFINE_config_file("config", None, "config file", lock_config=True)
   flags.DEFINE_string(
     "checkpoint",
@@ -217,11 +190,7 @@ def cli():
   flags.register_validator(
     "suite", lambda s: s in ("", "prorl-eval"), message="--suite takes prorl-eval"
   )
-  import functools
-
-  from prorl_jax.cli import errors as cli_lib
-
-  app.run(main, flags_parser=functools.partial(cli_lib.parse_flags, usage=USAGE))
+  app.run(main, flags_parser=functools.partial(errors.parse_flags, usage=USAGE))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ are marked on every panel.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
+from prorl_jax.cli import errors
 from prorl_jax.trainer.metrics import SESSIONS, read_jsonl
 
 PANELS = (
@@ -56,10 +58,10 @@ def dashboard(runs: str | list[str], out: str | None = None) -> str:
   """Writes the dashboard of one run directory, or of several overlaid (a color per run, named
   in every panel's legend); returns the PNG's path. Reference resets are red lines (dotted in
   the run's color when overlaid), length-penalty phase switches green dashed, resumes grey."""
-  import matplotlib
+  import matplotlib  # lazy: only drawing needs it (a second or two to import)
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  import matplotlib.pyplot as plt  # after the backend is chosen
 
   runs = [runs] if isinstance(runs, str) else list(runs)
   data = {run: _rows(run) for run in runs}
@@ -122,10 +124,6 @@ def _resumes(run_dir: str) -> list[int]:
 
 
 def main(argv=None) -> int:
-  import argparse
-
-  from prorl_jax.cli import errors
-
   ap = argparse.ArgumentParser(
     prog="prorl-plot",
     description="A PNG dashboard of one run's metrics (RUN_DIR/dashboard.png), or of several "

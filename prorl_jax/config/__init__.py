@@ -25,6 +25,8 @@ from prorl_jax.config.fields import (  # noqa: F401 (the choices are part of the
   LENGTH_PENALTY_MODES,
   REMAT,
 )
+from prorl_jax.records import SamplingParams
+from prorl_jax.rollout.layout import LayoutError, for_config
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -310,6 +312,18 @@ def items(value: str) -> list[str]:
   return [x.strip() for x in str(value).split(",") if x.strip()]
 
 
+def sampling_params(cfg, eval_mode: bool = False) -> SamplingParams:
+  """The sampling settings of training rollouts (`rollout.*`) or, `eval_mode`, of validation and
+  `prorl-eval` on a config (`eval.*`; no top-k)."""
+  r, e = cfg.rollout, cfg.eval
+  return SamplingParams(
+    max_new_tokens=r.max_response_len,
+    temperature=e.temperature if eval_mode else r.temperature,
+    top_p=e.top_p if eval_mode else r.top_p,
+    top_k=0 if eval_mode else r.top_k,
+  )
+
+
 def pass_ks(cfg) -> list[int]:
   """eval.pass_k as integers (validated by `validate`)."""
   return [int(k) for k in items(cfg.eval.pass_k)]
@@ -342,7 +356,6 @@ def jax_memory_fraction(cfg) -> float | None:
   """The share of accelerator memory the trainer's JAX may take (XLA_PYTHON_CLIENT_MEM_FRACTION):
   `model.memory_fraction` when set; with local vLLM workers on the trainer's GPUs what they
   leave (`rollout.layout`); else None (JAX's default)."""
-  from prorl_jax.rollout.layout import LayoutError, for_config
 
   try:
     return for_config(cfg).trainer_memory

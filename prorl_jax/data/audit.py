@@ -32,6 +32,7 @@ from prorl_jax import rewards
 from prorl_jax.data.prompts import DataError, parse_row, prepared_files, read_rows
 from prorl_jax.rewards import puzzles
 from prorl_jax.rewards.common import last_boxed
+from prorl_jax.rewards.pool import VerifierPool
 
 STRATEGIES = (
   "empty",
@@ -260,7 +261,6 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
 def audit(directory: str, *, per_source: int = 8, seed: int = 0, pool=None) -> dict:
   """{source: {rows, reference, honest_wrong, strategies: {name: {mean, failed}}, best,
   problems}} over a sample of each source's rows."""
-  from prorl_jax.rewards.pool import VerifierPool
 
   rows = sample_rows(data_files(directory), per_source, seed)
   own = pool is None

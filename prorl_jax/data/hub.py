@@ -55,11 +55,11 @@ def read_local(path: str) -> list[dict]:
   if not os.path.isfile(path):
     raise PrepareError(f"{path}: no such file")
   if path.endswith(".parquet"):
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow only for Parquet and CSV files
 
     return pq.read_table(path).to_pylist()
   if path.endswith(".csv"):
-    import pyarrow.csv as pcsv
+    import pyarrow.csv as pcsv  # lazy: as above
 
     try:  # quoted fields may span lines (GPQA's questions do)
       table = pcsv.read_csv(path, parse_options=pcsv.ParseOptions(newlines_in_values=True))
@@ -109,7 +109,7 @@ def _read_files(src: Source, files: list[str], where: str) -> list[dict]:
 def _load_dataset(src: Source, repo: str, revision: str | None = None) -> list[dict]:
   """Rows of `src` from a dataset repository through `datasets`: a Hub id at `revision`, or a
   local copy of the repository (read the same way: its card's configurations and splits)."""
-  import datasets
+  import datasets  # lazy: slow to import, and only preparation downloads
 
   return datasets.load_dataset(repo, src.config, split=src.split, revision=revision).to_list()
 
@@ -119,7 +119,7 @@ def download(src: Source, revision: str) -> tuple[list[dict], str]:
   source's `files` through `huggingface_hub`."""
   try:
     import datasets  # noqa: F401 - checked here for the one-line error
-    import huggingface_hub
+    import huggingface_hub  # lazy: as datasets
   except ImportError as e:
     raise PrepareError(
       f"downloading {src.dataset} needs `datasets` ({e}); pip install "

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import time
+from importlib.metadata import version
 
 import numpy as np
 
@@ -235,8 +236,6 @@ def normalise_prompt(prompt: list[dict]) -> str:
 
 
 def reasoning_gym_rows(count: int, tasks: tuple[str, ...], seed: int) -> list[dict]:
-  from prorl_jax.rewards import puzzles
-
   rows = []
   per = [count // len(tasks) + (i < count % len(tasks)) for i in range(len(tasks))]
   for k, (task, n) in enumerate(zip(tasks, per)):
@@ -253,7 +252,7 @@ def write_parquet(rows: list[dict], path: str) -> dict:
   verl's own preprocessing writes them and its dataset reads them); a struct's keys are the
   union over the file's rows (absent ones null: `data.parse_row` drops them). Should pyarrow
   find no common type for a key, `extra_info` is written as JSON text instead (read as well)."""
-  import pyarrow as pa
+  import pyarrow as pa  # lazy: pyarrow only for Parquet files
   import pyarrow.parquet as pq
 
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -384,8 +383,6 @@ def top_reasons(bad: collections.Counter) -> str:
 
 def rg_version() -> str:
   try:
-    from importlib.metadata import version
-
     return f"reasoning-gym=={version('reasoning-gym')}"
   except Exception:  # noqa: BLE001
     return "reasoning-gym"

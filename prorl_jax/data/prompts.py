@@ -20,6 +20,7 @@ import numpy as np
 from prorl_jax import rewards
 from prorl_jax.demo import chain_sum
 from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.rewards import puzzles
 
 
 class DataError(ValueError):
@@ -29,8 +30,6 @@ class DataError(ValueError):
 def read_rows(path: str) -> list[dict]:
   """The rows of a JSONL or Parquet file, or of a generated reasoning_gym:TASK:SEED:SIZE source."""
   if path.startswith("reasoning_gym:"):  # reasoning_gym:TASK:SEED:SIZE
-    from prorl_jax.rewards import puzzles
-
     parts = path.split(":")
     if len(parts) != 4 or not (parts[2].isdigit() and parts[3].isdigit()) or not parts[1]:
       raise DataError(
@@ -44,7 +43,7 @@ def read_rows(path: str) -> list[dict]:
   if not os.path.isfile(path):
     raise DataError(f"{path}: no such file (data.train_files / data.val_files)")
   if path.endswith(".parquet"):
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow only for Parquet files
     import pyarrow.parquet as pq
 
     try:

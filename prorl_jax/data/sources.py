@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from prorl_jax import config as config_lib
-from prorl_jax.data import prompts
+from prorl_jax.data import prompts, suite
 
 
 def precheck(cfg) -> None:
@@ -32,8 +32,6 @@ def precheck(cfg) -> None:
   except ValueError:
     raise prompts.DataError(f"data.weights must be numbers, got {cfg.data.weights!r}") from None
   if cfg.data.val_suite:
-    from prorl_jax.data import suite
-
     try:
       suite.read_manifest(cfg.data.val_suite)
     except suite.PrepareError as e:
@@ -76,8 +74,6 @@ def sources_for(cfg, tok):
     use_chat_template=cfg.data.chat_template,
   )
   if cfg.data.val_suite:
-    from prorl_jax.data import suite
-
     heldout, verifiers = suite.validation_items(
       tok,
       cfg.data.val_suite,

@@ -43,6 +43,7 @@ import numpy as np
 
 from prorl_jax.data import mix as P
 from prorl_jax.data.hub import PrepareError, Source
+from prorl_jax.data.prompts import DataError, JsonlSource
 from prorl_jax.data.suite_rows import (
   LCB_WINDOW,
   convert_gpqa,
@@ -325,7 +326,6 @@ def validation_items(
   """(items, verifier names) of the in-loop validation blend: each spec is a benchmark of the
   suite at `directory`, or BENCHMARK/TASK for one Reasoning Gym task; at most `max_prompts`
   per spec (a seeded subset; 0 = all)."""
-  from prorl_jax.data.prompts import DataError, JsonlSource
 
   try:
     m = read_manifest(directory)

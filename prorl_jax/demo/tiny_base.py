@@ -20,6 +20,7 @@ CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endf
 
 def build_tokenizer(path: str):
   """A 23-token character tokenizer that `AutoTokenizer.from_pretrained(path)` loads."""
+  # lazy: building the tiny tokenizer is the only use of these (slow to import)
   import tokenizers
   import transformers
   from tokenizers import Regex, models, pre_tokenizers

@@ -6,6 +6,8 @@ signal. Built once into `<run_dir>/base` as an ordinary HF directory.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import logging
 import os
 import shutil
@@ -46,8 +48,6 @@ def cached(seed: int = 0, **settings) -> str:
   """The demo's warm-started base for these build settings, built once into the cache and
   reused by any run dir. The key names the settings and the builder's own source (a changed
   builder builds anew); a lock keeps two runs from building it at once."""
-  import fcntl
-  import hashlib
 
   here = os.path.dirname(os.path.abspath(__file__))
   code = b"".join(

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 
+from prorl_jax.rollout.exchange import Exchange
+
 RUN_RECORD = "config.json"  # written by the trainer into its run directory
 
 
@@ -61,6 +63,7 @@ def base_model_dir(step_dir: str, base: str | None) -> str:
 
 def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfloat16") -> str:
   """Writes the checkpoint's policy as a HF directory at `out`; returns the step directory."""
+  # lazy: JAX and Orbax load only to export; the run record and the CLI's errors need neither
   import jax
   import numpy as np
   import orbax.checkpoint as ocp
@@ -114,8 +117,6 @@ def resolve_model(checkpoint: str, scratch: str) -> tuple[str, str]:
     path = os.path.abspath(checkpoint)
     return path, path
   if "@" in checkpoint and not os.path.exists(checkpoint):
-    from prorl_jax.rollout.exchange import Exchange
-
     url, version = checkpoint.rsplit("@", 1)
     if not version.isdigit():
       raise ExportError(f"--checkpoint={checkpoint!r}: a published version is EXCHANGE@N")

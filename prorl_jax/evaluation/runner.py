@@ -18,10 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 
+from prorl_jax import rewards
+from prorl_jax.data import prompts
 from prorl_jax.data import suite as suite_lib
+from prorl_jax.evaluation import export, scoring
+from prorl_jax.evaluation.serving import ServedModel
 from prorl_jax.evaluation.suite_report import (
   REFERENCES,
   SuiteError,
@@ -32,6 +35,7 @@ from prorl_jax.evaluation.suite_report import (
   write_json,
   write_report,
 )
+from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
 
 DEFAULT_SAMPLES = {"math": 16, "code": 16, "stem": 16, "instruction_following": 4, "logic": 4}
@@ -83,10 +87,6 @@ def run_suite(
 
   `compare` holds LABEL=DIR items: reports of other models by this harness (`--out` of an
   earlier run), put beside ours as measured columns."""
-  from prorl_jax import rewards
-  from prorl_jax.data import prompts
-  from prorl_jax.evaluation import export, scoring
-  from prorl_jax.model.tokenizer import load_tokenizer
 
   manifest = suite_lib.read_manifest(data_dir)
   names = benchmarks or list(manifest["benchmarks"])
@@ -137,7 +137,7 @@ def run_suite(
         )
       )
       if runner is None:
-        runner = _Runner(cfg, model_dir)
+        runner = ServedModel(cfg, model_dir)
       t0 = time.time()
       got = scoring.collect(
         runner.ex,
@@ -194,29 +194,7 @@ def run_suite(
   return report
 
 
-class _Runner:
-  """A private exchange with the model published as version 0, and local workers on it."""
-
-  def __init__(self, cfg, model_dir: str):
-    from prorl_jax.config.workers import local_workers
-    from prorl_jax.rollout.exchange import Exchange
-
-    self.tmp = tempfile.TemporaryDirectory(prefix="prorl_suite_")
-    url = f"file://{self.tmp.name}/exchange"
-    self.ex = Exchange(url)
-    self.ex.weights.publish(0, 0, model_dir)
-    self.workers, _ = local_workers(
-      cfg, url, os.path.join(self.tmp.name, "workers"), self.ex.queue.release, at_least_one=True
-    )
-
-  def close(self):
-    self.workers.stop()
-    self.tmp.cleanup()
-
-
 def _per_task(items: list[dict], got: dict, cont: bool) -> dict:
-  from prorl_jax.evaluation import scoring
-
   by_task: dict[str, list[int]] = {}
   for i, it in enumerate(items):
     by_task.setdefault(str(it["extra"].get("task", "?")), []).append(i)

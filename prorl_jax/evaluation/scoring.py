@@ -12,6 +12,7 @@ from math import comb
 
 import numpy as np
 
+from prorl_jax import rewards
 from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
@@ -125,7 +126,6 @@ def evaluate(
   routing: dict[str, str] | None = None,
 ) -> dict:
   """pass@1 and pass@k per benchmark (or data source) and overall (see `summarize`)."""
-  from prorl_jax import rewards
 
   got = collect(
     ex,

@@ -253,10 +253,10 @@ def report_markdown(report: dict) -> str:
 
 
 def report_png(report: dict, path: str) -> None:
-  import matplotlib
+  import matplotlib  # lazy: only the PNG needs it (a second or two to import)
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  import matplotlib.pyplot as plt  # after the backend is chosen
 
   rows = [r for t in report["domains"].values() for r in t["rows"]]
   series = _series(report, rows)

@@ -107,6 +107,7 @@ def cudnn_segment_attention(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT):
 
 @functools.lru_cache(maxsize=16)
 def _splash_kernel(t: int, g: int, interpret: bool, block: int):
+  # lazy: the TPU kernels load only when splash attention is asked for
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -130,6 +131,7 @@ def splash_segment_attention(
 ):
   """Pallas splash attention (TPU) with segment ids: per row and kv head, an MQA kernel over
   that head's G query heads. Interpret mode (any backend, slow) when not on a TPU."""
+  # lazy: as in _splash_kernel
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
   if interpret is None:

@@ -20,6 +20,7 @@ import os
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils as mu
 
 log = logging.getLogger(__name__)
 _STATE = {"initialized": False}
@@ -114,7 +115,6 @@ def broadcast(obj=None):
   """The primary's `obj` (plain data: see `pack`) on every process; the others pass anything."""
   if not multi():
     return obj
-  from jax.experimental import multihost_utils as mu
 
   data = np.frombuffer(pack(obj), np.uint8) if is_primary() else np.zeros(0, np.uint8)
   size = int(mu.broadcast_one_to_all(np.asarray([data.size], np.int64))[0])
@@ -124,16 +124,12 @@ def broadcast(obj=None):
 
 def barrier(name: str) -> None:
   if multi():
-    from jax.experimental import multihost_utils as mu
-
     mu.sync_global_devices(name)
 
 
 def to_host(x) -> np.ndarray:
   """A numpy copy of a (possibly multi-process, sharded) array; every process must call it."""
   if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
-    from jax.experimental import multihost_utils as mu
-
     return np.asarray(mu.process_allgather(x, tiled=True))
   return np.asarray(x)
 

@@ -12,10 +12,13 @@ the pool scores it again alone. `route(data_source)` picks the verifier from the
 
 from __future__ import annotations
 
+import importlib
+
 from prorl_jax.rewards.common import Score, Verifier  # noqa: F401 - the package's API
 
 
 def _registry() -> dict[str, Verifier]:
+  # lazy: the sandbox modules also run from a copy of this package without the verifiers
   from prorl_jax.rewards import chain_sum, code, ifeval, math, mcq, puzzles
 
   return {
@@ -110,7 +113,6 @@ def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:
 def warm(name: str, reference, meta: dict) -> None:
   """Loads what verifier `name` needs for an item (modules, generated puzzles) in the pool
   process itself, before the throw-away child is forked: trusted work, no response text."""
-  import importlib
 
   module = {"stem": "mcq", "reasoning_gym": "puzzles"}.get(name, name)
   fn = getattr(importlib.import_module(f"prorl_jax.rewards.{module}"), "warm", None)

@@ -59,7 +59,7 @@ def root_fs_args() -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1)
 def seccomp_filter() -> bytes:
   """The compiled seccomp program (BPF) that refuses DENIED_SYSCALLS, built with libseccomp."""
-  import pyseccomp
+  import pyseccomp  # lazy: a missing libseccomp is reported by check(), in one line
 
   f = pyseccomp.SyscallFilter(defaction=pyseccomp.ALLOW)
   for name in DENIED_SYSCALLS:

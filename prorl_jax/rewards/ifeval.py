@@ -73,7 +73,7 @@ def _json(t):
 
 
 def _language(t: str, language: str) -> bool:
-  import langdetect
+  import langdetect  # lazy: only the language instructions need it (slow to import)
 
   langdetect.DetectorFactory.seed = 0  # langdetect samples: fixed for repeatable scores
   try:

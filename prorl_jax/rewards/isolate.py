@@ -34,6 +34,7 @@ import signal
 import time
 
 from prorl_jax.rewards.common import Score
+from prorl_jax.rewards.confinement import DENIED_SYSCALLS
 
 VERDICT_BYTES = 64 << 10  # the most a child may send back
 STARVED_CPU_SHARE = 0.5  # a timed-out child that used less CPU than this share was starved
@@ -113,9 +114,7 @@ _WRITE_FLAGS = (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND)
 @functools.lru_cache(maxsize=1)
 def _seccomp():
   """The child's filter (built once in the pool process, loaded in each child)."""
-  import pyseccomp as sc
-
-  from prorl_jax.rewards.confinement import DENIED_SYSCALLS
+  import pyseccomp as sc  # lazy: only the confined child builds a filter
 
   f = sc.SyscallFilter(defaction=sc.ALLOW)
   deny = sc.ERRNO(errno.EPERM)

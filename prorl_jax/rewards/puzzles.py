@@ -132,7 +132,7 @@ def check_tasks(tasks) -> None:
 
 @functools.lru_cache(maxsize=64)
 def dataset(task: str, seed: int, size: int):
-  import reasoning_gym
+  import reasoning_gym  # lazy: slow to import; only Reasoning Gym items need it
 
   return reasoning_gym.create_dataset(task, size=size, seed=seed)
 
@@ -174,7 +174,7 @@ def _entry(entry, task, seed, size, index) -> dict:
 
 def warm(reference=None, *, entry=None, task=None, seed=None, size=None, index=None, **_):
   """Generates the item's puzzle and loads its checker in the pool process (before the fork)."""
-  import reasoning_gym
+  import reasoning_gym  # lazy: slow to import; only Reasoning Gym items need it
 
   e = _entry(entry, task, seed, size, index)
   name = e["metadata"]["source_dataset"]
@@ -325,7 +325,7 @@ def score(
   elif rule == "number":
     ok = same_token(ans.strip().replace(",", ""), str(e["answer"]).strip())
   elif rule == "checker":
-    import reasoning_gym
+    import reasoning_gym  # lazy: slow to import; only Reasoning Gym items need it
 
     try:
       ok = float(reasoning_gym.get_score_answer_fn(name)(ans, e)) >= 1.0

@@ -15,6 +15,8 @@ import os
 
 import numpy as np
 
+from prorl_jax.rollout.local import WorkerFailure
+
 PROBE_FILE = "probe.json"
 RELOAD_TOLERANCE = 0.05  # max |engine − trainer| log-prob on the probe after an in-place reload
 
@@ -59,7 +61,6 @@ def check_probe(score_tokens, path: str) -> dict | None:
 def note_probe_mismatch(manifest: dict, budget: float, stats: dict) -> None:
   """Records a result's probe mismatch in `stats`; past `budget` (> 0) the run stops with one
   line (WorkerFailure)."""
-  from prorl_jax.rollout.local import WorkerFailure
 
   mm = manifest.get("probe_mismatch") or {}
   if not mm:

@@ -142,16 +142,6 @@ class WeightStore:
         return None
     return dest_dir
 
-  def latest(self, dest_root: str, min_version: int = 0) -> tuple[int, str] | None:
-    """(version, local dir) of the newest committed version that verifies, if >= min_version."""
-    for v in reversed(self.versions()):
-      if v < min_version:
-        return None
-      path = self.fetch(v, os.path.join(dest_root, f"v{v:08d}"))
-      if path is not None:
-        return v, path
-    return None
-
   def delete(self, version: int):
     self.store.delete_prefix(_prefix(version))
 

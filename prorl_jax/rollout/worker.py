@@ -32,6 +32,7 @@ from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.engines import Engine, make_engine
 from prorl_jax.rollout.entries import InvalidEntry, safe_name
 from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.probe import check_probe
 from prorl_jax.rollout.queue import LEASE_SECONDS, Claim
 
 log = logging.getLogger("prorl_jax.worker")
@@ -128,7 +129,6 @@ class Worker:
 
   def check_probe(self, path: str) -> dict | None:
     """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
-    from prorl_jax.rollout.probe import check_probe
 
     cached = self.engine.last_mismatch  # the vLLM engine checks on load
     if cached is not None:

@@ -76,7 +76,7 @@ class MetricWriter:
           "pip install tensorboardX (JSONL metrics are written regardless)"
         )
     if wandb_project:
-      import wandb
+      import wandb  # optional dependency (pip install -e .[wandb])
 
       self.wandb = wandb.init(project=wandb_project, dir=run_dir, config=config, resume="allow")
 

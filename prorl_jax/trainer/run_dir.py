@@ -122,7 +122,7 @@ def open_exchange(cfg, loop: LoopState) -> Exchange:
   deleted (published after the checkpoint: redone), the requests of its prefetch record pending
   or with their results (put again where missing or torn), and every other request, lease and
   result of an interrupted run retired (`RequestQueue.reconcile`)."""
-  ex = Exchange(exchange_url(cfg), lease_seconds=60)
+  ex = Exchange(exchange_url(cfg))
   for v in ex.weights.versions():
     if v > loop.version:
       ex.weights.delete(v)

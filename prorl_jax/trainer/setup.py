@@ -20,6 +20,7 @@ import numpy as np
 from prorl_jax import config as config_lib
 from prorl_jax.algo import shaping
 from prorl_jax.data.sources import sources_for
+from prorl_jax.demo import warm_start
 from prorl_jax.model import load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
 from prorl_jax.rewards import sandbox
@@ -50,8 +51,6 @@ def resolve_model_path(cfg) -> str:
   if cfg.model.path:
     return cfg.model.path
   if cfg.model.build_tiny:
-    from prorl_jax.demo import warm_start
-
     return warm_start.cached(seed=cfg.seed)  # one build for every run dir
   raise config_lib.ConfigError(R1_DISTILL_HINT)
 

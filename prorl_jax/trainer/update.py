@@ -13,7 +13,7 @@ import numpy as np
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling, packing
 from prorl_jax.parallel import dist
-from prorl_jax.records import PromptMeta, Request, SamplingParams
+from prorl_jax.records import PromptMeta, Request
 from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
@@ -21,17 +21,6 @@ from prorl_jax.trainer import batch
 from prorl_jax.trainer import train_step as ts
 
 log = logging.getLogger("prorl_jax.trainer.loop")
-
-
-def sampling(cfg, eval_mode=False) -> SamplingParams:
-  """The sampling settings of training rollouts (or, `eval_mode`, of validation)."""
-  r, e = cfg.rollout, cfg.eval
-  return SamplingParams(
-    max_new_tokens=r.max_response_len,
-    temperature=e.temperature if eval_mode else r.temperature,
-    top_p=e.top_p if eval_mode else r.top_p,
-    top_k=0 if eval_mode else r.top_k,
-  )
 
 
 def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
@@ -55,7 +44,7 @@ def _requests(c, items: list[dict], *, step: int, tag: str, version: int) -> dic
     out[rid] = Request(
       prompts=[[int(t) for t in it["prompt_ids"]] for it in part],
       n=c.rollout.n,
-      sampling=sampling(c),
+      sampling=config_lib.sampling_params(c),
       meta=[PromptMeta.of_item(it) for it in part],
       seed=(c.seed * 1_000_003 + step * 1009 + _round_salt(tag) * 31 + j) % 2**31,
       min_version=max(0, version - (0 if c.rollout.pipeline else c.rollout.max_staleness)),

@@ -17,7 +17,6 @@ from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.weights import shard_bytes
 from prorl_jax.trainer.preemption import PREEMPTED, Preempted
 from prorl_jax.trainer.setup import Setup
-from prorl_jax.trainer.update import sampling
 
 _probe_logprobs = jax.jit(log_probs, static_argnums=0)
 
@@ -60,7 +59,7 @@ def validate(setup: Setup, ex: Exchange, on_idle, *, version: int, tag: str) -> 
     ex,
     setup.heldout,
     samples=c.eval.samples,
-    sampling=sampling(c, eval_mode=True),
+    sampling=config_lib.sampling_params(c, eval_mode=True),
     version=version,
     ks=ks,
     timeout_s=c.rollout.timeout_s,

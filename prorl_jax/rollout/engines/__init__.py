@@ -33,11 +33,12 @@ def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
   """The engine named by `rollout.engine`; each is imported only when asked for (vLLM's environment
   has no JAX, the trainer's has no vLLM)."""
   if name == "jax":
+    # lazy: vLLM's environment has no JAX, the trainer's has no vLLM
     from prorl_jax.rollout.engines.jax_sampler import JaxEngine
 
     return JaxEngine()
   if name == "vllm":
-    from prorl_jax.rollout.engines.vllm import VllmEngine
+    from prorl_jax.rollout.engines.vllm import VllmEngine  # lazy: see above
 
     return VllmEngine(**(vllm_options or {}))
   raise ValueError(f"unknown engine {name!r}; use jax or vllm")

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
+from prorl_jax.model import Qwen2, causal_mask, head_weight, load_hf, log_probs, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
@@ -314,16 +314,12 @@ class JaxEngine:
     self.last_mismatch = None  # the worker checks the probe
 
   def load(self, path: str) -> None:
-    from prorl_jax.model import load_hf
-
     self.cfg, self.params = load_hf(path, dtype="float32")
     self.weights = prepare(self.cfg, self.params)  # the decode layout, once per version
     tok = load_tokenizer(path)
     self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
-    from prorl_jax.model import log_probs
-
     if self._score is None:  # jitted once: the probe is checked after every weight reload
       self._score = jax.jit(functools.partial(log_probs, self.cfg))
     lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]

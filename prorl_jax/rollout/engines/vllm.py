@@ -13,6 +13,7 @@ over a truncated support). This module never imports jax.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 
@@ -33,6 +34,7 @@ def eager(setting, on_cpu: bool) -> bool:
 
 
 def _on_cpu() -> bool:
+  # lazy, as every vllm import here: vllm exists only in its own environment
   from vllm.platforms import current_platform
 
   return bool(current_platform.is_cpu())
@@ -65,7 +67,7 @@ class VllmEngine:
     self.last_mismatch: dict | None = None
 
   def _create(self, path: str):
-    from vllm import LLM
+    from vllm import LLM  # lazy: see _on_cpu
 
     kw = {k: v for k, v in self.llm_kwargs.items() if v is not None}
     self.llm = LLM(model=path, **kw)
@@ -100,7 +102,7 @@ class VllmEngine:
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the prompt log-probs)."""
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # lazy: see _on_cpu
     from vllm.inputs import TokensPrompt
 
     out = self.llm.generate(
@@ -112,7 +114,7 @@ class VllmEngine:
     return np.asarray([plp[t][tokens[t]].logprob for t in range(1, len(tokens))], np.float32)
 
   def generate(self, prompts, n, sampling, seed):
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # lazy: see _on_cpu
     from vllm.inputs import TokensPrompt
 
     max_new = sampling.max_new_tokens
@@ -150,6 +152,5 @@ class VllmEngine:
     if self.llm is not None:
       del self.llm
       self.llm = None
-      import gc
 
       gc.collect()
