@@ -1,12 +1,15 @@
-"""The records that travel between the trainer and the rollout workers, typed. They become JSON
-only at the exchange's edge (`to_json` before `RequestQueue.put`, `from_json` after a claim
-or when a checkpoint's prefetch is read back). No jax: workers use these in vLLM's environment.
+"""The records that travel between the trainer and the rollout workers, and the trainer's prompt
+groups, typed. They become JSON only at the edges (`to_json` before `RequestQueue.put` or a
+checkpoint, `from_json` after a claim or a restore). No jax: workers use these in vLLM's
+environment.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,4 +96,47 @@ class Request:
       min_version=int(d.get("min_version", 0)),
       max_version=d.get("max_version"),
       routing=d.get("routing"),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """The N scored responses to one prompt: what dynamic sampling keeps or drops as a whole and the
+  train batch is built from. Response arrays are [N, Tr] (right-padded to the result's width),
+  per-response ones [N]."""
+
+  uid: str
+  prompt_ids: np.ndarray  # [Tp] the prompt's tokens, unpadded
+  data_source: str
+  tokens: np.ndarray  # [N, Tr] response tokens
+  gen_logp: np.ndarray  # [N, Tr] log-probs under the sampling distribution
+  lengths: np.ndarray  # [N] response lengths
+  stopped: np.ndarray  # [N] ended on a stop token (else truncated)
+  raw_scores: np.ndarray  # [N] the verifiers' scores
+  verifier_failed: np.ndarray  # [N] the verifier failed (a fault, not a judgement)
+  policy_version: int  # the weights that sampled it
+
+  def to_json(self) -> dict:
+    """As a checkpoint's carry-over buffer stores it (arrays as nested lists)."""
+    return {
+      f.name: (v.tolist() if isinstance(v, np.ndarray) else v)
+      for f in dataclasses.fields(self)
+      for v in [getattr(self, f.name)]
+    }
+
+  @classmethod
+  def from_json(cls, d: dict) -> Group:
+    """The inverse of `to_json`; a group stored before `verifier_failed` existed had none."""
+    n = len(d["lengths"])
+    return cls(
+      uid=str(d.get("uid", "")),
+      prompt_ids=np.asarray(d["prompt_ids"]),
+      data_source=str(d.get("data_source", "")),
+      tokens=np.asarray(d["tokens"]),
+      gen_logp=np.asarray(d["gen_logp"]),
+      lengths=np.asarray(d["lengths"]),
+      stopped=np.asarray(d["stopped"]),
+      raw_scores=np.asarray(d["raw_scores"]),
+      verifier_failed=np.asarray(d.get("verifier_failed", np.zeros(n, bool))),
+      policy_version=int(d["policy_version"]),
     )

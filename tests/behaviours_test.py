@@ -19,15 +19,17 @@ from prorl_jax.rollout.engines.jax_sampler import generate
 from prorl_jax.rollout.local import WorkerFailure
 from prorl_jax.trainer import batch, setup, update
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
+from tests import loop_helpers
 
 
 def test_train_batch_layout_by_hand():
-  g = {
-    "prompt_ids": np.array([7, 8, 9]),
-    "lengths": np.array([2, 4]),
-    "tokens": np.array([[11, 12, 0, 0], [21, 22, 23, 24]]),
-    "gen_logp": np.array([[-0.1, -0.2, 0, 0], [-1.0, -2.0, -3.0, -4.0]], np.float32),
-  }
+  g = loop_helpers.group(
+    [1.0, 0.0],
+    prompt_ids=[7, 8, 9],
+    lengths=[2, 4],
+    tokens=np.array([[11, 12, 0, 0], [21, 22, 23, 24]]),
+    gen_logp=np.array([[-0.1, -0.2, 0, 0], [-1.0, -2.0, -3.0, -4.0]], np.float32),
+  )
   b = batch.build_batch([g], prompt_len=4, response_len=4, pad_id=0, rows=3)
   # prompt left-padded into 4 slots, response right-padded; the third row is empty padding
   assert b["tokens"].tolist() == [
@@ -139,14 +141,9 @@ def test_epochs_repeat_every_mini_batch_update(packed):
   cfg.rollout.max_prompt_len, cfg.rollout.max_response_len = 16, 16
   cfg.algo.epochs = 3
   groups = [
-    {
-      "prompt_ids": np.array([1, 2]),
-      "lengths": np.array([2, 3]),
-      "tokens": np.array([[3, 4, 0], [5, 6, 7]]) + i,
-      "gen_logp": np.zeros((2, 3), np.float32),
-      "stopped": np.array([True, True]),
-      "raw_scores": np.array([1.0, 0.0]),
-    }
+    loop_helpers.group(
+      [1.0, 0.0], prompt_ids=[1, 2], lengths=[2, 3], tokens=np.array([[3, 4, 0], [5, 6, 7]]) + i
+    )
     for i in range(2)
   ]
 

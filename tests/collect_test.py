@@ -77,8 +77,8 @@ def test_collect_refills_until_enough_informative_groups(tmp_path):
   buffer, groups, info, served = _collect(tmp_path, lambda rid: 3)
   # each round of 4 prompts has 2 informative ones (even first token): 2 rounds give 4
   assert info["sampling/rounds"] == 2 and info["sampling/keep_rate"] == 0.5
-  assert sorted(int(g["uid"]) for g in groups) == [0, 2, 4, 6]
-  assert all(g["raw_scores"].tolist() == [1.0, 0.0] for g in groups)
+  assert sorted(int(g.uid) for g in groups) == [0, 2, 4, 6]
+  assert all(g.raw_scores.tolist() == [1.0, 0.0] for g in groups)
   assert info["staleness/0"] == 4 and info["sampling/stale_dropped"] == 0
   assert served == ["s0000007-g00-c00000", "s0000007-g01-c00000"]  # ids name the step and round
   assert len(buffer) == 0
@@ -90,7 +90,7 @@ def test_collect_never_trains_on_results_beyond_the_staleness_bound(tmp_path):
     tmp_path, lambda rid: 1 if "-g00-" in rid else 3, max_staleness=1
   )
   assert info["sampling/stale_dropped"] == 1
-  assert sorted(int(g["uid"]) for g in groups) == [4, 6, 8, 10]
+  assert sorted(int(g.uid) for g in groups) == [4, 6, 8, 10]
   assert info["sampling/rounds"] == 3 and served[0] == "s0000007-g00-c00000"
 
 

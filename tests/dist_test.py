@@ -47,3 +47,25 @@ def test_pack_refuses_what_is_not_plain_data():
     dist.pack({1: "int key"})
   with pytest.raises(TypeError, match="not object"):
     dist.pack([object()])
+
+
+def test_pack_round_trips_a_record_and_refuses_other_classes():
+  from prorl_jax.records import Group
+  from tests import loop_helpers
+
+  g = loop_helpers.group([1.0, 0.0], uid="s1:0", policy_version=3, verifier_failed=[False, True])
+  (got,) = dist.unpack(dist.pack([g]))
+  assert isinstance(got, Group) and got.uid == "s1:0" and got.policy_version == 3
+  for f in ("tokens", "raw_scores", "verifier_failed", "prompt_ids"):
+    a, b = getattr(got, f), getattr(g, f)
+    assert a.dtype == b.dtype and np.array_equal(a, b)
+
+  class NotARecord:
+    pass
+
+  with pytest.raises(TypeError, match="not NotARecord"):
+    dist.pack(NotARecord())
+  forged = dist.pack({"x": 1}).replace(b'{"d": {"x": 1}}', b'{"r": "np", "f": {}}')
+  forged = len(b'{"r": "np", "f": {}}').to_bytes(8, "little") + forged[8:]
+  with pytest.raises(TypeError, match="not a record"):
+    dist.unpack(forged)

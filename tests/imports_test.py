@@ -13,16 +13,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 # then the model and the demo task, the exchange and its workers, the config that names them all,
 # the data that a config selects, evaluation, the trainer, and the command lines on top.
 FLOORS = {
-  0: ["__init__", "records", "parallel", "algo", "rewards"],
-  1: ["model"],
-  2: ["demo"],
-  3: ["rollout"],
-  4: ["config"],
-  5: ["data"],
-  6: ["evaluation"],
-  7: ["trainer"],
-  8: ["cli"],
-  9: ["main"],
+  0: ["__init__", "records"],
+  1: ["parallel", "algo", "rewards"],
+  2: ["model"],
+  3: ["demo"],
+  4: ["rollout"],
+  5: ["config"],
+  6: ["data"],
+  7: ["evaluation"],
+  8: ["trainer"],
+  9: ["cli"],
+  10: ["main"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.
 NO_JAX = (  # a name ending in ".*": the package and everything in it

@@ -75,3 +75,28 @@ def last_weights(run_dir):
   exchange = os.path.join(run_dir, "exchange", "weights")
   last = sorted(os.listdir(exchange))[-1]
   return last, safetensors.numpy.load_file(os.path.join(exchange, last, "model.safetensors"))
+
+
+def group(raw_scores, *, uid="", policy_version=0, prompt_ids=(1, 2), width=3, **fields):
+  """A `records.Group` of len(raw_scores) responses; unset arrays are plain placeholders
+  (responses of `width` tokens, all stopped, none failed)."""
+  import numpy as np
+
+  from prorl_jax.records import Group
+
+  raw = np.asarray(raw_scores, np.float32)
+  n = len(raw)
+  base = dict(
+    uid=uid,
+    prompt_ids=np.asarray(prompt_ids),
+    data_source="math",
+    tokens=np.ones((n, width), np.int32),
+    gen_logp=np.zeros((n, width), np.float32),
+    lengths=np.full(n, width),
+    stopped=np.ones(n, bool),
+    raw_scores=raw,
+    verifier_failed=np.zeros(n, bool),
+    policy_version=policy_version,
+  )
+  base.update({k: np.asarray(v) if isinstance(v, (list, tuple)) else v for k, v in fields.items()})
+  return Group(**base)

@@ -10,6 +10,7 @@ from prorl_jax.algo import dynamic_sampling
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import run_dir, versions
 from prorl_jax.trainer.loop_state import LoopState
+from tests import loop_helpers
 
 
 class Counter:
@@ -30,12 +31,9 @@ class Counter:
 
 
 def _group(i, version):
-  return {
-    "prompt_ids": np.array([i, 7]),
-    "tokens": np.full((2, 3), i),
-    "raw_scores": np.array([1.0, 0.0]),
-    "policy_version": version,
-  }
+  return loop_helpers.group(
+    [1.0, 0.0], prompt_ids=[i, 7], tokens=np.full((2, 3), i), policy_version=version
+  )
 
 
 def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
@@ -50,9 +48,9 @@ def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
   assert fresh.k == 12 and fresh.take(2) == [12, 13]  # the cursor continues where it stood
   assert (got.step, got.version, got.resets, got.pass1_start) == (5, 5, live.resets, 0.25)
   taken = got_buffer.take(2)
-  assert [int(g["prompt_ids"][0]) for g in taken] == [1, 2]
-  assert [g["policy_version"] for g in taken] == [4, 5]
-  np.testing.assert_array_equal(taken[1]["tokens"], np.full((2, 3), 2))
+  assert [int(g.prompt_ids[0]) for g in taken] == [1, 2]
+  assert [g.policy_version for g in taken] == [4, 5]
+  np.testing.assert_array_equal(taken[1].tokens, np.full((2, 3), 2))
 
 
 def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_leftovers(tmp_path):
@@ -107,7 +105,7 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
     versions.publish(setup, types.SimpleNamespace(params=params, step=np.int32(v * 10)), ex, v)
   assert ex.weights.versions() == [4, 5]  # two versions kept
   assert ex.weights.manifest(5)["step"] == 50
-  _, path = ex.weights.latest(str(tmp_path / "cache"))
+  path = ex.weights.fetch(5, str(tmp_path / "cache" / "v5"))
   _, got = load_hf(path)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -127,3 +125,22 @@ def test_advice_names_tis_for_the_pipeline_with_icepop():
   assert "algo.is_correction=tis" in line
   cfg.algo.is_correction = "tis"
   assert run_dir.advice(cfg) == []
+
+
+def test_a_carry_over_group_checkpointed_as_plain_lists_reads_back_as_a_group():
+  # what a checkpoint's JSON holds (and held before groups were records: no verifier_failed)
+  stored = {
+    "uid": "s3:1",
+    "prompt_ids": [5, 6],
+    "data_source": "math",
+    "tokens": [[1, 2], [3, 4]],
+    "gen_logp": [[-0.5, -0.25], [-1.0, -2.0]],
+    "lengths": [2, 1],
+    "stopped": [True, False],
+    "raw_scores": [1.0, 0.0],
+    "policy_version": 7,
+  }
+  (g,) = dynamic_sampling.GroupBuffer.from_state([stored]).take(1)
+  assert g.uid == "s3:1" and g.policy_version == 7 and g.tokens.tolist() == [[1, 2], [3, 4]]
+  assert g.verifier_failed.tolist() == [False, False] and g.stopped.dtype == bool
+  assert json.loads(json.dumps(g.to_json())) == dict(stored, verifier_failed=[False, False])

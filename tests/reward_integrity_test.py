@@ -3,6 +3,7 @@
 the honest correct answer beside it 1.0."""
 
 import builtins
+import dataclasses
 import json
 import os
 import string
@@ -17,6 +18,7 @@ from prorl_jax.data import suite
 from prorl_jax.rewards import code, confinement, ifeval, isolate, puzzles, sandbox
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.trainer import batch
+from tests import loop_helpers
 
 ENABLED = tuple(prepare.RG_TASKS) + tuple(suite.RG_OOD_TASKS)
 
@@ -326,18 +328,12 @@ def test_a_response_that_breaks_its_judgement_scores_zero_and_is_never_a_verifie
 def test_a_verifier_fault_drops_that_sample_never_its_group():
   import numpy as np
 
-  g = {
-    "raw_scores": np.array([1.0, 0.0, 0.0, 1.0], np.float32),
-    "verifier_failed": np.array([False, False, True, False]),
-    "lengths": np.array([2, 2, 2, 2]),
-    "stopped": np.array([True] * 4),
-    "tokens": np.ones((4, 2), np.int32),
-    "gen_logp": np.zeros((4, 2), np.float32),
-    "prompt_ids": np.array([5, 6]),
-  }
+  g = loop_helpers.group(
+    [1.0, 0.0, 0.0, 1.0], verifier_failed=[False, False, True, False], prompt_ids=[5, 6], width=2
+  )
   kept = batch.without_failed_samples(g)
   assert kept is not None
-  np.testing.assert_allclose(kept["raw_scores"], [1.0, 0.0, 2 / 3, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(kept.raw_scores, [1.0, 0.0, 2 / 3, 1.0], rtol=1e-6)
   shaped = batch.shape_scores(
     [kept],
     max_len=4,
@@ -353,7 +349,7 @@ def test_a_verifier_fault_drops_that_sample_never_its_group():
   assert b["loss_mask"].sum(axis=1).tolist() == [2, 2, 0, 2]  # the failed sample never trains
   adv = batch.token_advantages("reinforce_pp_baseline", shaped, b["loss_mask"])
   assert np.all(adv[2] == 0) and adv[0, 2] > 0 > adv[1, 2]
-  one_left = dict(g, verifier_failed=np.array([True, True, True, False]))
+  one_left = dataclasses.replace(g, verifier_failed=np.array([True, True, True, False]))
   assert batch.without_failed_samples(one_left) is None  # no baseline: the group goes
 
 

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prorl_jax.algo import dynamic_sampling, shaping
+from tests import loop_helpers
 
 A = np.testing.assert_allclose
 
@@ -67,7 +68,7 @@ def _rounds(groups_per_round, total_rounds):
       return None
     count["n"] += 1
     return [
-      {"id": f"{count['n']}-{i}", "raw_scores": rng.randint(0, 2, size=4).astype(float)}
+      loop_helpers.group(rng.randint(0, 2, size=4).astype(float), uid=f"{count['n']}-{i}")
       for i in range(groups_per_round)
     ]
 
@@ -78,19 +79,19 @@ def test_fill_refills_and_carries_over():
   buf = dynamic_sampling.GroupBuffer()
   out, stats = dynamic_sampling.gather_groups(buf, _rounds(6, 100), needed=5, max_rounds=10)
   assert len(out) == 5 and not stats.short
-  assert all(np.std(g["raw_scores"]) > 0 for g in out)
+  assert all(np.std(g.raw_scores) > 0 for g in out)
   leftover = len(buf)
   assert stats.groups_kept == 5 + leftover
   restored = dynamic_sampling.GroupBuffer.from_state(buf.state())
   out2, stats2 = dynamic_sampling.gather_groups(restored, _rounds(6, 0), needed=leftover)
-  assert [g["id"] for g in out2] == [g["id"] for g in buf.groups]  # carry-over first, in order
+  assert [g.uid for g in out2] == [g.uid for g in buf.groups]  # carry-over first, in order
   assert stats2.from_carry_over == leftover
 
 
 def test_fill_never_raises_when_prompts_run_out():
   buf = dynamic_sampling.GroupBuffer()
   out, stats = dynamic_sampling.gather_groups(buf, _rounds(2, 1), needed=50)
-  assert stats.exhausted and stats.short and len(out) <= 2
+  assert stats.rounds == 1 and stats.short and len(out) <= 2  # stopped when the source ran out
   out, stats = dynamic_sampling.gather_groups(
     dynamic_sampling.GroupBuffer(), _rounds(1, 100), needed=50, max_rounds=3
   )
@@ -105,6 +106,7 @@ def test_fill_without_dynamic_sampling_keeps_everything():
 
 def test_buffer_evicts_expired_groups():
   buf = dynamic_sampling.GroupBuffer(
-    [{"v": 1, "raw_scores": [0, 1]}, {"v": 3, "raw_scores": [1, 0]}]
+    [loop_helpers.group([0, 1], policy_version=1), loop_helpers.group([1, 0], policy_version=3)]
   )
-  assert buf.evict(lambda g: g["v"] < 2) == 1 and [g["v"] for g in buf.groups] == [3]
+  assert buf.evict(lambda g: g.policy_version < 2) == 1
+  assert [g.policy_version for g in buf.groups] == [3]

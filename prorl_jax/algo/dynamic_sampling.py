@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from prorl_jax.algo.shaping import informative_groups
+from prorl_jax.records import Group
 
 
 @dataclasses.dataclass
@@ -35,55 +36,50 @@ class FillStats:
 class GroupBuffer:
   """Informative prompt groups waiting to be trained on; leftovers carry over to the next step.
 
-  A group is any dict with a `raw_scores` entry of shape [N]. `state()`/`from_state()` round-trip
-  through checkpoints.
+  Groups are `records.Group`s; `state()`/`from_state()` round-trip them through a checkpoint's
+  JSON.
   """
 
-  def __init__(self, groups: Iterable[dict] | None = None):
-    self.groups: list[dict] = list(groups or [])
+  def __init__(self, groups: Iterable[Group] | None = None):
+    self.groups: list[Group] = list(groups or [])
 
   def __len__(self):
     return len(self.groups)
 
-  def add(self, groups: Iterable[dict], filter_uninformative: bool = True) -> int:
+  def add(self, groups: Iterable[Group], filter_uninformative: bool = True) -> int:
     groups = list(groups)
     if filter_uninformative and groups:
-      keep = informative_groups(np.stack([np.asarray(g["raw_scores"]) for g in groups]))
+      keep = informative_groups(np.stack([np.asarray(g.raw_scores) for g in groups]))
       groups = [g for g, k in zip(groups, keep) if k]
     self.groups.extend(groups)
     return len(groups)
 
-  def evict(self, expired: Callable[[dict], bool]) -> int:
+  def evict(self, expired: Callable[[Group], bool]) -> int:
     """Drops the groups for which `expired(group)` is true; returns how many."""
     keep = [g for g in self.groups if not expired(g)]
     n, self.groups = len(self.groups) - len(keep), keep
     return n
 
-  def take(self, k: int) -> list[dict]:
+  def take(self, k: int) -> list[Group]:
     out, self.groups = self.groups[:k], self.groups[k:]
     return out
 
   def state(self) -> list[dict]:
-    return [
-      {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in g.items()}
-      for g in self.groups
-    ]
+    return [g.to_json() for g in self.groups]
 
   @classmethod
   def from_state(cls, state: list[dict]) -> GroupBuffer:
-    return cls(
-      [{k: (np.asarray(v) if isinstance(v, list) else v) for k, v in g.items()} for g in state]
-    )
+    return cls([Group.from_json(g) for g in state])
 
 
 def gather_groups(
   buffer: GroupBuffer,
-  generate: Callable[[], list[dict] | None],
+  generate: Callable[[], list[Group] | None],
   needed: int,
   *,
   max_rounds: int = 10,
   dynamic_sampling: bool = True,
-) -> tuple[list[dict], FillStats]:
+) -> tuple[list[Group], FillStats]:
   """Takes `needed` groups, generating rounds until the buffer holds enough.
 
   `generate()` returns one round of scored groups, or None when the prompt source is exhausted.

@@ -13,6 +13,8 @@ Open MPI, TPU pod slices, ...). With neither, the run is single-process.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import io
 import json
 import logging
@@ -64,6 +66,9 @@ def multi() -> bool:
   return jax.process_count() > 1
 
 
+RECORDS = "prorl_jax.records"  # the one module whose dataclasses travel between processes
+
+
 def _encode(obj, arrays: list):
   """Plain data -> JSON-able tree; arrays (and numpy scalars) go to `arrays` by index."""
   if obj is None or isinstance(obj, (bool, int, float, str)):
@@ -76,9 +81,13 @@ def _encode(obj, arrays: list):
     return {"t": items} if isinstance(obj, tuple) else {"l": items}
   if isinstance(obj, dict) and all(isinstance(k, str) for k in obj):
     return {"d": {k: _encode(v, arrays) for k, v in obj.items()}}
+  if dataclasses.is_dataclass(obj) and type(obj).__module__ == RECORDS:
+    fields = {f.name: _encode(getattr(obj, f.name), arrays) for f in dataclasses.fields(obj)}
+    return {"r": type(obj).__name__, "f": fields}
   raise TypeError(
     f"dist.broadcast sends plain data (None, bool, int, float, str, numpy arrays "
-    f"and scalars, lists, tuples, str-keyed dicts), not {type(obj).__name__}"
+    f"and scalars, lists, tuples, str-keyed dicts, {RECORDS} records), not "
+    f"{type(obj).__name__}"
   )
 
 
@@ -92,6 +101,11 @@ def _decode(tree, arrays: dict):
     return tuple(_decode(x, arrays) for x in tree["t"])
   if "l" in tree:
     return [_decode(x, arrays) for x in tree["l"]]
+  if "r" in tree:  # a record type by name, from the records module only (never an import path)
+    cls = getattr(importlib.import_module(RECORDS), tree["r"], None)
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+      raise TypeError(f"dist.broadcast: {tree['r']!r} is not a record of {RECORDS}")
+    return cls(**{k: _decode(v, arrays) for k, v in tree["f"].items()})
   return {k: _decode(v, arrays) for k, v in tree["d"].items()}
 
 

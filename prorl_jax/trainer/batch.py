@@ -6,59 +6,59 @@ Legend: P prompt groups, N responses per prompt, B = P·N rows (prompt-major), T
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from prorl_jax.algo import advantages, shaping
-from prorl_jax.records import Request
+from prorl_jax.records import Group, Request
 
 
-def results_to_groups(rid: str, request: Request, manifest: dict, arrays: dict) -> list[dict]:
+def results_to_groups(rid: str, request: Request, manifest: dict, arrays: dict) -> list[Group]:
   """One group per prompt of a committed request (rows are prompt-major)."""
   n = request.n
   groups = []
   for i, (prompt, meta) in enumerate(zip(request.prompts, request.meta)):
     rows = slice(i * n, (i + 1) * n)
     groups.append(
-      {
-        "uid": meta.uid or f"{rid}:{i}",
-        "prompt_ids": np.asarray(prompt),
-        "data_source": meta.data_source,
-        "tokens": arrays["tokens"][rows],
-        "gen_logp": arrays["logprobs"][rows],
-        "lengths": arrays["lengths"][rows],
-        "stopped": arrays["stopped"][rows],
-        "raw_scores": arrays["scores"][rows],
-        "verifier_failed": arrays["verifier_failed"][rows],
-        "policy_version": int(manifest["policy_version"]),
-      }
+      Group(
+        uid=meta.uid or f"{rid}:{i}",
+        prompt_ids=np.asarray(prompt),
+        data_source=meta.data_source,
+        tokens=arrays["tokens"][rows],
+        gen_logp=arrays["logprobs"][rows],
+        lengths=arrays["lengths"][rows],
+        stopped=arrays["stopped"][rows],
+        raw_scores=arrays["scores"][rows],
+        verifier_failed=arrays["verifier_failed"][rows],
+        policy_version=int(manifest["policy_version"]),
+      )
     )
   return groups
 
 
-def without_failed_samples(group: dict) -> dict | None:
+def without_failed_samples(group: Group) -> Group | None:
   """A group whose verifier failed on some samples (a fault of the verifier, not a judgement),
   with those samples dropped from the learning signal: their raw score is the mean of the
   group's other samples (so the group mean, and whether the group is informative, are those
   of the judged samples alone) and `build_batch` gives them no loss tokens. None when fewer than
   two samples were judged: no baseline to learn against."""
-  failed = np.asarray(group["verifier_failed"], bool)
+  failed = np.asarray(group.verifier_failed, bool)
   if not failed.any():
     return group
   if (~failed).sum() < 2:
     return None
-  raw = np.asarray(group["raw_scores"], np.float64).copy()
+  raw = np.asarray(group.raw_scores, np.float64).copy()
   raw[failed] = raw[~failed].mean()
-  return dict(group, raw_scores=raw.astype(np.asarray(group["raw_scores"]).dtype))
+  return dataclasses.replace(group, raw_scores=raw.astype(np.asarray(group.raw_scores).dtype))
 
 
-def _failed_PxN(groups: list[dict]) -> np.ndarray:
-  return np.stack(
-    [np.asarray(g.get("verifier_failed", np.zeros(len(g["lengths"]))), bool) for g in groups]
-  )
+def _failed_PxN(groups: list[Group]) -> np.ndarray:
+  return np.stack([np.asarray(g.verifier_failed, bool) for g in groups])
 
 
 def shape_scores(
-  groups: list[dict],
+  groups: list[Group],
   *,
   max_len: int,
   truncation_penalty: float,
@@ -70,9 +70,9 @@ def shape_scores(
 ) -> np.ndarray:
   """Shaped scores [P, N]: truncation penalty, then (when on) the cosine length penalty on
   correct responses, then the optional DAPO overlong term."""
-  raw = np.stack([g["raw_scores"] for g in groups]).astype(np.float64)
-  lengths = np.stack([g["lengths"] for g in groups])
-  truncated = ~np.stack([g["stopped"] for g in groups])
+  raw = np.stack([g.raw_scores for g in groups]).astype(np.float64)
+  lengths = np.stack([g.lengths for g in groups])
+  truncated = ~np.stack([g.stopped for g in groups])
   s = shaping.truncation_penalty(raw, truncated, truncation_penalty)
   if length_penalty_on:
     s = shaping.length_penalty(
@@ -87,7 +87,7 @@ def shape_scores(
 
 
 def build_batch(
-  groups: list[dict], *, prompt_len: int, response_len: int, pad_id: int, rows: int
+  groups: list[Group], *, prompt_len: int, response_len: int, pad_id: int, rows: int
 ) -> dict[str, np.ndarray]:
   """Token layout [B, T] for the train step, padded with empty rows up to `rows`."""
   t = prompt_len + response_len
@@ -99,14 +99,14 @@ def build_batch(
   }
   r = 0
   for g, failed in zip(groups, _failed_PxN(groups) if groups else []):
-    p = g["prompt_ids"][-prompt_len:]
-    for j in range(len(g["lengths"])):
-      length = int(g["lengths"][j])
+    p = g.prompt_ids[-prompt_len:]
+    for j in range(len(g.lengths)):
+      length = int(g.lengths[j])
       out["tokens"][r, prompt_len - len(p) : prompt_len] = p
       out["attn_mask"][r, prompt_len - len(p) : prompt_len + length] = 1
-      out["tokens"][r, prompt_len : prompt_len + length] = g["tokens"][j, :length]
+      out["tokens"][r, prompt_len : prompt_len + length] = g.tokens[j, :length]
       out["loss_mask"][r, prompt_len : prompt_len + length] = 0 if failed[j] else 1
-      out["gen_logp"][r, prompt_len : prompt_len + length] = g["gen_logp"][j, :length]
+      out["gen_logp"][r, prompt_len : prompt_len + length] = g.gen_logp[j, :length]
       r += 1
   out["attn_mask"][r:, prompt_len - 1] = 1  # empty rows see one token: finite, never trained
   return out
@@ -144,10 +144,10 @@ def token_advantages(
   return adv
 
 
-def group_metrics(groups: list[dict], shaped: np.ndarray) -> dict:
-  raw = np.stack([g["raw_scores"] for g in groups])  # dropped samples hold their group's mean
-  lengths = np.stack([g["lengths"] for g in groups])
-  stopped = np.stack([g["stopped"] for g in groups])
+def group_metrics(groups: list[Group], shaped: np.ndarray) -> dict:
+  raw = np.stack([g.raw_scores for g in groups])  # dropped samples hold their group's mean
+  lengths = np.stack([g.lengths for g in groups])
+  stopped = np.stack([g.stopped for g in groups])
   return {
     "reward/raw_mean": float(raw.mean()),
     "reward/shaped_mean": float(shaped.mean()),

@@ -92,7 +92,7 @@ def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, versi
     for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
       notes["verifier/" + k] = notes.get("verifier/" + k, 0) + v
     for g in batch.results_to_groups(rid, req, manifest, arrays):
-      failed = int(np.sum(g["verifier_failed"]))
+      failed = int(np.sum(g.verifier_failed))
       notes["verifier_failed_samples"] = notes.get("verifier_failed_samples", 0) + failed
       g = batch.without_failed_samples(g)  # a verifier's fault drops samples, not the group
       if g is None:
@@ -166,7 +166,7 @@ def collect(
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
   expired = buffer.evict(
-    lambda g: not admissible(version, g["policy_version"], c.rollout.max_staleness + 1)
+    lambda g: not admissible(version, g.policy_version, c.rollout.max_staleness + 1)
   )
   prefetched = _take_prefetched(ex, prefetched, step)
   kept_prefetched, got_prefetched, carried = 0, 0, len(buffer)  # carried: from earlier steps
@@ -205,7 +205,7 @@ def collect(
     info["pipeline/prefetched_kept"] = kept_prefetched
   info.update({k: v for k, v in notes.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
-    lag = [version - g["policy_version"] for g in groups]
+    lag = [version - g.policy_version for g in groups]
     info["sampling/staleness"] = float(np.mean(lag))
     for d in range(max(lag) + 1):
       info[f"staleness/{d}"] = lag.count(d)
@@ -246,8 +246,8 @@ def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bo
   metrics.update(batch.group_metrics(groups, shaped))
   per_mb = r.mini_batch_prompts
   # Only as many token columns as this step needs (rounded to 16: a few compiled shapes).
-  p_len = min(r.max_prompt_len, -(-max(len(g["prompt_ids"]) for g in groups) // 16) * 16)
-  r_len = min(r.max_response_len, -(-max(int(g["lengths"].max()) for g in groups) // 16) * 16)
+  p_len = min(r.max_prompt_len, -(-max(len(g.prompt_ids) for g in groups) // 16) * 16)
+  r_len = min(r.max_response_len, -(-max(int(g.lengths.max()) for g in groups) // 16) * 16)
   batches = []
   for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
     gs = groups[start : start + per_mb]
@@ -272,7 +272,7 @@ def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bo
   kl = None
   if a.kl_in_reward:
     kl = np.concatenate([(b["old_logp"] - b["ref_logp"])[: len(gs) * r.n] for b, _, gs in batches])
-  raw = np.concatenate([np.stack([g["raw_scores"] for g in gs]) for _, _, gs in batches])
+  raw = np.concatenate([np.stack([g.raw_scores for g in gs]) for _, _, gs in batches])
   adv_all = batch.token_advantages(
     a.estimator,
     shaped,
