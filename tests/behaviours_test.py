@@ -80,19 +80,22 @@ def test_loop_state_round_trips_and_reads_old_checkpoints():
 
 
 def test_probe_mismatch_stops_the_run_in_one_line():
-  stats = {}
   m = {"probe_mismatch": {"max": 0.02, "mean": 0.01}, "worker": "w1", "policy_version": 3}
-  probe.note_probe_mismatch(m, 0.05, stats)
-  assert stats == {"mismatch/probe_max": 0.02, "mismatch/probe_mean": 0.01}
+  assert probe.reported_mismatch(m, 0.05) == {"max": 0.02, "mean": 0.01}
+  assert probe.reported_mismatch({"worker": "w1", "policy_version": 3}, 0.05) == {}
   m["probe_mismatch"] = {"max": 0.3, "mean": 0.1}
   with pytest.raises(
     WorkerFailure,
     match=r"mismatch 0.3 on the probe exceeds "
     r"rollout.max_probe_mismatch=0.05 \(worker w1, weights v3\)",
   ):
-    probe.note_probe_mismatch(m, 0.05, stats)
-  probe.note_probe_mismatch(m, 0.0, stats)  # 0 = off: recorded, never fatal
-  assert stats["mismatch/probe_max"] == 0.3
+    probe.reported_mismatch(m, 0.05)
+  assert probe.reported_mismatch(m, 0.0)["max"] == 0.3  # 0 = off: recorded, never fatal
+  got = update.Received()
+  for mm in ({"max": 0.3, "mean": 0.1}, {"max": 0.02, "mean": 0.01}):
+    got.probe(mm)
+  assert got.info()["mismatch/probe_max"] == 0.3  # the worst of the step
+  assert got.info()["mismatch/probe_mean"] == 0.01  # the last result's
 
 
 def test_kl_in_reward_puts_minus_beta_k1_into_the_returns():

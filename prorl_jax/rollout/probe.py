@@ -4,7 +4,7 @@ version and reports the difference with its results, and the trainer stops a run
 drift past `rollout.max_probe_mismatch`.
 
 write (trainer) -> `PROBE_FILE` in the version's directory -> read + check (worker) ->
-`probe_mismatch` in the result manifest -> `note_probe_mismatch` (trainer). No jax here: workers
+`probe_mismatch` in the result manifest -> `reported_mismatch` (trainer). No jax here: workers
 import this in vLLM's environment; the trainer passes its jitted log-prob function in.
 """
 
@@ -58,18 +58,14 @@ def check_probe(score_tokens, path: str) -> dict | None:
   return probe_mismatch(got, np.concatenate([np.asarray(x) for x in probe["logprobs"]]))
 
 
-def note_probe_mismatch(manifest: dict, budget: float, stats: dict) -> None:
-  """Records a result's probe mismatch in `stats`; past `budget` (> 0) the run stops with one
-  line (WorkerFailure)."""
-
+def reported_mismatch(manifest: dict, budget: float) -> dict:
+  """A result's probe mismatch ({max, mean}; {} when its worker reported none); past `budget`
+  (> 0) the run stops with one line (WorkerFailure)."""
   mm = manifest.get("probe_mismatch") or {}
-  if not mm:
-    return
-  stats["mismatch/probe_max"] = max(stats.get("mismatch/probe_max", 0.0), mm["max"])
-  stats["mismatch/probe_mean"] = mm["mean"]
-  if budget and mm["max"] > budget:
+  if mm and budget and mm["max"] > budget:
     raise WorkerFailure(
       f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
       f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
       f"v{manifest['policy_version']}); check the engine's dtype and weight loading"
     )
+  return mm

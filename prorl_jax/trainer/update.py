@@ -5,6 +5,8 @@ log-probs and runs the mini-batch updates."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import time
 
@@ -64,9 +66,47 @@ def _put(ex: Exchange, requests: dict[str, Request]) -> None:
     ex.queue.put(req.to_json(), request_id=rid)
 
 
-def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, version, notes: dict):
-  """Waits for the results of `requests`; their admissible, verified groups (`notes`: counts
-  and waits, added to)."""
+@dataclasses.dataclass
+class Received:
+  """What one step's waits for results saw, added to by each `_receive`: results dropped as too
+  stale, verifier failures, the time waited (by the trainer, and by the workers for weights),
+  the verifiers' per-request counts and the engine/trainer probe mismatch."""
+
+  stale_dropped: int = 0
+  failed_groups: int = 0  # fewer than two samples judged: the group is dropped
+  failed_samples: int = 0
+  wait_s: float = 0.0
+  workers_wait_s: float = 0.0
+  verifier: dict = dataclasses.field(default_factory=dict)  # "code/scored" -> count
+  probe_max: float | None = None  # the worst mismatch of the step
+  probe_mean: float | None = None  # the last result's mean
+
+  def probe(self, mm: dict) -> None:
+    if mm:
+      self.probe_max = max(self.probe_max or 0.0, mm["max"])
+      self.probe_mean = mm["mean"]
+
+  def info(self) -> dict:
+    """The step metrics these make (every verifier count under verifier/)."""
+    out = {
+      "sampling/stale_dropped": self.stale_dropped,
+      "sampling/verifier_failed_groups": self.failed_groups,
+      "sampling/verifier_failed_samples": self.failed_samples,
+      "rewards/response_errors": sum(
+        v for k, v in self.verifier.items() if k.endswith("/response_errors")
+      ),
+      "time/wait_rollouts_s": self.wait_s,
+      "time/workers_wait_weights_s": self.workers_wait_s,
+    }
+    out.update({f"verifier/{k}": v for k, v in self.verifier.items()})
+    if self.probe_max is not None:
+      out.update({"mismatch/probe_max": self.probe_max, "mismatch/probe_mean": self.probe_mean})
+    return out
+
+
+def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, version, got: Received):
+  """Waits for the results of `requests`; their admissible, verified groups (what the wait saw
+  is added to `got`)."""
   t0 = time.time()
   done = wait_for_results(
     ex.queue,
@@ -77,26 +117,25 @@ def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, versi
     rows={rid: req.rows for rid, req in requests.items()},
     bodies={rid: req.to_json() for rid, req in requests.items()},
   )
-  notes["wait_s"] = notes.get("wait_s", 0.0) + time.time() - t0
+  got.wait_s += time.time() - t0
   groups = []
   for rid, req in requests.items():
     manifest, arrays = done[rid]
     ex.queue.retire(rid)
     if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
-      notes["dropped"] += 1  # never train on results beyond the staleness bound
+      got.stale_dropped += 1  # never train on results beyond the staleness bound
       continue
-    probe.note_probe_mismatch(manifest, c.rollout.max_probe_mismatch, notes)
+    got.probe(probe.reported_mismatch(manifest, c.rollout.max_probe_mismatch))
     wait = manifest.get("weights_wait_s")
     if isinstance(wait, (int, float)) and wait >= 0:
-      notes["workers_wait_s"] = notes.get("workers_wait_s", 0.0) + float(wait)
+      got.workers_wait_s += float(wait)
     for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
-      notes["verifier/" + k] = notes.get("verifier/" + k, 0) + v
+      got.verifier[k] = got.verifier.get(k, 0) + v
     for g in batch.results_to_groups(rid, req, manifest, arrays):
-      failed = int(np.sum(g.verifier_failed))
-      notes["verifier_failed_samples"] = notes.get("verifier_failed_samples", 0) + failed
+      got.failed_samples += int(np.sum(g.verifier_failed))
       g = batch.without_failed_samples(g)  # a verifier's fault drops samples, not the group
       if g is None:
-        notes["verifier_failed_groups"] += 1
+        got.failed_groups += 1
         continue
       groups.append(g)
   return groups
@@ -154,15 +193,13 @@ def collect(
   from `source`, groups carried over in `buffer` (both advance), the results of the prefetch
   record `prefetched` first; `on_idle` is called while it waits (checks the workers, and raises
   to abandon the wait). Returns (groups, metrics)."""
-  next_round = {"i": 0}
-  notes = {"dropped": 0, "verifier_failed_groups": 0}
+  rounds, got = itertools.count(), Received()
 
   def generate():
     items = source.take(c.rollout.prompts_per_step)
-    requests = _requests(c, items, step=step, tag=f"g{next_round['i']:02d}", version=version)
-    next_round["i"] += 1
+    requests = _requests(c, items, step=step, tag=f"g{next(rounds):02d}", version=version)
     _put(ex, requests)
-    return _receive(c, ex, on_idle, requests, step, version, notes)
+    return _receive(c, ex, on_idle, requests, step, version, got)
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
   expired = buffer.evict(
@@ -171,7 +208,7 @@ def collect(
   prefetched = _take_prefetched(ex, prefetched, step)
   kept_prefetched, got_prefetched, carried = 0, 0, len(buffer)  # carried: from earlier steps
   if prefetched:  # sampled while the previous step trained
-    received = _receive(c, ex, on_idle, prefetched["requests"], step, version, notes)
+    received = _receive(c, ex, on_idle, prefetched["requests"], step, version, got)
     got_prefetched = len(received)
     kept_prefetched = buffer.add(received, filter_uninformative=c.algo.dynamic_sampling)
   groups, stats = dynamic_sampling.gather_groups(
@@ -188,22 +225,14 @@ def collect(
     "sampling/short": float(stats.short),
     "sampling/carry_over": min(carried, c.rollout.prompts_per_step),
     "sampling/buffer": len(buffer),
-    "sampling/stale_dropped": notes["dropped"],
     "sampling/carry_over_expired": expired,
-    "sampling/verifier_failed_groups": notes["verifier_failed_groups"],
-    "sampling/verifier_failed_samples": notes.get("verifier_failed_samples", 0),
-    "rewards/response_errors": sum(
-      v for k, v in notes.items() if k.startswith("verifier/") and k.endswith("/response_errors")
-    ),
-    "time/wait_rollouts_s": notes.get("wait_s", 0.0),
-    "time/workers_wait_weights_s": notes.get("workers_wait_s", 0.0),
+    **got.info(),
   }
   generated = got_prefetched + stats.groups_generated
   if generated:  # the share of this step's new groups kept: sizes the next prefetches
     info["sampling/keep_rate_all"] = (kept_prefetched + stats.groups_kept) / generated
   if c.rollout.pipeline:
     info["pipeline/prefetched_kept"] = kept_prefetched
-  info.update({k: v for k, v in notes.items() if k.startswith(("verifier/", "mismatch/"))})
   if groups:
     lag = [version - g.policy_version for g in groups]
     info["sampling/staleness"] = float(np.mean(lag))
