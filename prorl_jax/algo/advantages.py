@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-ESTIMATORS = ("reinforce_pp_baseline", "reinforce_pp", "grpo", "rloo", "dr_grpo")
+from prorl_jax.algo import ESTIMATORS
 
 
 def masked_whiten(x_BxT, mask_BxT, *, unbiased: bool = False, eps: float = 1e-8):

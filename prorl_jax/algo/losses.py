@@ -11,8 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-
+from prorl_jax.algo import AGG_MODES
 
 # ----------------------------------------------------------------------------- log-probs
 

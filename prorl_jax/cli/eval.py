@@ -165,15 +165,22 @@ def cli():
   )
   flags.DEFINE_string("suite", "", "prorl-eval: every benchmark of --data")
   flags.DEFINE_string("data", "", "a `python -m prorl_jax.cli.prepare --suite` output directory")
-  flags.DEFINE_integer("max_response_len", 32768, "response token budget (--suite)")
-  flags.DEFINE_integer("max_prompt_len", 4096, "longer prompts are left out, counted (--suite)")
-  flags.DEFINE_float("temperature", 0.6, "sampling temperature (--suite)")
-  flags.DEFINE_float("top_p", 0.95, "nucleus sampling (--suite)")
+  flags.DEFINE_integer(
+    "max_response_len", runner.PAPER["max_response_len"], "response token budget (--suite)"
+  )
+  flags.DEFINE_integer(
+    "max_prompt_len",
+    runner.PAPER["max_prompt_len"],
+    "longer prompts are left out, counted (--suite)",
+  )
+  flags.DEFINE_float("temperature", runner.PAPER["temperature"], "sampling temperature (--suite)")
+  flags.DEFINE_float("top_p", runner.PAPER["top_p"], "nucleus sampling (--suite)")
   flags.DEFINE_multi_string(
     "samples",
     [],
     "DOMAIN=N samples per prompt (--suite; default "
-    "math/code/stem 16, instruction_following/logic 4)",
+    + ", ".join(f"{k} {v}" for k, v in runner.DEFAULT_SAMPLES.items())
+    + ")",
   )
   flags.DEFINE_string("benchmarks", "", "comma-separated subset of the suite (--suite)")
   flags.DEFINE_string(

@@ -4,10 +4,8 @@ from it; docs/config.md is generated from it."""
 
 from __future__ import annotations
 
-ESTIMATORS = ("reinforce_pp_baseline", "reinforce_pp", "grpo", "rloo", "dr_grpo")
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
-KL_KINDS = ("k1", "k2", "k3")
-IS_MODES = ("none", "tis", "icepop")
+from prorl_jax.algo import AGG_MODES, ESTIMATORS, IS_MODES, KL_KINDS  # noqa: F401 (config API)
+
 LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")

@@ -38,6 +38,8 @@ from prorl_jax.evaluation.suite_report import (
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
 
+# How the paper samples its evaluation (prorl-eval's defaults; DEFAULT_SAMPLES per domain).
+PAPER = {"temperature": 0.6, "top_p": 0.95, "max_response_len": 32768, "max_prompt_len": 4096}
 DEFAULT_SAMPLES = {"math": 16, "code": 16, "stem": 16, "instruction_following": 4, "logic": 4}
 
 
@@ -73,11 +75,11 @@ def run_suite(
   data_dir: str,
   checkpoint: str,
   out_dir: str,
-  max_response_len: int,
+  max_response_len: int = PAPER["max_response_len"],
   samples: dict[str, int] | None = None,
-  temperature: float = 0.6,
-  top_p: float = 0.95,
-  max_prompt_len: int = 4096,
+  temperature: float = PAPER["temperature"],
+  top_p: float = PAPER["top_p"],
+  max_prompt_len: int = PAPER["max_prompt_len"],
   benchmarks: list[str] | None = None,
   references: str = REFERENCES,
   compare: list[str] | None = None,
