@@ -41,6 +41,9 @@ _ACCEPT = flags.DEFINE_boolean(
 
 
 def main(argv):
+  """The trainer: checks the config, installs the stop handler, sets JAX's memory fraction before
+  JAX starts, then runs `trainer.loop.run`; exits 75 (requeue) when a signal stopped it with a
+  checkpoint saved."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; config fields go as --config.x=...")
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)

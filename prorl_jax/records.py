@@ -69,6 +69,7 @@ class Request:
     return len(self.prompts) * self.n
 
   def to_json(self) -> dict:
+    """The request as the exchange stores it (plain JSON types only)."""
     body = {
       "prompts": [[int(t) for t in p] for p in self.prompts],
       "n": int(self.n),
@@ -84,6 +85,8 @@ class Request:
 
   @classmethod
   def from_json(cls, d: dict) -> Request:
+    """The request a JSON body describes (checked first by `rollout.entries.check_request` when
+    it comes from the exchange)."""
     return cls(
       prompts=[list(p) for p in d["prompts"]],
       n=int(d["n"]),

@@ -12,6 +12,8 @@ from prorl_jax.evaluation.export import ExportError, export
 
 
 def main(argv=None):
+  """The command line of `prorl-export`; returns the exit status (2 with one line for a user
+  error)."""
   ap = argparse.ArgumentParser(
     prog="python -m prorl_jax.cli.export", description=__doc__.split("\n\n")[0]
   )

@@ -124,6 +124,8 @@ def _resumes(run_dir: str) -> list[int]:
 
 
 def main(argv=None) -> int:
+  """The command line of `prorl-plot`; returns the exit status (2 with one line for a user
+  error)."""
   ap = argparse.ArgumentParser(
     prog="prorl-plot",
     description="A PNG dashboard of one run's metrics (RUN_DIR/dashboard.png), or of several "

@@ -59,6 +59,9 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
+  """The command line of `prorl-prepare`: the training mix (`--mix`) or the evaluation suite
+  (`--suite`) into `--out`; returns the exit status (1 when a domain comes out short, 2 for a
+  user error)."""
   ap = argparse.ArgumentParser(
     prog="python -m prorl_jax.cli.prepare",
     description="Builds the ProRL training mix (--mix=prorl) or "

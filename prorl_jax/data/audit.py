@@ -330,6 +330,8 @@ def _fmt(v) -> str:
 
 
 def main(argv=None) -> int:
+  """The command line of the verifier audit; returns 1 when a degenerate or hedging strategy
+  earns more than an honest wrong answer on some source, else 0."""
   ap = argparse.ArgumentParser(
     prog="python -m prorl_jax.data.audit",
     description="Scores degenerate and hedging strategies on real rows of a prepared data "

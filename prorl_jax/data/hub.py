@@ -24,6 +24,10 @@ class PrepareError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Source:
+  """One dataset the preparation reads: where it comes from (a Hugging Face id, or generated),
+  the columns a row must have, and the converter that turns a row into a verl-schema row or
+  raises `Malformed` naming the column."""
+
   name: str  # the --source / --revision key
   domain: str
   dataset: str  # Hugging Face dataset id ("" = generated here)

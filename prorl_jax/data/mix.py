@@ -39,6 +39,8 @@ def text_field(row: dict, key: str) -> str:
 
 
 def verl_row(prompt: list[dict], data_source: str, truth: str, domain: str, extra: dict) -> dict:
+  """A verl-schema row (prompt messages, data_source, ability, reward_model.ground_truth,
+  extra_info); raises KeyError when no verifier takes `data_source`."""
   rewards.verifier_name(data_source)  # every row is routed to a verifier (KeyError otherwise)
   return {
     "data_source": data_source,
@@ -50,6 +52,8 @@ def verl_row(prompt: list[dict], data_source: str, truth: str, domain: str, extr
 
 
 def convert_deepscaler(row: dict) -> dict:
+  """A DeepScaleR row (`problem`, `answer`) as a boxed-answer math row; `Malformed` for an empty
+  or non-finite answer."""
   problem, answer = text_field(row, "problem"), row.get("answer")
   if answer is None or not str(answer).strip():
     raise Malformed("column 'answer' is empty")
@@ -64,6 +68,8 @@ CODE_SOURCES = ("codecontests", "apps", "taco", "codeforces")
 
 
 def convert_eurus_code(row: dict) -> dict:
+  """An Eurus-2-RL code row (`prompt`, `data_source`, `reward_model.ground_truth` test cases) as
+  a code row for the sandboxed verifier; `Malformed` names the column that has no usable tests."""
   if row.get("ability") != "code":
     raise Malformed("column 'ability' is not code")
   ds = row.get("data_source")
@@ -101,6 +107,9 @@ def convert_eurus_code(row: dict) -> dict:
 
 
 def convert_scp(row: dict) -> dict:
+  """An SCP-116K row (`problem`, `matched_solution`) as a STEM row whose reference is the final
+  answer the solution states (`solution_answers.scp_answer`, the rule recorded in extra_info);
+  `Malformed` when the solution states none."""
   problem = text_field(row, "problem")
   got = scp_answer(text_field(row, "matched_solution"))
   if got is None:
@@ -133,6 +142,9 @@ def ifeval_instructions(
 
 
 def convert_nemotron_if(row: dict) -> dict:
+  """A Nemotron instruction-following row (`input`, `args` of the IFEval instructions) as an
+  instruction-following row; `Malformed` for an empty prompt or an instruction the verifier does
+  not implement."""
   text = row.get("input")
   if isinstance(text, list):  # chat messages: the last user turn
     users = [m.get("content") for m in text if isinstance(m, dict) and m.get("role") == "user"]
@@ -236,6 +248,8 @@ def normalise_prompt(prompt: list[dict]) -> str:
 
 
 def reasoning_gym_rows(count: int, tasks: tuple[str, ...], seed: int) -> list[dict]:
+  """`count` Reasoning Gym rows spread evenly over `tasks` (task k from seed + k); the scorer
+  regenerates each puzzle from its task, seed, size and index."""
   rows = []
   per = [count // len(tasks) + (i < count % len(tasks)) for i in range(len(tasks))]
   for k, (task, n) in enumerate(zip(tasks, per)):

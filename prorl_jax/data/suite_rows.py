@@ -40,6 +40,9 @@ def _answer(v, column: str = "answer") -> str:
 
 
 def math_converter(problem: str, answer: str, data_source: str) -> Callable[[dict], dict]:
+  """A converter of math benchmark rows with the problem in column `problem` and the answer in
+  column `answer`, under `data_source`."""
+
   def convert(row: dict) -> dict:
     q = P.text_field(row, problem)
     return P.verl_row(
@@ -97,6 +100,8 @@ def _check_body(test: str) -> dict[str, object]:
 
 
 def convert_humanevalplus(row: dict) -> dict:
+  """A HumanEval+ row as a function-call code row: its `test` table of inputs and expected
+  results becomes the tests; `Malformed` when the table is not plain data."""
   prompt, entry = P.text_field(row, "prompt"), P.text_field(row, "entry_point")
   body = _check_body(P.text_field(row, "test"))
   inputs = body.get("inputs")
@@ -178,6 +183,8 @@ def _json_column(row: dict, column: str):
 
 
 def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> dict:
+  """A LiveCodeBench row dated inside `window` as a stdin/stdout code row with its public and
+  private tests; `Malformed` names the column outside the window or unreadable."""
   date = str(row.get("contest_date") or "")[:10]
   if not window[0] <= date < window[1]:
     raise Malformed(f"column 'contest_date' outside [{window[0]}, {window[1]})")
@@ -222,6 +229,8 @@ def convert_livecodebench(row: dict, window: tuple[str, str] = LCB_WINDOW) -> di
 
 
 def convert_gpqa(row: dict) -> dict:
+  """A GPQA row as a four-choice question whose choices are shuffled with a seed from the
+  question text (the same order every run); the reference is the correct letter."""
   question = P.text_field(row, "Question")
   right = P.text_field(row, "Correct Answer")
   wrong = [P.text_field(row, f"Incorrect Answer {i}") for i in (1, 2, 3)]

@@ -36,6 +36,7 @@ class ChainSumSource:
     self.cursor = {"index": 0}
 
   def item(self, k: int) -> dict:
+    """Item `k` of this source (the same every time: from RandomState(seed + k))."""
     it = make_item(np.random.RandomState(self.seed + k))
     return {
       "uid": f"chain_sum:{self.seed}:{k}",

@@ -133,6 +133,9 @@ def build_report(
   references: dict,
   measured: dict | None = None,
 ) -> dict:
+  """The report of one model's suite results: per benchmark our pass@1 (or mean score), the
+  published numbers beside it, the measured columns of `compare`, with the settings and the
+  files' sha256 each was measured with."""
   measured = measured or {}
   settings = dict(settings, samples=samples)
   files = {
@@ -202,6 +205,8 @@ def _series(report: dict, rows: list[dict]) -> list[tuple[str, list]]:
 
 
 def report_markdown(report: dict) -> str:
+  """The report as Markdown: one table per domain, then the notes on settings in which a compared
+  column differs from ours."""
   cols = report["reference_columns"]
   measured = report["measured_columns"]
   st = report["settings"]
@@ -253,6 +258,7 @@ def report_markdown(report: dict) -> str:
 
 
 def report_png(report: dict, path: str) -> None:
+  """The report as a bar chart per domain at `path`."""
   import matplotlib  # lazy: only the PNG needs it (a second or two to import)
 
   matplotlib.use("Agg")

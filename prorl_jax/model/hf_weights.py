@@ -85,6 +85,8 @@ def _rows(cfg: Qwen2Config):
 
 
 def read_hf_config(path: str) -> dict:
+  """The model's `config.json` as a dict; a one-line FileNotFoundError when `path` is not a
+  Hugging Face model directory."""
   cfg_file = os.path.join(path, "config.json")
   if not os.path.isfile(cfg_file):
     raise FileNotFoundError(

@@ -15,6 +15,9 @@ SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM",)
 
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config:
+  """The Qwen2 architecture (sizes, grouped-query attention heads, RoPE; `from_hf` reads a
+  Hugging Face config) and how to run it (dtypes, rematerialisation)."""
+
   vocab_size: int
   hidden_size: int
   intermediate_size: int
@@ -54,6 +57,8 @@ class Qwen2Config:
 
   @property
   def num_params(self) -> int:
+    """Parameters of the model (embeddings, layers, final norm and an untied head), counted from
+    the sizes."""
     d, f, v, h, k, dh = (
       self.hidden_size,
       self.intermediate_size,

@@ -90,6 +90,8 @@ def rms_norm(x, scale, eps: float, dtype):
 
 
 class RMSNorm(nn.Module):
+  """Root-mean-square layer norm over the last axis with a learned scale (variance in float32)."""
+
   eps: float
   param_dtype: Any
   dtype: Any
@@ -106,6 +108,9 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
+  """Grouped-query self-attention with RoPE over [B, T, D]: q/k/v projections (biased, as Qwen2),
+  `attention.attend` over segment ids, the output projection."""
+
   cfg: Qwen2Config
   mesh: Any = None
 
@@ -163,6 +168,8 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
+  """The SwiGLU feed-forward block: down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]."""
+
   cfg: Qwen2Config
   mesh: Any = None
 

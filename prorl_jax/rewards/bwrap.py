@@ -89,6 +89,8 @@ def data_fd(data: bytes, name: str) -> int:
 
 
 def bwrap_argv(lim: dict, seccomp_fd: int) -> list[str]:
+  """The bubblewrap command line of one sandbox under the limits `lim` with the seccomp program
+  on `seccomp_fd`; the program's own argv follows it."""
   return [
     "bwrap",
     "--seccomp",

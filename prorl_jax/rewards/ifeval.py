@@ -213,6 +213,8 @@ def score(
   prompt_text: str | None = None,
   **_,
 ) -> Score:
+  """The share of the prompt's IFEval instructions the response follows (continuous in [0, 1]); a
+  response that restates the prompt, or is empty after the think block, earns 0."""
   if not instructions:
     return Score(0.0, "item has no extra_info.instructions", failed=True)
   final = after_think(response)

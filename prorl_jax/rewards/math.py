@@ -44,6 +44,8 @@ def warm(reference=None, **_):
 
 
 def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 1.0, **_) -> Score:
+  """1 when the response's last boxed answer (after the think block) equals the reference by
+  math-verify, else 0; a verifier timeout or crash is a marked failure, never a 0."""
   from math_verify import errors, parse, verify  # imported in the verifier process only
 
   final = after_think(response)

@@ -34,6 +34,8 @@ def extract(text: str) -> str | None:
 
 
 def score(response: str, reference, **_) -> Score:
+  """1 when the answer the response gives after its think block (last boxed, answer tag, or "the
+  answer is ...") is the reference's choice, else 0."""
   final = after_think(response)
   if final is None:
     return Score(0.0, "unfinished <think> block")

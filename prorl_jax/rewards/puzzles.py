@@ -301,6 +301,9 @@ def score(
   index: int | None = None,
   **_,
 ) -> Score:
+  """A Reasoning Gym item's score by its task's rule: the task's own checker, an exact token, or
+  a rule of ours where the checker would evaluate the answer (n_queens, countdown); the item is
+  regenerated from its task, seed, size and index."""
   final = after_think(response)
   if final is None:
     return Score(0.0, "unfinished <think> block")

@@ -60,6 +60,8 @@ def parse_object(data: bytes) -> dict:
 
 
 def check_weights_manifest(doc: dict, version: int) -> dict:
+  """The weights manifest of `version`, checked: its version and step, and every file name safe
+  with an integer size and a hex sha256; raises InvalidEntry otherwise."""
   require(
     doc.get("version") == version and _is_int(doc.get("version")),
     f"version {doc.get('version')!r} is not {version}",
@@ -81,6 +83,8 @@ def check_weights_manifest(doc: dict, version: int) -> dict:
 
 
 def check_request(body: dict, rid: str) -> dict:
+  """The request body `rid`, checked: prompts of token ids, n, the sampling parameters, seed and
+  versions, one meta entry per prompt; raises InvalidEntry otherwise."""
   require(body.get("id") == rid, f"id {body.get('id')!r} is not {rid!r}")
   prompts = body.get("prompts")
   require(
@@ -125,6 +129,8 @@ def check_lease(doc: dict) -> dict:
 
 
 def check_result_manifest(doc: dict, rid: str) -> dict:
+  """The result manifest of `rid`, checked: its request id, worker, attempt, data key (the one
+  that attempt writes), size, sha256 and policy version; raises InvalidEntry otherwise."""
   require(doc.get("request_id") == rid, f"request_id {doc.get('request_id')!r} is not {rid!r}")
   worker = safe_name(doc.get("worker"), "worker")
   require(_is_int(doc.get("attempt")), "attempt must be an integer >= 0")

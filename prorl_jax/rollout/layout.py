@@ -34,6 +34,9 @@ class LayoutError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
+  """Where one host's local rollout workers run: the GPUs of each worker, vLLM's and the
+  trainer's memory fractions on a shared GPU, and warnings for devices left idle."""
+
   gpus: int  # NVIDIA GPUs visible on this host (0: vLLM's CPU build, or the JAX engine)
   workers: tuple[tuple[int, ...], ...]  # the GPUs of each local worker (empty on CPUs)
   vllm_memory: float | None  # vLLM's gpu_memory_utilization on each GPU it uses
@@ -47,6 +50,7 @@ class Layout:
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.workers[i])}
 
   def describe(self) -> str:
+    """One line for the start-up log: how many workers, on which GPUs, with what memory split."""
     if not self.workers:
       return "layout: no local rollout workers (external workers only)"
     used = sorted({g for w in self.workers for g in w})
@@ -182,6 +186,8 @@ CLI_NAMES = {
 
 
 def main(argv: list[str] | None = None) -> int:
+  """The planner's command line (`--shell` prints the layout as shell variables for the
+  launchers); returns the exit status."""
   p = argparse.ArgumentParser(
     prog="python -m prorl_jax.rollout.layout",
     description="Where one host's vLLM rollout workers run and how each GPU's memory is split.",

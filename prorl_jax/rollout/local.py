@@ -198,6 +198,7 @@ class LocalWorkers:
     return f"(local workers alive: {sum(p.poll() is None for p in self.procs)}/{self.count})"
 
   def stop(self):
+    """Terminates every worker, then kills those that have not exited after 20 seconds."""
     for p in self.procs:
       if p.poll() is None:
         p.terminate()

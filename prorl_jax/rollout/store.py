@@ -132,6 +132,7 @@ class LocalStore(KvStore):
     write_file(os.path.join(self.root, key), data)
 
   def get_file(self, key: str, dest: str, want: tuple[int, str]) -> bool:
+    """See `KvStore.get_file`; never through a symlinked directory."""
     src = os.path.join(self.root, key)
     # Where the file must really be: a symlinked directory on the way resolves elsewhere.
     if os.path.realpath(os.path.dirname(src)) != os.path.join(
@@ -146,6 +147,7 @@ class LocalStore(KvStore):
   def write(self, key: str, value: bytes | None, if_equal: bytes | None = None) -> bytes:
     # A write whose directory another process's `delete_prefix` removed between the write's
     # mkdir and its lock file fails NOT_FOUND before it has written anything: tried again.
+    """See `KvStore.write`."""
     for attempt in range(_WRITE_TRIES):
       try:
         return super().write(key, value, if_equal)
@@ -158,6 +160,7 @@ class LocalStore(KvStore):
     # Key by key, then the emptied directories: tensorstore's range delete (like a recursive
     # remove) also deletes the lock files of writes in flight under the prefix, and those writes
     # then fail in their own process (a worker committing a result while the trainer retires it).
+    """See `KvStore.delete_prefix`."""
     for key in self.list(prefix):
       self.write(key, None)
     for path, _, _ in os.walk(os.path.join(self.root, prefix), topdown=False):

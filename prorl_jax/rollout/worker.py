@@ -142,6 +142,8 @@ class Worker:
         return
 
   def serve_one(self, claim: Claim) -> bool:
+    """Serves one claimed request: generate, score, commit, heartbeating the lease meanwhile;
+    False when the lease was lost (another worker has the request) or the commit lost its race."""
     req = Request.from_json(claim.request)
     finished, lost = threading.Event(), threading.Event()
     beat = threading.Thread(target=self._heartbeat, args=(claim, lost, finished), daemon=True)
@@ -206,6 +208,9 @@ class Worker:
     idle_exit_s: float | None = None,
     no_weights_warn_s: float = 60.0,
   ):
+    """The worker's loop: follow the newest weights, claim and serve requests until `stop` is
+    set, `max_requests` are served, no request came for `idle_exit_s`, or the parent process is
+    gone."""
     idle_since = time.time()
     backoff = self.poll_s
     next_warning = time.time() + no_weights_warn_s
@@ -249,6 +254,7 @@ class Worker:
 
 
 def main(argv=None):
+  """The worker's command line (`python -m prorl_jax.rollout.worker`); exits 0 on a clean stop."""
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--exchange", required=True, help="file:///dir, gs://bucket/path or a dir")
   ap.add_argument("--engine", default="jax", choices=["jax", "vllm"])

@@ -145,6 +145,8 @@ def token_advantages(
 
 
 def group_metrics(groups: list[Group], shaped: np.ndarray) -> dict:
+  """The step's reward, pass-rate, response-length and truncation metrics over the groups trained
+  on (shaped: [P, N])."""
   raw = np.stack([g.raw_scores for g in groups])  # dropped samples hold their group's mean
   lengths = np.stack([g.lengths for g in groups])
   stopped = np.stack([g.stopped for g in groups])

@@ -69,6 +69,8 @@ def jit_logprob_step(
   micro_batches: int = 1,
   logit_chunk: int = 256,
 ):
+  """The jitted log-prob pass over a padded batch of `batch_shape` [B, T] on `mesh`: (token
+  log-probs at `temperature`, entropies), both [B, T]."""
   p_sh = param_shardings(model_cfg, mesh)
   b_sh = batch_shardings(mesh, batch_shape)
   fn = functools.partial(

@@ -11,6 +11,9 @@ _OLD_NAMES = {"lp": "length_penalty", "pass@1_start": "pass1_start"}
 
 @dataclasses.dataclass
 class LoopState:
+  """The loop's state between steps (see the module docstring); `to_json`/`from_json` are what a
+  checkpoint stores, reading the old names of earlier checkpoints too."""
+
   step: int = 0  # RL steps done
   version: int = 0  # the newest published policy version
   length_penalty: dict = dataclasses.field(default_factory=dict)  # LengthPenaltySchedule state

@@ -50,6 +50,9 @@ def wall_seconds_total(run_dir: str, now: float | None = None) -> float:
 
 
 class MetricWriter:
+  """Writes each step's metrics to RUN_DIR/metrics.jsonl (and TensorBoard, W&B when asked), and
+  says progress lines on the console."""
+
   def __init__(
     self,
     run_dir: str,
@@ -116,6 +119,8 @@ class MetricWriter:
     return {}
 
   def write(self, step: int, metrics: dict, event: str | None = None):
+    """Appends one row (`step`, the metrics, a wall-clock stamp, `event` when it is one) to
+    metrics.jsonl and the other sinks."""
     row = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
     row[CLOCK] = round(time.time(), 3)
     if event:

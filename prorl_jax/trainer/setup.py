@@ -72,6 +72,7 @@ def packed_row_len(r) -> int:
 
 
 def loss_config(cfg) -> ts.LossConfig:
+  """The update's `LossConfig` from the config's algo and rollout keys."""
   a, r = cfg.algo, cfg.rollout
   return ts.LossConfig(
     temperature=r.temperature,

@@ -105,6 +105,8 @@ def make_optimizer(
 
 
 def state_shardings(model_cfg: Qwen2Config, tx, mesh) -> TrainState:
+  """The shardings of a `TrainState` on `mesh`: params by their logical axes, the optimizer state
+  like its params, the scalars replicated."""
   p_sh = param_shardings(model_cfg, mesh)
   abstract_params = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
   abstract_opt = jax.eval_shape(tx.init, abstract_params)

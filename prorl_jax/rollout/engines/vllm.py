@@ -74,6 +74,8 @@ class VllmEngine:
     self.path = path
 
   def load(self, path: str) -> None:
+    """Loads a version's HF directory: the first time by starting vLLM, later by reloading the
+    weights in place, and checks the engine's log-probs on the version's probe (`last_mismatch`)."""
     if self.llm is None:
       self._create(path)
       self.last_mismatch = self._check_probe(path)
@@ -114,6 +116,8 @@ class VllmEngine:
     return np.asarray([plp[t][tokens[t]].logprob for t in range(1, len(tokens))], np.float32)
 
   def generate(self, prompts, n, sampling, seed):
+    """n samples of each prompt with vLLM, prompt-major: tokens [R, N] (padded), log-probs [R, N]
+    of the sampled tokens, lengths [R], finish reasons; the request's `seed` seeds the sampler."""
     from vllm import SamplingParams  # lazy: see _on_cpu
     from vllm.inputs import TokensPrompt
 
