@@ -39,8 +39,7 @@ def text_field(row: dict, key: str) -> str:
 
 
 def verl_row(prompt: list[dict], data_source: str, truth: str, domain: str, extra: dict) -> dict:
-  """A verl-schema row (prompt messages, data_source, ability, reward_model.ground_truth,
-  extra_info); raises KeyError when no verifier takes `data_source`."""
+  """A verl-schema row; raises KeyError when no verifier takes `data_source`."""
   rewards.verifier_name(data_source)  # every row is routed to a verifier (KeyError otherwise)
   return {
     "data_source": data_source,
@@ -52,8 +51,7 @@ def verl_row(prompt: list[dict], data_source: str, truth: str, domain: str, extr
 
 
 def convert_deepscaler(row: dict) -> dict:
-  """A DeepScaleR row (`problem`, `answer`) as a boxed-answer math row; `Malformed` for an empty
-  or non-finite answer."""
+  """A DeepScaleR row (`problem`, `answer`) as a boxed-answer math row."""
   problem, answer = text_field(row, "problem"), row.get("answer")
   if answer is None or not str(answer).strip():
     raise Malformed("column 'answer' is empty")
@@ -238,7 +236,7 @@ RG_TASKS = puzzles.TRAINING_TASKS
 
 def check_references(rows: list[dict], pool) -> list[str | None]:
   """For verl rows: None where the row's reference earns full reward (or it has none to
-  check), else why the row is dropped (`rewards.audit.check_references`)."""
+  check), else why the row is dropped (`data.audit.check_references`)."""
   return audit.check_references([parse_row(r, "prepare", i) for i, r in enumerate(rows)], pool)
 
 
@@ -248,8 +246,7 @@ def normalise_prompt(prompt: list[dict]) -> str:
 
 
 def reasoning_gym_rows(count: int, tasks: tuple[str, ...], seed: int) -> list[dict]:
-  """`count` Reasoning Gym rows spread evenly over `tasks` (task k from seed + k); the scorer
-  regenerates each puzzle from its task, seed, size and index."""
+  """`count` Reasoning Gym rows spread evenly over `tasks` (task k seeded with seed + k)."""
   rows = []
   per = [count // len(tasks) + (i < count % len(tasks)) for i in range(len(tasks))]
   for k, (task, n) in enumerate(zip(tasks, per)):

@@ -91,8 +91,7 @@ STARVED_CPU_SHARE = 0.5  # a case timed out with less CPU than this share of its
 
 @dataclasses.dataclass
 class RunResult:
-  """One program run in the sandbox: its output, exit status, and whether it timed out,
-  overflowed stdout or was starved of CPU."""
+  """One sandboxed run: output, exit status, and whether it timed out, overflowed or starved."""
 
   stdout: str
   stderr: str
