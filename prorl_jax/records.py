@@ -143,3 +143,36 @@ class Group:
       verifier_failed=np.asarray(d.get("verifier_failed", np.zeros(n, bool))),
       policy_version=int(d["policy_version"]),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Prefetch:
+  """The pipelined next step's requests, put while this step trains: step `step`'s first `rounds`
+  rounds of prompts, sampled with weights `version`. The loop state carries it, a checkpoint
+  stores it, and a resumed run makes the exchange hold exactly these requests again."""
+
+  step: int
+  version: int
+  rounds: int
+  requests: dict[str, Request]  # by request id
+
+  def to_json(self) -> dict:
+    return {
+      "step": self.step,
+      "version": self.version,
+      "rounds": self.rounds,
+      "requests": self.requests_json(),
+    }
+
+  def requests_json(self) -> dict[str, dict]:
+    """{request id: request body} as the exchange holds them."""
+    return {rid: req.to_json() for rid, req in self.requests.items()}
+
+  @classmethod
+  def from_json(cls, d: dict) -> Prefetch:
+    return cls(
+      step=int(d["step"]),
+      version=int(d["version"]),
+      rounds=int(d.get("rounds", 1)),
+      requests={rid: Request.from_json(b) for rid, b in d["requests"].items()},
+    )

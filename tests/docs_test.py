@@ -5,12 +5,18 @@ import dataclasses
 import os
 import re
 
-from prorl_jax.records import Group, Request
+from prorl_jax.records import Group, Prefetch, Request
 from prorl_jax.trainer.loop_state import LoopState
 from prorl_jax.trainer.train_step import TrainState
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "architecture.md")
-RECORDS = {"TrainState": TrainState, "LoopState": LoopState, "Group": Group, "Request": Request}
+RECORDS = {
+  "TrainState": TrainState,
+  "LoopState": LoopState,
+  "Group": Group,
+  "Request": Request,
+  "Prefetch": Prefetch,
+}
 
 
 def _documented(text: str) -> dict[str, list[str]]:

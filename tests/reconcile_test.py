@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from prorl_jax import config as config_lib
+from prorl_jax.records import Prefetch
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LostRequest, wait_for_results
 from prorl_jax.trainer import run_dir
@@ -191,7 +192,8 @@ def test_the_window_that_lost_a_prefetched_request_is_closed(tmp_path):
   for k in ex.store.list(f"results/{lost}/"):
     if k.endswith(".npz"):
       ex.store.write(k, None)  # the manifest is left: a result whose data and request are gone
-  loop = LoopState(step=3, version=3, prefetch={"step": 4, "version": 2, "requests": record})
+  pf = Prefetch.from_json({"step": 4, "version": 2, "requests": record})
+  loop = LoopState(step=3, version=3, prefetch=pf)
   resumed = run_dir.open_exchange(cfg, loop)
   _serve(resumed)
   done = wait_for_results(resumed.queue, list(record), timeout_s=10.0, what="step 4")

@@ -65,7 +65,7 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
     rounds = dynamic_sampling.prefetch_rounds(
       r.prompts_per_step,
       len(buffer),
-      (prefetched["rounds"] if prefetched and prefetched["step"] == step else 0)
+      (prefetched.rounds if prefetched and prefetched.step == step else 0)
       * r.prompts_per_step
       * loop.keep_rate,
       loop.keep_rate,
@@ -73,7 +73,7 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
     )
     pf = prefetch(cfg, source, ex, step=step + 1, version=loop.version, rounds=rounds)
     loop = dataclasses.replace(loop, prefetch=pf)
-    sent["pipeline/prefetch_rounds"] = pf["rounds"]
+    sent["pipeline/prefetch_rounds"] = pf.rounds
   groups, info = on_primary(
     lambda: collect(
       cfg, source, buffer, ex, on_idle, step=step, version=loop.version, prefetched=prefetched

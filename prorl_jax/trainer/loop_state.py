@@ -3,7 +3,10 @@ TrainState (as JSON), and all a resumed run needs to continue exactly."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+
+from prorl_jax.records import Prefetch
 
 # checkpoints written before these fields had their present names
 _OLD_NAMES = {"lp": "length_penalty", "pass@1_start": "pass1_start"}
@@ -21,20 +24,25 @@ class LoopState:
   kl_history: list = dataclasses.field(default_factory=list)  # KL to the reference, last 50 steps
   val_history: list = dataclasses.field(default_factory=list)  # pass@1 since the last stall reset
   pass1_start: float | None = None  # pass@1 of the validation before the first step
-  prefetch: dict | None = None  # the pipelined next step's requests (rollout.pipeline)
+  prefetch: Prefetch | None = None  # the pipelined next step's requests (rollout.pipeline)
   keep_rate: float = 0.5  # dynamic sampling's keep rate in the last step: sizes the prefetch
   data: dict = dataclasses.field(default_factory=dict)  # the training source's cursor
   buffer: list = dataclasses.field(default_factory=list)  # dynamic sampling's carry-over groups
   pending_tail: bool = False  # step `step` trained, its validation and reset not yet done (stop)
 
   def to_json(self) -> dict:
-    return dataclasses.asdict(self)
+    """A deep copy as plain JSON (an asynchronous save may write it while the loop goes on)."""
+    out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+    return dict(out, prefetch=self.prefetch and self.prefetch.to_json())
 
   @classmethod
   def from_json(cls, d: dict) -> LoopState:
     d = {_OLD_NAMES.get(k, k): v for k, v in d.items()}
     fields = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in d.items() if k in fields})
+    d = {k: v for k, v in d.items() if k in fields}
+    if d.get("prefetch") is not None:
+      d["prefetch"] = Prefetch.from_json(d["prefetch"])
+    return cls(**d)
 
 
 def reset_reason(algo, step: int, kl_history: list, val_history: list) -> str | None:

@@ -127,6 +127,6 @@ def open_exchange(cfg, loop: LoopState) -> Exchange:
     if v > loop.version:
       ex.weights.delete(v)
   pf = loop.prefetch
-  keep = pf is not None and pf["version"] in ex.weights.versions()
-  ex.queue.reconcile(pf["requests"] if keep else {})
+  keep = pf is not None and pf.version in ex.weights.versions()
+  ex.queue.reconcile(pf.requests_json() if keep else {})
   return ex

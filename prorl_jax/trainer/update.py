@@ -15,7 +15,7 @@ import numpy as np
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling, packing
 from prorl_jax.parallel import dist
-from prorl_jax.records import PromptMeta, Request
+from prorl_jax.records import Prefetch, PromptMeta, Request
 from prorl_jax.rollout import layout, probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
@@ -141,7 +141,7 @@ def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, versi
   return groups
 
 
-def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 1) -> dict:
+def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 1) -> Prefetch:
   """Pipelined loop: step `step`'s first `rounds` rounds of prompts (enough that dynamic sampling
   rarely has to refill: `dynamic_sampling.prefetch_rounds`) go out now, sampled with weights
   `version` (the newest published), so the workers generate while the trainer updates. Returns the
@@ -150,32 +150,27 @@ def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 
   items = source.take(c.rollout.prompts_per_step * rounds)
   requests = _requests(c, items, step=step, tag="p", version=version)
   _put(ex, requests)
-  return {
-    "step": step,
-    "version": version,
-    "rounds": rounds,
-    "requests": {rid: req.to_json() for rid, req in requests.items()},  # JSON: checkpointed
-  }
+  return Prefetch(step=step, version=version, rounds=rounds, requests=requests)
 
 
-def _take_prefetched(ex: Exchange, pf: dict | None, step: int) -> dict | None:
-  """The prefetch record `pf` if it is step `step`'s ({rounds, requests, ...}); None without one,
+def _take_prefetched(ex: Exchange, pf: Prefetch | None, step: int) -> Prefetch | None:
+  """The prefetch record `pf` if it is step `step`'s; None without one,
   or when its weights version is gone from the exchange (its requests are retired and the step
   generates fresh). A resumed run has put its requests again (`RequestQueue.reconcile`); one
   lost since is put again by the wait."""
-  if not pf or pf["step"] != step:
+  if not pf or pf.step != step:
     return None
-  if pf["version"] not in ex.weights.versions():
+  if pf.version not in ex.weights.versions():
     log.warning(
       "the prefetched rollouts of step %d need weights v%d, which the exchange no longer "
       "holds; generating them again with the current weights",
       step,
-      pf["version"],
+      pf.version,
     )
-    for rid in pf["requests"]:
+    for rid in pf.requests:
       ex.queue.retire(rid)
     return None
-  return dict(pf, requests={rid: Request.from_json(b) for rid, b in pf["requests"].items()})
+  return pf
 
 
 def collect(
@@ -187,7 +182,7 @@ def collect(
   *,
   step: int,
   version: int,
-  prefetched: dict | None = None,
+  prefetched: Prefetch | None = None,
 ) -> tuple[list[dict], dict]:
   """Fills step `step`'s batch of informative groups (dynamic sampling with refill): prompts
   from `source`, groups carried over in `buffer` (both advance), the results of the prefetch
@@ -208,7 +203,7 @@ def collect(
   prefetched = _take_prefetched(ex, prefetched, step)
   kept_prefetched, got_prefetched, carried = 0, 0, len(buffer)  # carried: from earlier steps
   if prefetched:  # sampled while the previous step trained
-    received = _receive(c, ex, on_idle, prefetched["requests"], step, version, got)
+    received = _receive(c, ex, on_idle, prefetched.requests, step, version, got)
     got_prefetched = len(received)
     kept_prefetched = buffer.add(received, filter_uninformative=c.algo.dynamic_sampling)
   groups, stats = dynamic_sampling.gather_groups(
