@@ -121,11 +121,7 @@ class Group:
 
   def to_json(self) -> dict:
     """As a checkpoint's carry-over buffer stores it (arrays as nested lists)."""
-    return {
-      f.name: (v.tolist() if isinstance(v, np.ndarray) else v)
-      for f in dataclasses.fields(self)
-      for v in [getattr(self, f.name)]
-    }
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in vars(self).items()}
 
   @classmethod
   def from_json(cls, d: dict) -> Group:

@@ -203,21 +203,21 @@ def _unexplained_function_imports(path: pathlib.Path) -> list[str]:
     for node in ast.walk(fn):
       if not isinstance(node, (ast.Import, ast.ImportFrom)):
         continue
-      i = node.lineno - 1
-      while (
-        i > 0
-        and lines[i - 1].strip().startswith(("import ", "from "))
-        or (
-          i > 0
-          and not lines[i - 1].strip()
-          and lines[i - 2].strip().startswith(("import ", "from "))
-        )
+      i = node.lineno - 1  # up to the first import of its block (blank lines inside it too)
+      while i > 0 and (
+        _is_import(lines[i - 1])
+        or (i > 1 and not lines[i - 1].strip() and _is_import(lines[i - 2]))
       ):
-        i -= 1  # up to the first import of this block
+        i -= 1
       said = any("#" in lines[k] for k in range(i, node.end_lineno))
       if not (said or lines[i - 1].strip().startswith("#")):
-        out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+        out.append(f"{where}:{node.lineno}: {lines[node.lineno - 1].strip()}")
   return out
+
+
+def _is_import(line: str) -> bool:
+  return line.strip().startswith(("import ", "from "))
 
 
 def test_an_import_inside_a_function_says_why():
@@ -229,9 +229,6 @@ def test_an_import_inside_a_function_says_why():
 
 
 def test_the_function_import_check_can_fail(tmp_path):
-  f = ROOT / "_probe_module_for_test.py"
-  try:
-    f.write_text("def f():\n  import json\n\n  return json\n\n\ndef g():\n  import os  # why\n")
-    assert [x.split(": ")[1] for x in _unexplained_function_imports(f)] == ["import json"]
-  finally:
-    f.unlink()
+  f = tmp_path / "probe.py"
+  f.write_text("def f():\n  import json\n\n  return json\n\n\ndef g():\n  import os  # why\n")
+  assert [x.split(": ")[1] for x in _unexplained_function_imports(f)] == ["import json"]

@@ -34,4 +34,6 @@ __all__ = sorted(_HOME)
 def __getattr__(name: str):
   if name not in _HOME:
     raise AttributeError(f"module 'prorl_jax.model' has no attribute {name!r}")
-  return getattr(importlib.import_module(_HOME[name]), name)
+  value = getattr(importlib.import_module(_HOME[name]), name)
+  globals()[name] = value  # found once: later lookups are plain module attributes
+  return value

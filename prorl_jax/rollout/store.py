@@ -148,13 +148,13 @@ class LocalStore(KvStore):
     # A write whose directory another process's `delete_prefix` removed between the write's
     # mkdir and its lock file fails NOT_FOUND before it has written anything: tried again.
     """See `KvStore.write`."""
-    for attempt in range(_WRITE_TRIES):
+    for _ in range(_WRITE_TRIES - 1):
       try:
         return super().write(key, value, if_equal)
       except ValueError as e:
-        if not str(e).startswith("NOT_FOUND") or attempt == _WRITE_TRIES - 1:
+        if not str(e).startswith("NOT_FOUND"):
           raise
-    raise AssertionError("unreachable")
+    return super().write(key, value, if_equal)
 
   def delete_prefix(self, prefix: str):
     # Key by key, then the emptied directories: tensorstore's range delete (like a recursive

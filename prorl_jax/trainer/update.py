@@ -5,6 +5,7 @@ log-probs and runs the mini-batch updates."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import logging
@@ -77,7 +78,7 @@ class Received:
   failed_samples: int = 0
   wait_s: float = 0.0
   workers_wait_s: float = 0.0
-  verifier: dict = dataclasses.field(default_factory=dict)  # "code/scored" -> count
+  verifier: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   probe_max: float | None = None  # the worst mismatch of the step
   probe_mean: float | None = None  # the last result's mean
 
@@ -130,7 +131,7 @@ def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, versi
     if isinstance(wait, (int, float)) and wait >= 0:
       got.workers_wait_s += float(wait)
     for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
-      got.verifier[k] = got.verifier.get(k, 0) + v
+      got.verifier[k] += v  # "code/scored" -> count
     for g in batch.results_to_groups(rid, req, manifest, arrays):
       got.failed_samples += int(np.sum(g.verifier_failed))
       g = batch.without_failed_samples(g)  # a verifier's fault drops samples, not the group
