@@ -53,6 +53,7 @@ def main(argv):
   # only after its memory fraction is set
   from prorl_jax import config as config_lib
   from prorl_jax.cli import errors
+  from prorl_jax.config.workers import jax_memory_fraction
   from prorl_jax.data import prompts
   from prorl_jax.rollout.local import WorkerFailure
   from prorl_jax.trainer.preemption import Watch
@@ -62,7 +63,7 @@ def main(argv):
   user = (config_lib.ConfigError, prompts.DataError, WorkerFailure)
   with errors.user_errors(*user):
     config_lib.validate(_CONFIG.value)
-    fraction = config_lib.jax_memory_fraction(_CONFIG.value)
+    fraction = jax_memory_fraction(_CONFIG.value)
   if fraction is not None and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
     # before JAX starts: trainer and local vLLM workers share the GPUs (an explicit env wins)
     os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(fraction)

@@ -19,6 +19,7 @@ from prorl_jax.rollout.engines.jax_sampler import generate
 from prorl_jax.rollout.local import WorkerFailure
 from prorl_jax.trainer import batch, setup, update
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
+from prorl_jax.trainer.plan import Plan
 from tests import loop_helpers
 
 
@@ -32,20 +33,20 @@ def test_train_batch_layout_by_hand():
   )
   b = batch.build_batch([g], prompt_len=4, response_len=4, pad_id=0, rows=3)
   # prompt left-padded into 4 slots, response right-padded; the third row is empty padding
-  assert b["tokens"].tolist() == [
+  assert b.tokens_BxT.tolist() == [
     [0, 7, 8, 9, 11, 12, 0, 0],
     [0, 7, 8, 9, 21, 22, 23, 24],
     [0, 0, 0, 0, 0, 0, 0, 0],
   ]
-  assert b["attn_mask"].tolist() == [
+  assert b.attn_mask_BxT.tolist() == [
     [0, 1, 1, 1, 1, 1, 0, 0],
     [0, 1, 1, 1, 1, 1, 1, 1],
     [0, 0, 0, 1, 0, 0, 0, 0],  # an empty row sees one token (a finite softmax), never trained
   ]
-  assert b["loss_mask"].tolist() == [[0, 0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1], [0] * 8]
+  assert b.loss_mask_BxT.tolist() == [[0, 0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1], [0] * 8]
   # the engine's log-prob of token t sits at t (the position that token occupies)
-  np.testing.assert_allclose(b["gen_logp"][0], [0, 0, 0, 0, -0.1, -0.2, 0, 0])
-  np.testing.assert_allclose(b["gen_logp"][1, 4:], [-1, -2, -3, -4])
+  np.testing.assert_allclose(b.gen_logp_BxT[0], [0, 0, 0, 0, -0.1, -0.2, 0, 0])
+  np.testing.assert_allclose(b.gen_logp_BxT[1, 4:], [-1, -2, -3, -4])
 
 
 def _algo(**algo):
@@ -53,7 +54,7 @@ def _algo(**algo):
   cfg.algo.ref_reset_every = 0
   for k, v in algo.items():
     cfg.algo[k] = v
-  return cfg.algo
+  return Plan.from_config(cfg).reset
 
 
 def test_kl_spike_reset():
@@ -151,7 +152,7 @@ def test_epochs_repeat_every_mini_batch_update(packed):
   ]
 
   run = types.SimpleNamespace(
-    cfg=cfg,
+    plan=Plan.from_config(cfg),
     pad_id=0,
     rows=2,
     batch_shardings=None,

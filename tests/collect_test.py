@@ -10,6 +10,7 @@ from prorl_jax.algo import dynamic_sampling
 from prorl_jax.records import Request
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import update
+from prorl_jax.trainer.plan import rollout_plan
 
 
 class Items:
@@ -66,7 +67,8 @@ def _collect(tmp_path, version_of, **rollout):
   t = threading.Thread(target=_answer, args=(ex, stop, served, version_of), daemon=True)
   t.start()
   try:
-    groups, info = update.collect(cfg, Items(), buffer, ex, None, step=7, version=3)
+    plan = rollout_plan(cfg)
+    groups, info = update.collect(plan, Items(), buffer, ex, None, step=7, version=3)
   finally:
     stop.set()
     t.join()

@@ -4,6 +4,7 @@ between the trainer and one vLLM engine; idle GPUs and impossible layouts said i
 import pytest
 
 from prorl_jax import config as config_lib
+from prorl_jax.config import workers as workers_lib
 from prorl_jax.rollout import layout
 from prorl_jax.rollout.local import LocalWorkers
 
@@ -74,13 +75,13 @@ def test_the_config_resolves_through_the_layout():
   assert cfg.rollout.local_workers == "auto"
   cfg.rollout.engine = "vllm"
   cfg.vllm.tensor_parallel = 2
-  assert len(layout.for_config(cfg, gpus=8).workers) == 4
-  assert layout.for_config(cfg, gpus=8).trainer_memory == 0.45
+  assert len(workers_lib.layout(cfg, gpus=8).workers) == 4
+  assert workers_lib.layout(cfg, gpus=8).trainer_memory == 0.45
   cfg.rollout.local_workers = "two"
   with pytest.raises(config_lib.ConfigError, match="rollout.local_workers='two': want auto"):
     config_lib.validate(cfg)
   cfg.rollout.local_workers = "0"
-  assert layout.for_config(cfg, gpus=8).workers == ()
+  assert workers_lib.layout(cfg, gpus=8).workers == ()
 
 
 def test_local_workers_get_their_gpus(tmp_path):

@@ -10,6 +10,7 @@ from prorl_jax.algo import dynamic_sampling
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import run_dir, versions
 from prorl_jax.trainer.loop_state import LoopState
+from prorl_jax.trainer.plan import Plan
 from tests import loop_helpers
 
 
@@ -98,7 +99,7 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   cfg.model.compute_dtype = "float32"
   (tmp_path / "run").mkdir()
   setup = types.SimpleNamespace(
-    cfg=cfg, model_cfg=model_cfg, path=base, probe_tokens=[[1, 5, 6, 7], [2, 9]]
+    plan=Plan.from_config(cfg), model_cfg=model_cfg, path=base, probe_tokens=[[1, 5, 6, 7], [2, 9]]
   )
   ex = Exchange(f"file://{tmp_path}/exchange")
   for v in (3, 4, 5):

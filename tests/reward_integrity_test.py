@@ -346,8 +346,8 @@ def test_a_verifier_fault_drops_that_sample_never_its_group():
   )
   np.testing.assert_allclose(shaped[0], [1.0, 0.0, 2 / 3, 1.0], rtol=1e-6)
   b = batch.build_batch([kept], prompt_len=2, response_len=2, pad_id=0, rows=4)
-  assert b["loss_mask"].sum(axis=1).tolist() == [2, 2, 0, 2]  # the failed sample never trains
-  adv = batch.token_advantages("reinforce_pp_baseline", shaped, b["loss_mask"])
+  assert b.loss_mask_BxT.sum(axis=1).tolist() == [2, 2, 0, 2]  # the failed sample never trains
+  adv = batch.token_advantages("reinforce_pp_baseline", shaped, b.loss_mask_BxT)
   assert np.all(adv[2] == 0) and adv[0, 2] > 0 > adv[1, 2]
   one_left = dataclasses.replace(g, verifier_failed=np.array([True, True, True, False]))
   assert batch.without_failed_samples(one_left) is None  # no baseline: the group goes

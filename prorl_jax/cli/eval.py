@@ -18,6 +18,7 @@ from prorl_jax import config as config_lib
 from prorl_jax.cli import errors
 from prorl_jax.cli.prepare import PrepareError
 from prorl_jax.config import base_config
+from prorl_jax.config import workers as workers_lib
 from prorl_jax.data.prompts import DataError
 from prorl_jax.data.sources import sources_for
 from prorl_jax.evaluation import export, runner, suite_report
@@ -27,7 +28,6 @@ from prorl_jax.evaluation.scoring import evaluate
 from prorl_jax.evaluation.serving import ServedModel
 from prorl_jax.evaluation.suite_report import SuiteError
 from prorl_jax.model.tokenizer import load_tokenizer
-from prorl_jax.rollout import layout
 from prorl_jax.rollout.local import WorkerFailure
 
 
@@ -67,7 +67,7 @@ def _suite_config():
     cfg = base_config()
     cfg.rollout.engine = "vllm"
   print(
-    f"rollouts: the {cfg.rollout.engine} engine, {max(1, layout.worker_count(cfg))} local "
+    f"rollouts: the {cfg.rollout.engine} engine, {max(1, workers_lib.worker_count(cfg))} local "
     "worker(s)"
     + (
       ""

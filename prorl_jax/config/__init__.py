@@ -26,7 +26,6 @@ from prorl_jax.config.fields import (  # noqa: F401 (the choices are part of the
   REMAT,
 )
 from prorl_jax.records import SamplingParams
-from prorl_jax.rollout.layout import LayoutError, for_config
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -350,17 +349,6 @@ def vllm_options(cfg) -> dict:
     "enable_prefix_caching": bool(v.prefix_caching),
     "enforce_eager": v.enforce_eager,
   }
-
-
-def jax_memory_fraction(cfg) -> float | None:
-  """The share of accelerator memory the trainer's JAX may take (XLA_PYTHON_CLIENT_MEM_FRACTION):
-  `model.memory_fraction` when set; with local vLLM workers on the trainer's GPUs what they
-  leave (`rollout.layout`); else None (JAX's default)."""
-
-  try:
-    return for_config(cfg).trainer_memory
-  except LayoutError as e:
-    _fail(str(e))
 
 
 def _value(v) -> str:

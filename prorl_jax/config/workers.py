@@ -1,20 +1,22 @@
-"""The local rollout workers a config asks for: the one place the trainer, `prorl-eval` and the
-suite runner turn `rollout.*` into running worker processes."""
+"""The local rollout workers a config asks for: where they go on this host (`layout`, and the
+share of accelerator memory that leaves the trainer), and the one place the trainer,
+`prorl-eval` and the suite runner turn `rollout.*` into running worker processes."""
 
 from __future__ import annotations
 
-from prorl_jax.config import sandbox_limits, vllm_options
-from prorl_jax.rollout import layout, local
+from prorl_jax.config import ConfigError, sandbox_limits, vllm_options
+from prorl_jax.rollout import layout as layout_lib
+from prorl_jax.rollout import local
 
 
 def local_workers(
   cfg, url: str, log_dir: str, on_death=None, hosts: int = 1, at_least_one=False, check=True
 ):
   """The local workers a config asks for on this host, each pinned to the GPUs the layout gives
-  it (`rollout.layout.for_config`), or None when it asks for none. `at_least_one`: one unpinned
+  it (`config.layout`), or None when it asks for none. `at_least_one`: one unpinned
   worker even then (an evaluation has no other workers); `check`: that their Python can import
   the engine (the trainer checked before loading the model). Returns (workers, layout)."""
-  placed = layout.for_config(cfg, hosts=hosts)
+  placed = layout(cfg, hosts=hosts)
   envs = [placed.worker_env(i) for i in range(len(placed.workers))]
   if not envs and at_least_one:
     envs = [{}]
@@ -36,3 +38,33 @@ def local_workers(
     envs=envs,
   )
   return workers, placed
+
+
+def jax_memory_fraction(cfg) -> float | None:
+  """The share of accelerator memory the trainer's JAX may take (XLA_PYTHON_CLIENT_MEM_FRACTION):
+  `model.memory_fraction` when set; with local vLLM workers on the trainer's GPUs what they
+  leave (`rollout.layout`); else None (JAX's default)."""
+
+  try:
+    return layout(cfg).trainer_memory
+  except layout_lib.LayoutError as e:
+    raise ConfigError(str(e)) from None
+
+
+def layout(cfg, gpus: int | None = None, hosts: int = 1) -> layout_lib.Layout:
+  """The layout that a config's rollout, vllm and model.memory_fraction fields ask for on this
+  host (`gpus`: its GPU count, default `rollout.layout.visible_gpus()`)."""
+  return layout_lib.plan(
+    layout_lib.visible_gpus() if gpus is None else gpus,
+    cfg.rollout.engine,
+    cfg.rollout.local_workers,
+    cfg.vllm.tensor_parallel,
+    cfg.vllm.gpu_memory_utilization,
+    float(cfg.model.memory_fraction) if cfg.model.memory_fraction else None,
+    hosts,
+  )
+
+
+def worker_count(cfg) -> int:
+  """How many local workers the config starts on this host (rollout.local_workers resolved)."""
+  return len(layout(cfg).workers)

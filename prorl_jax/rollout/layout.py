@@ -141,25 +141,6 @@ def plan(
   return Layout(gpus, placed, float(vllm_memory) if n else None, memory, tuple(warnings))
 
 
-def for_config(cfg, gpus: int | None = None, hosts: int = 1) -> Layout:
-  """The layout that a config's rollout, vllm and model.memory_fraction fields ask for on this
-  host (`gpus`: its GPU count, default `visible_gpus()`)."""
-  return plan(
-    visible_gpus() if gpus is None else gpus,
-    cfg.rollout.engine,
-    cfg.rollout.local_workers,
-    cfg.vllm.tensor_parallel,
-    cfg.vllm.gpu_memory_utilization,
-    float(cfg.model.memory_fraction) if cfg.model.memory_fraction else None,
-    hosts,
-  )
-
-
-def worker_count(cfg) -> int:
-  """How many local workers the config starts on this host (rollout.local_workers resolved)."""
-  return len(for_config(cfg).workers)
-
-
 @functools.cache
 def visible_gpus() -> int:
   """NVIDIA GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else `nvidia-smi -L`."""

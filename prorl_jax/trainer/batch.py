@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from flax import struct
 
 from prorl_jax.algo import advantages, shaping
 from prorl_jax.records import Group, Request
@@ -86,30 +87,55 @@ def shape_scores(
   return s
 
 
+@struct.dataclass
+class TrainBatch:
+  """One mini-batch of B rows (P·N real, prompt-major, then empty rows up to B) and T = Tp + Tr
+  token columns (prompt left-padded, response right-padded), on the host. `build_batch` makes its
+  layout; the update fills the log-probs and then the advantages (`replace`: a new record, never
+  one that gains keys). `arrays(keys)` is the dict the compiled steps take."""
+
+  tokens_BxT: np.ndarray  # int32
+  attn_mask_BxT: np.ndarray  # int32: 1 on prompt and response tokens
+  loss_mask_BxT: np.ndarray  # int32: 1 on the response tokens trained on
+  gen_logp_BxT: np.ndarray  # float32: the sampling engine's log-probs
+  old_logp_BxT: np.ndarray | None = None  # float32: the policy's before the update
+  ref_logp_BxT: np.ndarray | None = None  # float32: the reference policy's
+  entropy_BxT: np.ndarray | None = None  # float32: the policy's, before the update
+  adv_BxT: np.ndarray | None = None  # float32: per-token advantages
+  real_rows: int = struct.field(pytree_node=False, default=0)  # P·N
+
+  def arrays(self, keys) -> dict[str, np.ndarray]:
+    """{key: [B, T]} under the compiled steps' names ("tokens" is `tokens_BxT`)."""
+    out = {k: getattr(self, f"{k}_BxT") for k in keys}
+    missing = [k for k, v in out.items() if v is None]
+    if missing:
+      raise ValueError(f"TrainBatch has no {missing} yet: the update fills them before use")
+    return out
+
+
 def build_batch(
   groups: list[Group], *, prompt_len: int, response_len: int, pad_id: int, rows: int
-) -> dict[str, np.ndarray]:
-  """Token layout [B, T] for the train step, padded with empty rows up to `rows`."""
+) -> TrainBatch:
+  """The token layout [B, T] of `groups` for the train step, padded with empty rows up to
+  `rows`."""
   t = prompt_len + response_len
-  out = {
-    "tokens": np.full((rows, t), pad_id, np.int32),
-    "attn_mask": np.zeros((rows, t), np.int32),
-    "loss_mask": np.zeros((rows, t), np.int32),
-    "gen_logp": np.zeros((rows, t), np.float32),
-  }
+  tokens = np.full((rows, t), pad_id, np.int32)
+  attn = np.zeros((rows, t), np.int32)
+  loss = np.zeros((rows, t), np.int32)
+  gen_logp = np.zeros((rows, t), np.float32)
   r = 0
   for g, failed in zip(groups, _failed_PxN(groups) if groups else []):
     p = g.prompt_ids[-prompt_len:]
     for j in range(len(g.lengths)):
       length = int(g.lengths[j])
-      out["tokens"][r, prompt_len - len(p) : prompt_len] = p
-      out["attn_mask"][r, prompt_len - len(p) : prompt_len + length] = 1
-      out["tokens"][r, prompt_len : prompt_len + length] = g.tokens[j, :length]
-      out["loss_mask"][r, prompt_len : prompt_len + length] = 0 if failed[j] else 1
-      out["gen_logp"][r, prompt_len : prompt_len + length] = g.gen_logp[j, :length]
+      tokens[r, prompt_len - len(p) : prompt_len] = p
+      attn[r, prompt_len - len(p) : prompt_len + length] = 1
+      tokens[r, prompt_len : prompt_len + length] = g.tokens[j, :length]
+      loss[r, prompt_len : prompt_len + length] = 0 if failed[j] else 1
+      gen_logp[r, prompt_len : prompt_len + length] = g.gen_logp[j, :length]
       r += 1
-  out["attn_mask"][r:, prompt_len - 1] = 1  # empty rows see one token: finite, never trained
-  return out
+  attn[r:, prompt_len - 1] = 1  # empty rows see one token: finite, never trained
+  return TrainBatch(tokens, attn, loss, gen_logp, real_rows=r)
 
 
 def token_advantages(

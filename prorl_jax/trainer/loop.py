@@ -21,12 +21,10 @@ import jax
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
-from prorl_jax.config.workers import local_workers
+from prorl_jax.config import workers as workers_lib
 from prorl_jax.parallel import dist
-from prorl_jax.rollout import layout
 from prorl_jax.trainer import preflight
 from prorl_jax.trainer import setup as setup_lib
-from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
 from prorl_jax.trainer.metrics import MetricWriter, NullWriter, wall_seconds_total
@@ -54,14 +52,14 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
   step's groups (its prefetched ones first; `on_idle` runs while it waits, and may abandon the
   step by raising `Preempted`); update; publish weights v+1; advance the length-penalty
   schedule. Returns (state, loop, metrics, length-penalty event)."""
-  cfg, primary = setup.cfg, dist.is_primary()
+  plan, primary = setup.plan, dist.is_primary()
   t0 = time.time()
   prefetched, loop = loop.prefetch, dataclasses.replace(loop, prefetch=None)
   sent = {}
-  if cfg.rollout.pipeline and primary and step < cfg.total_steps:
+  if plan.rollout.pipeline and primary and step < plan.total_steps:
     # The next step's first rounds go out now, sampled with the newest weights: the workers
     # generate them behind this step's own requests (whose ids sort first) and while it trains.
-    r = cfg.rollout
+    r = plan.rollout
     rounds = dynamic_sampling.prefetch_rounds(
       r.prompts_per_step,
       len(buffer),
@@ -69,14 +67,21 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
       * r.prompts_per_step
       * loop.keep_rate,
       loop.keep_rate,
-      cfg.algo.max_gen_rounds,
+      r.max_gen_rounds,
     )
-    pf = prefetch(cfg, source, ex, step=step + 1, version=loop.version, rounds=rounds)
+    pf = prefetch(r, source, ex, step=step + 1, version=loop.version, rounds=rounds)
     loop = dataclasses.replace(loop, prefetch=pf)
     sent["pipeline/prefetch_rounds"] = pf.rounds
   groups, info = on_primary(
     lambda: collect(
-      cfg, source, buffer, ex, on_idle, step=step, version=loop.version, prefetched=prefetched
+      plan.rollout,
+      source,
+      buffer,
+      ex,
+      on_idle,
+      step=step,
+      version=loop.version,
+      prefetched=prefetched,
     )
   )
   if "sampling/keep_rate_all" in info:
@@ -119,13 +124,13 @@ def _tail(setup, state, loop: LoopState, log_val, writer, step: int, last_val=No
   """What follows step `step`'s update: its validation when due, then a reference reset when
   one is due. Returns (state, loop, validation pass@1 or None, (step, validation) of the newest
   validation); raises `Preempted` when asked to stop during the validation."""
-  cfg = setup.cfg
+  every = setup.plan.validation.every
   loop, val_metric = dataclasses.replace(loop, pending_tail=False), None
-  if cfg.eval.every and step % cfg.eval.every == 0:
+  if every and step % every == 0:
     val = log_val(step=step, version=loop.version, event="validation")
     val_metric, last_val = val.get("pass@1"), (step, val)
     loop = dataclasses.replace(loop, val_history=loop.val_history + [val_metric])
-  why = reset_reason(cfg.algo, step, loop.kl_history, loop.val_history)
+  why = reset_reason(setup.plan.reset, step, loop.kl_history, loop.val_history)
   if why:
     state = setup.reset_ref(state)
     loop = dataclasses.replace(
@@ -136,7 +141,7 @@ def _tail(setup, state, loop: LoopState, log_val, writer, step: int, last_val=No
     )
     writer.write(
       step,
-      {"reset/optimizer_reinit": float(cfg.algo.ref_reset_optimizer)},
+      {"reset/optimizer_reinit": float(setup.plan.reset.ref_reset_optimizer)},
       event=f"reference_reset_{why}",
     )
   return state, loop, val_metric, last_val
@@ -213,9 +218,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   )
   loop = LoopState(length_penalty=setup.schedule.init_state())
   buffer = dynamic_sampling.GroupBuffer()
-  restored = ckpt.restore_latest(
-    abstract_like(state, ts.state_shardings(setup.model_cfg, setup.tx, setup.mesh))
-  )
+  restored = ckpt.restore_latest(abstract_like(state, setup.state_shardings))
   writer = (
     MetricWriter(
       cfg.run_dir,
@@ -245,12 +248,12 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
       return {"finished": True, "steps": step0}
   ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
   publish(setup, state, ex, loop.version)
-  workers, placed = None, layout.for_config(cfg, hosts=jax.process_count())
+  workers, placed = None, workers_lib.layout(cfg, hosts=jax.process_count())
   if primary:
     print(placed.describe(), flush=True)
     for line in placed.warnings:
       print(f"warning: {line}", file=sys.stderr, flush=True)
-    workers, _ = local_workers(
+    workers, _ = workers_lib.local_workers(
       cfg,
       exchange_url(cfg),
       os.path.join(cfg.run_dir, "workers"),

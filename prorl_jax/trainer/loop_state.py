@@ -48,7 +48,8 @@ class LoopState:
 def reset_reason(algo, step: int, kl_history: list, val_history: list) -> str | None:
   """Why the reference policy is reset after `step`, or None: the schedule
   (`algo.ref_reset_every`), a KL spike, or `algo.ref_reset_stall_evals` validations without a new
-  best. After a stall reset the caller keeps only the newest validation in the history."""
+  best. After a stall reset the caller keeps only the newest validation in the history. `algo`
+  is the run's `plan.ResetPlan`."""
   if algo.ref_reset_every and step % algo.ref_reset_every == 0:
     return "schedule"
   if algo.ref_reset_kl_spike and kl_history and kl_history[-1] > algo.ref_reset_kl_spike:

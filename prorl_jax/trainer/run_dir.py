@@ -13,9 +13,9 @@ import jax
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
+from prorl_jax.config import workers as workers_lib
 from prorl_jax.data.sources import precheck
 from prorl_jax.evaluation.export import RUN_RECORD
-from prorl_jax.rollout import layout
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import check_worker_python, worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
@@ -98,7 +98,7 @@ def check_before_loading(cfg, accept_config_changes: bool):
     open_store(exchange_url(cfg))
   except InvalidExchange as e:
     raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
-  if layout.worker_count(cfg):  # can the workers run at all?
+  if workers_lib.worker_count(cfg):  # can the workers run at all?
     check_worker_python(
       worker_python(cfg.rollout.engine, cfg.rollout.worker_python), cfg.rollout.engine
     )

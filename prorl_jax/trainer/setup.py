@@ -19,14 +19,15 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import shaping
+from prorl_jax.config import workers as workers_lib
 from prorl_jax.data.sources import sources_for
 from prorl_jax.demo import warm_start
 from prorl_jax.model import load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
 from prorl_jax.rewards import sandbox
-from prorl_jax.rollout import layout
 from prorl_jax.trainer import compiled
 from prorl_jax.trainer import train_step as ts
+from prorl_jax.trainer.plan import Plan
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
@@ -71,33 +72,10 @@ def packed_row_len(r) -> int:
   return r.pack_row_len or r.token_budget
 
 
-def loss_config(cfg) -> ts.LossConfig:
-  """The update's `LossConfig` from the config's algo and rollout keys."""
-  a, r = cfg.algo, cfg.rollout
-  return ts.LossConfig(
-    temperature=r.temperature,
-    clip_low=a.clip_low,
-    clip_high=a.clip_high,
-    dual_clip=a.dual_clip,
-    log_ratio_clamp=a.log_ratio_clamp,
-    agg=a.loss_agg,
-    norm_const=a.loss_agg_norm or float(r.max_response_len),
-    kl_kind=a.kl_kind,
-    kl_coef=0.0 if a.kl_in_reward else a.kl_coef,
-    kl_clamp=a.kl_clamp,
-    entropy_coef=a.entropy_coef,
-    is_correction=a.is_correction,
-    tis_cap=a.tis_cap,
-    icepop_low=a.icepop_low,
-    icepop_high=a.icepop_high,
-    micro_batches=(r.mini_batch_prompts * r.n) // r.micro_batch_size,
-  )
-
-
 def check_code_sandbox(cfg, verifiers: set[str]):
   """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
   run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
-  if "code" not in verifiers or not layout.worker_count(cfg):
+  if "code" not in verifiers or not workers_lib.worker_count(cfg):
     return
   if cfg.rollout.unsandboxed_code:
     log.warning(
@@ -115,7 +93,7 @@ class Setup:
   """Fixed for the whole run. Legend: B = rows of a padded mini-batch, T = its token columns;
   a packed slab is [slab_shape] = [rows, row_len] (None: padded micro-batches)."""
 
-  cfg: Any
+  plan: Plan  # the config, unpacked
   path: str  # the base model's HF directory
   tok: Any
   pad_id: int
@@ -124,6 +102,7 @@ class Setup:
   mesh: Any
   model_cfg: Any
   tx: Any  # the optax optimizer
+  state_shardings: Any  # of the TrainState
   rows: int  # B
   seq: int  # T at most: max_prompt_len + max_response_len
   batch_shardings: Any
@@ -172,20 +151,12 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     attention_impl=attention_impl(c.model),
     attention_chunk=c.model.attention_chunk,
   )
-  o = c.optim
-  tx = ts.make_optimizer(
-    o.lr,
-    warmup_steps=o.warmup_steps,
-    weight_decay=o.weight_decay,
-    b1=o.b1,
-    b2=o.b2,
-    eps=o.eps,
-    grad_clip=o.grad_clip,
-  )
+  plan = Plan.from_config(c)
+  tx = plan.optimizer.make()
   state = ts.create_train_state(model_cfg, tx, mesh, jax.random.PRNGKey(c.seed), params=params)
   rows = c.rollout.mini_batch_prompts * c.rollout.n
   seq = c.rollout.max_prompt_len + c.rollout.max_response_len
-  losses = loss_config(c)
+  losses = plan.loss
   slab_shape = slab_shardings = packed_train_step = packed_logprobs = None
   if c.rollout.token_budget:  # packed micro-batches of [slab rows, row_len], a budget per device
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -201,7 +172,7 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
   rng = np.random.RandomState(c.seed)
   probe_items = heldout[:2] or [source.sources[0].items[0]]
   setup = Setup(
-    cfg=c,
+    plan=plan,
     path=path,
     tok=tok,
     pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
@@ -210,6 +181,7 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     mesh=mesh,
     model_cfg=model_cfg,
     tx=tx,
+    state_shardings=ts.state_shardings(model_cfg, tx, mesh),
     rows=rows,
     seq=seq,
     batch_shardings=compiled.batch_shardings(mesh, (rows, seq)),

@@ -13,15 +13,15 @@ import time
 
 import numpy as np
 
-from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling, packing
 from prorl_jax.parallel import dist
-from prorl_jax.records import Prefetch, PromptMeta, Request
-from prorl_jax.rollout import layout, probe
+from prorl_jax.records import Group, Prefetch, PromptMeta, Request
+from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
 from prorl_jax.trainer import batch
 from prorl_jax.trainer import train_step as ts
+from prorl_jax.trainer.plan import RolloutPlan
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
@@ -32,27 +32,28 @@ def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
   return 0 <= version - policy_version <= max_staleness
 
 
-def _requests(c, items: list[dict], *, step: int, tag: str, version: int) -> dict[str, Request]:
+def _requests(
+  p: RolloutPlan, items: list[dict], *, step: int, tag: str, version: int
+) -> dict[str, Request]:
   """The request bodies of one round over `items`, split so every worker gets a share; their
   ids name the step and round (a resumed run writes the same ids and seeds again)."""
   k = len(items)
-  nreq = max(1, layout.worker_count(c) + c.rollout.external_workers)
   # Requests of at most one round's share per worker: a prefetch of several rounds is several
   # requests of the usual size (one compiled sampler shape; a refill waits for one at most).
-  per = max(1, -(-min(k, c.rollout.prompts_per_step) // nreq))
+  per = max(1, -(-min(k, p.prompts_per_step) // p.requests_per_round))
   out = {}
   for j in range(0, k, per):
     part = items[j : j + per]
     rid = f"s{step:07d}-{tag}-c{j:05d}"
     out[rid] = Request(
       prompts=[[int(t) for t in it["prompt_ids"]] for it in part],
-      n=c.rollout.n,
-      sampling=config_lib.sampling_params(c),
+      n=p.n,
+      sampling=p.sampling,
       meta=[PromptMeta.of_item(it) for it in part],
-      seed=(c.seed * 1_000_003 + step * 1009 + _round_salt(tag) * 31 + j) % 2**31,
-      min_version=max(0, version - (0 if c.rollout.pipeline else c.rollout.max_staleness)),
+      seed=(p.seed * 1_000_003 + step * 1009 + _round_salt(tag) * 31 + j) % 2**31,
+      min_version=max(0, version - (0 if p.pipeline else p.max_staleness)),
       max_version=version,
-      routing=config_lib.routing_table(c),
+      routing=dict(p.routing),
     )
   return out
 
@@ -105,14 +106,16 @@ class Received:
     return out
 
 
-def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, version, got: Received):
+def _receive(
+  p: RolloutPlan, ex: Exchange, on_idle, requests: dict[str, Request], step, version, got: Received
+):
   """Waits for the results of `requests`; their admissible, verified groups (what the wait saw
   is added to `got`)."""
   t0 = time.time()
   done = wait_for_results(
     ex.queue,
     list(requests),
-    timeout_s=c.rollout.timeout_s,
+    timeout_s=p.timeout_s,
     what=f"rollouts of step {step}",
     on_idle=on_idle,
     rows={rid: req.rows for rid, req in requests.items()},
@@ -123,10 +126,10 @@ def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, versi
   for rid, req in requests.items():
     manifest, arrays = done[rid]
     ex.queue.retire(rid)
-    if not admissible(version, int(manifest["policy_version"]), c.rollout.max_staleness):
+    if not admissible(version, int(manifest["policy_version"]), p.max_staleness):
       got.stale_dropped += 1  # never train on results beyond the staleness bound
       continue
-    got.probe(probe.reported_mismatch(manifest, c.rollout.max_probe_mismatch))
+    got.probe(probe.reported_mismatch(manifest, p.max_probe_mismatch))
     wait = manifest.get("weights_wait_s")
     if isinstance(wait, (int, float)) and wait >= 0:
       got.workers_wait_s += float(wait)
@@ -142,14 +145,16 @@ def _receive(c, ex: Exchange, on_idle, requests: dict[str, Request], step, versi
   return groups
 
 
-def prefetch(c, source, ex: Exchange, *, step: int, version: int, rounds: int = 1) -> Prefetch:
+def prefetch(
+  p: RolloutPlan, source, ex: Exchange, *, step: int, version: int, rounds: int = 1
+) -> Prefetch:
   """Pipelined loop: step `step`'s first `rounds` rounds of prompts (enough that dynamic sampling
   rarely has to refill: `dynamic_sampling.prefetch_rounds`) go out now, sampled with weights
   `version` (the newest published), so the workers generate while the trainer updates. Returns the
   prefetch record for the loop state (a checkpoint stores it; a resumed run writes its requests
   again)."""
-  items = source.take(c.rollout.prompts_per_step * rounds)
-  requests = _requests(c, items, step=step, tag="p", version=version)
+  items = source.take(p.prompts_per_step * rounds)
+  requests = _requests(p, items, step=step, tag="p", version=version)
   _put(ex, requests)
   return Prefetch(step=step, version=version, rounds=rounds, requests=requests)
 
@@ -175,7 +180,7 @@ def _take_prefetched(ex: Exchange, pf: Prefetch | None, step: int) -> Prefetch |
 
 
 def collect(
-  c,
+  p: RolloutPlan,
   source,
   buffer: dynamic_sampling.GroupBuffer,
   ex: Exchange,
@@ -184,7 +189,7 @@ def collect(
   step: int,
   version: int,
   prefetched: Prefetch | None = None,
-) -> tuple[list[dict], dict]:
+) -> tuple[list[Group], dict]:
   """Fills step `step`'s batch of informative groups (dynamic sampling with refill): prompts
   from `source`, groups carried over in `buffer` (both advance), the results of the prefetch
   record `prefetched` first; `on_idle` is called while it waits (checks the workers, and raises
@@ -192,34 +197,32 @@ def collect(
   rounds, got = itertools.count(), Received()
 
   def generate():
-    items = source.take(c.rollout.prompts_per_step)
-    requests = _requests(c, items, step=step, tag=f"g{next(rounds):02d}", version=version)
+    items = source.take(p.prompts_per_step)
+    requests = _requests(p, items, step=step, tag=f"g{next(rounds):02d}", version=version)
     _put(ex, requests)
-    return _receive(c, ex, on_idle, requests, step, version, got)
+    return _receive(p, ex, on_idle, requests, step, version, got)
 
   # Carry-over groups were sampled for the previous step: one version older than fresh ones.
-  expired = buffer.evict(
-    lambda g: not admissible(version, g.policy_version, c.rollout.max_staleness + 1)
-  )
+  expired = buffer.evict(lambda g: not admissible(version, g.policy_version, p.max_staleness + 1))
   prefetched = _take_prefetched(ex, prefetched, step)
   kept_prefetched, got_prefetched, carried = 0, 0, len(buffer)  # carried: from earlier steps
   if prefetched:  # sampled while the previous step trained
-    received = _receive(c, ex, on_idle, prefetched.requests, step, version, got)
+    received = _receive(p, ex, on_idle, prefetched.requests, step, version, got)
     got_prefetched = len(received)
-    kept_prefetched = buffer.add(received, filter_uninformative=c.algo.dynamic_sampling)
+    kept_prefetched = buffer.add(received, filter_uninformative=p.dynamic_sampling)
   groups, stats = dynamic_sampling.gather_groups(
     buffer,
     generate,
-    c.rollout.prompts_per_step,
-    max_rounds=c.algo.max_gen_rounds,
-    dynamic_sampling=c.algo.dynamic_sampling,
+    p.prompts_per_step,
+    max_rounds=p.max_gen_rounds,
+    dynamic_sampling=p.dynamic_sampling,
   )
   info = {
     "sampling/rounds": stats.rounds,
     "sampling/keep_rate": stats.keep_rate,
     "sampling/groups_kept": stats.groups_kept,
     "sampling/short": float(stats.short),
-    "sampling/carry_over": min(carried, c.rollout.prompts_per_step),
+    "sampling/carry_over": min(carried, p.prompts_per_step),
     "sampling/buffer": len(buffer),
     "sampling/carry_over_expired": expired,
     **got.info(),
@@ -227,7 +230,7 @@ def collect(
   generated = got_prefetched + stats.groups_generated
   if generated:  # the share of this step's new groups kept: sizes the next prefetches
     info["sampling/keep_rate_all"] = (kept_prefetched + stats.groups_kept) / generated
-  if c.rollout.pipeline:
+  if p.pipeline:
     info["pipeline/prefetched_kept"] = kept_prefetched
   if groups:
     lag = [version - g.policy_version for g in groups]
@@ -237,67 +240,86 @@ def collect(
   return groups, info
 
 
-def _packed_logprobs(setup, state, b: dict):
+def _packed_logprobs(setup, state, b: batch.TrainBatch, plan: packing.Plan):
   """(old, ref, entropy) [B, T] of a padded batch, computed on its packed slabs."""
-  p = b["plan"]
   outs = []  # device arrays, fetched once after all slabs: no host sync between the passes
-  for s in packing.slabs(p, {"tokens": b["tokens"]}, ("tokens",), setup.pad_id):
+  for s in packing.slabs(plan, b.arrays(("tokens",)), ("tokens",), setup.pad_id):
     inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, setup.slab_shardings)
     old, ent = setup.packed_logprobs(state.params, inputs)
     ref, _ = setup.packed_logprobs(state.ref_params, inputs)
     outs.append((old, ref, ent))
   host = dist.host_tree(outs)
-  return tuple(packing.unpack(p, np.stack([o[i] for o in host])) for i in range(3))
+  return tuple(packing.unpack(plan, np.stack([o[i] for o in host])) for i in range(3))
 
 
-def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bool):
+def _with_logprobs(setup, state, b: batch.TrainBatch, plan: packing.Plan | None):
+  """`b` with the policy's and the reference's log-probs and the policy's entropy (masked to the
+  trained tokens), on packed slabs when `plan` is given."""
+  if plan is not None:
+    old, ref, ent = _packed_logprobs(setup, state, b, plan)
+  else:
+    inputs = dist.global_batch(b.arrays(("tokens", "attn_mask")), setup.batch_shardings)
+    old, ent = (dist.to_host(x) for x in setup.logprobs(state.params, inputs))
+    ref = dist.to_host(setup.logprobs(state.ref_params, inputs)[0])
+  m = b.loss_mask_BxT.astype(np.float32)
+  return b.replace(old_logp_BxT=old * m, ref_logp_BxT=ref * m, entropy_BxT=ent * m)
+
+
+def _reduce(pending: list[dict]) -> dict:
+  """The metrics of every update of the step, fetched once (no host sync between updates) and
+  reduced: *_max by max, *_min by min, actor/skipped summed, the rest averaged."""
+  sums = collections.defaultdict(list)
+  for m in dist.host_tree(pending):
+    for k, v in m.items():
+      sums[k].append(float(v))
+  out = {}
+  for k, v in sums.items():
+    if k.endswith("_max"):
+      out[k] = max(v)
+    elif k.endswith("_min"):
+      out[k] = min(v)
+    else:
+      out[k] = sum(v) if k == "actor/skipped" else float(np.mean(v))
+  out["actor/updates"] = len(sums.get("actor/loss", []))
+  return out
+
+
+def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: bool):
   """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step:
   (the new TrainState, metrics)."""
-  c, a, r = setup.cfg, setup.cfg.algo, setup.cfg.rollout
-  lp_on = length_penalty_on
-  metrics = {"length_penalty/on": float(lp_on)}
-  order = np.random.RandomState((c.seed, step)).permutation(len(groups))
+  a, r = setup.plan.advantages, setup.plan.batching
+  metrics = {"length_penalty/on": float(length_penalty_on)}
+  order = np.random.RandomState((r.seed, step)).permutation(len(groups))
   groups = [groups[i] for i in order]
   shaped = batch.shape_scores(
-    groups,
-    max_len=r.max_response_len,
-    truncation_penalty=a.truncation_penalty,
-    length_penalty_on=lp_on,
-    lp_min=a.length_penalty_min,
-    lp_max=a.length_penalty_max,
-    overlong_buffer=a.overlong_buffer,
-    overlong_factor=a.overlong_factor,
+    groups, length_penalty_on=length_penalty_on, **dataclasses.asdict(setup.plan.shaping)
   )
   metrics.update(batch.group_metrics(groups, shaped))
   per_mb = r.mini_batch_prompts
   # Only as many token columns as this step needs (rounded to 16: a few compiled shapes).
   p_len = min(r.max_prompt_len, -(-max(len(g.prompt_ids) for g in groups) // 16) * 16)
   r_len = min(r.max_response_len, -(-max(int(g.lengths.max()) for g in groups) // 16) * 16)
-  batches = []
+  batches, plans = [], []
   for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
-    gs = groups[start : start + per_mb]
     b = batch.build_batch(
-      gs, prompt_len=p_len, response_len=max(r_len, 1), pad_id=setup.pad_id, rows=setup.rows
+      groups[start : start + per_mb],
+      prompt_len=p_len,
+      response_len=max(r_len, 1),
+      pad_id=setup.pad_id,
+      rows=setup.rows,
     )
-    m = b["loss_mask"].astype(np.float32)
+    plan = None
     if setup.slab_shape:
       rows, length = setup.slab_shape
-      b["plan"] = packing.plan(b["attn_mask"], b["loss_mask"], length=length, rows=rows)
-      old, ref, ent = _packed_logprobs(setup, state, b)
-    else:
-      inputs = dist.global_batch(
-        {"tokens": b["tokens"], "attn_mask": b["attn_mask"]}, setup.batch_shardings
-      )
-      old, ent = (dist.to_host(x) for x in setup.logprobs(state.params, inputs))
-      ref = dist.to_host(setup.logprobs(state.ref_params, inputs)[0])
-    b["old_logp"], b["ref_logp"], b["entropy"] = old * m, ref * m, ent * m
-    batches.append((b, shaped[start : start + per_mb], gs))
+      plan = packing.plan(b.attn_mask_BxT, b.loss_mask_BxT, length=length, rows=rows)
+    batches.append(_with_logprobs(setup, state, b, plan))
+    plans.append(plan)
   # advantages use batch statistics over the whole post-filter batch
-  loss_mask = np.concatenate([b["loss_mask"][: len(gs) * r.n] for b, _, gs in batches])
+  real = [(b, slice(0, b.real_rows)) for b in batches]
+  loss_mask = np.concatenate([b.loss_mask_BxT[rows] for b, rows in real])
   kl = None
   if a.kl_in_reward:
-    kl = np.concatenate([(b["old_logp"] - b["ref_logp"])[: len(gs) * r.n] for b, _, gs in batches])
-  raw = np.concatenate([np.stack([g.raw_scores for g in gs]) for _, _, gs in batches])
+    kl = np.concatenate([(b.old_logp_BxT - b.ref_logp_BxT)[rows] for b, rows in real])
   adv_all = batch.token_advantages(
     a.estimator,
     shaped,
@@ -305,52 +327,41 @@ def update(setup, state, groups: list[dict], *, step: int, length_penalty_on: bo
     kl_BxT=kl,
     kl_coef=a.kl_coef,
     boost=a.adv_boost,
-    correct_PxN=raw >= 1.0,
+    correct_PxN=np.stack([g.raw_scores for g in groups]) >= 1.0,
     unbiased=a.adv_whiten_unbiased,
   )
   tok_total = max(float(loss_mask.sum()), 1.0)
-  metrics["actor/entropy_old"] = float(sum(b["entropy"].sum() for b, _, _ in batches) / tok_total)
+  metrics["actor/entropy_old"] = float(sum(b.entropy_BxT.sum() for b in batches) / tok_total)
   metrics["actor/kl_ref_old"] = float(
-    sum((0.5 * np.square(b["old_logp"] - b["ref_logp"])).sum() for b, _, _ in batches) / tok_total
+    sum((0.5 * np.square(b.old_logp_BxT - b.ref_logp_BxT)).sum() for b in batches) / tok_total
   )
-  offset = 0
-  for b, _, gs in batches:
-    rows = len(gs) * r.n
-    b["adv"] = np.zeros_like(b["old_logp"])
-    b["adv"][:rows] = adv_all[offset : offset + rows]
-    offset += rows
-  sums, pending = {}, []
+  offsets = np.cumsum([0] + [b.real_rows for b in batches])
+  for i, b in enumerate(batches):
+    adv = np.zeros_like(b.old_logp_BxT)
+    adv[: b.real_rows] = adv_all[offsets[i] : offsets[i + 1]]
+    batches[i] = b.replace(adv_BxT=adv)
+  inputs = []  # per mini-batch, made once and trained on every epoch
   if setup.slab_shape:
-    fills = [b["plan"].fill_fraction for b, _, _ in batches]
-    metrics["packing/fill"] = float(np.mean(fills))
-    metrics["packing/slabs"] = float(sum(b["plan"].slabs for b, _, _ in batches))
-    for b, _, _ in batches:  # packed once, trained on every epoch
-      lm = b["loss_mask"]
-      b["counts"] = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
-      b["slabs"] = [
+    metrics["packing/fill"] = float(np.mean([p.fill_fraction for p in plans]))
+    metrics["packing/slabs"] = float(sum(p.slabs for p in plans))
+    for b, plan in zip(batches, plans):
+      lm = b.loss_mask_BxT
+      counts = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
+      slabs = [
         dist.global_batch(s, setup.slab_shardings)
-        for s in packing.slabs(b["plan"], b, ts.PER_TOKEN_KEYS, setup.pad_id)
+        for s in packing.slabs(plan, b.arrays(ts.PER_TOKEN_KEYS), ts.PER_TOKEN_KEYS, setup.pad_id)
       ]
-  for _ in range(a.epochs):
-    for b, _, _ in batches:
+      inputs.append((slabs, counts))
+  pending = []
+  for _ in range(r.epochs):
+    for i, b in enumerate(batches):
       if setup.slab_shape:
-        state, m = setup.packed_train_step(state, b["slabs"], b["counts"])
+        state, m = setup.packed_train_step(state, *inputs[i])
       else:
         state, m = setup.train_step(
-          state, dist.global_batch({k: b[k] for k in ts.BATCH_KEYS}, setup.batch_shardings)
+          state, dist.global_batch(b.arrays(ts.BATCH_KEYS), setup.batch_shardings)
         )
       pending.append(m)  # fetched once after all updates: no host sync between them
-  for m in dist.host_tree(pending):
-    for k, v in m.items():
-      sums.setdefault(k, []).append(float(v))
-  for k, v in sums.items():
-    metrics[k] = (
-      max(v)
-      if k.endswith("_max")
-      else min(v)
-      if k.endswith("_min")
-      else (sum(v) if k in ("actor/skipped",) else float(np.mean(v)))
-    )
-  metrics["actor/updates"] = len(sums.get("actor/loss", []))
+  metrics.update(_reduce(pending))
   metrics["response/tokens"] = tok_total
   return state, metrics

@@ -8,7 +8,6 @@ import tempfile
 import jax
 import jax.numpy as jnp
 
-from prorl_jax import config as config_lib
 from prorl_jax.evaluation import scoring
 from prorl_jax.model import log_probs, save_hf
 from prorl_jax.parallel import dist
@@ -32,8 +31,8 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int):
   params = dist.host_tree(state.params)
   if not dist.is_primary():
     return
-  with tempfile.TemporaryDirectory(dir=setup.cfg.run_dir) as tmp:
-    dtype = setup.cfg.model.compute_dtype
+  with tempfile.TemporaryDirectory(dir=setup.plan.run_dir) as tmp:
+    dtype = setup.plan.compute_dtype
     nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
     save_hf(
       setup.model_cfg,
@@ -51,22 +50,21 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int):
 
 def validate(setup: Setup, ex: Exchange, on_idle, *, version: int, tag: str) -> dict:
   """pass@k of weights `version` on the held-out items (primary only); {} without any."""
-  c = setup.cfg
+  v = setup.plan.validation
   if not setup.heldout:
     return {}
-  ks = config_lib.pass_ks(c)
   return scoring.evaluate(
     ex,
     setup.heldout,
-    samples=c.eval.samples,
-    sampling=config_lib.sampling_params(c, eval_mode=True),
+    samples=v.samples,
+    sampling=v.sampling,
     version=version,
-    ks=ks,
-    timeout_s=c.rollout.timeout_s,
+    ks=list(v.ks),
+    timeout_s=v.timeout_s,
     tag=tag,
-    seed=c.seed,
+    seed=v.seed,
     on_idle=on_idle,
-    routing=config_lib.routing_table(c),
+    routing=dict(v.routing),
   )
 
 

@@ -1,0 +1,208 @@
+"""The run's config unpacked once: `Plan.from_config(cfg)` turns the ConfigDict into the small
+frozen records the trainer's steps read (what to ask the workers for, how scores are shaped,
+which advantages, the loss, the optimizer, when to validate and to reset the reference). Below
+the loop's entry nothing reads the ConfigDict; a test or a tool builds these records directly.
+
+The fields keep the config's key names (`rollout.max_staleness` is `RolloutPlan.max_staleness`),
+so `--config.<section>.<key>` and the record that carries it read alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+from prorl_jax import config as config_lib
+from prorl_jax.config import workers as workers_lib
+from prorl_jax.records import SamplingParams
+from prorl_jax.trainer import train_step as ts
+
+
+def _pick(cls, *sections, **values):
+  """cls from the config keys its fields name, looked up in `sections` in order, and `values`."""
+  out = dict(values)
+  for f in dataclasses.fields(cls):
+    if f.name not in out:
+      out[f.name] = next(s[f.name] for s in sections if f.name in s)
+  return cls(**out)
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutPlan:
+  """What each step asks the rollout workers for, and what it admits back."""
+
+  seed: int
+  n: int  # responses per prompt
+  prompts_per_step: int
+  requests_per_round: int  # one round is split into this many requests (one per worker)
+  max_staleness: int
+  pipeline: bool
+  timeout_s: float
+  max_probe_mismatch: float
+  dynamic_sampling: bool
+  max_gen_rounds: int
+  sampling: SamplingParams
+  routing: types.MappingProxyType  # {data_source: verifier}, parsed once
+
+
+@dataclasses.dataclass(frozen=True)
+class Shaping:
+  """Scores -> shaped scores (`batch.shape_scores` takes these as keywords)."""
+
+  max_len: int
+  truncation_penalty: float
+  lp_min: float
+  lp_max: float
+  overlong_buffer: int
+  overlong_factor: float
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantagePlan:
+  """Shaped scores -> per-token advantages (`batch.token_advantages`)."""
+
+  estimator: str
+  kl_in_reward: bool
+  kl_coef: float
+  adv_boost: float
+  adv_whiten_unbiased: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+  """How a step's groups become mini-batches: P prompts of N responses per mini-batch, prompt
+  and response columns at most `max_prompt_len` + `max_response_len`, `epochs` passes."""
+
+  seed: int  # with the step, orders the groups
+  n: int
+  mini_batch_prompts: int
+  max_prompt_len: int
+  max_response_len: int
+  epochs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerPlan:
+  """`train_step.make_optimizer`'s arguments."""
+
+  lr: float
+  warmup_steps: int
+  weight_decay: float
+  b1: float
+  b2: float
+  eps: float
+  grad_clip: float
+
+  def make(self):
+    return ts.make_optimizer(**dataclasses.asdict(self))
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationPlan:
+  """pass@k on the held-out items every `every` steps (0: never; the run's end always when on)."""
+
+  every: int
+  samples: int
+  ks: tuple[int, ...]
+  sampling: SamplingParams
+  timeout_s: float
+  seed: int
+  routing: types.MappingProxyType
+
+
+@dataclasses.dataclass(frozen=True)
+class ResetPlan:
+  """When the reference policy is reset (`loop_state.reset_reason`), and whether the optimizer
+  starts over with it."""
+
+  ref_reset_every: int
+  ref_reset_kl_spike: float
+  ref_reset_stall_evals: int
+  ref_reset_optimizer: bool
+
+
+def loss_config(cfg) -> ts.LossConfig:
+  """The update's `LossConfig` from the config's algo and rollout keys."""
+  a, r = cfg.algo, cfg.rollout
+  return ts.LossConfig(
+    temperature=r.temperature,
+    clip_low=a.clip_low,
+    clip_high=a.clip_high,
+    dual_clip=a.dual_clip,
+    log_ratio_clamp=a.log_ratio_clamp,
+    agg=a.loss_agg,
+    norm_const=a.loss_agg_norm or float(r.max_response_len),
+    kl_kind=a.kl_kind,
+    kl_coef=0.0 if a.kl_in_reward else a.kl_coef,
+    kl_clamp=a.kl_clamp,
+    entropy_coef=a.entropy_coef,
+    is_correction=a.is_correction,
+    tis_cap=a.tis_cap,
+    icepop_low=a.icepop_low,
+    icepop_high=a.icepop_high,
+    micro_batches=(r.mini_batch_prompts * r.n) // r.micro_batch_size,
+  )
+
+
+def rollout_plan(cfg) -> RolloutPlan:
+  """What a step asks the workers for (the local workers counted on this host's layout)."""
+  r, a = cfg.rollout, cfg.algo
+  return _pick(
+    RolloutPlan,
+    r,
+    a,
+    seed=cfg.seed,
+    requests_per_round=max(1, workers_lib.worker_count(cfg) + r.external_workers),
+    sampling=config_lib.sampling_params(cfg),
+    routing=types.MappingProxyType(config_lib.routing_table(cfg)),
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Everything the trainer's steps read from the config, unpacked once."""
+
+  run_dir: str
+  total_steps: int
+  compute_dtype: str  # of the published weights
+  rollout: RolloutPlan
+  shaping: Shaping
+  advantages: AdvantagePlan
+  batching: Batching
+  loss: ts.LossConfig
+  optimizer: OptimizerPlan
+  validation: ValidationPlan
+  reset: ResetPlan
+
+  @classmethod
+  def from_config(cls, cfg) -> Plan:
+    r, a = cfg.rollout, cfg.algo
+    routing = types.MappingProxyType(config_lib.routing_table(cfg))
+    return cls(
+      run_dir=cfg.run_dir,
+      total_steps=cfg.total_steps,
+      compute_dtype=cfg.model.compute_dtype,
+      rollout=rollout_plan(cfg),
+      shaping=Shaping(
+        max_len=r.max_response_len,
+        truncation_penalty=a.truncation_penalty,
+        lp_min=a.length_penalty_min,
+        lp_max=a.length_penalty_max,
+        overlong_buffer=a.overlong_buffer,
+        overlong_factor=a.overlong_factor,
+      ),
+      advantages=_pick(AdvantagePlan, a),
+      batching=_pick(Batching, r, a, seed=cfg.seed),
+      loss=loss_config(cfg),
+      optimizer=_pick(OptimizerPlan, cfg.optim),
+      validation=ValidationPlan(
+        every=cfg.eval.every,
+        samples=cfg.eval.samples,
+        ks=tuple(config_lib.pass_ks(cfg)),
+        sampling=config_lib.sampling_params(cfg, eval_mode=True),
+        timeout_s=r.timeout_s,
+        seed=cfg.seed,
+        routing=routing,
+      ),
+      reset=_pick(ResetPlan, a),
+    )
