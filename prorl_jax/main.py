@@ -73,7 +73,7 @@ def main(argv):
   from prorl_jax.trainer import loop
 
   with errors.user_errors(*user):
-    dist.initialize(_CONFIG.value.dist)  # before anything touches a device
+    dist.initialize(**_CONFIG.value.dist)  # before anything touches a device
   logging.getLogger("prorl_jax").info(
     "process %d/%d, %d local / %d global devices: %s",
     jax.process_index(),

@@ -6,7 +6,9 @@ import os
 import re
 
 from prorl_jax.records import Group, Prefetch, Request
+from prorl_jax.trainer.batch import TrainBatch
 from prorl_jax.trainer.loop_state import LoopState
+from prorl_jax.trainer.plan import Plan
 from prorl_jax.trainer.train_step import TrainState
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(__file__)), "docs", "architecture.md")
@@ -16,6 +18,8 @@ RECORDS = {
   "Group": Group,
   "Request": Request,
   "Prefetch": Prefetch,
+  "Plan": Plan,
+  "TrainBatch": TrainBatch,
 }
 
 

@@ -359,6 +359,7 @@ def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_pat
   from prorl_jax.data.prompts import DataError
   from prorl_jax.data.sources import sources_for
   from prorl_jax.demo import tiny_base
+  from prorl_jax.trainer.plan import data_spec
 
   out, _ = built
   tok = tiny_base.build_tokenizer(str(tmp_path / "tok"))
@@ -395,7 +396,7 @@ def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_pat
   cfg.data.train_files = str(out / "aime24.parquet")
   cfg.data.val_suite, cfg.data.val_benchmarks = str(out), "aime24,apps"
   cfg.rollout.max_prompt_len = 4096
-  blend, heldout = sources_for(cfg, tok)
+  blend, heldout = sources_for(data_spec(cfg), tok)
   assert sorted({it["extra"]["benchmark"] for it in heldout}) == ["aime24", "apps"]
   assert "code" in blend.verifiers
   cfg.data.val_benchmarks = ""

@@ -19,6 +19,7 @@ from prorl_jax.cli import errors
 from prorl_jax.cli.prepare import PrepareError
 from prorl_jax.config import base_config
 from prorl_jax.config import workers as workers_lib
+from prorl_jax.config.workers import eval_workers
 from prorl_jax.data.prompts import DataError
 from prorl_jax.data.sources import sources_for
 from prorl_jax.evaluation import export, runner, suite_report
@@ -29,6 +30,7 @@ from prorl_jax.evaluation.serving import ServedModel
 from prorl_jax.evaluation.suite_report import SuiteError
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.rollout.local import WorkerFailure
+from prorl_jax.trainer.plan import data_spec
 
 
 def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
@@ -39,12 +41,13 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
   with tempfile.TemporaryDirectory() as tmp:
     model_dir, label = export.resolve_model(checkpoint, os.path.join(tmp, "model"))
     log(f"model: {label}" + ("" if label == model_dir else f" (as {model_dir})"))
-    _, items = sources_for(cfg, load_tokenizer(model_dir))  # the trainer's own held-out set
+    # the trainer's own held-out set
+    _, items = sources_for(data_spec(cfg), load_tokenizer(model_dir))
     if not items:
       raise config_lib.ConfigError(
         "no held-out items: set data.val_files, data.prepared or data.val_suite"
       )
-    with ServedModel(cfg, model_dir) as served:
+    with ServedModel(model_dir, eval_workers(cfg)) as served:
       return evaluate(
         served.ex,
         items,
@@ -111,7 +114,9 @@ def main(argv):
       cfg = _suite_config()
       config_lib.validate(cfg)
       report = runner.run_suite(
-        cfg,
+        eval_workers(cfg),
+        seed=cfg.seed,
+        timeout_s=cfg.rollout.timeout_s,
         data_dir=F.data,
         checkpoint=F.checkpoint,
         out_dir=F.out,

@@ -68,3 +68,13 @@ def layout(cfg, gpus: int | None = None, hosts: int = 1) -> layout_lib.Layout:
 def worker_count(cfg) -> int:
   """How many local workers the config starts on this host (rollout.local_workers resolved)."""
   return len(layout(cfg).workers)
+
+
+def eval_workers(cfg):
+  """`evaluation.ServedModel`'s `start_workers` for a config: the local workers it asks for on
+  this host, at least one."""
+
+  def start(url: str, log_dir: str, on_death):
+    return local_workers(cfg, url, log_dir, on_death, at_least_one=True)[0]
+
+  return start

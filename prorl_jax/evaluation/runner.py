@@ -70,7 +70,7 @@ def _read_cache(path: str, key: str) -> dict | None:
 
 
 def run_suite(
-  cfg,
+  start_workers,
   *,
   data_dir: str,
   checkpoint: str,
@@ -83,6 +83,8 @@ def run_suite(
   benchmarks: list[str] | None = None,
   references: str = REFERENCES,
   compare: list[str] | None = None,
+  seed: int = 0,
+  timeout_s: float = 3600.0,
   log=print,
 ) -> dict:
   """Evaluates every (selected) benchmark, caching each; writes and returns the report.
@@ -111,7 +113,7 @@ def run_suite(
     "top_p": top_p,
     "max_response_len": max_response_len,
     "max_prompt_len": max_prompt_len,
-    "seed": int(cfg.seed),
+    "seed": int(seed),
   }
   ident = model_identity(model_dir)
   results, runner = {}, None
@@ -127,7 +129,7 @@ def run_suite(
         log(f"[{i}/{len(names)}] {name}: cached, pass@1 {percent(got['summary']['pass@1'])}")
         continue
       src = prompts.JsonlSource(
-        [os.path.join(data_dir, b["file"])], tok, max_prompt_len=max_prompt_len, seed=cfg.seed
+        [os.path.join(data_dir, b["file"])], tok, max_prompt_len=max_prompt_len, seed=seed
       )
       items = src.items
       log(
@@ -139,16 +141,16 @@ def run_suite(
         )
       )
       if runner is None:
-        runner = ServedModel(cfg, model_dir)
+        runner = ServedModel(model_dir, start_workers)
       t0 = time.time()
       got = scoring.collect(
         runner.ex,
         items,
         samples=n_samples,
         version=0,
-        timeout_s=cfg.rollout.timeout_s,
+        timeout_s=timeout_s,
         tag=f"suite-{name}",
-        seed=cfg.seed,
+        seed=seed,
         on_idle=runner.workers.check,
         sampling=SamplingParams(
           max_new_tokens=max_response_len, temperature=temperature, top_p=top_p

@@ -6,7 +6,7 @@ runs validation, writes metrics and summaries; it hands each step's scored group
 results to the others with `broadcast`, so every process builds the same global batch. Orbax
 saves and restores the sharded state from all processes together.
 
-`initialize(cfg.dist)` picks the cluster from, in order: explicit flags (`dist.coordinator`,
+`initialize(**cfg.dist)` picks the cluster from, in order: explicit flags (`dist.coordinator`,
 `dist.num_processes`, `dist.process_id`), or with `dist.auto=True` JAX's own detection (SLURM,
 Open MPI, TPU pod slices, ...). With neither, the run is single-process.
 """
@@ -28,12 +28,21 @@ log = logging.getLogger(__name__)
 _STATE = {"initialized": False}
 
 
-def initialize(dcfg) -> None:
-  """Joins the process group (once; a no-op for a single-process run)."""
+def initialize(
+  coordinator: str = "",
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  *,
+  auto: bool = False,
+  timeout_s: float = 300.0,
+) -> None:
+  """Joins the process group (once; a no-op for a single-process run): at `coordinator` as
+  process `process_id` of `num_processes`, or, `auto`, where JAX detects the cluster (SLURM,
+  TPU pods); `timeout_s` to wait for every process."""
   if _STATE["initialized"]:
     return
-  explicit = bool(dcfg.coordinator)
-  if not explicit and not dcfg.auto:
+  explicit = bool(coordinator)
+  if not explicit and not auto:
     _STATE["initialized"] = True
     return
   if "cpu" in os.environ.get("JAX_PLATFORMS", "").split(","):
@@ -41,13 +50,13 @@ def initialize(dcfg) -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if explicit:
     jax.distributed.initialize(
-      coordinator_address=dcfg.coordinator,
-      num_processes=dcfg.num_processes,
-      process_id=dcfg.process_id,
-      initialization_timeout=int(dcfg.timeout_s),
+      coordinator_address=coordinator,
+      num_processes=num_processes,
+      process_id=process_id,
+      initialization_timeout=int(timeout_s),
     )
   else:
-    jax.distributed.initialize(initialization_timeout=int(dcfg.timeout_s))
+    jax.distributed.initialize(initialization_timeout=int(timeout_s))
   _STATE["initialized"] = True
   log.info(
     "joined the process group as %d of %d (%d local devices, %d global)",

@@ -189,7 +189,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
   config_lib.validate(cfg)
   preflight.check_installed(cfg)
-  dist.initialize(cfg.dist)
+  dist.initialize(**cfg.dist)
   primary = dist.is_primary()
   if primary:
     for line in preflight.inert_flags(cfg):

@@ -14,6 +14,7 @@ import types
 
 from prorl_jax import config as config_lib
 from prorl_jax.config import workers as workers_lib
+from prorl_jax.data.sources import DataSpec
 from prorl_jax.records import SamplingParams
 from prorl_jax.trainer import train_step as ts
 
@@ -155,6 +156,28 @@ def rollout_plan(cfg) -> RolloutPlan:
     requests_per_round=max(1, workers_lib.worker_count(cfg) + r.external_workers),
     sampling=config_lib.sampling_params(cfg),
     routing=types.MappingProxyType(config_lib.routing_table(cfg)),
+  )
+
+
+def data_spec(cfg) -> DataSpec:
+  """What the run trains and validates on (`data.*`, and the items' prompt length, seed and
+  held-out counts)."""
+  items = config_lib.items
+  d = cfg.data
+  return DataSpec(
+    train_files=tuple(items(d.train_files)),
+    weights=tuple(items(d.weights)),
+    val_files=tuple(items(d.val_files)),
+    prepared=d.prepared,
+    val_suite=d.val_suite,
+    val_benchmarks=tuple(items(d.val_benchmarks)),
+    build_tiny=cfg.model.build_tiny,
+    max_prompt_len=cfg.rollout.max_prompt_len,
+    seed=cfg.seed,
+    heldout=cfg.eval.heldout,
+    max_prompts=cfg.eval.max_prompts,
+    routing=types.MappingProxyType(config_lib.routing_table(cfg)),
+    chat_template=d.chat_template,
   )
 
 

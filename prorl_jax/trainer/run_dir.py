@@ -21,6 +21,7 @@ from prorl_jax.rollout.local import check_worker_python, worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer.loop_state import LoopState
+from prorl_jax.trainer.plan import data_spec
 from prorl_jax.trainer.run_record import check_resume_config, latest_local_step
 from prorl_jax.trainer.setup import resolve_model_path
 
@@ -93,7 +94,7 @@ def check_before_loading(cfg, accept_config_changes: bool):
     print(finished_line(cfg, last), flush=True)
     return {"finished": True, "steps": last}, changes
   setup_lib.check_model_path(cfg)  # is the model there, and are the data files and rows?
-  precheck(cfg)
+  precheck(data_spec(cfg))
   try:  # ... and can the exchange be opened?
     open_store(exchange_url(cfg))
   except InvalidExchange as e:

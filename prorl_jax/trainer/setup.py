@@ -27,7 +27,7 @@ from prorl_jax.parallel.sharding import make_mesh
 from prorl_jax.rewards import sandbox
 from prorl_jax.trainer import compiled
 from prorl_jax.trainer import train_step as ts
-from prorl_jax.trainer.plan import Plan
+from prorl_jax.trainer.plan import Plan, data_spec
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
@@ -129,7 +129,7 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
       f"model.path={path!r}: cannot load its tokenizer ({type(e).__name__}: {str(e)[:200]})"
     ) from None
   # The data and the mesh before the weights: their errors come before any heavy work.
-  source, heldout = sources_for(c, tok)
+  source, heldout = sources_for(data_spec(c), tok)
   dropped = sum(getattr(s, "dropped_too_long", 0) for s in source.sources)
   if dropped:
     log.warning(
