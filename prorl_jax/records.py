@@ -7,9 +7,30 @@ environment.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from typing import Any
 
 import numpy as np
+
+
+class InvalidEntry(ValueError):
+  """A record or exchange entry that does not match its schema (says which field and why)."""
+
+
+def require(cond: bool, msg: str):
+  if not cond:
+    raise InvalidEntry(msg)
+
+
+def is_int(v, lo: int | None = 0) -> bool:
+  """An int (not a bool) of at least `lo`."""
+  return isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
+
+
+def is_num(v) -> bool:
+  """A finite int or float (not a bool)."""
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,12 +48,24 @@ class SamplingParams:
 
   @classmethod
   def from_json(cls, d: dict) -> SamplingParams:
+    """The settings a JSON object describes, checked (raises InvalidEntry naming the field)."""
+    require(isinstance(d, dict), "sampling must be an object")
+    require(is_int(d.get("max_new_tokens"), 1), "sampling.max_new_tokens must be an integer >= 1")
+    for key in ("temperature", "top_p"):
+      v = d.get(key, 1.0)
+      require(is_num(v) and v >= 0, f"sampling.{key} {v!r} is not a finite number >= 0")
+    require(is_int(d.get("top_k", 0)), "sampling.top_k must be an integer >= 0")
+    stop = d.get("stop_token_ids") or []
+    require(
+      isinstance(stop, list) and all(is_int(t) for t in stop),
+      "sampling.stop_token_ids must be a list of token ids",
+    )
     return cls(
-      max_new_tokens=int(d["max_new_tokens"]),
+      max_new_tokens=d["max_new_tokens"],
       temperature=float(d.get("temperature", 1.0)),
       top_p=float(d.get("top_p", 1.0)),
-      top_k=int(d.get("top_k", 0)),
-      stop_token_ids=tuple(int(t) for t in d.get("stop_token_ids") or ()),
+      top_k=d.get("top_k", 0),
+      stop_token_ids=tuple(stop),
     )
 
 
@@ -85,21 +118,102 @@ class Request:
 
   @classmethod
   def from_json(cls, d: dict) -> Request:
-    """The request a JSON body describes (checked first by `rollout.entries.check_request` when
-    it comes from the exchange)."""
+    """The request a JSON body describes, checked: prompts of token ids, n, the sampling
+    settings, seed and versions, one meta object per prompt naming its data source, the routing
+    table; raises InvalidEntry naming the field otherwise. The one schema of a request: the
+    exchange checks every body it reads with it."""
+    require(isinstance(d, dict), "a request must be an object")
+    prompts = d.get("prompts")
+    require(
+      isinstance(prompts, list)
+      and prompts
+      and all(isinstance(p, list) and p and all(is_int(t) for t in p) for p in prompts),
+      "prompts must be a non-empty list of non-empty token-id lists",
+    )
+    require(is_int(d.get("n"), 1), f"n {d.get('n')!r} is not an integer >= 1")
+    sampling = SamplingParams.from_json(d.get("sampling"))
+    meta = d.get("meta")
+    require(
+      isinstance(meta, list)
+      and len(meta) == len(prompts)
+      and all(isinstance(m, dict) for m in meta),
+      "meta must be one object per prompt",
+    )
+    require(
+      all(isinstance(m.get("data_source"), str) and m["data_source"] for m in meta),
+      "every meta object needs a data_source (it names the verifier that scores the prompt)",
+    )
+    require(
+      all(isinstance(m.get("extra", {}), dict) and isinstance(m.get("uid", ""), str) for m in meta),
+      "a meta object's extra must be an object and its uid a string",
+    )
+    require(is_int(d.get("seed", 0), None), "seed must be an integer")
+    require(is_int(d.get("min_version", 0)), "min_version must be an integer >= 0")
+    require(
+      d.get("max_version") is None or is_int(d["max_version"]),
+      "max_version must be null or an integer >= 0",
+    )
+    routing = d.get("routing")
+    require(
+      routing is None
+      or (isinstance(routing, dict) and all(isinstance(v, str) for v in routing.values())),
+      "routing must be an object of verifier names",
+    )
     return cls(
-      prompts=[list(p) for p in d["prompts"]],
-      n=int(d["n"]),
-      sampling=SamplingParams.from_json(d["sampling"]),
+      prompts=[list(p) for p in prompts],
+      n=d["n"],
+      sampling=sampling,
       meta=[
         PromptMeta(m["data_source"], m.get("reference"), m.get("extra", {}), m.get("uid", ""))
-        for m in d["meta"]
+        for m in meta
       ],
-      seed=int(d.get("seed", 0)),
-      min_version=int(d.get("min_version", 0)),
+      seed=d.get("seed", 0),
+      min_version=d.get("min_version", 0),
       max_version=d.get("max_version"),
-      routing=d.get("routing"),
+      routing=routing,
     )
+
+  def canonical(self) -> str:
+    """The request as one JSON string (sorted keys): equal for equal requests, however made."""
+    return json.dumps(self.to_json(), sort_keys=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """A request's scored responses as a worker committed them (checked by the exchange): R =
+  len(prompts)·n rows, prompt-major, right-padded to Tr columns."""
+
+  tokens: np.ndarray  # [R, Tr] response tokens
+  logprobs: np.ndarray  # [R, Tr] the engine's log-probs of them
+  lengths: np.ndarray  # [R]
+  stopped: np.ndarray  # [R] ended on a stop token (else truncated)
+  scores: np.ndarray  # [R] in [0, 1]
+  verifier_failed: np.ndarray  # [R] the verifier failed (a fault, not a judgement)
+  policy_version: int  # the weights that sampled it
+  worker: str = ""
+  attempt: int = 0  # the worker's attempt at the request (0: the first)
+  probe_mismatch: dict | None = None  # {max, mean} of the engine/trainer probe, when measured
+  verifier_stats: dict = dataclasses.field(default_factory=dict)  # {"math/scored": count, ...}
+  weights_wait_s: float | None = None  # how long the worker waited for these weights
+
+  ARRAYS = ("tokens", "logprobs", "lengths", "stopped", "scores", "verifier_failed")
+
+  @classmethod
+  def of(cls, manifest: dict, arrays: dict[str, np.ndarray]) -> Result:
+    """From a checked result manifest and its checked arrays."""
+    wait = manifest.get("weights_wait_s")
+    return cls(
+      **{k: arrays[k] for k in cls.ARRAYS},
+      policy_version=int(manifest["policy_version"]),
+      worker=str(manifest.get("worker", "")),
+      attempt=int(manifest.get("attempt", 0)),
+      probe_mismatch=manifest.get("probe_mismatch") or None,
+      verifier_stats=dict(manifest.get("verifier_stats", {})),
+      weights_wait_s=float(wait) if is_num(wait) and wait >= 0 else None,
+    )
+
+  def arrays(self) -> dict[str, np.ndarray]:
+    return {k: getattr(self, k) for k in self.ARRAYS}
 
 
 @dataclasses.dataclass(frozen=True)

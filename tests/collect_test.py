@@ -38,7 +38,7 @@ def _answer(ex, stop, served, version_of):
     if claim is None:
       stop.wait(0.01)
       continue
-    req = Request.from_json(claim.request)
+    req = claim.request
     rows = req.rows
     scores = np.concatenate([[1.0, 0.0] if p[0] % 2 == 0 else [1.0, 1.0] for p in req.prompts])
     arrays = {
@@ -142,21 +142,19 @@ def test_a_request_lost_while_retiring_is_put_again_from_the_record(tmp_path):
     sampling=SamplingParams(max_new_tokens=3),
     meta=[PromptMeta("chain_sum", "1")],
     seed=5,
-  ).to_json()
+  )
   rid = "s0000004-p-c00024"
   _lost_while_retiring(ex, rid, body)
   stop, served = threading.Event(), []
   t = threading.Thread(target=_answer, args=(ex, stop, served, lambda r: 0), daemon=True)
   t.start()
   try:
-    done = wait_for_results(
-      ex.queue, [rid], timeout_s=30, what="step 4", rows={rid: 2}, bodies={rid: body}
-    )
+    done = wait_for_results(ex.queue, [rid], timeout_s=30, what="step 4", requests={rid: body})
   finally:
     stop.set()
     t.join()
-  assert served == [rid] and done[rid][1]["scores"].tolist() == [1.0, 0.0]  # served again
-  assert ex.queue.load(rid)["seed"] == 5  # the same request: same id, same seed
+  assert served == [rid] and done[rid].scores.tolist() == [1.0, 0.0]  # served again
+  assert ex.queue.load(rid).seed == 5  # the same request: same id, same seed
   # without the trainer's record nothing can produce it: one line at once, not a 300 s wait
   lost = "s0000004-p-c00032"
   _lost_while_retiring(ex, lost, body)

@@ -5,7 +5,7 @@ import dataclasses
 import os
 import re
 
-from prorl_jax.records import Group, Prefetch, Request
+from prorl_jax.records import Group, Prefetch, Request, Result
 from prorl_jax.trainer.batch import TrainBatch
 from prorl_jax.trainer.loop_state import LoopState
 from prorl_jax.trainer.plan import Plan
@@ -18,6 +18,7 @@ RECORDS = {
   "Group": Group,
   "Request": Request,
   "Prefetch": Prefetch,
+  "Result": Result,
   "Plan": Plan,
   "TrainBatch": TrainBatch,
 }

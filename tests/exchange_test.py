@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from prorl_jax.records import InvalidEntry, Request
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.store import NO_VALUE, InvalidExchange, KvStore, LocalStore, open_store
 
@@ -93,14 +94,16 @@ def _arrays(rows=2, width=3, scores=None, fill=0):
 
 def _req(ex, i=0):
   return ex.queue.put(
-    {
-      "prompts": [[1, 2]],
-      "n": 2,
-      "sampling": {"max_new_tokens": 4},
-      "seed": i,
-      "min_version": 0,
-      "meta": [{"data_source": "chain_sum"}],
-    },
+    Request.from_json(
+      {
+        "prompts": [[1, 2]],
+        "n": 2,
+        "sampling": {"max_new_tokens": 4},
+        "seed": i,
+        "min_version": 0,
+        "meta": [{"data_source": "chain_sum"}],
+      }
+    ),
     request_id=f"r{i:03d}",
   )
 
@@ -221,9 +224,9 @@ def test_results_commit_and_each_corruption_is_skipped(ex):
   arrays = dict(_arrays(scores=[1.0, 0.0]), tokens=np.arange(6, dtype=np.int32).reshape(2, 3))
   for c in claims[:3]:
     assert ex.queue.commit(c, arrays, {"policy_version": 1})
-  manifest, got = ex.results.read("r000")
-  np.testing.assert_array_equal(got["tokens"], arrays["tokens"])
-  assert manifest["policy_version"] == 1
+  got = ex.results.read("r000")
+  np.testing.assert_array_equal(got.tokens, arrays["tokens"])
+  assert got.policy_version == 1
   # truncated data key
   m1 = json.loads(ex.store.read("results/r001/manifest.json")[0])
   ex.store.write(m1["data_key"], ex.store.read(m1["data_key"])[0][:20])
@@ -261,7 +264,7 @@ def test_expired_lease_is_reclaimed_and_only_one_commit_wins(ex):
   assert ex.queue.heartbeat(b)
   assert ex.queue.commit(b, _arrays(fill=1), {"policy_version": 0})
   assert not ex.queue.commit(a, _arrays(fill=2), {"policy_version": 0})  # too late: never both
-  np.testing.assert_array_equal(ex.results.read("r000")[1]["tokens"], np.ones((2, 3)))
+  np.testing.assert_array_equal(ex.results.read("r000").tokens, np.ones((2, 3)))
 
 
 WORKER = textwrap.dedent("""
@@ -511,10 +514,13 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
   assert ex.stats["quarantined_request"] == 4
   with pytest.raises(ValueError, match="plain file name"):
     _req_id = "../escape"
-    ex.queue.put(
-      {"prompts": [[1]], "n": 1, "sampling": {"max_new_tokens": 1}, "meta": [{}]},
-      request_id=_req_id,
-    )
+    req = {
+      "prompts": [[1]],
+      "n": 1,
+      "sampling": {"max_new_tokens": 1},
+      "meta": [{"data_source": "x"}],
+    }
+    ex.queue.put(Request.from_json(req), request_id=_req_id)
 
 
 @pytest.mark.parametrize(
@@ -609,7 +615,59 @@ def test_records_round_trip_through_the_exchange_json(ex):
     max_version=2,
     routing={"math": "math"},
   )
-  ex.queue.put(req.to_json(), request_id="r777")
+  ex.queue.put(req, request_id="r777")
   claim = ex.queue.claim("w")
-  assert claim is not None and Request.from_json(claim.request) == req
+  assert claim is not None and claim.request == req
   assert req.rows == 6
+
+
+_GOOD = {
+  "prompts": [[1, 2]],
+  "n": 2,
+  "sampling": {"max_new_tokens": 4, "temperature": 0.6, "top_k": 5, "stop_token_ids": [7]},
+  "meta": [{"data_source": "math", "reference": "3", "extra": {"k": 1}, "uid": "u"}],
+  "seed": 9,
+  "min_version": 1,
+  "max_version": 2,
+  "routing": {"math": "math"},
+}
+
+
+@pytest.mark.parametrize(
+  "change, field",
+  [
+    ({"prompts": [[1, "2"]]}, "prompts"),
+    ({"prompts": [[1, True]]}, "prompts"),
+    ({"n": 2.0}, "n"),
+    ({"sampling": {"max_new_tokens": 4, "top_k": "5"}}, "top_k"),
+    ({"sampling": {"max_new_tokens": 4, "temperature": -1}}, "temperature"),
+    ({"sampling": {"max_new_tokens": 4, "stop_token_ids": ["</s>"]}}, "stop_token_ids"),
+    ({"sampling": None}, "sampling"),
+    ({"seed": "9"}, "seed"),
+    ({"seed": True}, "seed"),
+    ({"max_version": -1}, "max_version"),
+    ({"meta": [{"data_source": "math", "extra": []}]}, "extra"),
+    ({"meta": [{"data_source": "math", "uid": 3}]}, "uid"),
+    ({"routing": {"math": 1}}, "routing"),
+  ],
+)
+def test_one_request_schema_for_the_record_and_the_exchange(ex, change, field):
+  good = Request.from_json(_GOOD)
+  assert good.sampling.top_k == 5 and good.meta[0].extra == {"k": 1} and good.max_version == 2
+  bad = dict(_GOOD, **change)
+  with pytest.raises(InvalidEntry, match=field):
+    Request.from_json(bad)
+  # the same body written by a hostile process: the exchange quarantines it, a worker never sees it
+  import hashlib
+
+  body = dict(bad, id="r000")
+  raw = json.dumps(body, sort_keys=True).encode()
+  ex.store.write(
+    "requests/r000.json",
+    json.dumps({"body": body, "sha256": hashlib.sha256(raw).hexdigest()}).encode(),
+  )
+  assert ex.queue.load("r000") is None and ex.stats["quarantined_request"] == 1
+  ex.queue.put(good, request_id="r001")
+  assert ex.queue.claim("w").request == good
+  with pytest.raises(TypeError, match="takes a records.Request"):
+    ex.queue.put(_GOOD, request_id="r002")

@@ -7,6 +7,7 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
+from prorl_jax.records import PromptMeta, Request, SamplingParams
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import run_dir, versions
 from prorl_jax.trainer.loop_state import LoopState
@@ -66,12 +67,7 @@ def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_left
     ex.weights.publish(v, step=v, src_dir=str(src))
   for i in range(3):
     ex.queue.put(
-      {
-        "prompts": [[1]],
-        "n": 1,
-        "sampling": {"max_new_tokens": 1},
-        "meta": [{"data_source": "chain_sum"}],
-      },
+      Request([[1]], 1, SamplingParams(max_new_tokens=1), [PromptMeta("chain_sum")]),
       request_id=f"s0000002-g00-c{i:05d}",
     )
   opened = run_dir.open_exchange(cfg, LoopState(version=1))  # resumed from a checkpoint of v1

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax.records import Prefetch
+from prorl_jax.records import Prefetch, Request
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LostRequest, wait_for_results
 from prorl_jax.trainer import run_dir
@@ -19,14 +19,16 @@ class Killed(BaseException):
   """kill -9 between two storage writes (BaseException: no `except Exception` swallows it)."""
 
 
-def _body(i: int) -> dict:
-  return {
-    "prompts": [[i + 1, 7]],
-    "n": 2,
-    "sampling": {"max_new_tokens": 3},
-    "meta": [{"data_source": "chain_sum"}],
-    "seed": 1000 + i,
-  }
+def _body(i: int) -> Request:
+  return Request.from_json(
+    {
+      "prompts": [[i + 1, 7]],
+      "n": 2,
+      "sampling": {"max_new_tokens": 3},
+      "meta": [{"data_source": "chain_sum"}],
+      "seed": 1000 + i,
+    }
+  )
 
 
 def _arrays(mark: float) -> dict:
@@ -117,7 +119,7 @@ def test_reconcile_leaves_exactly_the_checkpoints_requests(
   }
   done, _ = _resume_and_finish(url, expected)
   # the old run's result (score 1) is used when it was committed and not retired
-  assert done["s0000004-p-c00000"][1]["scores"][0] == (1.0 if kept else 0.0)
+  assert done["s0000004-p-c00000"].scores[0] == (1.0 if kept else 0.0)
 
 
 def test_a_request_of_another_body_under_the_same_id_is_replaced(tmp_path):
@@ -128,7 +130,7 @@ def test_a_request_of_another_body_under_the_same_id_is_replaced(tmp_path):
   ex.queue.commit(claim, _arrays(1.0), {"policy_version": 0})
   counts = ex.queue.reconcile({"s0000004-p-c00000": _body(0)})
   assert counts["put"] == 1 and counts["pending"] == 1
-  assert ex.queue.load("s0000004-p-c00000")["seed"] == 1000
+  assert ex.queue.load("s0000004-p-c00000").seed == 1000
 
 
 def test_torn_request_and_torn_result_are_made_again(tmp_path):
@@ -165,7 +167,7 @@ def test_the_wait_puts_a_torn_request_again_from_the_record_or_names_it(tmp_path
     return ""
 
   done = wait_for_results(
-    ex.queue, [rid], timeout_s=30.0, what="step 4", on_idle=serve, bodies={rid: _body(0)}
+    ex.queue, [rid], timeout_s=30.0, what="step 4", on_idle=serve, requests={rid: _body(0)}
   )
   assert list(done) == [rid] and ex.stats["reput"] == 1
 
@@ -192,7 +194,7 @@ def test_the_window_that_lost_a_prefetched_request_is_closed(tmp_path):
   for k in ex.store.list(f"results/{lost}/"):
     if k.endswith(".npz"):
       ex.store.write(k, None)  # the manifest is left: a result whose data and request are gone
-  pf = Prefetch.from_json({"step": 4, "version": 2, "requests": record})
+  pf = Prefetch(step=4, version=2, rounds=1, requests=record)
   loop = LoopState(step=3, version=3, prefetch=pf)
   resumed = run_dir.open_exchange(cfg, loop)
   _serve(resumed)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.vllm
 import jax  # noqa: E402
 
 from prorl_jax.model import forward, init_params, presets, save_hf  # noqa: E402
-from prorl_jax.records import SamplingParams  # noqa: E402
+from prorl_jax.records import Request, SamplingParams  # noqa: E402
 from prorl_jax.rollout.engines.vllm import VllmEngine  # noqa: E402
 from prorl_jax.rollout.exchange import Exchange  # noqa: E402
 from prorl_jax.trainer.versions import write_probe  # noqa: E402
@@ -89,14 +89,16 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
   ex.weights.publish(0, step=0, src_dir=base)
   rids = [
     ex.queue.put(
-      {
-        "prompts": [[1, 7, 8]],
-        "n": 3,
-        "seed": i,
-        "min_version": 0,
-        "sampling": {"max_new_tokens": 8, "temperature": 1.0},
-        "meta": [{"data_source": "chain_sum", "reference": "5"}],
-      },
+      Request.from_json(
+        {
+          "prompts": [[1, 7, 8]],
+          "n": 3,
+          "seed": i,
+          "min_version": 0,
+          "sampling": {"max_new_tokens": 8, "temperature": 1.0},
+          "meta": [{"data_source": "chain_sum", "reference": "5"}],
+        }
+      ),
       request_id=f"r{i}",
     )
     for i in range(2)
@@ -119,5 +121,5 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   for rid in rids:
-    manifest, arrays = ex.results.read(rid)
-    assert manifest["policy_version"] == 0 and arrays["tokens"].shape == (3, 8)
+    res = ex.results.read(rid)
+    assert res.policy_version == 0 and res.tokens.shape == (3, 8)

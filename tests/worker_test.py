@@ -14,6 +14,7 @@ import pytest
 from prorl_jax.demo import chain_sum, tiny_base
 from prorl_jax.model import load_tokenizer
 from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.records import Request
 from prorl_jax.rewards import ifeval
 from prorl_jax.rollout.exchange import Exchange
 
@@ -83,14 +84,16 @@ def _request(ex, tok, rid, min_version=0, n=4, meta=None):
   rng = np.random.RandomState(0)
   items = [chain_sum.make_item(rng) for _ in range(3)]
   return ex.queue.put(
-    {
-      "prompts": [prompt_ids(tok, it["prompt"]) for it in items],
-      "n": n,
-      "seed": 5,
-      "sampling": {"max_new_tokens": 12, "temperature": 1.0},
-      "min_version": min_version,
-      "meta": meta or [{"data_source": "chain_sum", "reference": it["answer"]} for it in items],
-    },
+    Request.from_json(
+      {
+        "prompts": [prompt_ids(tok, it["prompt"]) for it in items],
+        "n": n,
+        "seed": 5,
+        "sampling": {"max_new_tokens": 12, "temperature": 1.0},
+        "min_version": min_version,
+        "meta": meta or [{"data_source": "chain_sum", "reference": it["answer"]} for it in items],
+      }
+    ),
     request_id=rid,
   ), items
 
@@ -125,9 +128,10 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
     assert proc.wait(timeout=180) == 0, proc.stdout.read()
   finally:
     proc.kill()
-  manifest, arrays = ex.results.read(rid)
-  assert manifest["policy_version"] == 0 and manifest["attempt"] == 0
-  assert manifest["probe_mismatch"]["max"] < 1e-4  # the JAX engine is the trainer's model
+  res = ex.results.read(rid)
+  arrays = res.arrays()
+  assert res.policy_version == 0 and res.attempt == 0
+  assert res.probe_mismatch["max"] < 1e-4  # the JAX engine is the trainer's model
   assert arrays["tokens"].shape == (12, 12) and arrays["scores"].shape == (12,)
   for r in range(12):  # the worker's scores are the verifier's scores of the decoded text
     text = tok.decode(arrays["tokens"][r][: arrays["lengths"][r]])
@@ -157,8 +161,8 @@ def test_kill9_mid_request_is_finished_once_by_a_restarted_worker(tmp_path, base
     assert second.wait(timeout=180) == 0, second.stdout.read()
   finally:
     second.kill()
-  manifest, _ = ex.results.read(rid)
-  assert manifest["attempt"] == 1 and manifest["policy_version"] == 1
+  res = ex.results.read(rid)
+  assert res.attempt == 1 and res.policy_version == 1
   results = [k for k in ex.store.list(f"results/{rid}/") if k.endswith(".npz")]
   assert len(results) == 1  # committed exactly once
 

@@ -42,12 +42,11 @@ def collect(
 ) -> dict[str, np.ndarray]:
   """Samples `samples` responses per item from weights `version` and scores them:
   {"scores", "failed" (the verifier failed), "lengths"}, each [len(items), samples]."""
-  rids, rows, bodies = [], {}, {}
+  rids, requests = [], {}
   for c in range(0, len(items), chunk):
     part = items[c : c + chunk]
     rid = f"{tag}-c{c // chunk:04d}"
-    rows[rid] = len(part) * samples
-    bodies[rid] = Request(
+    requests[rid] = Request(
       prompts=[list(it["prompt_ids"]) for it in part],
       n=samples,
       sampling=sampling,
@@ -55,24 +54,23 @@ def collect(
       seed=seed + c,
       min_version=version,
       max_version=version,
-    ).to_json()
-    rids.append(ex.queue.put(bodies[rid], request_id=rid))
+    )
+    rids.append(ex.queue.put(requests[rid], request_id=rid))
   results = wait_for_results(
     ex.queue,
     rids,
     timeout_s=timeout_s,
     what=f"evaluation {tag}",
     on_idle=on_idle,
-    rows=rows,
-    bodies=bodies,
+    requests=requests,
   )
   out = {"scores": [], "failed": [], "lengths": []}
   for c, rid in enumerate(rids):
-    _, arrays = results[rid]
+    res = results[rid]
     n = len(items[c * chunk : (c + 1) * chunk])
-    out["scores"].append(arrays["scores"].reshape(n, samples).astype(np.float64))
-    out["failed"].append(arrays["verifier_failed"].reshape(n, samples).astype(bool))
-    out["lengths"].append(arrays["lengths"].reshape(n, samples).astype(np.int64))
+    out["scores"].append(res.scores.reshape(n, samples).astype(np.float64))
+    out["failed"].append(res.verifier_failed.reshape(n, samples).astype(bool))
+    out["lengths"].append(res.lengths.reshape(n, samples).astype(np.int64))
     ex.queue.retire(rid)
   return {k: np.concatenate(v) for k, v in out.items()}
 

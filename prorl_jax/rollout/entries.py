@@ -9,17 +9,16 @@ result's arrays match their schema. A check raises `InvalidEntry` naming the fie
 from __future__ import annotations
 
 import json
-import math
 import re
 
 import numpy as np
 
+from prorl_jax.records import InvalidEntry, Request, require
+from prorl_jax.records import is_int as _is_int
+from prorl_jax.records import is_num as _is_num
+
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _SHA = re.compile(r"[0-9a-f]{64}")
-
-
-class InvalidEntry(ValueError):
-  """An exchange entry that does not match its schema (says which field and why)."""
 
 
 def is_plain_name(name) -> bool:
@@ -35,19 +34,6 @@ def safe_name(name, what: str = "name") -> str:
       "dot, at most 200 characters)"
     )
   return name
-
-
-def require(cond: bool, msg: str):
-  if not cond:
-    raise InvalidEntry(msg)
-
-
-def _is_int(v, lo: int | None = 0) -> bool:
-  return isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
-
-
-def _is_num(v) -> bool:
-  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def parse_object(data: bytes) -> dict:
@@ -82,43 +68,11 @@ def check_weights_manifest(doc: dict, version: int) -> dict:
   return doc
 
 
-def check_request(body: dict, rid: str) -> dict:
-  """The request body `rid`, checked: prompts of token ids, n, the sampling parameters, seed and
-  versions, one meta entry per prompt; raises InvalidEntry otherwise."""
-  require(body.get("id") == rid, f"id {body.get('id')!r} is not {rid!r}")
-  prompts = body.get("prompts")
-  require(
-    isinstance(prompts, list)
-    and prompts
-    and all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompts),
-    "prompts must be a non-empty list of non-empty token-id lists",
-  )
-  require(_is_int(body.get("n"), 1), f"n {body.get('n')!r} is not an integer >= 1")
-  require(
-    isinstance(body.get("sampling"), dict) and _is_int(body["sampling"].get("max_new_tokens"), 1),
-    "sampling.max_new_tokens must be an integer >= 1",
-  )
-  for key in ("temperature", "top_p"):
-    v = body["sampling"].get(key, 1.0)
-    require(_is_num(v) and v >= 0, f"sampling.{key} {v!r} is not a finite number >= 0")
-  meta = body.get("meta")
-  require(
-    isinstance(meta, list) and len(meta) == len(prompts) and all(isinstance(m, dict) for m in meta),
-    "meta must be one object per prompt",
-  )
-  require(
-    all(isinstance(m.get("data_source"), str) and m["data_source"] for m in meta),
-    "every meta object needs a data_source (it names the verifier that scores the prompt)",
-  )
-  require(_is_int(body.get("min_version", 0)), "min_version must be an integer >= 0")
-  require(
-    body.get("max_version") is None or _is_int(body["max_version"]),
-    "max_version must be null or an integer >= 0",
-  )
-  require(
-    body.get("routing") is None or isinstance(body["routing"], dict), "routing must be an object"
-  )
-  return body
+def check_request(body: dict, rid: str) -> Request:
+  """The request body `rid` as a `Request`, checked (`Request.from_json`, and its id); raises
+  InvalidEntry otherwise."""
+  require(isinstance(body, dict) and body.get("id") == rid, f"id is not {rid!r}")
+  return Request.from_json(body)
 
 
 def check_lease(doc: dict) -> dict:

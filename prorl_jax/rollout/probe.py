@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from prorl_jax.records import Result
 from prorl_jax.rollout.local import WorkerFailure
 
 PROBE_FILE = "probe.json"
@@ -58,14 +59,14 @@ def check_probe(score_tokens, path: str) -> dict | None:
   return probe_mismatch(got, np.concatenate([np.asarray(x) for x in probe["logprobs"]]))
 
 
-def reported_mismatch(manifest: dict, budget: float) -> dict:
+def reported_mismatch(result: Result, budget: float) -> dict:
   """A result's probe mismatch ({max, mean}; {} when its worker reported none); past `budget`
   (> 0) the run stops with one line (WorkerFailure)."""
-  mm = manifest.get("probe_mismatch") or {}
+  mm = result.probe_mismatch or {}
   if mm and budget and mm["max"] > budget:
     raise WorkerFailure(
       f"engine/trainer log-prob mismatch {mm['max']:.3g} on the probe exceeds "
-      f"rollout.max_probe_mismatch={budget} (worker {manifest.get('worker')}, weights "
-      f"v{manifest['policy_version']}); check the engine's dtype and weight loading"
+      f"rollout.max_probe_mismatch={budget} (worker {result.worker}, weights "
+      f"v{result.policy_version}); check the engine's dtype and weight loading"
     )
   return mm

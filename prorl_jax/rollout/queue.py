@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from prorl_jax.records import Request, Result
 from prorl_jax.rollout.entries import (
   InvalidEntry,
   check_lease,
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass
 class Claim:
   request_id: str
-  request: dict
+  request: Request
   worker: str
   attempt: int
   generation: bytes  # of our lease; renewing it is a compare-and-swap on this
@@ -56,18 +57,24 @@ class RequestQueue:
     self.results = results
     self.lease_seconds = lease_seconds
 
-  def put(self, request: dict, request_id: str | None = None) -> str:
-    """Writes a request (`records.Request.to_json()`); returns its id."""
+  def put(self, request: Request, request_id: str | None = None) -> str:
+    """Writes a request; returns its id."""
+    if not isinstance(request, Request):
+      raise TypeError(
+        f"RequestQueue.put takes a records.Request, not {type(request).__name__} "
+        "(Request.from_json(body) reads a JSON body)"
+      )
     rid = safe_name(request_id or uuid.uuid4().hex, "request id")
-    body = check_request(dict(request, id=rid), rid)
+    body = dict(request.to_json(), id=rid)
+    check_request(body, rid)  # what a worker will accept, refused here first
     raw = json.dumps(body, sort_keys=True)
     self.store.write(
       f"requests/{rid}.json", json.dumps({"body": body, "sha256": sha(raw.encode())}).encode()
     )
     return rid
 
-  def load(self, rid: str) -> dict | None:
-    """The request's checked body; None if absent, torn (skipped) or malformed (quarantined)."""
+  def load(self, rid: str) -> Request | None:
+    """The request `rid`, checked; None if absent, torn (skipped) or malformed (quarantined)."""
     key = f"requests/{rid}.json"
     data, _ = self.store.read(key)
     if data is None:
@@ -195,9 +202,9 @@ class RequestQueue:
           out.add(rid)
     return out
 
-  def reconcile(self, expected: dict[str, dict]) -> dict[str, int]:
+  def reconcile(self, expected: dict[str, Request]) -> dict[str, int]:
     """Makes the exchange hold what a resumed trainer expects and nothing else: every request of
-    `expected` ({id: body}, the checkpoint's record of requests in flight) ends pending, or with
+    `expected` ({id: request}, the checkpoint's record of requests in flight) ends pending, or with
     a verified result of that same body; one that is missing, torn, malformed or of another body
     is put again (same id, same body, so the same seed), and a pending one's lease is dropped (its
     worker belonged to the interrupted run: a live one loses the lease at its next renewal and
@@ -207,11 +214,12 @@ class RequestQueue:
     for rid in sorted(self.known_ids() - set(expected)):
       self.retire(rid)
       counts["retired"] += 1
-    for rid, body in expected.items():
-      want = check_request(dict(body, id=rid), rid)
+    for rid, want in expected.items():
       stored = self.load(rid)
-      if stored != want:  # missing, torn, or another request under this id: from scratch
-        self.retire(rid)  # (a result without its request is of no known body: dropped too)
+      if stored is None or stored.canonical() != want.canonical():
+        # missing, torn, or another request under this id: from scratch (a result without its
+        # request is of no known body: dropped too)
+        self.retire(rid)
         stored = None
       elif self.results.committed(rid) and self.results.read(rid) is None:
         self.requeue(rid)  # a torn or malformed result: generated again
@@ -269,14 +277,14 @@ class LostRequest(WaitTimeout):
 
 
 def _ensure_request(
-  queue: RequestQueue, rid: str, bodies: dict | None, what: str, verify: bool = False
+  queue: RequestQueue, rid: str, requests: dict | None, what: str, verify: bool = False
 ) -> None:
-  """Puts request `rid` again from `bodies` when it is gone (or, `verify`, torn or malformed:
+  """Puts request `rid` again from `requests` when it is gone (or, `verify`, torn or malformed:
   no worker could serve it); without a record, raises LostRequest."""
   if queue.has(rid) and (not verify or queue.load(rid) is not None):
     return
-  if bodies and rid in bodies:
-    queue.put(bodies[rid], request_id=rid)
+  if requests and rid in requests:
+    queue.put(requests[rid], request_id=rid)
     queue.store.stats["reput"] += 1
     log.warning("exchange: request %s of %s was gone; put it again", rid, what)
     return
@@ -294,18 +302,19 @@ def wait_for_results(
   what: str,
   on_idle: Callable[[], str] | None = None,
   poll_s: float = 0.05,
+  requests: dict[str, Request] | None = None,
   rows: dict[str, int] | None = None,
-  bodies: dict[str, dict] | None = None,
-) -> dict:
-  """{rid: (manifest, arrays)} once every request has a verified result; raises on timeout.
+) -> dict[str, Result]:
+  """{rid: result} once every request has a verified result; raises on timeout.
 
-  `rows[rid]`: the response rows request `rid` asks for (a result of another shape is
-  malformed). Corrupt or malformed results are requeued (a worker redoes them). A request that
-  has no result and no request file a worker can read (gone, torn, quarantined) can never be
-  served: it is put again from `bodies[rid]` (the caller's record: same
-  id, same seed), and without a record the wait stops at once with one line naming it. Logs
-  what it waits for every 30 s.
+  `requests`: the caller's record of the requests; a result must have as many rows as its
+  request asks for (or `rows[rid]`, without a record), else it is malformed. Corrupt or
+  malformed results are requeued (a worker redoes them). A request that has no result and no
+  request file a worker can read (gone, torn, quarantined) can never be served: it is put again
+  from `requests[rid]` (the caller's record: same id, same seed), and without a record the wait
+  stops at once with one line naming it. Logs what it waits for every 30 s.
   """
+  rows = dict(rows or {}, **{rid: r.rows for rid, r in (requests or {}).items()})
   done, t0, last_log, last_verify = {}, time.time(), time.time(), 0.0
   pending, url = list(rids), queue.store.url
   while pending:
@@ -315,15 +324,15 @@ def wait_for_results(
       last_verify = time.time()
     for rid in pending:
       if queue.results.committed(rid):
-        res = queue.results.read(rid, (rows or {}).get(rid))
+        res = queue.results.read(rid, rows.get(rid))
         if res is None:
           queue.requeue(rid)
-          _ensure_request(queue, rid, bodies, what, verify=True)
+          _ensure_request(queue, rid, requests, what, verify=True)
           still.append(rid)
         else:
           done[rid] = res
       else:
-        _ensure_request(queue, rid, bodies, what, verify=verify)
+        _ensure_request(queue, rid, requests, what, verify=verify)
         still.append(rid)
     pending = still
     if not pending:

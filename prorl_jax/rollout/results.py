@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from prorl_jax.records import Result
 from prorl_jax.rollout.entries import (
   InvalidEntry,
   check_result_arrays,
@@ -69,8 +70,8 @@ class ResultStore:
       self.store.stats["lost_commit_race"] += 1
     return bool(created)
 
-  def read(self, rid: str, rows: int | None = None) -> tuple[dict, dict[str, np.ndarray]] | None:
-    """(manifest, arrays) of a committed, verified result (`rows`: the rows the request asked
+  def read(self, rid: str, rows: int | None = None) -> Result | None:
+    """The committed, verified result of `rid` (`rows`: the rows the request asked
     for); None if absent, corrupt (skipped) or malformed (quarantined)."""
     key = f"results/{rid}/manifest.json"
     data, _ = self.store.read(key)
@@ -86,7 +87,7 @@ class ResultStore:
       self.store.skip("result", key, "data missing, truncated or checksum mismatch")
       return None
     try:
-      return manifest, check_result_arrays(decode_arrays(blob), rows)
+      return Result.of(manifest, check_result_arrays(decode_arrays(blob), rows))
     except Exception as e:  # noqa: BLE001 - hostile bytes may fail to decode in any way
       self.store.quarantine("result", manifest["data_key"], blob, f"malformed data: {e}")
       self.store.write(key, None)

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from prorl_jax.model.tokenizer import load_tokenizer
-from prorl_jax.records import PromptMeta, Request
+from prorl_jax.records import PromptMeta
 from prorl_jax.rewards import confinement, sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.engines import Engine, make_engine
@@ -144,7 +144,7 @@ class Worker:
   def serve_one(self, claim: Claim) -> bool:
     """Serves one claimed request: generate, score, commit, heartbeating the lease meanwhile;
     False when the lease was lost (another worker has the request) or the commit lost its race."""
-    req = Request.from_json(claim.request)
+    req = claim.request
     finished, lost = threading.Event(), threading.Event()
     beat = threading.Thread(target=self._heartbeat, args=(claim, lost, finished), daemon=True)
     beat.start()
@@ -236,8 +236,7 @@ class Worker:
         backoff = min(backoff * 1.5, max(self.poll_s, 0.1))
         continue
       backoff = self.poll_s
-      lo = int(claim.request.get("min_version", 0))
-      hi = claim.request.get("max_version")
+      lo, hi = claim.request.min_version, claim.request.max_version
       t_wait = time.time()
       while not (lo <= self.version and (hi is None or self.version <= hi)):
         if self.stop.is_set() or self._orphaned():

@@ -12,10 +12,10 @@ import numpy as np
 from flax import struct
 
 from prorl_jax.algo import advantages, shaping
-from prorl_jax.records import Group, Request
+from prorl_jax.records import Group, Request, Result
 
 
-def results_to_groups(rid: str, request: Request, manifest: dict, arrays: dict) -> list[Group]:
+def results_to_groups(rid: str, request: Request, result: Result) -> list[Group]:
   """One group per prompt of a committed request (rows are prompt-major)."""
   n = request.n
   groups = []
@@ -26,13 +26,13 @@ def results_to_groups(rid: str, request: Request, manifest: dict, arrays: dict) 
         uid=meta.uid or f"{rid}:{i}",
         prompt_ids=np.asarray(prompt),
         data_source=meta.data_source,
-        tokens=arrays["tokens"][rows],
-        gen_logp=arrays["logprobs"][rows],
-        lengths=arrays["lengths"][rows],
-        stopped=arrays["stopped"][rows],
-        raw_scores=arrays["scores"][rows],
-        verifier_failed=arrays["verifier_failed"][rows],
-        policy_version=int(manifest["policy_version"]),
+        tokens=result.tokens[rows],
+        gen_logp=result.logprobs[rows],
+        lengths=result.lengths[rows],
+        stopped=result.stopped[rows],
+        raw_scores=result.scores[rows],
+        verifier_failed=result.verifier_failed[rows],
+        policy_version=result.policy_version,
       )
     )
   return groups

@@ -129,5 +129,5 @@ def open_exchange(cfg, loop: LoopState) -> Exchange:
       ex.weights.delete(v)
   pf = loop.prefetch
   keep = pf is not None and pf.version in ex.weights.versions()
-  ex.queue.reconcile(pf.requests_json() if keep else {})
+  ex.queue.reconcile(pf.requests if keep else {})
   return ex

@@ -65,7 +65,7 @@ def _round_salt(tag: str) -> int:
 
 def _put(ex: Exchange, requests: dict[str, Request]) -> None:
   for rid, req in requests.items():
-    ex.queue.put(req.to_json(), request_id=rid)
+    ex.queue.put(req, request_id=rid)
 
 
 @dataclasses.dataclass
@@ -118,24 +118,20 @@ def _receive(
     timeout_s=p.timeout_s,
     what=f"rollouts of step {step}",
     on_idle=on_idle,
-    rows={rid: req.rows for rid, req in requests.items()},
-    bodies={rid: req.to_json() for rid, req in requests.items()},
+    requests=requests,
   )
   got.wait_s += time.time() - t0
   groups = []
   for rid, req in requests.items():
-    manifest, arrays = done[rid]
+    result = done[rid]
     ex.queue.retire(rid)
-    if not admissible(version, int(manifest["policy_version"]), p.max_staleness):
+    if not admissible(version, result.policy_version, p.max_staleness):
       got.stale_dropped += 1  # never train on results beyond the staleness bound
       continue
-    got.probe(probe.reported_mismatch(manifest, p.max_probe_mismatch))
-    wait = manifest.get("weights_wait_s")
-    if isinstance(wait, (int, float)) and wait >= 0:
-      got.workers_wait_s += float(wait)
-    for k, v in manifest.get("verifier_stats", {}).items():  # per-request counts
-      got.verifier[k] += v  # "code/scored" -> count
-    for g in batch.results_to_groups(rid, req, manifest, arrays):
+    got.probe(probe.reported_mismatch(result, p.max_probe_mismatch))
+    got.workers_wait_s += result.weights_wait_s or 0.0
+    got.verifier.update(result.verifier_stats)  # per-request counts: "code/scored" -> count
+    for g in batch.results_to_groups(rid, req, result):
       got.failed_samples += int(np.sum(g.verifier_failed))
       g = batch.without_failed_samples(g)  # a verifier's fault drops samples, not the group
       if g is None:
