@@ -1,4 +1,4 @@
-"""`python -m prorl_jax.data.audit` on fixture data: no strategy beats an honest wrong answer,
+"""`python -m prorl_jax.cli.audit` on fixture data: no strategy beats an honest wrong answer,
 every reference earns 1.0, and breaking one reward rule makes it say so."""
 
 import json
@@ -53,7 +53,7 @@ def test_the_audit_passes_on_the_fixture_mix(mix, tmp_path):
     [
       sys.executable,
       "-m",
-      "prorl_jax.data.audit",
+      "prorl_jax.cli.audit",
       f"--data={mix}",
       "--per_source=2",
       f"--json={table}",

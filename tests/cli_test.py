@@ -221,3 +221,21 @@ def test_debug_shows_the_traceback():
     env_extra={"PRORL_DEBUG": "1"},
   )
   assert "Traceback" in env_proc.stderr
+
+
+def test_a_status_command_says_a_user_error_in_one_line(capsys, monkeypatch):
+  from prorl_jax.cli import errors
+
+  def bad():
+    raise ValueError("--out: no such\n  directory")
+
+  monkeypatch.delenv("PRORL_DEBUG", raising=False)
+  monkeypatch.setattr("sys.argv", ["prog"])
+  assert errors.exit_status(bad, ValueError) == 2
+  assert capsys.readouterr().err == "error: --out: no such directory\n"
+  assert errors.exit_status(lambda: 0, ValueError) == 0
+  with pytest.raises(KeyError):  # not a user error: its traceback
+    errors.exit_status(lambda: {}["x"], ValueError)
+  monkeypatch.setenv("PRORL_DEBUG", "1")
+  with pytest.raises(ValueError, match="no such"):
+    errors.exit_status(bad, ValueError)

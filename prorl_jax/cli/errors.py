@@ -1,5 +1,6 @@
 """One error path for the command lines: a failure the user can fix ends in one line on stderr
-that says what to fix, exit status 2, no traceback (`--debug` or PRORL_DEBUG=1 shows it).
+that says what to fix, exit status 2, no traceback (`--debug` or PRORL_DEBUG=1 shows it):
+`user_errors` for the absl commands, `exit_status` for those whose `main(argv)` returns a status.
 
 `parse_flags` is the absl flags parser of the config-file CLIs (prorl-train, prorl-eval): it
 checks `--config=FILE[:variant]` and every `--config.a.b=value` override against the config's
@@ -27,10 +28,28 @@ def debug_on(argv: list[str] | None = None) -> bool:
   return os.environ.get("PRORL_DEBUG", "") not in ("", "0") or "--debug" in argv
 
 
+def say(msg) -> None:
+  """Prints `error: msg` on stderr, on one line."""
+  print("error: " + " ".join(str(msg).split()), file=sys.stderr)
+
+
 def fail(msg: str) -> None:
   """Prints `error: msg` (one line) and exits with status 2."""
-  print("error: " + " ".join(str(msg).split()), file=sys.stderr)
+  say(msg)
   sys.exit(USAGE_EXIT)
+
+
+def exit_status(fn, *types: type[BaseException]) -> int:
+  """fn()'s exit status, for a command whose `main(argv)` returns one: a user-fixable error (of
+  `types`) becomes one line and status 2, as `user_errors` does for the absl commands (with
+  --debug or PRORL_DEBUG=1 it propagates with its traceback)."""
+  try:
+    return fn()
+  except types as e:
+    if debug_on():
+      raise
+    say(e)
+    return USAGE_EXIT
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from prorl_jax.cli import errors
 from prorl_jax.evaluation.export import ExportError, export
 
 
@@ -26,13 +27,13 @@ def main(argv=None):
   )
   ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
   args = ap.parse_args(argv)
-  try:
+
+  def run() -> int:
     step_dir = export(args.checkpoint, args.out, args.base, args.dtype)
-  except ExportError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  print(f"wrote {args.out} from {step_dir} ({args.dtype})")
-  return 0
+    print(f"wrote {args.out} from {step_dir} ({args.dtype})")
+    return 0
+
+  return errors.exit_status(run, ExportError)
 
 
 if __name__ == "__main__":

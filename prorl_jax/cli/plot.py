@@ -140,9 +140,7 @@ def main(argv=None) -> int:
   )
   ap.add_argument("--debug", action="store_true", help="show tracebacks")
   args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-  with errors.user_errors(PlotError):
-    print(dashboard(args.runs, args.out))
-  return 0
+  return errors.exit_status(lambda: print(dashboard(args.runs, args.out)) or 0, PlotError)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import collections
 import os
 import sys
 
+from prorl_jax.cli import errors
 from prorl_jax.data import suite as suite_lib
 from prorl_jax.data import suite_rows
 from prorl_jax.data.hub import Malformed, PrepareError  # noqa: F401 - Malformed: the command's API
@@ -118,26 +119,26 @@ def main(argv=None) -> int:
     "--lcb_to", default=suite_rows.LCB_WINDOW[1], help="suite: ... and before (YYYY-MM-DD)"
   )
   args = ap.parse_args(argv)
+  return errors.exit_status(lambda: _checked(args), PrepareError)
+
+
+def _checked(args) -> int:
   known = suite_lib.SOURCES if args.suite else SOURCES
+  local = _pairs(args.source, "--source")
+  unknown = set(local) - set(known)
+  if unknown:
+    raise PrepareError(
+      f"--source {sorted(unknown)[0]}: unknown source; the sources are {', '.join(known)}"
+    )
+  tasks = tuple(t for t in args.rg_tasks.split(",") if t)
   try:
-    local = _pairs(args.source, "--source")
-    unknown = set(local) - set(known)
-    if unknown:
-      raise PrepareError(
-        f"--source {sorted(unknown)[0]}: unknown source; the sources are {', '.join(known)}"
-      )
-    tasks = tuple(t for t in args.rg_tasks.split(",") if t)
-    try:
-      puzzles.check_tasks(tasks)
-    except ValueError as e:
-      raise PrepareError(f"--rg_tasks: {e}") from None
-    revisions = _pairs(args.revision, "--revision")
-    check_pool = None
-    if args.check_references:
-      check_pool = VerifierPool(processes=max(1, min(os.cpu_count() or 1, 16)))
-  except PrepareError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    puzzles.check_tasks(tasks)
+  except ValueError as e:
+    raise PrepareError(f"--rg_tasks: {e}") from None
+  revisions = _pairs(args.revision, "--revision")
+  check_pool = None
+  if args.check_references:
+    check_pool = VerifierPool(processes=max(1, min(os.cpu_count() or 1, 16)))
   try:
     return _run(args, local, revisions, tasks, check_pool)
   finally:
@@ -146,46 +147,42 @@ def main(argv=None) -> int:
 
 
 def _run(args, local, revisions, tasks, check_pool) -> int:
-  try:
-    if args.suite:
-      if not (suite_lib.is_valid_date(args.lcb_from) and suite_lib.is_valid_date(args.lcb_to)):
-        raise PrepareError("--lcb_from / --lcb_to take dates as YYYY-MM-DD")
-      m = suite_lib.prepare_suite(
-        args.out,
-        local=local,
-        revisions=revisions,
-        rg_tasks=tasks,
-        benchmarks=tuple(b for b in args.benchmarks.split(",") if b),
-        rg_per_task=args.rg_per_task,
-        lcb_window=(args.lcb_from, args.lcb_to),
-        check_pool=check_pool,
-      )
-      print(
-        f"wrote {args.out}: {len(m['benchmarks'])} benchmarks; evaluate with python -m "
-        f"prorl_jax.cli.eval --suite={args.suite} --data={args.out} --checkpoint=MODEL"
-      )
-      return 0
-    counts = dict(PRORL_MIX)
-    for k, v in _pairs(args.count, "--count").items():
-      if k not in counts or not v.isdigit():
-        raise PrepareError(
-          f"--count {k}={v}: want DOMAIN=N with DOMAIN one of {', '.join(PRORL_MIX)}"
-        )
-      counts[k] = int(v)
-    counts = {k: v for k, v in counts.items() if v}
-    manifest = prepare(
+  if args.suite:
+    if not (suite_lib.is_valid_date(args.lcb_from) and suite_lib.is_valid_date(args.lcb_to)):
+      raise PrepareError("--lcb_from / --lcb_to take dates as YYYY-MM-DD")
+    m = suite_lib.prepare_suite(
       args.out,
-      counts=counts,
       local=local,
       revisions=revisions,
-      val_per_domain=args.val,
-      seed=args.seed,
       rg_tasks=tasks,
+      benchmarks=tuple(b for b in args.benchmarks.split(",") if b),
+      rg_per_task=args.rg_per_task,
+      lcb_window=(args.lcb_from, args.lcb_to),
       check_pool=check_pool,
     )
-  except PrepareError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    print(
+      f"wrote {args.out}: {len(m['benchmarks'])} benchmarks; evaluate with python -m "
+      f"prorl_jax.cli.eval --suite={args.suite} --data={args.out} --checkpoint=MODEL"
+    )
+    return 0
+  counts = dict(PRORL_MIX)
+  for k, v in _pairs(args.count, "--count").items():
+    if k not in counts or not v.isdigit():
+      raise PrepareError(
+        f"--count {k}={v}: want DOMAIN=N with DOMAIN one of {', '.join(PRORL_MIX)}"
+      )
+    counts[k] = int(v)
+  counts = {k: v for k, v in counts.items() if v}
+  manifest = prepare(
+    args.out,
+    counts=counts,
+    local=local,
+    revisions=revisions,
+    val_per_domain=args.val,
+    seed=args.seed,
+    rg_tasks=tasks,
+    check_pool=check_pool,
+  )
   print(
     f"wrote {args.out}: {sum(manifest['weights'])} training rows in "
     f"{len(manifest['train_files'])} files, {manifest['files']['val.parquet']['rows']} "

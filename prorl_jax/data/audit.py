@@ -1,5 +1,5 @@
-"""`python -m prorl_jax.data.audit --data=DIR`: what the rewards of a prepared data directory
-pay for text that does not solve the task.
+"""The verifier audit (`python -m prorl_jax.cli.audit --data=DIR`): what the rewards of a
+prepared data directory pay for text that does not solve the task.
 
 For a sample of real rows of every data source (Reasoning Gym: of every task), through the
 rollout worker's own scoring path (`VerifierPool.score_many`), it scores:
@@ -12,21 +12,19 @@ rollout worker's own scoring path (`VerifierPool.score_many`), it scores:
   answer, the question copied back, every candidate at once, a close float for an integer, the
   longest answer (the reference buried among every other row's), and veto attempts (text that
   blows up a parser: a tower of powers, JSON nested 100,000 deep, a returned 10**400).
-It prints, per source, the reference's mean score, the honest wrong answer's, and the best
-mean any strategy earns, and exits 1 when a strategy earns more than the honest wrong answer,
+The command prints, per source, the reference's mean score, the honest wrong answer's, and the
+best mean any strategy earns, and exits 1 when a strategy earns more than the honest wrong answer,
 a strategy gets its response marked a verifier failure (a veto of its group), or a reference
 earns less than 1.0. `--json=FILE` writes the whole table.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
 import random
 import re
-import sys
 
 from prorl_jax import rewards
 from prorl_jax.data.prompts import DataError, parse_row, prepared_files, read_rows
@@ -325,54 +323,6 @@ def _summarise(key: str, n: int, by: dict) -> dict:
   }
 
 
-def _fmt(v) -> str:
-  return "  -  " if v is None else f"{v:5.2f}"
-
-
-def main(argv=None) -> int:
-  """The command line of the verifier audit; returns 1 when a degenerate or hedging strategy
-  earns more than an honest wrong answer on some source, else 0."""
-  ap = argparse.ArgumentParser(
-    prog="python -m prorl_jax.data.audit",
-    description="Scores degenerate and hedging strategies on real rows of a prepared data "
-    "directory beside the reference answers; exits 1 when one earns more than an honest wrong "
-    "answer.",
-  )
-  ap.add_argument("--data", required=True, help="a `prepare --mix` or `prepare --suite` output")
-  ap.add_argument("--per_source", type=int, default=8, help="rows sampled per source (or task)")
-  ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--json", default="", help="also write the table here")
-  args = ap.parse_args(argv)
-  try:
-    report = audit(args.data, per_source=args.per_source, seed=args.seed)
-  except (DataError, OSError, ValueError, KeyError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  width = max([len(k) for k in report] + [6])
-  print(f"{'source':<{width}}  rows  reference  honest-wrong  best strategy")
-  for key, r in report.items():
-    best = r["best"]
-    print(
-      f"{key:<{width}}  {r['rows']:>4}  {_fmt(r['reference']):>9}  {_fmt(r['honest_wrong']):>12}"
-      f"  {_fmt(best['mean'])} ({best['strategy']})"
-    )
-    for p in r["problems"]:
-      print(f"  !! {key}: {p}")
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(report, f, indent=1)
-  bad = gameable(report)
-  if bad:
-    print(f"{len(bad)} of {len(report)} sources have a reward a policy can game: {', '.join(bad)}")
-    return 1
-  print(f"no strategy earns more than an honest wrong answer in {len(report)} sources")
-  return 0
-
-
 def gameable(report: dict) -> list[str]:
   """The sources of an `audit` report with a problem (the command then exits 1)."""
   return [k for k, r in report.items() if r["problems"]]
-
-
-if __name__ == "__main__":
-  sys.exit(main())
