@@ -71,7 +71,7 @@ def run(
     + [
       sys.executable,
       "-m",
-      "prorl_jax.rollout.worker",
+      "prorl_jax.cli.worker",
       f"--exchange={run_dir}/exchange",
       "--engine=jax",
       "--poll_seconds=0.02",

@@ -40,7 +40,7 @@ for p in "$PY" "$WORKER_PY"; do
 done
 # The planner needs only the standard library: any python3 runs it (DRY_RUN without a venv too).
 plan_py=$PY; command -v "$plan_py" >/dev/null || plan_py=python3
-layout=$(PYTHONPATH=. "$plan_py" -m prorl_jax.rollout.layout --shell --engine="$ENGINE" \
+layout=$(PYTHONPATH=. "$plan_py" -m prorl_jax.cli.layout --shell --engine="$ENGINE" \
   --workers="$WORKERS" --tensor_parallel="$TP" --vllm_memory="$VLLM_MEMORY" ${GPUS:+--gpus="$GPUS"}) || exit 2
 eval "$layout"  # WORKERS, WORKER_GPUS, VLLM_MEMORY, TRAINER_MEMORY
 EXCHANGE="$(realpath -m "$RUN_DIR")/exchange"
@@ -48,7 +48,7 @@ BG_PIDS=()
 trap 'if [ ${#BG_PIDS[@]} -gt 0 ]; then kill "${BG_PIDS[@]}" 2>/dev/null || true; wait || true; fi' EXIT
 trainer=()
 for i in $(seq 0 $((WORKERS - 1))); do
-  worker=("$WORKER_PY" -m prorl_jax.rollout.worker --exchange="$EXCHANGE" --engine="$ENGINE" --worker_id="local$i")
+  worker=("$WORKER_PY" -m prorl_jax.cli.worker --exchange="$EXCHANGE" --engine="$ENGINE" --worker_id="local$i")
   if [ "${WORKER_GPUS[$i]}" != - ]; then  # a vLLM engine pinned to its GPUs
     worker=(env CUDA_VISIBLE_DEVICES="${WORKER_GPUS[$i]}" "${worker[@]}"
             --vllm_options="{\"tensor_parallel_size\": $TP, \"gpu_memory_utilization\": $VLLM_MEMORY}")

@@ -106,7 +106,7 @@ def test_the_audit_passes_on_the_fixture_suite(tmp_path):
   from tests.suite_test import FIXTURES, _write_sources
 
   out = tmp_path / "suite"
-  argv = ["--suite=prorl-eval", f"--out={out}", "--rg_per_task=1", "--no-check-references"]
+  argv = ["--suite=prorl-eval", f"--out={out}", "--rg_per_task=1", "--nocheck_references"]
   assert prepare.main(argv + _write_sources(tmp_path, FIXTURES)) == 0
   report = audit.audit(str(out), per_source=1, pool=InProcess())
   assert len(report) > 40 and audit.gameable(report) == [], {

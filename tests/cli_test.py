@@ -239,3 +239,36 @@ def test_a_status_command_says_a_user_error_in_one_line(capsys, monkeypatch):
   monkeypatch.setenv("PRORL_DEBUG", "1")
   with pytest.raises(ValueError, match="no such"):
     errors.exit_status(bad, ValueError)
+
+
+@pytest.mark.parametrize("module", ["prepare", "export", "plot", "audit", "worker", "layout"])
+def test_every_command_without_a_config_reads_absl_flags_alike(module, capsys):
+  import importlib
+
+  cmd = importlib.import_module(f"prorl_jax.cli.{module}")
+  assert cmd.main(["--no_such_flag=1"]) == 2  # one line, status 2, no traceback
+  err = capsys.readouterr().err
+  assert err.startswith("error: ") and "no_such_flag" in err and err.count("\n") == 1
+  with pytest.raises(SystemExit) as e:
+    cmd.main(["--help"])
+  assert e.value.code == 0 and "flags:" in capsys.readouterr().out
+
+
+def test_a_command_reads_its_flags_afresh_each_time(tmp_path, capsys):
+  from prorl_jax.cli import flags as cli_flags
+  from prorl_jax.cli import prepare
+
+  fv = prepare.FLAGS
+  assert cli_flags.parse(fv, ["--mix=prorl", "--out=a", "--count=math=1"], prog="p", about="") == []
+  assert (fv.mix, fv.out, fv.count, fv.check_references) == ("prorl", "a", ["math=1"], True)
+  assert (
+    cli_flags.parse(
+      fv, ["--suite=prorl-eval", "--out=b", "--nocheck_references"], prog="p", about=""
+    )
+    == []
+  )
+  assert (fv.mix, fv.out, fv.count, fv.check_references) == (None, "b", [], False)  # nothing kept
+  assert cli_flags.parse(fv, ["--out=c"], prog="p", about="") is None  # --mix or --suite
+  assert "Exactly one of (mix, suite)" in capsys.readouterr().err
+  assert cli_flags.parse(fv, ["--mix=prorl", "--out=c", "extra"], prog="p", about="") is None
+  assert "unexpected arguments ['extra']" in capsys.readouterr().err

@@ -145,7 +145,7 @@ def test_a_short_domain_is_loud(tmp_path, capsys):
   assert prepare.main(argv) == 3
   err = capsys.readouterr().err
   assert "error: math is short by 7 of 10 rows" in err and "column 'answer' is empty" in err
-  assert prepare.main(argv + ["--allow-short"]) == 0
+  assert prepare.main(argv + ["--allow_short"]) == 0
   assert "warning: math is short by 7 of 10 rows" in capsys.readouterr().err
 
 
@@ -165,7 +165,7 @@ def test_rows_whose_reference_cannot_earn_reward_are_dropped_and_counted(tmp_pat
   for name, rows in (("deepscaler", ds), ("eurus_code", eurus)):
     files[name] = tmp_path / f"{name}.jsonl"
     files[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
-  argv = ["--mix=prorl", f"--out={tmp_path}/o", "--val=0", "--allow-short"]
+  argv = ["--mix=prorl", f"--out={tmp_path}/o", "--val=0", "--allow_short"]
   argv += [f"--source={k}={v}" for k, v in files.items()]
   argv += ["--count=math=5", "--count=code=4", "--count=stem=0", "--count=logic=0"]
   assert prepare.main(argv + ["--count=instruction_following=0"]) == 0
@@ -174,7 +174,7 @@ def test_rows_whose_reference_cannot_earn_reward_are_dropped_and_counted(tmp_pat
   assert math["train"] == 4 and math["reference_check"]["dropped"] == {"reference scores 0.0": 1}
   assert code["train"] == 3 and code["reference_check"]["dropped"] == {"reference scores 0.5": 1}
   assert math["reference_check"]["checked"] == 5 and code["reference_check"]["checked"] == 4
-  skipped = ["--no-check-references", f"--out={tmp_path}/p"]
+  skipped = ["--nocheck_references", f"--out={tmp_path}/p"]
   assert prepare.main(argv + ["--count=instruction_following=0"] + skipped) == 0
   m = json.loads((tmp_path / "p" / "manifest.json").read_text())
   assert m["sources"]["math"]["reference_check"] == "skipped" and m["sources"]["math"]["train"] == 5

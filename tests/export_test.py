@@ -81,7 +81,7 @@ def test_export_of_a_named_step_in_bf16(run_dir, tmp_path):
   [
     (["{tmp}/nothing", "{tmp}/out"], "holds no Orbax checkpoint"),
     (["{root}", "{tmp}/out", "--base={tmp}"], "has no config.json"),
-    (["{root}", "{tmp}/out", "--dtype=int8"], "--dtype must be"),
+    (["{root}", "{tmp}/out", "--dtype=int8"], "--dtype=int8: value should be one of"),
     (["{root}", "{root}"], "exists and is not empty"),
   ],
 )

@@ -44,7 +44,7 @@ def test_slurm_prints_trainer_and_worker_steps():
   assert r.returncode == 0, r.stderr
   lines = [x for x in r.stdout.splitlines() if x.startswith("+ srun")]
   assert len(lines) == 2
-  assert "--nodelist=n3\\,n4" in lines[0] and "prorl_jax.rollout.worker" in lines[0]
+  assert "--nodelist=n3\\,n4" in lines[0] and "prorl_jax.cli.worker" in lines[0]
   assert "--engine=vllm" in lines[0] and "--exchange=/shared/x/exchange" in lines[0]
   # one worker per GPU (8 by default), each seeing its own GPU
   assert "--ntasks-per-node=8" in lines[0] and "CUDA_VISIBLE_DEVICES" in lines[0]
@@ -136,7 +136,7 @@ def test_local_sh_trainer_with_two_external_workers(tmp_path, base):
     timeout=600,
   )
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-  assert r.stdout.count("prorl_jax.rollout.worker") == 2
+  assert r.stdout.count("prorl_jax.cli.worker") == 2
   summary = json.load(open(os.path.join(run_dir, "summary.json")))
   assert summary["steps"] == 2
   rows = [json.loads(x) for x in open(os.path.join(run_dir, "metrics.jsonl"))]
@@ -202,7 +202,7 @@ def _worker_gpus(stdout):
   return [
     re.search(r"CUDA_VISIBLE_DEVICES=([\d\\,]+)", x).group(1).replace("\\", "")
     for x in stdout.splitlines()
-    if "prorl_jax.rollout.worker" in x
+    if "prorl_jax.cli.worker" in x
   ]
 
 

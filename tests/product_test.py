@@ -35,7 +35,7 @@ def _run(module, args, **env):
     ("prorl_jax.cli.plot", ["RUN_DIR", "--out"]),
     ("prorl_jax.cli.export", ["--base", "--dtype"]),
     ("prorl_jax.cli.prepare", ["--mix", "--suite"]),
-    ("prorl_jax.rollout.worker", ["--exchange", "--engine"]),
+    ("prorl_jax.cli.worker", ["--exchange", "--engine"]),
     ("prorl_jax.cli.config", ["--config"]),
   ],
 )

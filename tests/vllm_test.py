@@ -108,7 +108,7 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
     [
       sys.executable,
       "-m",
-      "prorl_jax.rollout.worker",
+      "prorl_jax.cli.worker",
       f"--exchange={url}",
       "--engine=vllm",
       "--max_requests=2",

@@ -32,7 +32,7 @@ def _start(url, *extra):
     [
       sys.executable,
       "-m",
-      "prorl_jax.rollout.worker",
+      "prorl_jax.cli.worker",
       f"--exchange={url}",
       "--engine=jax",
       "--poll_seconds=0.05",

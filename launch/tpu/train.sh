@@ -37,7 +37,7 @@ if [ "${DRY_RUN:-0}" != 1 ] && ! command -v gcloud >/dev/null; then
 fi
 extra=$(printf ' %q' "$@")
 for vm in $WORKER_VMS; do
-  run gcloud compute ssh "$vm" --zone="$WORKER_ZONE" --command="cd $REPO_DIR && nohup launch/vllm_env.sh gpu -- python -m prorl_jax.rollout.worker --exchange=$EXCHANGE --engine=vllm > worker.log 2>&1 &"
+  run gcloud compute ssh "$vm" --zone="$WORKER_ZONE" --command="cd $REPO_DIR && nohup launch/vllm_env.sh gpu -- python -m prorl_jax.cli.worker --exchange=$EXCHANGE --engine=vllm > worker.log 2>&1 &"
 done
 # Every TPU host runs the same command; jax.distributed reads the slice from the TPU metadata.
 run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command="cd $REPO_DIR && .venv/bin/python -m prorl_jax.main --config=$CONFIG --config.run_dir=$RUN_DIR --config.checkpoint.dir=$CKPT_DIR --config.rollout.exchange=$EXCHANGE --config.rollout.local_workers=0 --config.rollout.external_workers=$(echo $WORKER_VMS | wc -w) --config.rollout.engine=vllm --config.dist.auto=True$extra"

@@ -4,11 +4,13 @@ wrong answer on some source."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
+from absl import flags
+
 from prorl_jax.cli import errors
+from prorl_jax.cli.flags import USAGE_EXIT, parse
 from prorl_jax.data.audit import audit, gameable
 from prorl_jax.data.prompts import DataError
 
@@ -17,21 +19,22 @@ def _fmt(v) -> str:
   return "  -  " if v is None else f"{v:5.2f}"
 
 
+FLAGS = flags.FlagValues()
+_F = dict(flag_values=FLAGS)
+flags.DEFINE_string("data", None, "a `prepare --mix` or `prepare --suite` output", **_F)
+flags.mark_flag_as_required("data", flag_values=FLAGS)
+flags.DEFINE_integer("per_source", 8, "rows sampled per source (or task)", **_F)
+flags.DEFINE_integer("seed", 0, "the sampling seed", **_F)
+flags.DEFINE_string("json", "", "also write the table here", **_F)
+
+
 def main(argv=None) -> int:
   """The command line of the verifier audit; returns 1 when a degenerate or hedging strategy
-  earns more than an honest wrong answer on some source, else 0."""
-  ap = argparse.ArgumentParser(
-    prog="python -m prorl_jax.cli.audit",
-    description="Scores degenerate and hedging strategies on real rows of a prepared data "
-    "directory beside the reference answers; exits 1 when one earns more than an honest wrong "
-    "answer.",
-  )
-  ap.add_argument("--data", required=True, help="a `prepare --mix` or `prepare --suite` output")
-  ap.add_argument("--per_source", type=int, default=8, help="rows sampled per source (or task)")
-  ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--json", default="", help="also write the table here")
-  args = ap.parse_args(argv)
-  return errors.exit_status(lambda: _report(args), DataError, OSError, ValueError, KeyError)
+  earns more than an honest wrong answer on some source, else 0 (2 for a user error)."""
+  about = __doc__.split("\n\n")[0]
+  if parse(FLAGS, argv, prog="python -m prorl_jax.cli.audit", about=about) is None:
+    return USAGE_EXIT
+  return errors.exit_status(lambda: _report(FLAGS), DataError, OSError, ValueError, KeyError)
 
 
 def _report(args) -> int:

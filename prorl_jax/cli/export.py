@@ -5,32 +5,48 @@ config.json + tokenizer) that transformers and vLLM load. The conversion is
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from absl import flags
+
 from prorl_jax.cli import errors
+from prorl_jax.cli.flags import USAGE_EXIT, parse
 from prorl_jax.evaluation.export import ExportError, export
 
+FLAGS = flags.FlagValues()
+flags.DEFINE_string(
+  "base",
+  None,
+  "HF directory the run started from (default: RUN_DIR/config.json's)",
+  flag_values=FLAGS,
+)
+flags.DEFINE_enum(
+  "dtype", "bfloat16", ["bfloat16", "float16", "float32"], "the weights' dtype", flag_values=FLAGS
+)
 
-def main(argv=None):
+
+def main(argv=None) -> int:
   """The command line of `prorl-export`; returns the exit status (2 with one line for a user
   error)."""
-  ap = argparse.ArgumentParser(
-    prog="python -m prorl_jax.cli.export", description=__doc__.split("\n\n")[0]
+  args = parse(
+    FLAGS,
+    argv,
+    prog="python -m prorl_jax.cli.export",
+    about=__doc__.split("\n\n")[0],
+    args="CHECKPOINT OUT",
   )
-  ap.add_argument("checkpoint", help="RUN_DIR, RUN_DIR/checkpoints or a step directory in it")
-  ap.add_argument("out", help="the new Hugging Face directory")
-  ap.add_argument(
-    "--base",
-    default=None,
-    help="HF directory the run started from (default: RUN_DIR/config.json's)",
-  )
-  ap.add_argument("--dtype", default="bfloat16", help="bfloat16 (default), float16 or float32")
-  args = ap.parse_args(argv)
+  if args is None:
+    return USAGE_EXIT
 
   def run() -> int:
-    step_dir = export(args.checkpoint, args.out, args.base, args.dtype)
-    print(f"wrote {args.out} from {step_dir} ({args.dtype})")
+    if len(args) != 2:
+      raise ExportError(
+        f"want CHECKPOINT (RUN_DIR, RUN_DIR/checkpoints or a step directory in it) and OUT (the "
+        f"new Hugging Face directory), got {len(args)} arguments"
+      )
+    checkpoint, out = args
+    step_dir = export(checkpoint, out, FLAGS.base, FLAGS.dtype)
+    print(f"wrote {out} from {step_dir} ({FLAGS.dtype})")
     return 0
 
   return errors.exit_status(run, ExportError)

@@ -9,11 +9,13 @@ are marked on every panel.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
+from absl import flags
+
 from prorl_jax.cli import errors
+from prorl_jax.cli.flags import USAGE_EXIT, parse
 from prorl_jax.trainer.metrics import SESSIONS, read_jsonl
 
 PANELS = (
@@ -123,24 +125,36 @@ def _resumes(run_dir: str) -> list[int]:
   return [r["step"] for r in rows if r.get("resumed")]
 
 
+FLAGS = flags.FlagValues()
+flags.DEFINE_string(
+  "out",
+  None,
+  "the PNG (default: the first RUN_DIR's dashboard.png, or compare.png beside it for several runs)",
+  flag_values=FLAGS,
+)
+flags.DEFINE_bool("debug", False, "show tracebacks", flag_values=FLAGS)
+
+
 def main(argv=None) -> int:
   """The command line of `prorl-plot`; returns the exit status (2 with one line for a user
   error)."""
-  ap = argparse.ArgumentParser(
+  runs = parse(
+    FLAGS,
+    argv,
     prog="prorl-plot",
-    description="A PNG dashboard of one run's metrics (RUN_DIR/dashboard.png), or of several "
-    "runs overlaid with a legend (e.g. an ablation beside its baseline).",
+    about="A PNG dashboard of one run's metrics (RUN_DIR/dashboard.png), or of several runs "
+    "overlaid with a legend (e.g. an ablation beside its baseline).",
+    args="RUN_DIR [RUN_DIR ...]",
   )
-  ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (metrics.jsonl)")
-  ap.add_argument(
-    "--out",
-    default=None,
-    help="the PNG (default: the first RUN_DIR's "
-    "dashboard.png, or compare.png beside it for several runs)",
-  )
-  ap.add_argument("--debug", action="store_true", help="show tracebacks")
-  args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-  return errors.exit_status(lambda: print(dashboard(args.runs, args.out)) or 0, PlotError)
+  if runs is None:
+    return USAGE_EXIT
+  if not runs:
+    return errors.exit_status(lambda: _no_runs(), PlotError)
+  return errors.exit_status(lambda: print(dashboard(runs, FLAGS.out)) or 0, PlotError)
+
+
+def _no_runs() -> int:
+  raise PlotError("give at least one RUN_DIR (a run directory with metrics.jsonl)")
 
 
 if __name__ == "__main__":

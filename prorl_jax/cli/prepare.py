@@ -25,12 +25,14 @@ per-source counts, dataset ids, revisions, licenses, and each output file's rows
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import sys
 
+from absl import flags
+
 from prorl_jax.cli import errors
+from prorl_jax.cli.flags import USAGE_EXIT, parse
 from prorl_jax.data import suite as suite_lib
 from prorl_jax.data import suite_rows
 from prorl_jax.data.hub import Malformed, PrepareError  # noqa: F401 - Malformed: the command's API
@@ -59,67 +61,64 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
   return out
 
 
+FLAGS = flags.FlagValues()
+_F = dict(flag_values=FLAGS)
+flags.DEFINE_enum("mix", None, ["prorl"], "the training mix to build", **_F)
+flags.DEFINE_enum("suite", None, [suite_lib.SUITE], "the evaluation suite to build", **_F)
+flags.mark_flags_as_mutual_exclusive(["mix", "suite"], required=True, flag_values=FLAGS)
+flags.DEFINE_string("out", None, "output directory", **_F)
+flags.mark_flag_as_required("out", flag_values=FLAGS)
+flags.DEFINE_multi_string(
+  "source",
+  [],
+  "NAME=PATH: read a source locally, from a copy of its Hub repository or from "
+  f"JSONL/JSON/Parquet/CSV files (mix: {', '.join(SOURCES)}; suite: "
+  f"{', '.join(suite_lib.SOURCES)})",
+  **_F,
+)
+flags.DEFINE_multi_string("revision", [], "NAME=SHA: pin a dataset", **_F)
+flags.DEFINE_multi_string(
+  "count", [], f"mix: DOMAIN=N training rows ({', '.join(PRORL_MIX)}; 0 drops one)", **_F
+)
+flags.DEFINE_integer("val", 100, "mix: validation rows per domain", **_F)
+flags.DEFINE_integer("seed", 0, "the sampling seed", **_F)
+flags.DEFINE_string("rg_tasks", ",".join(RG_TASKS), "Reasoning Gym tasks", **_F)
+flags.DEFINE_bool(
+  "check_references",
+  True,
+  "score every row's own reference answer before writing it (--nocheck_references skips it)",
+  **_F,
+)
+flags.DEFINE_bool(
+  "allow_short", False, "mix: exit 0 even when a domain gets fewer rows than its count", **_F
+)
+flags.DEFINE_string(
+  "benchmarks", ",".join(suite_lib.BENCHMARKS), "suite: the benchmarks to build", **_F
+)
+flags.DEFINE_integer("rg_per_task", 100, "suite: held-out Reasoning Gym items per task", **_F)
+flags.DEFINE_string(
+  "lcb_from",
+  suite_rows.LCB_WINDOW[0],
+  "suite: LiveCodeBench problems dated on or after (YYYY-MM-DD)",
+  **_F,
+)
+flags.DEFINE_string("lcb_to", suite_rows.LCB_WINDOW[1], "suite: ... and before (YYYY-MM-DD)", **_F)
+
+
 def main(argv=None) -> int:
   """The command line of `prorl-prepare`: the training mix (`--mix`) or the evaluation suite
   (`--suite`) into `--out`; returns the exit status (1 when a domain comes out short, 2 for a
   user error)."""
-  ap = argparse.ArgumentParser(
+  ok = parse(
+    FLAGS,
+    argv,
     prog="python -m prorl_jax.cli.prepare",
-    description="Builds the ProRL training mix (--mix=prorl) or "
-    "evaluation suite (--suite=prorl-eval) as verl-schema Parquet.",
+    about="Builds the ProRL training mix (--mix=prorl) or evaluation suite "
+    "(--suite=prorl-eval) as verl-schema Parquet.",
   )
-  what = ap.add_mutually_exclusive_group(required=True)
-  what.add_argument("--mix", choices=["prorl"], help="the training mix to build")
-  what.add_argument("--suite", choices=[suite_lib.SUITE], help="the evaluation suite to build")
-  ap.add_argument("--out", required=True, help="output directory")
-  ap.add_argument(
-    "--source",
-    action="append",
-    default=[],
-    help="NAME=PATH: read a source locally, from a copy of its Hub repository or from "
-    f"JSONL/JSON/Parquet/CSV files (mix: {', '.join(SOURCES)}; suite: "
-    f"{', '.join(suite_lib.SOURCES)})",
-  )
-  ap.add_argument("--revision", action="append", default=[], help="NAME=SHA: pin a dataset")
-  ap.add_argument(
-    "--count",
-    action="append",
-    default=[],
-    help=f"mix: DOMAIN=N training rows ({', '.join(PRORL_MIX)}; 0 drops one)",
-  )
-  ap.add_argument("--val", type=int, default=100, help="mix: validation rows per domain")
-  ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--rg_tasks", default=",".join(RG_TASKS), help="Reasoning Gym tasks")
-  ap.add_argument(
-    "--no-check-references",
-    "--no_check_references",
-    dest="check_references",
-    action="store_false",
-    help="skip scoring every row's own reference answer before writing it",
-  )
-  ap.add_argument(
-    "--allow-short",
-    "--allow_short",
-    dest="allow_short",
-    action="store_true",
-    help="mix: exit 0 even when a domain gets fewer rows than its count",
-  )
-  ap.add_argument(
-    "--benchmarks", default=",".join(suite_lib.BENCHMARKS), help="suite: the benchmarks to build"
-  )
-  ap.add_argument(
-    "--rg_per_task", type=int, default=100, help="suite: held-out Reasoning Gym items per task"
-  )
-  ap.add_argument(
-    "--lcb_from",
-    default=suite_rows.LCB_WINDOW[0],
-    help="suite: LiveCodeBench problems dated on or after (YYYY-MM-DD)",
-  )
-  ap.add_argument(
-    "--lcb_to", default=suite_rows.LCB_WINDOW[1], help="suite: ... and before (YYYY-MM-DD)"
-  )
-  args = ap.parse_args(argv)
-  return errors.exit_status(lambda: _checked(args), PrepareError)
+  if ok is None:
+    return USAGE_EXIT
+  return errors.exit_status(lambda: _checked(FLAGS), PrepareError)
 
 
 def _checked(args) -> int:
@@ -200,7 +199,7 @@ def _run(args, local, revisions, tasks, check_pool) -> int:
   if short and not args.allow_short:
     print(
       f"error: {len(short)} domain(s) short: fix the sources, lower --count, or pass "
-      "--allow-short to train on what there is",
+      "--allow_short to train on what there is",
       file=sys.stderr,
     )
     return 3

@@ -6,7 +6,7 @@ every GPU both trains (the trainer's mesh spans them all) and generates (one eng
 machine; `visible_gpus` counts this machine's NVIDIA GPUs without initialising any framework.
 The launchers place their workers with the same planner, through its command line:
 
-  python -m prorl_jax.rollout.layout --shell [--gpus=N] [--tensor_parallel=T] [--workers=auto|K]
+  python -m prorl_jax.cli.layout --shell [--gpus=N] [--tensor_parallel=T] [--workers=auto|K]
       [--vllm_memory=F] [--trainer_memory=F] [--dedicated]
 
 prints `WORKERS=`, `WORKER_GPUS=(...)`, `VLLM_MEMORY=` and `TRAINER_MEMORY=` for bash to eval,
@@ -16,13 +16,11 @@ It needs nothing but the standard library, so a launcher can run it with any Pyt
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import os
 import shutil
 import subprocess
-import sys
 
 AUTO = "auto"
 HEADROOM = 0.05  # of each GPU left to neither (CUDA context, fragmentation)
@@ -156,62 +154,3 @@ def visible_gpus() -> int:
   return (
     sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if not out.returncode else 0
   )
-
-
-CLI_NAMES = {
-  "rollout.local_workers": "--workers",
-  "vllm.tensor_parallel": "--tensor_parallel",
-  "vllm.gpu_memory_utilization": "--vllm_memory",
-  "model.memory_fraction": "--trainer_memory",
-}
-
-
-def main(argv: list[str] | None = None) -> int:
-  """The planner's command line (`--shell` prints the layout as shell variables for the
-  launchers); returns the exit status."""
-  p = argparse.ArgumentParser(
-    prog="python -m prorl_jax.rollout.layout",
-    description="Where one host's vLLM rollout workers run and how each GPU's memory is split.",
-  )
-  p.add_argument("--gpus", type=int, default=None, help="GPUs of the host (default: visible)")
-  p.add_argument("--engine", default="vllm", choices=("vllm", "jax"))
-  p.add_argument("--tensor_parallel", type=int, default=1, help="GPUs per vLLM engine")
-  p.add_argument("--workers", default=AUTO, help="auto (every GPU generates) or a count")
-  p.add_argument("--vllm_memory", type=float, default=0.5, help="gpu_memory_utilization")
-  p.add_argument("--trainer_memory", type=float, default=None, help="a fixed JAX fraction")
-  p.add_argument("--dedicated", action="store_true", help="a rollout node: no trainer on it")
-  p.add_argument("--shell", action="store_true", help="print bash assignments on stdout")
-  args = p.parse_args(argv)
-  if args.workers != AUTO and not args.workers.isdigit():
-    print(f"error: --workers={args.workers}: want auto or a number", file=sys.stderr)
-    return 2
-  try:
-    got = plan(
-      visible_gpus() if args.gpus is None else args.gpus,
-      args.engine,
-      args.workers,
-      args.tensor_parallel,
-      args.vllm_memory,
-      args.trainer_memory,
-      dedicated=args.dedicated,
-    )
-  except LayoutError as e:  # said in this command's own flag names
-    msg = str(e)
-    for key, flag in CLI_NAMES.items():
-      msg = msg.replace(key, flag)
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
-  print(got.describe(), file=sys.stderr)
-  for w in got.warnings:
-    print(f"warning: {w}", file=sys.stderr)
-  if args.shell:
-    gpus = " ".join(",".join(map(str, w)) or "-" for w in got.workers)
-    print(f"WORKERS={len(got.workers)}")
-    print(f"WORKER_GPUS=({gpus})")
-    print(f"VLLM_MEMORY={'' if got.vllm_memory is None else got.vllm_memory}")
-    print(f"TRAINER_MEMORY={'' if got.trainer_memory is None else got.trainer_memory}")
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

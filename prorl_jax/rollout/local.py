@@ -141,7 +141,7 @@ class LocalWorkers:
         [
           self.python,
           "-m",
-          "prorl_jax.rollout.worker",
+          "prorl_jax.cli.worker",
           f"--exchange={self.url}",
           f"--engine={self.engine}",
           f"--worker_id=local{i}",

@@ -1,4 +1,4 @@
-"""Rollout worker: `python -m prorl_jax.rollout.worker --exchange=URL --engine=jax|vllm`.
+"""The rollout worker (its command: `python -m prorl_jax.cli.worker --exchange=URL`).
 
 Loads the newest committed weights, claims requests (leases), generates n responses per prompt,
 scores them with the reward verifiers, commits results (data first, manifest last), reloads when
@@ -11,15 +11,10 @@ the weight versions it may use, and per prompt the data_source that names its ve
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import logging
 import os
 import shutil
-import signal
-import socket
-import tempfile
 import threading
 import time
 
@@ -27,13 +22,11 @@ import numpy as np
 
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import PromptMeta
-from prorl_jax.rewards import confinement, sandbox
-from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
-from prorl_jax.rollout.engines import Engine, make_engine
-from prorl_jax.rollout.entries import InvalidEntry, safe_name
+from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.rollout.engines import Engine
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.probe import check_probe
-from prorl_jax.rollout.queue import LEASE_SECONDS, Claim
+from prorl_jax.rollout.queue import Claim
 
 log = logging.getLogger("prorl_jax.worker")
 
@@ -250,100 +243,3 @@ class Worker:
       idle_since = time.time()
       if max_requests is not None and self.done >= max_requests:
         return
-
-
-def main(argv=None):
-  """The worker's command line (`python -m prorl_jax.rollout.worker`); exits 0 on a clean stop."""
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--exchange", required=True, help="file:///dir, gs://bucket/path or a dir")
-  ap.add_argument("--engine", default="jax", choices=["jax", "vllm"])
-  ap.add_argument("--cache_dir", default="", help="local copies of weights (default: tmp)")
-  ap.add_argument("--worker_id", default="")
-  ap.add_argument("--lease_seconds", type=float, default=LEASE_SECONDS)
-  ap.add_argument("--poll_seconds", type=float, default=0.2)
-  ap.add_argument("--max_requests", type=int, default=None)
-  ap.add_argument("--idle_exit_seconds", type=float, default=None)
-  ap.add_argument("--verifier_processes", type=int, default=1)
-  ap.add_argument(
-    "--verifier_timeout",
-    type=float,
-    default=DEFAULT_TIMEOUT_S,
-    help="hard wall-clock kill of one verification, seconds",
-  )
-  ap.add_argument(
-    "--sandbox_memory_bytes",
-    type=int,
-    default=None,
-    help="memory ceiling of all this worker's code sandboxes together (default 4 GiB)",
-  )
-  ap.add_argument(
-    "--sandbox_pids",
-    type=int,
-    default=None,
-    help="process ceiling of all this worker's code sandboxes together (default 256)",
-  )
-  ap.add_argument(
-    "--unsandboxed_code",
-    action="store_true",
-    help="run code rewards WITHOUT the bubblewrap sandbox (trusted data only)",
-  )
-  ap.add_argument(
-    "--vllm_options",
-    default="{}",
-    help="JSON object of vLLM engine options (gpu_memory_utilization, "
-    "tensor_parallel_size, max_num_seqs, enable_prefix_caching, enforce_eager)",
-  )
-  ap.add_argument(
-    "--exit_with_parent",
-    action="store_true",
-    help="stop when the process that started this worker dies (local workers)",
-  )
-  args = ap.parse_args(argv)
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-  wid = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-  try:
-    safe_name(wid, "--worker_id")
-  except InvalidEntry as e:
-    ap.error(str(e))
-  try:
-    vllm_options = json.loads(args.vllm_options)
-    assert isinstance(vllm_options, dict)
-  except (ValueError, AssertionError):
-    ap.error(f"--vllm_options must be a JSON object, got {args.vllm_options!r}")
-  own_cache = not args.cache_dir  # a fresh directory per process, removed on exit
-  cache = args.cache_dir or tempfile.mkdtemp(prefix="prorl_worker_")
-  confinement.allow_unsandboxed(args.unsandboxed_code)
-  line = sandbox.describe()
-  (log.warning if args.unsandboxed_code or "unavailable" in line else log.info)(
-    "worker %s: %s", wid, line
-  )
-  pool = VerifierPool(
-    args.verifier_processes,
-    args.verifier_timeout,
-    unsandboxed_code=args.unsandboxed_code,
-    sandbox_memory_bytes=args.sandbox_memory_bytes,
-    sandbox_pids=args.sandbox_pids,
-  )
-  worker = Worker(
-    Exchange(args.exchange, args.lease_seconds),
-    make_engine(args.engine, vllm_options),
-    cache,
-    wid,
-    args.poll_seconds,
-    pool,
-  )
-  if args.exit_with_parent:
-    worker.parent_pid = os.getppid()
-  signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
-  log.info("worker %s: serving %s with the %s engine", wid, args.exchange, args.engine)
-  try:
-    worker.run(args.max_requests, args.idle_exit_seconds)
-  finally:
-    pool.close()
-    if own_cache:
-      shutil.rmtree(cache, ignore_errors=True)
-  log.info("worker %s: stopped after %d requests", wid, worker.done)
-
-
-if __name__ == "__main__":
-  main()
