@@ -6,6 +6,7 @@ environment.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import math
@@ -234,25 +235,41 @@ class Group:
   policy_version: int  # the weights that sampled it
 
   def to_json(self) -> dict:
-    """As a checkpoint's carry-over buffer stores it (arrays as nested lists)."""
-    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in vars(self).items()}
+    """As a checkpoint's carry-over buffer stores it: each array with its dtype, shape and bytes
+    (`array_json`), so it reads back exactly as it was."""
+    return {k: array_json(v) if isinstance(v, np.ndarray) else v for k, v in vars(self).items()}
 
   @classmethod
   def from_json(cls, d: dict) -> Group:
-    """The inverse of `to_json`; a group stored before `verifier_failed` existed had none."""
-    n = len(d["lengths"])
+    """The inverse of `to_json`; reads the nested lists of checkpoints written before arrays
+    were stored as arrays, and a group stored before `verifier_failed` existed (none failed)."""
+    n = len(json_array(d["lengths"]))
     return cls(
       uid=str(d.get("uid", "")),
-      prompt_ids=np.asarray(d["prompt_ids"]),
+      prompt_ids=json_array(d["prompt_ids"]),
       data_source=str(d.get("data_source", "")),
-      tokens=np.asarray(d["tokens"]),
-      gen_logp=np.asarray(d["gen_logp"]),
-      lengths=np.asarray(d["lengths"]),
-      stopped=np.asarray(d["stopped"]),
-      raw_scores=np.asarray(d["raw_scores"]),
-      verifier_failed=np.asarray(d.get("verifier_failed", np.zeros(n, bool))),
+      tokens=json_array(d["tokens"]),
+      gen_logp=json_array(d["gen_logp"]),
+      lengths=json_array(d["lengths"]),
+      stopped=json_array(d["stopped"]),
+      raw_scores=json_array(d["raw_scores"]),
+      verifier_failed=json_array(d.get("verifier_failed", np.zeros(n, bool))),
       policy_version=int(d["policy_version"]),
     )
+
+
+def array_json(a: np.ndarray) -> dict:
+  """An array as JSON: {dtype, shape, b64 of its bytes} (exact, and ~4/3 of its size)."""
+  a = np.ascontiguousarray(a)
+  return {"dtype": a.dtype.str, "shape": list(a.shape), "b64": base64.b64encode(a.data).decode()}
+
+
+def json_array(v) -> np.ndarray:
+  """The array `array_json` made, or (an older checkpoint) of a nested list."""
+  if isinstance(v, dict):
+    flat = np.frombuffer(base64.b64decode(v["b64"]), np.dtype(v["dtype"]))
+    return flat.reshape(v["shape"]).copy()
+  return np.asarray(v)
 
 
 @dataclasses.dataclass(frozen=True)
