@@ -57,9 +57,15 @@ _CHUNK = 128
 
 
 def _inverse_cdf(z_BxV, rng):
-  """One categorical draw per row from softmax(z) (-inf = excluded) with one uniform per row:
-  the row's cumulative mass is searched in two levels (chunk sums, then within the chunk), so
-  a draw costs an exp and two small scans, not V Gumbel variates and a fused argmax.
+  """One categorical draw per row from softmax(z) (-inf = excluded), the rows' uniforms drawn
+  from one key. Returns (token, log-prob of the token under softmax(z))."""
+  return draw_from_uniform(z_BxV, jax.random.uniform(rng, (z_BxV.shape[0],)))
+
+
+def draw_from_uniform(z_BxV, u01_B):
+  """One categorical draw per row from softmax(z) (-inf = excluded) with the row's uniform in
+  [0, 1): the row's cumulative mass is searched in two levels (chunk sums, then within the
+  chunk), so a draw costs an exp and two small scans, not V Gumbel variates and a fused argmax.
 
   Returns (token, log-prob of the token under softmax(z)).
   """
@@ -71,7 +77,7 @@ def _inverse_cdf(z_BxV, rng):
   chunk_BxC = jnp.sum(e_BxCxW, axis=-1)
   cum_BxC = jnp.cumsum(chunk_BxC, axis=-1)
   total_B = cum_BxC[:, -1]
-  u_B = jax.random.uniform(rng, (b,)) * total_B
+  u_B = u01_B * total_B
 
   def pick(cum, mass, target):
     """First index whose cumulative mass exceeds `target`, kept among the indices with mass

@@ -1,0 +1,365 @@
+"""Continuous batching over a paged KV cache: a fixed number of decode slots; a sequence that ends
+frees its slot and its pages at once, and the next waiting sequence takes them.
+
+- The cache is a pool of pages of `page_size` tokens per layer (keys [P, K, Dh, page], values
+  [P, K, page, Dh]); each slot has a page table. Pages are taken as a sequence grows, never
+  sized for the longest; a decode step reads only the pages in use (the table is cut to the
+  longest live sequence, rounded up to a power of two: a few compiled shapes).
+- One prefill per prompt: the N samples of a group share its full pages; each gets its own copy
+  of the last, partial page (copy-on-write), then writes its own.
+- Per-sequence random streams: the draw for token t of sequence j is a function of (seed, j, t)
+  only, so a sequence's tokens do not depend on its slot, its neighbours or the batching.
+- The host schedules between chunks of `steps_per_sync` decode steps run on the device.
+
+Page 0 is the trash page: an idle slot's writes land there. Legend: S slots, P pages, M pages per
+slot's table, K kv heads, Dh head dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from prorl_jax.model import Qwen2, causal_mask, positions_from_mask
+from prorl_jax.model.attention import NEG_SCORE
+from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
+from prorl_jax.records import SamplingParams
+from prorl_jax.rollout.engines.jax_sampler import (
+  _first_argmax,
+  draw_from_uniform,
+  filter_logits,
+  prepare,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PagedConfig:
+  """The engine's shape: `slots` sequences decode together; pages of `page_size` tokens;
+  `pages` in the pool (0: enough for every slot at the longest length, so admission never
+  waits on memory); `steps_per_sync` decode steps per device call."""
+
+  slots: int = 16
+  page_size: int = 16
+  pages: int = 0
+  steps_per_sync: int = 8
+
+
+class PagePool:
+  """Host-side page accounting with reference counts (a group's shared prompt pages are held by
+  each of its sequences). Page 0 is never handed out."""
+
+  def __init__(self, pages: int):
+    self.refs = np.zeros(pages, np.int32)
+    self.refs[0] = 1  # the trash page
+    self.free = list(range(pages - 1, 0, -1))
+    self.peak = 0
+
+  def take(self) -> int:
+    if not self.free:
+      raise MemoryError("the KV page pool is exhausted; give PagedConfig.pages more pages")
+    p = self.free.pop()
+    self.refs[p] = 1
+    self.peak = max(self.peak, self.in_use)
+    return p
+
+  def share(self, p: int) -> None:
+    self.refs[p] += 1
+
+  def release(self, p: int) -> None:
+    self.refs[p] -= 1
+    if self.refs[p] == 0:
+      self.free.append(p)
+
+  @property
+  def in_use(self) -> int:
+    return len(self.refs) - 1 - len(self.free)
+
+
+def _row_keys(seed_key, seq_ids_S, t_S):
+  """The key of draw t of each sequence: (seed, sequence, position) and nothing else."""
+  return jax.vmap(lambda j, t: jax.random.fold_in(jax.random.fold_in(seed_key, j), t))(
+    seq_ids_S, t_S
+  )
+
+
+def _sample_rows(logits_SxV, keys_S, sp: SamplingParams):
+  """(token, log-prob under the sampling distribution) per row, row i drawn with keys_S[i]."""
+  z = logits_SxV.astype(jnp.float32)
+  if sp.temperature == 0.0:
+    tok, m = _first_argmax(z)
+    lp = -jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))
+    return tok.astype(jnp.int32), lp
+  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys_S)
+  tok, lp = draw_from_uniform(filter_logits(z / sp.temperature, sp.top_k, sp.top_p), u)
+  return tok.astype(jnp.int32), lp
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "length"))
+def _prefill(params, tokens_1xT, *, cfg: Qwen2Config, length: int):
+  """One prompt (right-padded to T): its keys [L, K, Dh, T], values [L, K, T, Dh] per layer
+  stacked, and the final hidden state [D] of its last real token."""
+  t = tokens_1xT.shape[1]
+  mask = (jnp.arange(t) < length).astype(jnp.int32)[None]
+  dt = jnp.dtype(cfg.compute_dtype)
+  cache = (jnp.zeros((cfg.num_layers, 1, t, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
+  h, (k_all, v_all) = Qwen2(cfg).apply(
+    {"params": params}, tokens_1xT, positions_from_mask(mask), causal_mask(mask), cache, 0
+  )
+  return k_all[:, 0].transpose(0, 2, 3, 1), v_all[:, 0].transpose(0, 2, 1, 3), h[0, length - 1]
+
+
+@functools.partial(jax.jit, donate_argnums=(0, 1))
+def _write_prompt(kpages, vpages, k_LxKxDhxT, v_LxKxTxDh, page_ids_N):
+  """The prompt's keys/values into pages `page_ids_N` (T = N·page)."""
+  n = page_ids_N.shape[0]
+  out_k, out_v = [], []
+  for layer, (kp, vp) in enumerate(zip(kpages, vpages)):
+    page = kp.shape[-1]
+    k = k_LxKxDhxT[layer].reshape(kp.shape[1], kp.shape[2], n, page).transpose(2, 0, 1, 3)
+    v = v_LxKxTxDh[layer].reshape(vp.shape[1], n, page, vp.shape[3]).transpose(1, 0, 2, 3)
+    out_k.append(kp.at[page_ids_N].set(k.astype(kp.dtype)))
+    out_v.append(vp.at[page_ids_N].set(v.astype(vp.dtype)))
+  return tuple(out_k), tuple(out_v)
+
+
+@functools.partial(jax.jit, donate_argnums=(0, 1))
+def _copy_pages(kpages, vpages, src_N, dst_N):
+  """Copy-on-write: pages src -> dst in every layer."""
+  return (
+    tuple(kp.at[dst_N].set(kp[src_N]) for kp in kpages),
+    tuple(vp.at[dst_N].set(vp[src_N]) for vp in vpages),
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("sp",))
+def _first_tokens(head, h_D, seed_key, seq_ids_N, *, sp: SamplingParams):
+  """Each of a group's sequences draws its first token after the prompt (final hidden h_D)."""
+  n = seq_ids_N.shape[0]
+  logits_V = h_D @ head
+  keys = _row_keys(seed_key, seq_ids_N, jnp.zeros((n,), jnp.int32))
+  return _sample_rows(jnp.broadcast_to(logits_V, (n, logits_V.shape[0])), keys, sp)
+
+
+def _attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, write_page_S):
+  """One layer for one new token per slot: its key/value written at (write_page, pos % page),
+  then attention over the slot's pages up to and including pos."""
+  s = x_SxD.shape[0]
+  h, k, dh, dt = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x_SxD.dtype
+  g, page = h // k, kp.shape[-1]
+  qkv = rms_norm(x_SxD, w["input_norm"], cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
+  q = apply_rope(qkv[:, : h * dh].reshape(s, 1, h, dh), cos, sin)
+  q_SxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(s, k, g, dh)
+  new_k = apply_rope(qkv[:, h * dh : (h + k) * dh].reshape(s, 1, k, dh), cos, sin).reshape(s, k, dh)
+  new_v = qkv[:, (h + k) * dh :].reshape(s, k, dh)
+  off = pos_S % page
+  kp = kp.at[write_page_S, :, :, off].set(new_k.astype(kp.dtype))
+  vp = vp.at[write_page_S, :, off, :].set(new_v.astype(vp.dtype))
+  m = table_SxM.shape[1]
+  keys = kp[table_SxM].transpose(0, 2, 3, 1, 4).reshape(s, k, dh, m * page)
+  vals = vp[table_SxM].transpose(0, 2, 1, 3, 4).reshape(s, k, m * page, dh)
+  valid = jnp.arange(m * page)[None, :] <= pos_S[:, None]
+  scores = jnp.einsum("skgd,skdt->skgt", q_SxKxGxDh, keys.astype(dt)).astype(jnp.float32)
+  scores = jnp.where(valid[:, None, None, :], scores, NEG_SCORE)
+  probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+  out = jnp.einsum("skgt,sktd->skgd", probs, vals.astype(dt)).reshape(s, h * dh)
+  x_SxD = x_SxD + out @ w["o"]
+  y = rms_norm(x_SxD, w["post_attn_norm"], cfg.rms_norm_eps, dt)
+  x_SxD = x_SxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
+  return x_SxD, kp, vp
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sp", "steps"), donate_argnums=(1, 2))
+def _decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, steps):
+  """`steps` decode steps of every active slot. `state`: pos [S] (the next cache position), tok
+  [S] (the last token), ngen [S] (tokens drawn so far), active [S], seq [S] (sequence ids).
+  Returns the pages, the new state and, per step, the tokens, log-probs and which slots
+  emitted [steps, S]."""
+  dt = jnp.dtype(cfg.compute_dtype)
+  page = kpages[0].shape[-1]
+  stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
+  n_max = sp.max_new_tokens
+
+  def step(carry, _):
+    kps, vps, st = carry
+    pos, tok, ngen, active, seq = st["pos"], st["tok"], st["ngen"], st["active"], st["seq"]
+    write = jnp.where(active, jnp.take_along_axis(table_SxM, (pos // page)[:, None], 1)[:, 0], 0)
+    cos, sin = rope_tables(pos[:, None], cfg.head_dim, cfg.rope_theta)
+    x = weights["embed"][tok]
+    new_k, new_v = [], []
+    for layer in range(cfg.num_layers):
+      x, kp, vp = _attend_paged(
+        cfg, weights["layers"][layer], x, cos, sin, kps[layer], vps[layer], table_SxM, pos, write
+      )
+      new_k.append(kp)
+      new_v.append(vp)
+    x = rms_norm(x, weights["final_norm"], cfg.rms_norm_eps, dt)
+    nxt, lp = _sample_rows(x @ weights["head"], _row_keys(seed_key, seq, ngen), sp)
+    emitted = active
+    ngen = ngen + active.astype(jnp.int32)
+    active = active & ~jnp.isin(nxt, stop_ids) & (ngen < n_max)
+    st = dict(st, pos=pos + emitted.astype(jnp.int32), tok=jnp.where(emitted, nxt, tok))
+    st = dict(st, ngen=ngen, active=active)
+    return (tuple(new_k), tuple(new_v), st), (nxt, lp, emitted)
+
+  (kpages, vpages, state), (toks, lps, emitted) = jax.lax.scan(
+    step, (kpages, vpages, state), None, length=steps
+  )
+  return kpages, vpages, state, toks, lps, emitted
+
+
+class PagedEngine:
+  """Continuous batching over a paged KV cache for one model (see the module docstring).
+  `generate(prompts, n, sampling, seed)` returns what `jax_sampler.generate` returns for the
+  prompt-major rows (n per prompt); `stats` holds the last call's page and step counts."""
+
+  def __init__(self, cfg: Qwen2Config, params, pc: PagedConfig = PagedConfig(), weights=None):
+    self.cfg, self.params, self.pc = cfg, params, pc
+    self.weights = prepare(cfg, params) if weights is None else weights
+    self.stats: dict = {}
+    self.pool: PagePool | None = None  # the last call's
+
+  def _pool(self, max_len: int):
+    pc, cfg = self.pc, self.cfg
+    per_seq = -(-max_len // pc.page_size)
+    pages = pc.pages or pc.slots * (per_seq + 1) + 1
+    dt = jnp.dtype(cfg.compute_dtype)
+    kshape = (pages, cfg.num_kv_heads, cfg.head_dim, pc.page_size)
+    vshape = (pages, cfg.num_kv_heads, pc.page_size, cfg.head_dim)
+    kp = tuple(jnp.zeros(kshape, dt) for _ in range(cfg.num_layers))
+    vp = tuple(jnp.zeros(vshape, dt) for _ in range(cfg.num_layers))
+    return PagePool(pages), kp, vp, per_seq
+
+  def generate(self, prompts: list[list[int]], n: int, sp: SamplingParams, *, seed: int):
+    """n responses per prompt, rows prompt-major: tokens [R, N] (0 after the end), logprobs
+    [R, N], lengths [R], finish_reason per row."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+      raise ValueError("generate() needs prompts of at least one token")
+    cfg, pc, page = self.cfg, self.pc, self.pc.page_size
+    n_new = sp.max_new_tokens
+    rows = len(prompts) * n
+    max_len = max(len(p) for p in prompts) + n_new + pc.steps_per_sync
+    pool, kp, vp, per_seq = self._pool(max_len)
+    self.pool = pool
+    seed_key = jax.random.PRNGKey(seed)
+    stop = set(sp.stop_token_ids)
+    out_tok = np.zeros((rows, n_new), np.int32)
+    out_lp = np.zeros((rows, n_new), np.float32)
+    lengths = np.zeros(rows, np.int32)
+    stopped = np.zeros(rows, bool)
+    s = pc.slots
+    table = np.zeros((s, per_seq + 1), np.int32)
+    held = [[] for _ in range(s)]  # pages each slot holds a reference to
+    pos, tok, ngen = (np.zeros(s, np.int32) for _ in range(3))
+    active, seq = np.zeros(s, bool), np.zeros(s, np.int32)
+    waiting = list(range(len(prompts)))  # prompts not yet prefilled
+    ready: list[tuple] = []  # (row, first token, its pages, prompt length) per sequence
+    steps = 0
+
+    def emit(row, t, lp):
+      i = int(lengths[row])
+      out_tok[row, i], out_lp[row, i] = t, lp
+      lengths[row] = i + 1
+      if t in stop:
+        stopped[row] = True
+      return t in stop or i + 1 >= n_new
+
+    def admit_group(pi):
+      """Prefill prompt `pi`; its n sequences join `ready` holding its pages."""
+      nonlocal kp, vp
+      prompt = prompts[pi]
+      length = len(prompt)
+      tb = -(-length // page) * page
+      toks = np.zeros((1, tb), np.int32)
+      toks[0, :length] = prompt
+      k_all, v_all, h = _prefill(self.params, jnp.asarray(toks), cfg=cfg, length=length)
+      ids = [pool.take() for _ in range(tb // page)]
+      kp, vp = _write_prompt(kp, vp, k_all, v_all, jnp.asarray(ids, jnp.int32))
+      first, first_lp = jax.device_get(
+        _first_tokens(
+          self.weights["head"], h, seed_key, jnp.arange(pi * n, pi * n + n, dtype=jnp.int32), sp=sp
+        )
+      )
+      full, partial = ids[: length // page], ids[length // page :]
+      for j in range(n):
+        row = pi * n + j
+        if emit(row, int(first[j]), float(first_lp[j])):
+          continue  # done at its first token: never decodes
+        mine = list(full)
+        for p in full:
+          pool.share(p)
+        if partial:  # copy-on-write of the last, partial page
+          c = pool.take()
+          kp, vp = _copy_pages(kp, vp, jnp.asarray(partial, jnp.int32), jnp.asarray([c], jnp.int32))
+          mine.append(c)
+        ready.append((row, int(first[j]), mine, length))
+      for p in ids:
+        pool.release(p)
+
+    while waiting or ready or active.any():
+      for slot in np.flatnonzero(~active):  # fill every free slot
+        while not ready and waiting:
+          admit_group(waiting.pop(0))
+        if not ready:
+          break
+        row, first, mine, length = ready.pop(0)
+        for p in held[slot]:
+          pool.release(p)
+        held[slot] = mine
+        table[slot] = 0
+        table[slot, : len(mine)] = mine
+        pos[slot], tok[slot], ngen[slot], active[slot], seq[slot] = length, first, 1, True, row
+      if not active.any():
+        continue
+      for slot in np.flatnonzero(active):  # pages for the next chunk's writes
+        need = -(-(pos[slot] + pc.steps_per_sync) // page)
+        while len(held[slot]) < need:
+          p = pool.take()
+          table[slot, len(held[slot])] = p
+          held[slot].append(p)
+      live = max(len(held[i]) for i in np.flatnonzero(active))
+      m = min(1 << (live - 1).bit_length(), table.shape[1])  # a few compiled widths
+      state = {
+        "pos": jnp.asarray(pos),
+        "tok": jnp.asarray(tok),
+        "ngen": jnp.asarray(ngen),
+        "active": jnp.asarray(active),
+        "seq": jnp.asarray(seq),
+      }
+      kp, vp, state, toks, lps, emitted = _decode(
+        self.weights,
+        kp,
+        vp,
+        jnp.asarray(table[:, :m]),
+        state,
+        seed_key,
+        cfg=cfg,
+        sp=sp,
+        steps=pc.steps_per_sync,
+      )
+      steps += pc.steps_per_sync
+      toks, lps, emitted, st = jax.device_get((toks, lps, emitted, state))
+      for t in range(toks.shape[0]):
+        for slot in np.flatnonzero(emitted[t]):
+          emit(int(seq[slot]), int(toks[t, slot]), float(lps[t, slot]))
+      pos, tok, ngen = (np.array(st[k]) for k in ("pos", "tok", "ngen"))
+      active = np.array(st["active"])
+      for slot in np.flatnonzero(~active):  # finished: pages back to the pool now
+        for p in held[slot]:
+          pool.release(p)
+        held[slot] = []
+    self.stats = {
+      "peak_pages": pool.peak,
+      "page_bytes": 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * page * kp[0].itemsize,
+      "decode_steps": steps,
+    }
+    return {
+      "tokens": out_tok,
+      "logprobs": out_lp,
+      "lengths": lengths,
+      "finish_reason": ["stop" if x else "length" for x in stopped],
+    }
