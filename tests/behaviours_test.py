@@ -13,7 +13,7 @@ import pytest
 from prorl_jax import config as config_lib
 from prorl_jax.algo import losses
 from prorl_jax.model import init_params, presets
-from prorl_jax.records import SamplingParams
+from prorl_jax.records import Result, SamplingParams
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.engines.jax_sampler import generate
 from prorl_jax.rollout.local import WorkerFailure
@@ -81,17 +81,22 @@ def test_loop_state_round_trips_and_reads_old_checkpoints():
 
 
 def test_probe_mismatch_stops_the_run_in_one_line():
-  m = {"probe_mismatch": {"max": 0.02, "mean": 0.01}, "worker": "w1", "policy_version": 3}
-  assert probe.reported_mismatch(m, 0.05) == {"max": 0.02, "mean": 0.01}
-  assert probe.reported_mismatch({"worker": "w1", "policy_version": 3}, 0.05) == {}
-  m["probe_mismatch"] = {"max": 0.3, "mean": 0.1}
+  arrays = {k: np.zeros((1, 1) if k in ("tokens", "logprobs") else 1) for k in Result.ARRAYS}
+
+  def result(**manifest):
+    return Result.of(dict(worker="w1", policy_version=3, **manifest), arrays)
+
+  m = {"max": 0.02, "mean": 0.01}
+  assert probe.reported_mismatch(result(probe_mismatch=m), 0.05) == {"max": 0.02, "mean": 0.01}
+  assert probe.reported_mismatch(result(), 0.05) == {}
+  bad = result(probe_mismatch={"max": 0.3, "mean": 0.1})
   with pytest.raises(
     WorkerFailure,
     match=r"mismatch 0.3 on the probe exceeds "
     r"rollout.max_probe_mismatch=0.05 \(worker w1, weights v3\)",
   ):
-    probe.reported_mismatch(m, 0.05)
-  assert probe.reported_mismatch(m, 0.0)["max"] == 0.3  # 0 = off: recorded, never fatal
+    probe.reported_mismatch(bad, 0.05)
+  assert probe.reported_mismatch(bad, 0.0)["max"] == 0.3  # 0 = off: recorded, never fatal
   got = update.Received()
   for mm in ({"max": 0.3, "mean": 0.1}, {"max": 0.02, "mean": 0.01}):
     got.probe(mm)

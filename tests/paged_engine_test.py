@@ -100,3 +100,18 @@ def test_shared_prompt_pages_equal_separate_prefills(model):
   np.testing.assert_array_equal(shared["tokens"], separate["tokens"])
   np.testing.assert_allclose(shared["logprobs"], separate["logprobs"], atol=2e-5)
   assert peak_shared < eng.stats["peak_pages"]  # and fewer pages
+
+
+def test_per_row_token_limits_agree_with_the_static_sampler(model):
+  cfg, params = model
+  prompts = _prompts(3, seed=4)
+  caps = np.array([1, 5, 12, 2, 7, 3])  # per row, prompt-major (n = 2)
+  sp = SamplingParams(max_new_tokens=10, temperature=0.0)
+  rows = [p for p in prompts for _ in range(2)]
+  want = jax_sampler.generate(cfg, params, rows, sp, seed=0, max_new=caps)
+  eng = PagedEngine(cfg, params, PagedConfig(slots=2, page_size=8, steps_per_sync=4))
+  got = eng.generate(prompts, 2, sp, seed=0, max_new=caps)
+  assert want["lengths"].tolist() == [1, 5, 10, 2, 7, 3]  # a cap past max_new_tokens: that
+  np.testing.assert_array_equal(got["lengths"], want["lengths"])
+  np.testing.assert_array_equal(got["tokens"], want["tokens"])
+  assert got["finish_reason"] == ["length"] * 6

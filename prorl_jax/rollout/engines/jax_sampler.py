@@ -180,6 +180,7 @@ def _generate(
   prompt_BxTp,
   prompt_mask_BxTp,
   rng,
+  limit_B,
   *,
   cfg: Qwen2Config,
   sp: SamplingParams,
@@ -212,21 +213,23 @@ def _generate(
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
 
   def emit(state, logits_BxV, step_rng, i):
-    tokens, logps, done, length = state
+    tokens, logps, done, length, stopped = state
     tok, lp = _sample(logits_BxV, step_rng, sp)
     tok = jnp.where(done, pad_id, tok)
     lp = jnp.where(done, 0.0, lp)
     tokens = tokens.at[:, i].set(tok)
     logps = logps.at[:, i].set(lp)
     length = length + (~done).astype(jnp.int32)
-    done = done | jnp.isin(tok, stop_ids)
-    return (tokens, logps, done, length), tok
+    stopped = stopped | (~done & jnp.isin(tok, stop_ids))
+    done = done | jnp.isin(tok, stop_ids) | (length >= limit_B)
+    return (tokens, logps, done, length, stopped), tok
 
   out = (
     jnp.full((b, n), pad_id, jnp.int32),
     jnp.zeros((b, n), jnp.float32),
     jnp.zeros((b,), bool),
     jnp.zeros((b,), jnp.int32),
+    jnp.zeros((b,), bool),
   )
   rngs = jax.random.split(rng, n)
   out, tok = emit(out, h[:, -1] @ weights["head"], rngs[0], 0)
@@ -255,8 +258,8 @@ def _generate(
   _, _, _, _, out, _ = jax.lax.while_loop(
     cond, body, (jnp.int32(1), ks, vs, key_valid_BxS, out, tok)
   )
-  tokens, logps, done, length = out
-  return tokens, logps, done, length
+  tokens, logps, _, length, stopped = out
+  return tokens, logps, stopped, length
 
 
 def generate(
@@ -270,11 +273,13 @@ def generate(
   batch_multiple: int = 8,
   prompt_multiple: int = 32,
   weights=None,
+  max_new=None,
 ):
   """Samples one response per prompt. Returns a dict of numpy arrays:
 
   tokens [B, N] (pad after the end), logprobs [B, N] (0 after the end), lengths [B],
   finish_reason list of "stop" | "length". `weights`: `prepare(cfg, params)`, made here if None.
+  `max_new`: each row's own token limit (at most sp.max_new_tokens; default that).
   """
   if not prompts:
     raise ValueError("generate() needs at least one prompt")
@@ -288,6 +293,9 @@ def generate(
     toks[i, p - len(x) :] = x
     mask[i, p - len(x) :] = 1
   mask[len(prompts) :, -1] = 1  # filler rows: one real token so nothing is fully masked
+  limit = np.full(b, sp.max_new_tokens, np.int32)
+  if max_new is not None:
+    limit[: len(prompts)] = np.minimum(max_new, sp.max_new_tokens)
   if weights is None:
     weights = prepare(cfg, params)
   tokens, logps, done, length = jax.device_get(
@@ -297,6 +305,7 @@ def generate(
       jnp.asarray(toks),
       jnp.asarray(mask),
       jax.random.PRNGKey(seed),
+      jnp.asarray(limit),
       cfg=cfg,
       sp=sp,
       pad_id=pad_id,

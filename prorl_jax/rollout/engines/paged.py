@@ -176,7 +176,8 @@ def _attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, write_page_
 @functools.partial(jax.jit, static_argnames=("cfg", "sp", "steps"), donate_argnums=(1, 2))
 def _decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, steps):
   """`steps` decode steps of every active slot. `state`: pos [S] (the next cache position), tok
-  [S] (the last token), ngen [S] (tokens drawn so far), active [S], seq [S] (sequence ids).
+  [S] (the last token), ngen [S] (tokens drawn so far), cap [S] (the sequence's token limit),
+  active [S], seq [S] (sequence ids).
   Returns the pages, the new state and, per step, the tokens, log-probs and which slots
   emitted [steps, S]."""
   dt = jnp.dtype(cfg.compute_dtype)
@@ -201,7 +202,7 @@ def _decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, ste
     nxt, lp = _sample_rows(x @ weights["head"], _row_keys(seed_key, seq, ngen), sp)
     emitted = active
     ngen = ngen + active.astype(jnp.int32)
-    active = active & ~jnp.isin(nxt, stop_ids) & (ngen < n_max)
+    active = active & ~jnp.isin(nxt, stop_ids) & (ngen < jnp.minimum(st["cap"], n_max))
     st = dict(st, pos=pos + emitted.astype(jnp.int32), tok=jnp.where(emitted, nxt, tok))
     st = dict(st, ngen=ngen, active=active)
     return (tuple(new_k), tuple(new_v), st), (nxt, lp, emitted)
@@ -234,9 +235,12 @@ class PagedEngine:
     vp = tuple(jnp.zeros(vshape, dt) for _ in range(cfg.num_layers))
     return PagePool(pages), kp, vp, per_seq
 
-  def generate(self, prompts: list[list[int]], n: int, sp: SamplingParams, *, seed: int):
+  def generate(
+    self, prompts: list[list[int]], n: int, sp: SamplingParams, *, seed: int, max_new=None
+  ):
     """n responses per prompt, rows prompt-major: tokens [R, N] (0 after the end), logprobs
-    [R, N], lengths [R], finish_reason per row."""
+    [R, N], lengths [R], finish_reason per row. `max_new`: each row's own token limit (at
+    most sp.max_new_tokens; default that)."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("generate() needs prompts of at least one token")
     cfg, pc, page = self.cfg, self.pc, self.pc.page_size
@@ -250,11 +254,14 @@ class PagedEngine:
     out_tok = np.zeros((rows, n_new), np.int32)
     out_lp = np.zeros((rows, n_new), np.float32)
     lengths = np.zeros(rows, np.int32)
+    caps = np.full(rows, n_new, np.int32)
+    if max_new is not None:
+      caps = np.minimum(np.asarray(max_new, np.int32), n_new)
     stopped = np.zeros(rows, bool)
     s = pc.slots
     table = np.zeros((s, per_seq + 1), np.int32)
     held = [[] for _ in range(s)]  # pages each slot holds a reference to
-    pos, tok, ngen = (np.zeros(s, np.int32) for _ in range(3))
+    pos, tok, ngen, cap = (np.zeros(s, np.int32) for _ in range(4))
     active, seq = np.zeros(s, bool), np.zeros(s, np.int32)
     waiting = list(range(len(prompts)))  # prompts not yet prefilled
     ready: list[tuple] = []  # (row, first token, its pages, prompt length) per sequence
@@ -266,7 +273,7 @@ class PagedEngine:
       lengths[row] = i + 1
       if t in stop:
         stopped[row] = True
-      return t in stop or i + 1 >= n_new
+      return t in stop or i + 1 >= caps[row]
 
     def admit_group(pi):
       """Prefill prompt `pi`; its n sequences join `ready` holding its pages."""
@@ -313,6 +320,7 @@ class PagedEngine:
         table[slot] = 0
         table[slot, : len(mine)] = mine
         pos[slot], tok[slot], ngen[slot], active[slot], seq[slot] = length, first, 1, True, row
+        cap[slot] = caps[row]
       if not active.any():
         continue
       for slot in np.flatnonzero(active):  # pages for the next chunk's writes
@@ -327,6 +335,7 @@ class PagedEngine:
         "pos": jnp.asarray(pos),
         "tok": jnp.asarray(tok),
         "ngen": jnp.asarray(ngen),
+        "cap": jnp.asarray(cap),
         "active": jnp.asarray(active),
         "seq": jnp.asarray(seq),
       }
