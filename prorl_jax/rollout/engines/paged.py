@@ -3,8 +3,9 @@ frees its slot and its pages at once, and the next waiting sequence takes them.
 
 - The cache is a pool of pages of `page_size` tokens per layer (keys [P, K, Dh, page], values
   [P, K, page, Dh]); each slot has a page table. Pages are taken as a sequence grows, never
-  sized for the longest; a decode step reads only the pages in use (the table is cut to the
-  longest live sequence, rounded up to a power of two: a few compiled shapes).
+  sized for the longest. Attention runs page by page (flash-decoding: one page of every slot at
+  a time, folded into a running softmax), up to the longest live sequence's last page, so no
+  gathered copy of the cache is ever made; a slot past its own length reads the trash page.
 - One prefill per prompt: the N samples of a group share its full pages; each gets its own copy
   of the last, partial page (copy-on-write), then writes its own.
 - Per-sequence random streams: the draw for token t of sequence j is a function of (seed, j, t)
@@ -159,14 +160,33 @@ def _attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, write_page_
   off = pos_S % page
   kp = kp.at[write_page_S, :, :, off].set(new_k.astype(kp.dtype))
   vp = vp.at[write_page_S, :, off, :].set(new_v.astype(vp.dtype))
-  m = table_SxM.shape[1]
-  keys = kp[table_SxM].transpose(0, 2, 3, 1, 4).reshape(s, k, dh, m * page)
-  vals = vp[table_SxM].transpose(0, 2, 1, 3, 4).reshape(s, k, m * page, dh)
-  valid = jnp.arange(m * page)[None, :] <= pos_S[:, None]
-  scores = jnp.einsum("skgd,skdt->skgt", q_SxKxGxDh, keys.astype(dt)).astype(jnp.float32)
-  scores = jnp.where(valid[:, None, None, :], scores, NEG_SCORE)
-  probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-  out = jnp.einsum("skgt,sktd->skgd", probs, vals.astype(dt)).reshape(s, h * dh)
+
+  # Flash-decoding over the slot's pages: one page of every slot at a time (a gather that stays
+  # in cache), folded into a running softmax; slots past their length read the trash page.
+  def page_step(j, acc):
+    m_run, l_run, o_run = acc  # [S, K, G], [S, K, G], [S, K, G, Dh]
+    ids = table_SxM[:, j]
+    kj = kp[ids].astype(dt)  # [S, K, Dh, page]
+    vj = vp[ids].astype(dt)  # [S, K, page, Dh]
+    sc = jnp.einsum("skgd,skdp->skgp", q_SxKxGxDh, kj).astype(jnp.float32)
+    valid = j * page + jnp.arange(page)[None, :] <= pos_S[:, None]  # [S, page]
+    sc = jnp.where(valid[:, None, None, :], sc, NEG_SCORE)
+    m_new = jnp.maximum(m_run, sc.max(-1))
+    scale = jnp.exp(m_run - m_new)
+    p = jnp.exp(sc - m_new[..., None])
+    l_new = l_run * scale + p.sum(-1)
+    o_new = o_run * scale[..., None] + jnp.einsum("skgp,skpd->skgd", p.astype(dt), vj)
+    return m_new, l_new, o_new
+
+  g_shape = (s, k, g)
+  acc = (
+    jnp.full(g_shape, NEG_SCORE, jnp.float32),
+    jnp.zeros(g_shape, jnp.float32),
+    jnp.zeros(g_shape + (dh,), jnp.float32),
+  )
+  live = jnp.max(pos_S) // page + 1  # pages any slot uses: the loop stops there
+  _, l_run, o_run = jax.lax.fori_loop(0, live, page_step, acc)
+  out = (o_run / l_run[..., None]).astype(dt).reshape(s, h * dh)
   x_SxD = x_SxD + out @ w["o"]
   y = rms_norm(x_SxD, w["post_attn_norm"], cfg.rms_norm_eps, dt)
   x_SxD = x_SxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
