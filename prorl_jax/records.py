@@ -71,6 +71,21 @@ class SamplingParams:
 
 
 @dataclasses.dataclass(frozen=True)
+class PromptItem:
+  """One prompt as a data source hands it out: its token ids, the data source that names its
+  verifier, the reference answer, a stable id and the row's extra information; the demo's items
+  also carry their text and a worked solution (its warm start trains on them)."""
+
+  prompt_ids: list[int]
+  data_source: str
+  reference: Any
+  uid: str
+  extra: dict = dataclasses.field(default_factory=dict)
+  prompt: str = ""
+  solution: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class PromptMeta:
   """What a worker needs to score one prompt's responses."""
 
@@ -80,8 +95,8 @@ class PromptMeta:
   uid: str = ""
 
   @classmethod
-  def of_item(cls, item: dict) -> PromptMeta:
-    return cls(item["data_source"], item["reference"], item.get("extra", {}), item["uid"])
+  def of_item(cls, item: PromptItem) -> PromptMeta:
+    return cls(item.data_source, item.reference, item.extra, item.uid)
 
 
 @dataclasses.dataclass(frozen=True)

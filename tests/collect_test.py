@@ -7,7 +7,7 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
-from prorl_jax.records import Request
+from prorl_jax.records import PromptItem, Request
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import update
 from prorl_jax.trainer.plan import rollout_plan
@@ -20,14 +20,7 @@ class Items:
   def take(self, n):
     out = []
     for _ in range(n):
-      out.append(
-        {
-          "prompt_ids": [self.k, 7],
-          "data_source": "chain_sum",
-          "reference": "1",
-          "uid": str(self.k),
-        }
-      )
+      out.append(PromptItem([self.k, 7], "chain_sum", "1", str(self.k)))
       self.k += 1
     return out
 

@@ -35,9 +35,9 @@ def test_rows_load_tokenize_and_drop_long_prompts(tmp_path, tok):
   src = prompts.JsonlSource([path], tok, max_prompt_len=16)
   assert len(src.items) == 2 and src.dropped_too_long == 1
   it = src.items[0]
-  assert it["prompt_ids"][0] == tok.bos_token_id  # the chat template's <bos>
-  assert tok.decode(it["prompt_ids"][1:]) == "1+1+1="
-  assert it["reference"] == "3" and it["data_source"] == "chain_sum" and it["extra"] == {"i": 0}
+  assert it.prompt_ids[0] == tok.bos_token_id  # the chat template's <bos>
+  assert tok.decode(it.prompt_ids[1:]) == "1+1+1="
+  assert it.reference == "3" and it.data_source == "chain_sum" and it.extra == {"i": 0}
 
 
 @pytest.mark.parametrize(
@@ -101,19 +101,19 @@ def test_cursor_round_trip_continues_exactly(tmp_path, tok):
   a = make()
   a.take(11)  # crosses an epoch of the 7-row file
   state = json.loads(json.dumps(a.state()))
-  rest = [it["uid"] for it in a.take(9)]
+  rest = [it.uid for it in a.take(9)]
   b = make()
   b.load_state(state)
-  assert [it["uid"] for it in b.take(9)] == rest
-  drawn = [it["data_source"] for it in make().take(40)]  # both sources serve, about evenly
+  assert [it.uid for it in b.take(9)] == rest
+  drawn = [it.data_source for it in make().take(40)]  # both sources serve, about evenly
   assert set(drawn) == {"chain_sum", "math"} and 10 <= drawn.count("math") <= 30
 
 
 def test_heldout_prompts_are_excluded_from_training(tok):
   held = chain_sum.chain_sum_heldout(tok, 200)
-  src = chain_sum.ChainSumSource(tok, seed=0, exclude={h["prompt"] for h in held})
-  train = {src.next()["prompt"] for _ in range(500)}
-  assert not train & {h["prompt"] for h in held}
+  src = chain_sum.ChainSumSource(tok, seed=0, exclude={h.prompt for h in held})
+  train = {src.next().prompt for _ in range(500)}
+  assert not train & {h.prompt for h in held}
 
 
 def test_parquet_rows_load_like_jsonl(tmp_path, tok):
@@ -123,16 +123,16 @@ def test_parquet_rows_load_like_jsonl(tmp_path, tok):
   rows = [_row(0), _row(1, src="math", n=2)]
   pq.write_table(pa.Table.from_pylist(rows), str(tmp_path / "a.parquet"))
   src = prompts.JsonlSource([str(tmp_path / "a.parquet")], tok, max_prompt_len=16)
-  assert [it["data_source"] for it in src.items] == ["chain_sum", "math"]
-  assert src.items[1]["reference"] == "2"
+  assert [it.data_source for it in src.items] == ["chain_sum", "math"]
+  assert src.items[1].reference == "2"
 
 
 def test_reasoning_gym_procedural_source(tok):
   src = prompts.JsonlSource(
     ["reasoning_gym:basic_arithmetic:3:5"], tok, max_prompt_len=4096, use_chat_template=False
   )
-  assert len(src.items) == 5 and src.items[0]["data_source"] == "reasoning_gym"
-  assert src.items[0]["extra"]["entry"]["answer"] == src.items[0]["reference"]
+  assert len(src.items) == 5 and src.items[0].data_source == "reasoning_gym"
+  assert src.items[0].extra["entry"]["answer"] == src.items[0].reference
 
 
 def test_an_unroutable_data_source_names_file_row_and_value(tmp_path, tok):

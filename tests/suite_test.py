@@ -373,18 +373,18 @@ def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_pat
   )
   by = {}
   for it in items:
-    by.setdefault(it["extra"]["benchmark"], []).append(it)
+    by.setdefault(it.extra["benchmark"], []).append(it)
   assert {k: len(v) for k, v in by.items()} == {
     "aime24": 1,
     "gpqa_diamond": 3,
     "reasoning_gym_ood/boxnet": 2,
   }
-  assert {it["extra"]["task"] for it in by["reasoning_gym_ood/boxnet"]} == {"boxnet"}
+  assert {it.extra["task"] for it in by["reasoning_gym_ood/boxnet"]} == {"boxnet"}
   assert verifiers == {"math", "stem", "reasoning_gym"}
   again, _ = suite.validation_items(
     tok, str(out), ["gpqa_diamond"], max_prompts=3, max_prompt_len=4096, seed=0
   )
-  assert [it["uid"] for it in again] == [it["uid"] for it in by["gpqa_diamond"]]
+  assert [it.uid for it in again] == [it.uid for it in by["gpqa_diamond"]]
   with pytest.raises(DataError, match="'aime26' is not in"):
     suite.validation_items(tok, str(out), ["aime26"], max_prompts=0, max_prompt_len=4096, seed=0)
   with pytest.raises(DataError, match="'reasoning_gym/nope' has no prompts"):
@@ -397,7 +397,7 @@ def test_validation_blend_takes_benchmarks_tasks_and_a_seeded_cap(built, tmp_pat
   cfg.data.val_suite, cfg.data.val_benchmarks = str(out), "aime24,apps"
   cfg.rollout.max_prompt_len = 4096
   blend, heldout = sources_for(data_spec(cfg), tok)
-  assert sorted({it["extra"]["benchmark"] for it in heldout}) == ["aime24", "apps"]
+  assert sorted({it.extra["benchmark"] for it in heldout}) == ["aime24", "apps"]
   assert "code" in blend.verifiers
   cfg.data.val_benchmarks = ""
   with pytest.raises(config_lib.ConfigError, match="go together"):

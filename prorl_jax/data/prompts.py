@@ -20,6 +20,7 @@ import numpy as np
 from prorl_jax import rewards
 from prorl_jax.demo import chain_sum
 from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.records import PromptItem
 from prorl_jax.rewards import puzzles
 
 
@@ -163,7 +164,15 @@ class JsonlSource:
         if len(ids) > max_prompt_len:
           self.dropped_too_long += 1
           continue
-        self.items.append(dict(r, uid=f"{os.path.basename(path)}:{i}", prompt_ids=ids))
+        self.items.append(
+          PromptItem(
+            prompt_ids=ids,
+            data_source=r["data_source"],
+            reference=r["reference"],
+            uid=f"{os.path.basename(path)}:{i}",
+            extra=r["extra"],
+          )
+        )
     if not self.items:
       raise DataError(
         f"no usable prompts in {files} ({self.dropped_too_long} over "
@@ -175,7 +184,7 @@ class JsonlSource:
   def _order(self, epoch: int) -> np.ndarray:
     return np.random.RandomState(self.seed + epoch).permutation(len(self.items))
 
-  def next(self) -> dict:
+  def next(self) -> PromptItem:
     c = self.cursor
     if c["index"] >= len(self.items):
       c["epoch"], c["index"] = c["epoch"] + 1, 0
@@ -201,12 +210,12 @@ class Blend:
     self.count = 0
     self.verifiers = set().union(*(s.verifiers for s in sources))  # the verifiers it needs
 
-  def next(self) -> dict:
+  def next(self) -> PromptItem:
     k = np.random.RandomState((self.seed, self.count)).choice(len(self.sources), p=self.p)
     self.count += 1
     return self.sources[k].next()
 
-  def take(self, k: int) -> list[dict]:
+  def take(self, k: int) -> list[PromptItem]:
     return [self.next() for _ in range(k)]
 
   def state(self) -> dict:
@@ -257,6 +266,6 @@ def make_sources(
       srcs[0].verifiers |= val_src.verifiers  # the run needs the held-out set's verifiers too
       val = val_src.items
     return Blend(srcs, weights, seed=seed), val
-  exclude = {it["prompt"] for it in chain_sum.chain_sum_heldout(tok, max(1000, heldout))}
+  exclude = {it.prompt for it in chain_sum.chain_sum_heldout(tok, max(1000, heldout))}
   src = chain_sum.ChainSumSource(tok, seed=seed * 7919 + 2, exclude=exclude)
   return Blend([src], seed=seed), chain_sum.chain_sum_heldout(tok, heldout)

@@ -346,7 +346,7 @@ def validation_items(
       routing=routing,
       use_chat_template=use_chat_template,
     )
-    got = [it for it in src.items if not task or it["extra"].get("task") == task]
+    got = [it for it in src.items if not task or it.extra.get("task") == task]
     if not got:
       raise DataError(
         f"data.val_benchmarks: {spec!r} has no prompts within max_prompt_len={max_prompt_len}"
@@ -354,9 +354,7 @@ def validation_items(
     if max_prompts and len(got) > max_prompts:
       keep = np.sort(np.random.RandomState(seed).permutation(len(got))[:max_prompts])
       got = [got[i] for i in keep]
-    for it in got:
-      it["extra"] = dict(it["extra"], benchmark=spec)
-    items += got
+    items += [dataclasses.replace(it, extra=dict(it.extra, benchmark=spec)) for it in got]
     verifiers |= src.verifiers
   return items, verifiers
 

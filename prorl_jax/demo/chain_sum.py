@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.records import PromptItem
 
 
 def make_item(rng, min_terms: int = 3, max_terms: int = 6) -> dict:
@@ -35,24 +36,23 @@ class ChainSumSource:
     self.tok, self.seed, self.exclude = tokenizer, seed, exclude or set()
     self.cursor = {"index": 0}
 
-  def item(self, k: int) -> dict:
+  def item(self, k: int) -> PromptItem:
     """Item `k` of this source (the same every time: from RandomState(seed + k))."""
     it = make_item(np.random.RandomState(self.seed + k))
-    return {
-      "uid": f"chain_sum:{self.seed}:{k}",
-      "prompt_ids": prompt_ids(self.tok, it["prompt"]),
-      "data_source": "chain_sum",
-      "reference": it["answer"],
-      "extra": {},
-      "prompt": it["prompt"],
-      "solution": it["solution"],
-    }
+    return PromptItem(
+      prompt_ids=prompt_ids(self.tok, it["prompt"]),
+      data_source="chain_sum",
+      reference=it["answer"],
+      uid=f"chain_sum:{self.seed}:{k}",
+      prompt=it["prompt"],
+      solution=it["solution"],
+    )
 
-  def next(self) -> dict:
+  def next(self) -> PromptItem:
     while True:
       it = self.item(self.cursor["index"])
       self.cursor["index"] += 1
-      if it["prompt"] not in self.exclude:
+      if it.prompt not in self.exclude:
         return it
 
   def state(self) -> dict:
@@ -65,6 +65,6 @@ class ChainSumSource:
 HELDOUT_SEED = 10_000_000
 
 
-def chain_sum_heldout(tokenizer, n: int, seed: int = HELDOUT_SEED) -> list[dict]:
+def chain_sum_heldout(tokenizer, n: int, seed: int = HELDOUT_SEED) -> list[PromptItem]:
   src = ChainSumSource(tokenizer, seed=seed)
   return [src.next() for _ in range(n)]

@@ -29,10 +29,10 @@ def _sft_batch(tok, src, batch: int, length: int):
   loss_mask = np.zeros((batch, length), np.float32)
   for i in range(batch):
     it = src.next()
-    comp = tok.encode(it["solution"], add_special_tokens=False) + [tok.eos_token_id]
-    seq = (it["prompt_ids"] + comp)[:length]
+    comp = tok.encode(it.solution, add_special_tokens=False) + [tok.eos_token_id]
+    seq = (list(it.prompt_ids) + comp)[:length]
     toks[i, : len(seq)] = seq
-    loss_mask[i, len(it["prompt_ids"]) : len(seq)] = 1
+    loss_mask[i, len(it.prompt_ids) : len(seq)] = 1
   return toks, loss_mask
 
 
@@ -73,7 +73,7 @@ def build(
   tiny_base.build(scratch, seed=seed)
   cfg, params = load_hf(scratch)
   tok = load_tokenizer(scratch)
-  heldout = {it["prompt"] for it in chain_sum.chain_sum_heldout(tok, 1000)}
+  heldout = {it.prompt for it in chain_sum.chain_sum_heldout(tok, 1000)}
   src = chain_sum.ChainSumSource(tok, seed=seed * 7919 + 1, exclude=heldout)
   sched = optax.warmup_cosine_decay_schedule(0.0, lr, min(50, steps // 4), steps, lr * 0.1)
   tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))

@@ -156,7 +156,7 @@ def run_suite(
           max_new_tokens=max_response_len, temperature=temperature, top_p=top_p
         ),
       )
-      cont = rewards.continuous(items[0]["data_source"])
+      cont = rewards.continuous(items[0].data_source)
       summary = scoring.summarize(got["scores"], got["failed"], continuous=cont, ks=[])
       summary.update(
         metric="mean score" if cont else "pass@1",
@@ -172,7 +172,7 @@ def run_suite(
         "benchmark": name,
         "domain": b["domain"],
         "summary": summary,
-        "uids": [it["uid"] for it in items],
+        "uids": [it.uid for it in items],
         "scores": got["scores"].tolist(),
         "verifier_failed": got["failed"].astype(int).tolist(),
         "lengths": got["lengths"].tolist(),
@@ -201,7 +201,7 @@ def run_suite(
 def _per_task(items: list[dict], got: dict, cont: bool) -> dict:
   by_task: dict[str, list[int]] = {}
   for i, it in enumerate(items):
-    by_task.setdefault(str(it["extra"].get("task", "?")), []).append(i)
+    by_task.setdefault(str(it.extra.get("task", "?")), []).append(i)
   return {
     t: scoring.summarize(got["scores"][idx], got["failed"][idx], continuous=cont, ks=[])["pass@1"]
     for t, idx in sorted(by_task.items())

@@ -47,7 +47,7 @@ def collect(
     part = items[c : c + chunk]
     rid = f"{tag}-c{c // chunk:04d}"
     requests[rid] = Request(
-      prompts=[list(it["prompt_ids"]) for it in part],
+      prompts=[list(it.prompt_ids) for it in part],
       n=samples,
       sampling=sampling,
       meta=[PromptMeta.of_item(it) for it in part],
@@ -77,7 +77,7 @@ def collect(
 
 def group_key(item: dict) -> str:
   """What an item is reported under: its benchmark (prepared suites), else its data source."""
-  return str(item.get("extra", {}).get("benchmark") or item["data_source"])
+  return str(item.extra.get("benchmark") or item.data_source)
 
 
 def summarize(scores: np.ndarray, failed: np.ndarray, *, continuous, ks: list[int]) -> dict:
@@ -142,12 +142,12 @@ def evaluate(
     groups[group_key(it)].append(i)
   out = {"verifier_failures": int(got["failed"].sum())}
   for name, idx in sorted(groups.items()):
-    cont = rewards.continuous(items[idx[0]]["data_source"], routing)
+    cont = rewards.continuous(items[idx[0]].data_source, routing)
     res = summarize(got["scores"][idx], got["failed"][idx], continuous=cont, ks=ks)
     for k, v in res.items():
       if k.startswith("pass@") and v is not None:
         out[f"{name}/{k}"] = v
-  cont = [rewards.continuous(it["data_source"], routing) for it in items]
+  cont = [rewards.continuous(it.data_source, routing) for it in items]
   for k, v in summarize(got["scores"], got["failed"], continuous=cont, ks=ks).items():
     if k.startswith("pass@") and v is not None:
       out[k] = v

@@ -199,7 +199,7 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     packed_logprobs=packed_logprobs,
     reset_ref=compiled.jit_reset_reference(model_cfg, tx, mesh, c.algo.ref_reset_optimizer),
     probe_tokens=[
-      [int(x) for x in it["prompt_ids"][-c.rollout.max_prompt_len :]]
+      [int(x) for x in it.prompt_ids[-c.rollout.max_prompt_len :]]
       + [int(x) for x in rng.randint(0, model_cfg.vocab_size, 16)]
       for it in probe_items
     ],

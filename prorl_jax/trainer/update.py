@@ -15,7 +15,7 @@ import numpy as np
 
 from prorl_jax.algo import dynamic_sampling, packing
 from prorl_jax.parallel import dist
-from prorl_jax.records import Group, Prefetch, PromptMeta, Request
+from prorl_jax.records import Group, Prefetch, PromptItem, PromptMeta, Request
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
@@ -33,7 +33,7 @@ def admissible(version: int, policy_version: int, max_staleness: int) -> bool:
 
 
 def _requests(
-  p: RolloutPlan, items: list[dict], *, step: int, tag: str, version: int
+  p: RolloutPlan, items: list[PromptItem], *, step: int, tag: str, version: int
 ) -> dict[str, Request]:
   """The request bodies of one round over `items`, split so every worker gets a share; their
   ids name the step and round (a resumed run writes the same ids and seeds again)."""
@@ -46,7 +46,7 @@ def _requests(
     part = items[j : j + per]
     rid = f"s{step:07d}-{tag}-c{j:05d}"
     out[rid] = Request(
-      prompts=[[int(t) for t in it["prompt_ids"]] for it in part],
+      prompts=[[int(t) for t in it.prompt_ids] for it in part],
       n=p.n,
       sampling=p.sampling,
       meta=[PromptMeta.of_item(it) for it in part],
