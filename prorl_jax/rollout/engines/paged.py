@@ -100,10 +100,11 @@ def _sample_rows(logits_SxV, keys_S, sp: SamplingParams):
   return tok.astype(jnp.int32), lp
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "length"))
-def _prefill(params, tokens_1xT, *, cfg: Qwen2Config, length: int):
-  """One prompt (right-padded to T): its keys [L, K, Dh, T], values [L, K, T, Dh] per layer
-  stacked, and the final hidden state [D] of its last real token."""
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _prefill(params, tokens_1xT, length, *, cfg: Qwen2Config):
+  """One prompt (right-padded to T; `length` is traced: one compile per page-rounded T): its
+  keys [L, K, Dh, T], values [L, K, T, Dh] per layer stacked, and the final hidden state [D] of
+  its last real token."""
   t = tokens_1xT.shape[1]
   mask = (jnp.arange(t) < length).astype(jnp.int32)[None]
   dt = jnp.dtype(cfg.compute_dtype)
@@ -303,7 +304,7 @@ class PagedEngine:
       tb = -(-length // page) * page
       toks = np.zeros((1, tb), np.int32)
       toks[0, :length] = prompt
-      k_all, v_all, h = _prefill(self.params, jnp.asarray(toks), cfg=cfg, length=length)
+      k_all, v_all, h = _prefill(self.params, jnp.asarray(toks), jnp.int32(length), cfg=cfg)
       ids = [pool.take() for _ in range(tb // page)]
       kp, vp = _write_prompt(kp, vp, k_all, v_all, jnp.asarray(ids, jnp.int32))
       first, first_lp = jax.device_get(
