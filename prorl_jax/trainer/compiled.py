@@ -16,6 +16,7 @@ from prorl_jax.trainer.train_step import (
   BATCH_KEYS,
   PACKED_MODEL_KEYS,
   LossConfig,
+  TrainState,
   logprob_step,
   packed_shardings,
   reset_reference,
@@ -48,9 +49,18 @@ def batch_shardings(mesh, batch_shape):
   return {k: NamedSharding(mesh, spec) for k in BATCH_KEYS}
 
 
-def jit_train_step(model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, batch_shape):
-  """train_step jitted once: state and batch in their shardings, state donated."""
-  st_sh = state_shardings(model_cfg, tx, mesh)
+def jit_train_step(
+  model_cfg: Qwen2Config,
+  tx,
+  lc: LossConfig,
+  mesh,
+  batch_shape,
+  *,
+  shardings: TrainState | None = None,
+):
+  """train_step jitted once: state and batch in their shardings, state donated. `shardings` are
+  the state's (`state_shardings`; computed here when not given)."""
+  st_sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
   fn = functools.partial(train_step, model_cfg=model_cfg, tx=tx, lc=lc, mesh=mesh)
   return jax.jit(
     fn,
@@ -87,8 +97,11 @@ def jit_logprob_step(
   )
 
 
-def jit_reset_reference(model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool):
-  st_sh = state_shardings(model_cfg, tx, mesh)
+def jit_reset_reference(
+  model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool, *, shardings: TrainState | None = None
+):
+  """`reset_reference` jitted once on the state's `shardings` (computed when not given), donated."""
+  st_sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
   return jax.jit(
     functools.partial(reset_reference, tx=tx, reinit_optimizer=reinit_optimizer),
     in_shardings=(st_sh,),

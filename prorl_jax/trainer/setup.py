@@ -153,7 +153,10 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
   )
   plan = Plan.from_config(c)
   tx = plan.optimizer.make()
-  state = ts.create_train_state(model_cfg, tx, mesh, jax.random.PRNGKey(c.seed), params=params)
+  state_sh = ts.state_shardings(model_cfg, tx, mesh)  # computed once, given to every jit below
+  state = ts.create_train_state(
+    model_cfg, tx, mesh, jax.random.PRNGKey(c.seed), params=params, shardings=state_sh
+  )
   rows = c.rollout.mini_batch_prompts * c.rollout.n
   seq = c.rollout.max_prompt_len + c.rollout.max_response_len
   losses = plan.loss
@@ -165,7 +168,9 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     slab_shardings = compiled.packed_shardings(mesh, slab_shape)
     # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
     packed_cfg = model_cfg.replace(attention_window=seq)
-    packed_train_step = ts.PackedTrainStep(packed_cfg, tx, losses, mesh, slab_shape)
+    packed_train_step = ts.PackedTrainStep(
+      packed_cfg, tx, losses, mesh, slab_shape, shardings=state_sh
+    )
     packed_logprobs = compiled.jit_packed_logprob_step(
       packed_cfg, mesh, slab_shape, temperature=c.rollout.temperature
     )
@@ -181,11 +186,13 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     mesh=mesh,
     model_cfg=model_cfg,
     tx=tx,
-    state_shardings=ts.state_shardings(model_cfg, tx, mesh),
+    state_shardings=state_sh,
     rows=rows,
     seq=seq,
     batch_shardings=compiled.batch_shardings(mesh, (rows, seq)),
-    train_step=compiled.jit_train_step(model_cfg, tx, losses, mesh, (rows, seq)),
+    train_step=compiled.jit_train_step(
+      model_cfg, tx, losses, mesh, (rows, seq), shardings=state_sh
+    ),
     logprobs=compiled.jit_logprob_step(
       model_cfg,
       mesh,
@@ -197,7 +204,9 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
     slab_shardings=slab_shardings,
     packed_train_step=packed_train_step,
     packed_logprobs=packed_logprobs,
-    reset_ref=compiled.jit_reset_reference(model_cfg, tx, mesh, c.algo.ref_reset_optimizer),
+    reset_ref=compiled.jit_reset_reference(
+      model_cfg, tx, mesh, c.algo.ref_reset_optimizer, shardings=state_sh
+    ),
     probe_tokens=[
       [int(x) for x in it.prompt_ids[-c.rollout.max_prompt_len :]]
       + [int(x) for x in rng.randint(0, model_cfg.vocab_size, 16)]

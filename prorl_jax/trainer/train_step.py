@@ -127,13 +127,15 @@ def _new_state(params, tx):
   )
 
 
-def create_train_state(model_cfg: Qwen2Config, tx, mesh, rng, params=None) -> TrainState:
+def create_train_state(
+  model_cfg: Qwen2Config, tx, mesh, rng, params=None, *, shardings: TrainState | None = None
+) -> TrainState:
   """A sharded TrainState; random params are created in place, given params are re-laid out.
 
   `rng` seeds the random params (unused when params are given). The reference policy starts
-  equal to the policy (a separate buffer).
+  equal to the policy (a separate buffer). `shardings`: `state_shardings(...)` when not given.
   """
-  sh = state_shardings(model_cfg, tx, mesh)
+  sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
   if params is None:
     init = lambda r: _new_state(init_params(model_cfg, r), tx)  # noqa: E731
     return jax.jit(init, out_shardings=sh)(rng)
@@ -316,8 +318,10 @@ class PackedTrainStep:
   slab, apply) — a new slab count never recompiles. counts = (trained tokens, sequences) of the
   whole mini-batch, so the result equals the padded step's."""
 
-  def __init__(self, model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, slab_shape):
-    st_sh = state_shardings(model_cfg, tx, mesh)
+  def __init__(
+    self, model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, slab_shape, *, shardings=None
+  ):
+    st_sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
     self.slab_sh = packed_shardings(mesh, slab_shape)
     rep = sharding.replicated(mesh)
     kw = dict(model_cfg=model_cfg, lc=lc, mesh=mesh)
