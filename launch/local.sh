@@ -51,7 +51,7 @@ for i in $(seq 0 $((WORKERS - 1))); do
   worker=("$WORKER_PY" -m prorl_jax.cli.worker --exchange="$EXCHANGE" --engine="$ENGINE" --worker_id="local$i")
   if [ "${WORKER_GPUS[$i]}" != - ]; then  # a vLLM engine pinned to its GPUs
     worker=(env CUDA_VISIBLE_DEVICES="${WORKER_GPUS[$i]}" "${worker[@]}"
-            --vllm_options="{\"tensor_parallel_size\": $TP, \"gpu_memory_utilization\": $VLLM_MEMORY}")
+            --engine_options="{\"tensor_parallel_size\": $TP, \"gpu_memory_utilization\": $VLLM_MEMORY}")
   fi
   run_bg "${worker[@]}"
 done

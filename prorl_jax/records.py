@@ -211,6 +211,9 @@ class Result:
   probe_mismatch: dict | None = None  # {max, mean} of the engine/trainer probe, when measured
   verifier_stats: dict = dataclasses.field(default_factory=dict)  # {"math/scored": count, ...}
   weights_wait_s: float | None = None  # how long the worker waited for these weights
+  # the engine's counts of this request (continuous batching: peak KV pages, page bytes, decode
+  # steps); empty for engines that report none
+  engine_stats: dict = dataclasses.field(default_factory=dict)
 
   ARRAYS = ("tokens", "logprobs", "lengths", "stopped", "scores", "verifier_failed")
 
@@ -226,6 +229,7 @@ class Result:
       probe_mismatch=manifest.get("probe_mismatch") or None,
       verifier_stats=dict(manifest.get("verifier_stats", {})),
       weights_wait_s=float(wait) if is_num(wait) and wait >= 0 else None,
+      engine_stats=dict(manifest.get("engine_stats", {})),
     )
 
   def arrays(self) -> dict[str, np.ndarray]:

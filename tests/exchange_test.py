@@ -671,3 +671,24 @@ def test_one_request_schema_for_the_record_and_the_exchange(ex, change, field):
   assert ex.queue.claim("w").request == good
   with pytest.raises(TypeError, match="takes a records.Request"):
     ex.queue.put(_GOOD, request_id="r002")
+
+
+def test_a_result_manifest_carries_the_engines_numeric_stats_only():
+  from prorl_jax.records import InvalidEntry
+  from prorl_jax.rollout.entries import check_result_manifest
+
+  doc = {
+    "request_id": "r1",
+    "worker": "w0",
+    "attempt": 0,
+    "data_key": "results/r1/data-0-w0.npz",
+    "size": 10,
+    "sha256": "a" * 64,
+    "policy_version": 3,
+  }
+  assert check_result_manifest(dict(doc), "r1") == doc  # engine_stats is optional
+  ok = dict(doc, engine_stats={"peak_pages": 12, "page_bytes": 4096.0})
+  assert check_result_manifest(ok, "r1")["engine_stats"]["peak_pages"] == 12
+  for bad in ({"peak_pages": -1}, {"peak_pages": "12"}, {"x": float("nan")}, [1]):
+    with pytest.raises(InvalidEntry, match="engine_stats must map names to finite numbers"):
+      check_result_manifest(dict(doc, engine_stats=bad), "r1")

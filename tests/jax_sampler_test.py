@@ -117,7 +117,11 @@ def test_inverse_cdf_draws_follow_softmax_and_never_excluded_tokens():
   z = np.random.RandomState(0).randn(v).astype(np.float32) * 2.0
   z[::3] = -np.inf
   keys = jax.random.split(jax.random.PRNGKey(0), draws)
-  toks, lps = jax.jit(jax.vmap(lambda k: jax_sampler._inverse_cdf(jnp.asarray(z)[None], k)))(keys)
+  toks, lps = jax.jit(
+    jax.vmap(
+      lambda k: jax_sampler.draw_from_uniform(jnp.asarray(z)[None], jax.random.uniform(k, (1,)))
+    )
+  )(keys)
   toks, lps = np.asarray(toks[:, 0]), np.asarray(lps[:, 0])
   p = np.asarray(jax.nn.softmax(jnp.asarray(z)))
   assert (toks % 3 != 0).all() and toks.max() < v
@@ -125,6 +129,19 @@ def test_inverse_cdf_draws_follow_softmax_and_never_excluded_tokens():
   sigma = np.sqrt(p * (1 - p) / draws)
   assert (np.abs(freq - p) <= 5 * sigma + 1e-4).all()
   np.testing.assert_allclose(lps, np.log(p[toks]), atol=1e-5)
+
+
+def test_stream_uniforms_are_the_split_then_uniform_draws_of_any_batch_and_length():
+  # draw t of sequence j = uniform(split(key, T)[t], (B,))[j] for every T > t and B > j: what the
+  # static sampler drew before the per-sequence form, and what makes two engines agree.
+  key = jax.random.PRNGKey(12345)
+  j, t = np.meshgrid(np.arange(37), np.arange(23), indexing="ij")
+  got = np.asarray(jax_sampler.stream_uniforms(key, jnp.asarray(j.ravel()), jnp.asarray(t.ravel())))
+  for T, B in ((23, 37), (40, 64), (1000, 40)):
+    steps = jax.random.split(key, T)
+    want = np.stack([np.asarray(jax.random.uniform(steps[i], (B,)))[:37] for i in range(23)], 1)
+    np.testing.assert_array_equal(got.reshape(37, 23), want)
+  assert 0.0 <= got.min() and got.max() < 1.0 and len(np.unique(got)) == got.size
 
 
 def test_untied_head_and_decode_weights_passed_in():

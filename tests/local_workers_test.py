@@ -130,20 +130,24 @@ def test_the_trainer_refuses_a_vllm_worker_python_before_loading_anything(tmp_pa
   assert time.time() - t0 < 120
 
 
-def test_vllm_workers_get_the_configs_engine_options(tmp_path):
+@pytest.mark.parametrize("engine", ["vllm", "jax"])
+def test_workers_get_the_configs_engine_options(tmp_path, engine):
   from prorl_jax import config as config_lib
 
   cfg = config_lib.base_config()
+  cfg.rollout.engine = engine
   cfg.vllm.tensor_parallel = 2
   cfg.vllm.enforce_eager = "false"
+  cfg.jax_engine.batching = "continuous"
+  cfg.jax_engine.slots = 24
   py = _fake_python(tmp_path, 'echo "ARGS: $*"; sleep 30')
   workers = LocalWorkers(
     "file:///x",
     1,
-    "vllm",
+    engine,
     str(tmp_path / "logs"),
     python=py,
-    vllm_options=config_lib.vllm_options(cfg),
+    engine_options=config_lib.engine_options(cfg),
   )
   try:
     log = os.path.join(tmp_path, "logs", "worker0.log")
@@ -151,13 +155,26 @@ def test_vllm_workers_get_the_configs_engine_options(tmp_path):
     while "ARGS" not in open(log).read() and time.time() - t0 < 10:
       time.sleep(0.05)
     args = open(log).read()
-    opts = json.loads(args.split("--vllm_options=", 1)[1].split(" --")[0].strip())
-    assert opts == {
-      "gpu_memory_utilization": 0.5,
-      "tensor_parallel_size": 2,
-      "max_num_seqs": 256,
-      "enable_prefix_caching": True,
-      "enforce_eager": "false",
-    }
+    assert f"--engine={engine}" in args
+    opts = json.loads(args.split("--engine_options=", 1)[1].split(" --")[0].strip())
+    assert (
+      opts
+      == {
+        "vllm": {
+          "gpu_memory_utilization": 0.5,
+          "tensor_parallel_size": 2,
+          "max_num_seqs": 256,
+          "enable_prefix_caching": True,
+          "enforce_eager": "false",
+        },
+        "jax": {
+          "batching": "continuous",
+          "slots": 24,
+          "page_size": 16,
+          "pages": 0,
+          "steps_per_sync": 16,
+        },
+      }[engine]
+    )
   finally:
     workers.stop()

@@ -1,6 +1,6 @@
 """The continuous-batching engine over a paged KV cache (`rollout/engines/paged.py`): page
-accounting by hand, greedy outputs equal to the static sampler's, and a sequence's tokens
-independent of its slot, its batch and whether its prompt's pages were shared."""
+accounting by hand, greedy and sampled outputs equal to the static sampler's, and a sequence's
+tokens independent of its slot, its batch and whether its prompt's pages were shared."""
 
 import jax
 import numpy as np
@@ -88,6 +88,21 @@ def test_a_sequences_tokens_do_not_depend_on_its_batching(model):
   np.testing.assert_allclose(got_a["logprobs"], got_b["logprobs"], atol=2e-5)
   other = a.generate(prompts, 3, SAMPLED, seed=8)
   assert not np.array_equal(other["tokens"], got_a["tokens"])  # the seed matters
+
+
+def test_sampled_outputs_equal_the_static_samplers_for_the_same_seed(model):
+  cfg, params = model
+  prompts = _prompts(5, seed=5)
+  rows = [p for p in prompts for _ in range(3)]
+  want = jax_sampler.generate(cfg, params, rows, SAMPLED, seed=11)
+  eng = PagedEngine(cfg, params, PagedConfig(slots=4, page_size=8, steps_per_sync=4))
+  got = eng.generate(prompts, 3, SAMPLED, seed=11)
+  assert len(set(map(tuple, want["tokens"].tolist()))) > 10  # sampled, varied
+  assert len(set(want["lengths"].tolist())) > 1  # some stop early: ragged
+  np.testing.assert_array_equal(got["tokens"], want["tokens"])
+  np.testing.assert_array_equal(got["lengths"], want["lengths"])
+  np.testing.assert_allclose(got["logprobs"], want["logprobs"], atol=2e-5)
+  assert got["finish_reason"] == want["finish_reason"]
 
 
 def test_shared_prompt_pages_equal_separate_prefills(model):

@@ -142,6 +142,52 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
   assert np.all(arrays["logprobs"][arrays["tokens"] > 0] <= 0)
 
 
+def test_a_continuous_batching_worker_returns_the_static_workers_rows(tmp_path, base):
+  # the same request (seed 5, sampled, 3 prompts x 4) to a worker of each batching: the same
+  # tokens, lengths, log-probs and scores, row for row
+  tok = load_tokenizer(base)
+  got = {}
+  paged = '{"batching": "continuous", "slots": 5, "page_size": 4, "steps_per_sync": 3}'
+  for name, extra in (("static", ()), ("continuous", (f"--engine_options={paged}",))):
+    url = f"file://{tmp_path}/{name}"
+    ex = Exchange(url)
+    ex.weights.publish(0, step=0, src_dir=base)
+    rid, _ = _request(ex, tok, "req0")
+    proc = _start(url, "--max_requests=1", *extra)
+    try:
+      out = proc.communicate(timeout=180)[0]
+      assert proc.returncode == 0, out
+    finally:
+      proc.kill()
+    got[name] = ex.results.read(rid)
+  # the continuous engine ran (its page and step counts come back with the result)
+  stats = got["continuous"].engine_stats
+  assert stats["decode_steps"] > 0 and stats["peak_pages"] > 0 and stats["page_bytes"] > 0
+  assert got["static"].engine_stats == {}
+  a, b = got["static"].arrays(), got["continuous"].arrays()
+  assert len(set(a["lengths"].tolist())) > 1  # ragged rows: slots were refilled
+  for key in ("tokens", "lengths", "scores"):
+    np.testing.assert_array_equal(a[key], b[key])
+  np.testing.assert_allclose(a["logprobs"], b["logprobs"], atol=2e-5)
+
+
+def test_a_bad_engine_option_is_one_line_before_anything_starts(tmp_path):
+  for opts, says in (
+    (
+      '{"batching": "continuous", "slot": 4}',
+      "no option slot; its options: batching, page_size, pages, slots",
+    ),
+    ('{"batching": "dynamic"}', "batching must be static or continuous"),
+    ("[1]", "--engine_options must be a JSON object"),
+  ):
+    proc = _start(f"file://{tmp_path}/ex", f"--engine_options={opts}")
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0], out
+    assert "Traceback" not in out
+
+
 def test_kill9_mid_request_is_finished_once_by_a_restarted_worker(tmp_path, base):
   url = f"file://{tmp_path}/ex"
   ex = Exchange(url, lease_seconds=2.0)

@@ -1,4 +1,5 @@
-"""`python -m prorl_jax.cli.worker --exchange=URL --engine=jax|vllm` (`prorl-worker`): one rollout
+"""`python -m prorl_jax.cli.worker --exchange=URL --engine=jax|vllm [--engine_options=JSON]`
+(`prorl-worker`): one rollout
 worker on an exchange (`rollout.worker.Worker`) until SIGTERM, `--max_requests` or
 `--idle_exit_seconds`. Runs in vLLM's environment too: it imports no JAX and no config."""
 
@@ -58,12 +59,14 @@ flags.DEFINE_bool(
   "unsandboxed_code", False, "run code rewards WITHOUT the bubblewrap sandbox (trusted data)", **_F
 )
 flags.DEFINE_string(
-  "vllm_options",
+  "engine_options",
   "{}",
-  "JSON object of vLLM engine options (gpu_memory_utilization, tensor_parallel_size, "
-  "max_num_seqs, enable_prefix_caching, enforce_eager)",
+  "JSON object of the engine's options: jax (batching static|continuous, slots, page_size, "
+  "pages, steps_per_sync) or vllm (gpu_memory_utilization, tensor_parallel_size, "
+  "max_num_seqs, enable_prefix_caching, enforce_eager, ...)",
   **_F,
 )
+flags.DEFINE_alias("vllm_options", "engine_options", flag_values=FLAGS)
 flags.DEFINE_bool(
   "exit_with_parent", False, "stop when the process that started it dies (local workers)", **_F
 )
@@ -82,14 +85,20 @@ def main(argv=None) -> int:
   wid = F.worker_id or f"{socket.gethostname()}-{os.getpid()}"
   try:
     safe_name(wid, "--worker_id")
-    vllm_options = json.loads(F.vllm_options)
-    if not isinstance(vllm_options, dict):
+    options = json.loads(F.engine_options)
+    if not isinstance(options, dict):
       raise ValueError
   except InvalidEntry as e:
     print(f"error: {e}", file=sys.stderr)
     return USAGE_EXIT
   except ValueError:
-    print(f"error: --vllm_options must be a JSON object, got {F.vllm_options!r}", file=sys.stderr)
+    msg = f"error: --engine_options must be a JSON object, got {F.engine_options!r}"
+    print(msg, file=sys.stderr)
+    return USAGE_EXIT
+  try:
+    engine = make_engine(F.engine, options)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
     return USAGE_EXIT
   own_cache = not F.cache_dir  # a fresh directory per process, removed on exit
   cache = F.cache_dir or tempfile.mkdtemp(prefix="prorl_worker_")
@@ -105,18 +114,13 @@ def main(argv=None) -> int:
     sandbox_memory_bytes=F.sandbox_memory_bytes,
     sandbox_pids=F.sandbox_pids,
   )
-  worker = Worker(
-    Exchange(F.exchange, F.lease_seconds),
-    make_engine(F.engine, vllm_options),
-    cache,
-    wid,
-    F.poll_seconds,
-    pool,
-  )
+  worker = Worker(Exchange(F.exchange, F.lease_seconds), engine, cache, wid, F.poll_seconds, pool)
   if F.exit_with_parent:
     worker.parent_pid = os.getppid()
   signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
-  log.info("worker %s: serving %s with the %s engine", wid, F.exchange, F.engine)
+  log.info(
+    "worker %s: serving %s with the %s engine %s", wid, F.exchange, F.engine, json.dumps(options)
+  )
   try:
     worker.run(F.max_requests, F.idle_exit_seconds)
   finally:

@@ -207,6 +207,10 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       )
     if row > r.token_budget:
       _fail(f"rollout.pack_row_len={row} is larger than rollout.token_budget={r.token_budget}")
+  _in(cfg, "jax_engine.batching", ("static", "continuous"))
+  for key in ("slots", "page_size", "steps_per_sync"):
+    _range(cfg, f"jax_engine.{key}", 1, integer=True)
+  _range(cfg, "jax_engine.pages", 0, integer=True)
   _range(cfg, "vllm.gpu_memory_utilization", 0, 1, lo_open=True)
   _range(cfg, "vllm.tensor_parallel", 1, integer=True)
   _range(cfg, "vllm.max_num_seqs", 1, integer=True)
@@ -339,8 +343,26 @@ def routing_table(cfg) -> dict[str, str]:
   return {k.strip(): v.strip() for k, v in (p.split(":") for p in items(cfg.data.reward_routing))}
 
 
+def engine_options(cfg) -> dict:
+  """The options of the engine `rollout.engine` names (what a worker's --engine_options
+  carries): `jax_engine.*` for jax, `vllm.*` for vllm."""
+  return vllm_options(cfg) if cfg.rollout.engine == "vllm" else jax_engine_options(cfg)
+
+
+def jax_engine_options(cfg) -> dict:
+  """The JAX engine's options (`rollout.engines.jax_engine.JaxEngine`'s arguments)."""
+  j = cfg.jax_engine
+  return {
+    "batching": j.batching,
+    "slots": int(j.slots),
+    "page_size": int(j.page_size),
+    "pages": int(j.pages),
+    "steps_per_sync": int(j.steps_per_sync),
+  }
+
+
 def vllm_options(cfg) -> dict:
-  """The vLLM engine's options from the config (what a worker's --vllm_options carries)."""
+  """The vLLM engine's options from the config (`VllmEngine`'s arguments)."""
   v = cfg.vllm
   return {
     "gpu_memory_utilization": float(v.gpu_memory_utilization),

@@ -147,7 +147,10 @@ FIELDS: dict = {
       "generate step k+1's first rounds while step k trains (one version behind; needs "
       "max_staleness >= 1; learns more with algo.is_correction=tis)",
     ),
-    "engine": ("jax", "rollout engine of local workers: jax | vllm"),
+    "engine": (
+      "jax",
+      "rollout engine of local workers: jax (its batching: jax_engine.*) | vllm (vllm.*)",
+    ),
     "local_workers": (
       "auto",
       "workers the trainer starts: auto (vllm: one per vllm.tensor_parallel GPUs, every GPU "
@@ -167,6 +170,18 @@ FIELDS: dict = {
     ),
     "sandbox_memory_gib": (4.0, "memory ceiling of all local workers' code sandboxes together"),
     "sandbox_pids": (256, "process ceiling of all code sandboxes of the local workers together"),
+  },
+  "jax_engine": {
+    "batching": (
+      "static",
+      "static: one batch decodes until its longest row ends, over a cache sized for it | "
+      "continuous: fixed slots refilled as sequences end, over a paged KV cache, prompts "
+      "prefilled once per group",
+    ),
+    "slots": (64, "continuous: sequences decoding together"),
+    "page_size": (16, "continuous: tokens per KV page"),
+    "pages": (0, "continuous: KV pages in the pool; 0 = enough for every slot at the longest"),
+    "steps_per_sync": (16, "continuous: decode steps per device call between host scheduling"),
   },
   "vllm": {
     "gpu_memory_utilization": (0.5, "share of GPU memory vLLM takes (weights + KV cache)"),

@@ -4,7 +4,7 @@ share of accelerator memory that leaves the trainer), and the one place the trai
 
 from __future__ import annotations
 
-from prorl_jax.config import ConfigError, sandbox_limits, vllm_options
+from prorl_jax.config import ConfigError, engine_options, sandbox_limits
 from prorl_jax.rollout import layout as layout_lib
 from prorl_jax.rollout import local
 
@@ -33,7 +33,7 @@ def local_workers(
     unsandboxed_code=cfg.rollout.unsandboxed_code,
     sandbox_limits=sandbox_limits(cfg),
     python=python,
-    vllm_options=vllm_options(cfg),
+    engine_options=engine_options(cfg),
     on_death=on_death,
     envs=envs,
   )

@@ -107,6 +107,12 @@ def check_result_manifest(doc: dict, rid: str) -> dict:
     isinstance(vs, dict) and all(isinstance(k, str) and _is_int(v) for k, v in vs.items()),
     "verifier_stats must map names to integers >= 0",
   )
+  es = doc.get("engine_stats", {})
+  require(
+    isinstance(es, dict)
+    and all(isinstance(k, str) and _is_num(v) and v >= 0 for k, v in es.items()),
+    "engine_stats must map names to finite numbers >= 0",
+  )
   return doc
 
 

@@ -92,7 +92,7 @@ class LocalWorkers:
     unsandboxed_code: bool = False,
     python: str | None = None,
     max_failures: int = 3,
-    vllm_options: dict | None = None,
+    engine_options: dict | None = None,
     sandbox_limits: dict | None = None,
     on_death: Callable[[str], object] | None = None,
     envs: list[dict[str, str]] | None = None,
@@ -105,7 +105,7 @@ class LocalWorkers:
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
     self.sandbox_limits = sandbox_limits or {}
     self.unsandboxed_code = unsandboxed_code
-    self.vllm_options = vllm_options or {}
+    self.engine_options = engine_options or {}
     self.python = python or worker_python(engine)
     self.max_failures = max_failures
     self.on_death = on_death
@@ -159,11 +159,7 @@ class LocalWorkers:
             if "pids" in self.sandbox_limits
             else []
           ),
-          *(
-            [f"--vllm_options={json.dumps(self.vllm_options)}"]
-            if self.engine == "vllm" and self.vllm_options
-            else []
-          ),
+          *([f"--engine_options={json.dumps(self.engine_options)}"] if self.engine_options else []),
         ],
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -178,6 +178,7 @@ class Worker:
         k: v - before.get(k, 0) for k, v in self.pool.stats.items() if v - before.get(k, 0)
       },  # this request's counts
       "probe_mismatch": self.mismatch,
+      "engine_stats": dict(out.get("stats", {})),
     }
     committed = self.ex.queue.commit(claim, arrays, meta)
     log.info(

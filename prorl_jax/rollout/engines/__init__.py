@@ -1,9 +1,11 @@
-"""The generation engines a rollout worker drives, behind one protocol (`Engine`): the JAX
-sampler and its engine (`jax_sampler`; the sampler is also the demo's and the tests') and vLLM
+"""The generation engines a rollout worker drives, behind one protocol (`Engine`): the JAX engine
+(`jax_engine`: the static sampler `jax_sampler`, also the demo's and the tests', or continuous
+batching over a paged KV cache, `paged`) and vLLM
 (`vllm`, imported only in vLLM's own environment, which has no JAX)."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Protocol
 
 import numpy as np
@@ -23,22 +25,32 @@ class Engine(Protocol):
 
   def generate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int) -> dict:
     """Prompt-major rows (all n of prompt 0 first): tokens [R, N], logprobs [R, N], lengths [R],
-    finish_reason list."""
+    finish_reason list; optionally stats, {name: number >= 0} of this call (the result's
+    engine_stats)."""
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the probe's check)."""
 
 
-def make_engine(name: str, vllm_options: dict | None = None) -> Engine:
-  """The engine named by `rollout.engine`; each is imported only when asked for (vLLM's environment
-  has no JAX, the trainer's has no vLLM)."""
+def make_engine(name: str, options: dict | None = None) -> Engine:
+  """The engine named by `rollout.engine` with its options (`config.engine_options`); each is
+  imported only when asked for (vLLM's environment has no JAX, the trainer's has no vLLM).
+  Raises ValueError (one line) on an unknown engine or option."""
   if name == "jax":
     # lazy: vLLM's environment has no JAX, the trainer's has no vLLM
-    from prorl_jax.rollout.engines.jax_sampler import JaxEngine
-
-    return JaxEngine()
-  if name == "vllm":
-    from prorl_jax.rollout.engines.vllm import VllmEngine  # lazy: see above
-
-    return VllmEngine(**(vllm_options or {}))
-  raise ValueError(f"unknown engine {name!r}; use jax or vllm")
+    from prorl_jax.rollout.engines.jax_engine import JaxEngine as cls
+  elif name == "vllm":
+    from prorl_jax.rollout.engines.vllm import VllmEngine as cls  # lazy: see above
+  else:
+    raise ValueError(f"unknown engine {name!r}; use jax or vllm")
+  options = options or {}
+  params = inspect.signature(cls).parameters
+  known = {k for k, p in params.items() if p.kind is not p.VAR_KEYWORD}
+  takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())  # vLLM's: its LLM's options
+  unknown = sorted(set(options) - known)
+  if unknown and not takes_any:
+    raise ValueError(
+      f"the {name} engine has no option {', '.join(unknown)}; "
+      f"its options: {', '.join(sorted(known))}"
+    )
+  return cls(**options)

@@ -15,12 +15,12 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry2x32_p
 
-from prorl_jax.model import Qwen2, causal_mask, head_weight, load_hf, log_probs, positions_from_mask
+from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
-from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
 
 
@@ -56,10 +56,22 @@ def _first_argmax(z_BxV):
 _CHUNK = 128
 
 
-def _inverse_cdf(z_BxV, rng):
-  """One categorical draw per row from softmax(z) (-inf = excluded), the rows' uniforms drawn
-  from one key. Returns (token, log-prob of the token under softmax(z))."""
-  return draw_from_uniform(z_BxV, jax.random.uniform(rng, (z_BxV.shape[0],)))
+def stream_uniforms(seed_key, seq_B, t_B):
+  """The uniform in [0, 1) of draw t of sequence j, for each (seq_B[i], t_B[i]): a function of
+  (seed, j, t) only — not of the batch, the slot or the token limit — so every engine draws the
+  same sequence from the same seed.
+
+  It is `jax.random.uniform(jax.random.split(seed_key, T)[t], (B,))[j]` for any T > t and B > j
+  (threefry with `jax_threefry_partitionable`, the default: counters are indices), computed at
+  (j, t) directly so rows at different positions draw in one call (tested against that form).
+  """
+  k = seed_key  # a raw threefry key, uint32[2] (`jax.random.PRNGKey(seed)`)
+  zero = jnp.zeros_like(t_B, jnp.uint32)
+  step = threefry2x32_p.bind(k[0], k[1], zero, t_B.astype(jnp.uint32))  # split(key)[t]
+  b1, b2 = threefry2x32_p.bind(step[0], step[1], zero, seq_B.astype(jnp.uint32))
+  mantissa = jax.lax.shift_right_logical(b1 ^ b2, jnp.uint32(32 - 23))  # as jax.random.uniform
+  one = jnp.uint32(np.array(1.0, np.float32).view(np.uint32))
+  return jax.lax.bitcast_convert_type(mantissa | one, jnp.float32) - 1.0
 
 
 def draw_from_uniform(z_BxV, u01_B):
@@ -96,14 +108,16 @@ def draw_from_uniform(z_BxV, u01_B):
   return tok_B, lp_B
 
 
-def _sample(logits_BxV, rng, sp: SamplingParams):
-  """(token, log-prob under the sampling distribution) per row."""
+def sample_rows(logits_BxV, seed_key, seq_B, t_B, sp: SamplingParams):
+  """(token, log-prob under the sampling distribution) per row; row i is draw t_B[i] of
+  sequence seq_B[i] (`stream_uniforms`)."""
   z = logits_BxV.astype(jnp.float32)
   if sp.temperature == 0.0:
     tok, m = _first_argmax(z)
     lp = -jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))  # log_softmax(z) at the argmax
   else:
-    tok, lp = _inverse_cdf(filter_logits(z / sp.temperature, sp.top_k, sp.top_p), rng)
+    u_B = stream_uniforms(seed_key, seq_B, t_B)
+    tok, lp = draw_from_uniform(filter_logits(z / sp.temperature, sp.top_k, sp.top_p), u_B)
   return tok.astype(jnp.int32), lp
 
 
@@ -212,9 +226,11 @@ def _generate(
   next_pos_B = jnp.sum(prompt_mask_BxTp, axis=-1).astype(jnp.int32)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
 
-  def emit(state, logits_BxV, step_rng, i):
+  rows_B = jnp.arange(b, dtype=jnp.int32)
+
+  def emit(state, logits_BxV, i):
     tokens, logps, done, length, stopped = state
-    tok, lp = _sample(logits_BxV, step_rng, sp)
+    tok, lp = sample_rows(logits_BxV, rng, rows_B, jnp.full((b,), i, jnp.int32), sp)
     tok = jnp.where(done, pad_id, tok)
     lp = jnp.where(done, 0.0, lp)
     tokens = tokens.at[:, i].set(tok)
@@ -231,8 +247,7 @@ def _generate(
     jnp.zeros((b,), jnp.int32),
     jnp.zeros((b,), bool),
   )
-  rngs = jax.random.split(rng, n)
-  out, tok = emit(out, h[:, -1] @ weights["head"], rngs[0], 0)
+  out, tok = emit(out, h[:, -1] @ weights["head"], 0)
 
   def cond(carry):
     i, _, _, _, out, _ = carry
@@ -252,7 +267,7 @@ def _generate(
       new_ks.append(kc)
       new_vs.append(vc)
     x_BxD = rms_norm(x_BxD, weights["final_norm"], cfg.rms_norm_eps, dt)
-    out, tok = emit(out, x_BxD @ weights["head"], rngs[i], i)
+    out, tok = emit(out, x_BxD @ weights["head"], i)
     return i + 1, tuple(new_ks), tuple(new_vs), key_valid, out, tok
 
   _, _, _, _, out, _ = jax.lax.while_loop(
@@ -318,30 +333,3 @@ def generate(
     "lengths": length[:k],
     "finish_reason": ["stop" if d else "length" for d in done[:k]],
   }
-
-
-class JaxEngine:
-  """The JAX sampler as an engine (CPU or any JAX device)."""
-
-  def __init__(self):
-    self.cfg = self.params = self.weights = self._score = None
-    self.pad = 0
-    self.last_mismatch = None  # the worker checks the probe
-
-  def load(self, path: str) -> None:
-    self.cfg, self.params = load_hf(path, dtype="float32")
-    self.weights = prepare(self.cfg, self.params)  # the decode layout, once per version
-    tok = load_tokenizer(path)
-    self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-
-  def score_tokens(self, tokens: list[int]) -> np.ndarray:
-    if self._score is None:  # jitted once: the probe is checked after every weight reload
-      self._score = jax.jit(functools.partial(log_probs, self.cfg))
-    lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
-    return lp[np.arange(len(tokens) - 1), tokens[1:]]
-
-  def generate(self, prompts, n, sampling: SamplingParams, seed):
-    rows = [p for p in prompts for _ in range(n)]
-    return generate(
-      self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
-    )

@@ -8,8 +8,9 @@ frees its slot and its pages at once, and the next waiting sequence takes them.
   gathered copy of the cache is ever made; a slot past its own length reads the trash page.
 - One prefill per prompt: the N samples of a group share its full pages; each gets its own copy
   of the last, partial page (copy-on-write), then writes its own.
-- Per-sequence random streams: the draw for token t of sequence j is a function of (seed, j, t)
-  only, so a sequence's tokens do not depend on its slot, its neighbours or the batching.
+- Per-sequence random streams (`jax_sampler.stream_uniforms`): the draw for token t of sequence
+  j is a function of (seed, j, t) only, the static sampler's too, so a sequence's tokens do not
+  depend on its slot, its neighbours, the batching or the engine.
 - The host schedules between chunks of `steps_per_sync` decode steps run on the device.
 
 Page 0 is the trash page: an idle slot's writes land there. Legend: S slots, P pages, M pages per
@@ -30,12 +31,7 @@ from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
 from prorl_jax.records import SamplingParams
-from prorl_jax.rollout.engines.jax_sampler import (
-  _first_argmax,
-  draw_from_uniform,
-  filter_logits,
-  prepare,
-)
+from prorl_jax.rollout.engines.jax_sampler import prepare, sample_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,25 +77,6 @@ class PagePool:
     return len(self.refs) - 1 - len(self.free)
 
 
-def _row_keys(seed_key, seq_ids_S, t_S):
-  """The key of draw t of each sequence: (seed, sequence, position) and nothing else."""
-  return jax.vmap(lambda j, t: jax.random.fold_in(jax.random.fold_in(seed_key, j), t))(
-    seq_ids_S, t_S
-  )
-
-
-def _sample_rows(logits_SxV, keys_S, sp: SamplingParams):
-  """(token, log-prob under the sampling distribution) per row, row i drawn with keys_S[i]."""
-  z = logits_SxV.astype(jnp.float32)
-  if sp.temperature == 0.0:
-    tok, m = _first_argmax(z)
-    lp = -jnp.log(jnp.sum(jnp.exp(z - m[:, None]), axis=-1))
-    return tok.astype(jnp.int32), lp
-  u = jax.vmap(lambda k: jax.random.uniform(k, ()))(keys_S)
-  tok, lp = draw_from_uniform(filter_logits(z / sp.temperature, sp.top_k, sp.top_p), u)
-  return tok.astype(jnp.int32), lp
-
-
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _prefill(params, tokens_1xT, length, *, cfg: Qwen2Config):
   """One prompt (right-padded to T; `length` is traced: one compile per page-rounded T): its
@@ -143,8 +120,8 @@ def _first_tokens(head, h_D, seed_key, seq_ids_N, *, sp: SamplingParams):
   """Each of a group's sequences draws its first token after the prompt (final hidden h_D)."""
   n = seq_ids_N.shape[0]
   logits_V = h_D @ head
-  keys = _row_keys(seed_key, seq_ids_N, jnp.zeros((n,), jnp.int32))
-  return _sample_rows(jnp.broadcast_to(logits_V, (n, logits_V.shape[0])), keys, sp)
+  logits_NxV = jnp.broadcast_to(logits_V, (n, logits_V.shape[0]))
+  return sample_rows(logits_NxV, seed_key, seq_ids_N, jnp.zeros((n,), jnp.int32), sp)
 
 
 def _attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, write_page_S):
@@ -220,7 +197,7 @@ def _decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, ste
       new_k.append(kp)
       new_v.append(vp)
     x = rms_norm(x, weights["final_norm"], cfg.rms_norm_eps, dt)
-    nxt, lp = _sample_rows(x @ weights["head"], _row_keys(seed_key, seq, ngen), sp)
+    nxt, lp = sample_rows(x @ weights["head"], seed_key, seq, ngen, sp)
     emitted = active
     ngen = ngen + active.astype(jnp.int32)
     active = active & ~jnp.isin(nxt, stop_ids) & (ngen < jnp.minimum(st["cap"], n_max))
@@ -257,9 +234,16 @@ class PagedEngine:
     return PagePool(pages), kp, vp, per_seq
 
   def generate(
-    self, prompts: list[list[int]], n: int, sp: SamplingParams, *, seed: int, max_new=None
+    self,
+    prompts: list[list[int]],
+    n: int,
+    sp: SamplingParams,
+    *,
+    seed: int,
+    max_new=None,
+    pad_id: int = 0,
   ):
-    """n responses per prompt, rows prompt-major: tokens [R, N] (0 after the end), logprobs
+    """n responses per prompt, rows prompt-major: tokens [R, N] (pad_id after the end), logprobs
     [R, N], lengths [R], finish_reason per row. `max_new`: each row's own token limit (at
     most sp.max_new_tokens; default that)."""
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -272,7 +256,7 @@ class PagedEngine:
     self.pool = pool
     seed_key = jax.random.PRNGKey(seed)
     stop = set(sp.stop_token_ids)
-    out_tok = np.zeros((rows, n_new), np.int32)
+    out_tok = np.full((rows, n_new), pad_id, np.int32)
     out_lp = np.zeros((rows, n_new), np.float32)
     lengths = np.zeros(rows, np.int32)
     caps = np.full(rows, n_new, np.int32)
@@ -388,6 +372,7 @@ class PagedEngine:
       "decode_steps": steps,
     }
     return {
+      "stats": dict(self.stats),
       "tokens": out_tok,
       "logprobs": out_lp,
       "lengths": lengths,

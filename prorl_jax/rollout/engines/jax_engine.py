@@ -1,0 +1,61 @@
+"""The JAX engine a rollout worker drives: the model loaded from a published HF directory,
+generation by the static sampler (`jax_sampler`) or continuous batching (`paged`), and the
+probe's scoring."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+from prorl_jax.model import load_hf, log_probs
+from prorl_jax.model.tokenizer import load_tokenizer
+from prorl_jax.records import SamplingParams
+from prorl_jax.rollout.engines import jax_sampler, paged
+
+
+class JaxEngine:
+  """The JAX engine (CPU or any JAX device): `batching="static"` runs `generate` (one batch until
+  its longest row ends); `"continuous"` runs `paged.PagedEngine` (`slots`, `page_size`, `pages`,
+  `steps_per_sync`: its `PagedConfig`). Both draw a sequence's tokens from (seed, row, t) only,
+  so they return the same rows for the same request."""
+
+  def __init__(
+    self,
+    batching: str = "static",
+    slots: int = 64,
+    page_size: int = 16,
+    pages: int = 0,
+    steps_per_sync: int = 16,
+  ):
+    if batching not in ("static", "continuous"):
+      raise ValueError(f"JaxEngine batching must be static or continuous, got {batching!r}")
+    self.batching = batching
+    self.paged = dict(slots=slots, page_size=page_size, pages=pages, steps_per_sync=steps_per_sync)
+    self.cfg = self.params = self.weights = self._score = None
+    self.pad = 0
+    self.last_mismatch = None  # the worker checks the probe
+
+  def load(self, path: str) -> None:
+    self.cfg, self.params = load_hf(path, dtype="float32")
+    self.weights = jax_sampler.prepare(self.cfg, self.params)  # the decode layout, once per version
+    tok = load_tokenizer(path)
+    self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+  def score_tokens(self, tokens: list[int]) -> np.ndarray:
+    if self._score is None:  # jitted once: the probe is checked after every weight reload
+      self._score = jax.jit(functools.partial(log_probs, self.cfg))
+    lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
+    return lp[np.arange(len(tokens) - 1), tokens[1:]]
+
+  def generate(self, prompts, n, sampling: SamplingParams, seed):
+    if self.batching == "continuous":
+      engine = paged.PagedEngine(
+        self.cfg, self.params, paged.PagedConfig(**self.paged), weights=self.weights
+      )
+      return engine.generate(prompts, n, sampling, seed=seed, pad_id=self.pad)
+    rows = [p for p in prompts for _ in range(n)]
+    return jax_sampler.generate(
+      self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
+    )
