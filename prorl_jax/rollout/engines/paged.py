@@ -33,17 +33,22 @@ from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines.jax_sampler import prepare, sample_rows
 
+BLOCK_PAGES = 4  # pages of every slot per attention block
+
 
 @dataclasses.dataclass(frozen=True)
 class PagedConfig:
   """The engine's shape: `slots` sequences decode together; pages of `page_size` tokens;
   `pages` in the pool (0: enough for every slot at the longest length, so admission never
-  waits on memory); `steps_per_sync` decode steps per device call."""
+  waits on memory); `steps_per_sync` decode steps per device call; `slot_groups` runs of
+  slots whose attention each stops at its own longest sequence (slots are kept sorted by
+  length)."""
 
   slots: int = 16
   page_size: int = 16
   pages: int = 0
   steps_per_sync: int = 8
+  slot_groups: int = 4
 
 
 class PagePool:
@@ -124,9 +129,48 @@ def _first_tokens(head, h_D, seed_key, seq_ids_N, *, sp: SamplingParams):
   return sample_rows(logits_NxV, seed_key, seq_ids_N, jnp.zeros((n,), jnp.int32), sp)
 
 
-def _attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, write_page_S):
-  """One layer for one new token per slot: its key/value written at (write_page, pos % page),
-  then attention over the slot's pages up to and including pos."""
+def _flash_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S):
+  """Attention of one query per slot over its pages up to and including pos: `BLOCK_PAGES`
+  pages of every slot at a time (a gather of blocks that stay in cache), folded into a running
+  softmax (flash-decoding), for as many blocks as the longest active slot uses; a slot past its
+  own length reads the trash page, masked. Scores and values are multiplies and sums rather
+  than batched [G, Dh] x [Dh, page] matmuls, which XLA:CPU runs as many tiny calls.
+  Returns [S, K, G, Dh] (float32)."""
+  s, k, g, dh = q_SxKxGxDh.shape
+  page, dt = kp.shape[-1], q_SxKxGxDh.dtype
+  block = min(BLOCK_PAGES, table_SxM.shape[1])  # the table's width is a multiple of it
+  span = block * page
+
+  def block_step(j, acc):
+    m_run, l_run, o_run = acc  # [S, K, G], [S, K, G], [S, K, G, Dh]
+    ids = jax.lax.dynamic_slice_in_dim(table_SxM, j * block, block, axis=1)  # [S, block]
+    k_SxKxDhxT = kp[ids].astype(dt).transpose(0, 2, 3, 1, 4).reshape(s, k, dh, span)
+    v_SxKxTxDh = vp[ids].astype(dt).transpose(0, 2, 1, 3, 4).reshape(s, k, span, dh)
+    sc = jnp.sum(q_SxKxGxDh[..., None] * k_SxKxDhxT[:, :, None], axis=3).astype(jnp.float32)
+    valid = j * span + jnp.arange(span)[None, :] <= pos_S[:, None]  # [S, span]
+    sc = jnp.where(valid[:, None, None, :], sc, NEG_SCORE)
+    m_new = jnp.maximum(m_run, sc.max(-1))
+    scale = jnp.exp(m_run - m_new)
+    p = jnp.exp(sc - m_new[..., None])
+    l_new = l_run * scale + p.sum(-1)
+    pv = jnp.sum(p.astype(dt)[..., None] * v_SxKxTxDh[:, :, None], axis=3)
+    return m_new, l_new, o_run * scale[..., None] + pv
+
+  acc = (
+    jnp.full((s, k, g), NEG_SCORE, jnp.float32),
+    jnp.zeros((s, k, g), jnp.float32),
+    jnp.zeros((s, k, g, dh), jnp.float32),
+  )
+  blocks = (jnp.max(jnp.where(active_S, pos_S, -1)) + span) // span  # 0 when none is active
+  _, l_run, o_run = jax.lax.fori_loop(0, blocks, block_step, acc)
+  return o_run / jnp.maximum(l_run, 1e-30)[..., None]
+
+
+def _attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, active_S, groups):
+  """One layer for one new token per slot: its key/value written at (its page, pos % page),
+  then attention over the slot's pages up to and including pos, in `groups` runs of adjacent
+  slots, each as long as its own longest active slot (the host keeps slots sorted by length,
+  so a few long sequences do not make every slot read that far)."""
   s = x_SxD.shape[0]
   h, k, dh, dt = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x_SxD.dtype
   g, page = h // k, kp.shape[-1]
@@ -135,64 +179,57 @@ def _attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, write_page_
   q_SxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(s, k, g, dh)
   new_k = apply_rope(qkv[:, h * dh : (h + k) * dh].reshape(s, 1, k, dh), cos, sin).reshape(s, k, dh)
   new_v = qkv[:, (h + k) * dh :].reshape(s, k, dh)
-  off = pos_S % page
-  kp = kp.at[write_page_S, :, :, off].set(new_k.astype(kp.dtype))
-  vp = vp.at[write_page_S, :, off, :].set(new_v.astype(vp.dtype))
-
-  # Flash-decoding over the slot's pages: one page of every slot at a time (a gather that stays
-  # in cache), folded into a running softmax; slots past their length read the trash page.
-  def page_step(j, acc):
-    m_run, l_run, o_run = acc  # [S, K, G], [S, K, G], [S, K, G, Dh]
-    ids = table_SxM[:, j]
-    kj = kp[ids].astype(dt)  # [S, K, Dh, page]
-    vj = vp[ids].astype(dt)  # [S, K, page, Dh]
-    sc = jnp.einsum("skgd,skdp->skgp", q_SxKxGxDh, kj).astype(jnp.float32)
-    valid = j * page + jnp.arange(page)[None, :] <= pos_S[:, None]  # [S, page]
-    sc = jnp.where(valid[:, None, None, :], sc, NEG_SCORE)
-    m_new = jnp.maximum(m_run, sc.max(-1))
-    scale = jnp.exp(m_run - m_new)
-    p = jnp.exp(sc - m_new[..., None])
-    l_new = l_run * scale + p.sum(-1)
-    o_new = o_run * scale[..., None] + jnp.einsum("skgp,skpd->skgd", p.astype(dt), vj)
-    return m_new, l_new, o_new
-
-  g_shape = (s, k, g)
-  acc = (
-    jnp.full(g_shape, NEG_SCORE, jnp.float32),
-    jnp.zeros(g_shape, jnp.float32),
-    jnp.zeros(g_shape + (dh,), jnp.float32),
+  write_S = jnp.where(
+    active_S, jnp.take_along_axis(table_SxM, (pos_S // page)[:, None], 1)[:, 0], 0
   )
-  live = jnp.max(pos_S) // page + 1  # pages any slot uses: the loop stops there
-  _, l_run, o_run = jax.lax.fori_loop(0, live, page_step, acc)
-  out = (o_run / l_run[..., None]).astype(dt).reshape(s, h * dh)
-  x_SxD = x_SxD + out @ w["o"]
+  off = pos_S % page
+  kp = kp.at[write_S, :, :, off].set(new_k.astype(kp.dtype))
+  vp = vp.at[write_S, :, off, :].set(new_v.astype(vp.dtype))
+  bounds = np.linspace(0, s, groups + 1).astype(int)
+  out = jnp.concatenate(
+    [
+      _flash_pages(q_SxKxGxDh[a:b], kp, vp, table_SxM[a:b], pos_S[a:b], active_S[a:b])
+      for a, b in zip(bounds[:-1], bounds[1:])
+      if b > a
+    ]
+  )
+  x_SxD = x_SxD + out.astype(dt).reshape(s, h * dh) @ w["o"]
   y = rms_norm(x_SxD, w["post_attn_norm"], cfg.rms_norm_eps, dt)
   x_SxD = x_SxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
   return x_SxD, kp, vp
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sp", "steps"), donate_argnums=(1, 2))
-def _decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, steps):
+@functools.partial(jax.jit, static_argnames=("cfg", "sp", "steps", "groups"), donate_argnums=(1, 2))
+def _decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, steps, groups=1):
   """`steps` decode steps of every active slot. `state`: pos [S] (the next cache position), tok
   [S] (the last token), ngen [S] (tokens drawn so far), cap [S] (the sequence's token limit),
-  active [S], seq [S] (sequence ids).
+  active [S], seq [S] (sequence ids). `groups`: runs of adjacent slots whose attention stops at
+  their own longest (`_attend_paged`).
   Returns the pages, the new state and, per step, the tokens, log-probs and which slots
   emitted [steps, S]."""
   dt = jnp.dtype(cfg.compute_dtype)
-  page = kpages[0].shape[-1]
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   n_max = sp.max_new_tokens
 
   def step(carry, _):
     kps, vps, st = carry
     pos, tok, ngen, active, seq = st["pos"], st["tok"], st["ngen"], st["active"], st["seq"]
-    write = jnp.where(active, jnp.take_along_axis(table_SxM, (pos // page)[:, None], 1)[:, 0], 0)
     cos, sin = rope_tables(pos[:, None], cfg.head_dim, cfg.rope_theta)
     x = weights["embed"][tok]
     new_k, new_v = [], []
     for layer in range(cfg.num_layers):
       x, kp, vp = _attend_paged(
-        cfg, weights["layers"][layer], x, cos, sin, kps[layer], vps[layer], table_SxM, pos, write
+        cfg,
+        weights["layers"][layer],
+        x,
+        cos,
+        sin,
+        kps[layer],
+        vps[layer],
+        table_SxM,
+        pos,
+        active,
+        groups,
       )
       new_k.append(kp)
       new_v.append(vp)
@@ -264,7 +301,8 @@ class PagedEngine:
       caps = np.minimum(np.asarray(max_new, np.int32), n_new)
     stopped = np.zeros(rows, bool)
     s = pc.slots
-    table = np.zeros((s, per_seq + 1), np.int32)
+    width = -(-(per_seq + 1) // BLOCK_PAGES) * BLOCK_PAGES  # whole attention blocks
+    table = np.zeros((s, width), np.int32)
     held = [[] for _ in range(s)]  # pages each slot holds a reference to
     pos, tok, ngen, cap = (np.zeros(s, np.int32) for _ in range(4))
     active, seq = np.zeros(s, bool), np.zeros(s, np.int32)
@@ -334,8 +372,15 @@ class PagedEngine:
           p = pool.take()
           table[slot, len(held[slot])] = p
           held[slot].append(p)
+      # Longest first, idle slots last: each run of slots attends only as far as its own
+      # longest (slot order changes nothing else: a sequence's draws are keyed by its row).
+      order = np.lexsort((-pos, ~active))
+      pos, tok, ngen, cap, active, seq, table = (
+        x[order] for x in (pos, tok, ngen, cap, active, seq, table)
+      )
+      held = [held[i] for i in order]
       live = max(len(held[i]) for i in np.flatnonzero(active))
-      m = min(1 << (live - 1).bit_length(), table.shape[1])  # a few compiled widths
+      m = min(max(1 << (live - 1).bit_length(), BLOCK_PAGES), width)  # a few compiled widths
       state = {
         "pos": jnp.asarray(pos),
         "tok": jnp.asarray(tok),
@@ -354,6 +399,7 @@ class PagedEngine:
         cfg=cfg,
         sp=sp,
         steps=pc.steps_per_sync,
+        groups=min(pc.slot_groups, s),
       )
       steps += pc.steps_per_sync
       toks, lps, emitted, st = jax.device_get((toks, lps, emitted, state))
