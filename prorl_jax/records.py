@@ -214,6 +214,9 @@ class Result:
   # the engine's counts of this request (continuous batching: peak KV pages, page bytes, decode
   # steps); empty for engines that report none
   engine_stats: dict = dataclasses.field(default_factory=dict)
+  # [R, Tr] the weights version that drew each token (in-flight updates; >= policy_version), or
+  # None: every token is policy_version's
+  versions: np.ndarray | None = None
 
   ARRAYS = ("tokens", "logprobs", "lengths", "stopped", "scores", "verifier_failed")
 
@@ -230,6 +233,7 @@ class Result:
       verifier_stats=dict(manifest.get("verifier_stats", {})),
       weights_wait_s=float(wait) if is_num(wait) and wait >= 0 else None,
       engine_stats=dict(manifest.get("engine_stats", {})),
+      versions=arrays.get("versions"),
     )
 
   def arrays(self) -> dict[str, np.ndarray]:

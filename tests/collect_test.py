@@ -25,7 +25,7 @@ class Items:
     return out
 
 
-def _answer(ex, stop, served, version_of):
+def _answer(ex, stop, served, version_of, inflight=False):
   while not stop.is_set():
     claim = ex.queue.claim("fake")
     if claim is None:
@@ -42,11 +42,15 @@ def _answer(ex, stop, served, version_of):
       "scores": scores.astype(np.float32),
       "verifier_failed": np.zeros(rows, bool),
     }
+    v = version_of(claim.request_id)
+    if inflight:  # the last token of every row drawn by the next version; row 0 ends before it
+      arrays["versions"] = np.asarray([[v, v, v + 1]] * rows, np.int32)
+      arrays["lengths"][0] = 2
     served.append(claim.request_id)
-    ex.queue.commit(claim, arrays, {"policy_version": version_of(claim.request_id)})
+    ex.queue.commit(claim, arrays, {"policy_version": v})
 
 
-def _collect(tmp_path, version_of, **rollout):
+def _collect(tmp_path, version_of, inflight=False, **rollout):
   cfg = config_lib.base_config()
   cfg.rollout.n, cfg.rollout.prompts_per_step = 2, 4
   cfg.rollout.local_workers, cfg.rollout.external_workers = "1", 0
@@ -57,7 +61,7 @@ def _collect(tmp_path, version_of, **rollout):
   buffer = dynamic_sampling.GroupBuffer()
   ex = Exchange(f"file://{tmp_path}/exchange")
   stop, served = threading.Event(), []
-  t = threading.Thread(target=_answer, args=(ex, stop, served, version_of), daemon=True)
+  t = threading.Thread(target=_answer, args=(ex, stop, served, version_of, inflight), daemon=True)
   t.start()
   try:
     plan = rollout_plan(cfg)
@@ -155,3 +159,14 @@ def test_a_request_lost_while_retiring_is_put_again_from_the_record(tmp_path):
   with pytest.raises(LostRequest, match=f"request {lost} has no result and no readable request"):
     wait_for_results(ex.queue, [lost], timeout_s=300, what="step 4", rows={lost: 2})
   assert time.time() - t0 < 10
+
+
+def test_tokens_from_an_in_flight_update_are_counted_and_the_result_keeps_its_oldest_version(
+  tmp_path,
+):
+  _, groups, info, _ = _collect(tmp_path, lambda rid: 3, inflight=True, max_staleness=1)
+  # 2 rounds x 8 rows, each row's third token from v4 except row 0 of each request (2 tokens)
+  assert info["sampling/inflight_tokens"] == 2 * (8 - 1)
+  assert info["staleness/0"] == 4  # admitted by the oldest version, v3
+  _, _, plain, _ = _collect(tmp_path / "plain", lambda rid: 3)
+  assert plain["sampling/inflight_tokens"] == 0

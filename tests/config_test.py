@@ -102,6 +102,12 @@ BAD = [
   ("jax_engine.page_size", 2.5, r"jax_engine.page_size must be an integer"),
   ("jax_engine.pages", -1, r"jax_engine.pages must be in \[0, inf\]"),
   ("jax_engine.steps_per_sync", 0, r"jax_engine.steps_per_sync must be in \[1, inf\]"),
+  (
+    "rollout.inflight_updates",
+    True,
+    r"rollout.inflight_updates needs rollout.engine=jax with jax_engine.batching=continuous "
+    r"\(got engine=jax, batching=static\)",
+  ),
 ]
 
 

@@ -133,6 +133,7 @@ def test_the_trainer_refuses_a_vllm_worker_python_before_loading_anything(tmp_pa
 @pytest.mark.parametrize("engine", ["vllm", "jax"])
 def test_workers_get_the_configs_engine_options(tmp_path, engine):
   from prorl_jax import config as config_lib
+  from prorl_jax.config import workers as workers_lib
 
   cfg = config_lib.base_config()
   cfg.rollout.engine = engine
@@ -147,7 +148,8 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
     engine,
     str(tmp_path / "logs"),
     python=py,
-    engine_options=config_lib.engine_options(cfg),
+    engine_options=workers_lib.engine_options(cfg),
+    inflight_updates=engine == "jax",
   )
   try:
     log = os.path.join(tmp_path, "logs", "worker0.log")
@@ -156,6 +158,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
       time.sleep(0.05)
     args = open(log).read()
     assert f"--engine={engine}" in args
+    assert ("--inflight_updates" in args) == (engine == "jax")
     opts = json.loads(args.split("--engine_options=", 1)[1].split(" --")[0].strip())
     assert (
       opts

@@ -130,3 +130,41 @@ def test_per_row_token_limits_agree_with_the_static_sampler(model):
   np.testing.assert_array_equal(got["lengths"], want["lengths"])
   np.testing.assert_array_equal(got["tokens"], want["tokens"])
   assert got["finish_reason"] == ["length"] * 6
+
+
+def test_an_in_flight_weight_update_keeps_live_sequences_and_records_each_tokens_version(model):
+  cfg, params_a = model
+  params_b = jax.tree.map(lambda x: x * 1.5, init_params(cfg, jax.random.PRNGKey(9)))
+  prompts = _prompts(4, seed=6)
+  sp = SamplingParams(max_new_tokens=12, temperature=0.0)
+  pc = PagedConfig(slots=3, page_size=4, steps_per_sync=3)
+  ref_a = PagedEngine(cfg, params_a, pc).generate(prompts, 2, sp, seed=0)
+  ref_b = PagedEngine(cfg, params_b, pc).generate(prompts, 2, sp, seed=0)
+  calls = []
+
+  def between_chunks():  # version 1 arrives after the first device call
+    calls.append(1)
+    return (1, params_b) if len(calls) == 2 else None
+
+  eng = PagedEngine(cfg, params_a, pc)
+  got = eng.generate(prompts, 2, sp, seed=0, between_chunks=between_chunks)
+  assert eng.stats["weight_swaps"] == 1 and eng.params is params_b
+  kinds = set()
+  for r, n in enumerate(got["lengths"]):
+    v = got["versions"][r, :n]
+    assert set(v.tolist()) <= {0, 1} and np.all(np.diff(v) >= 0)  # old tokens, then new
+    assert np.all(got["versions"][r, n:] == -1)
+    old = int(np.sum(v == 0))
+    # the tokens drawn before the update are the old weights' own
+    np.testing.assert_array_equal(got["tokens"][r, :old], ref_a["tokens"][r, :old])
+    if old == n:
+      kinds.add("old")
+      np.testing.assert_array_equal(got["tokens"][r, :n], ref_a["tokens"][r, :n])
+    elif old == 0:  # admitted after the update: the new weights' sequence, token for token
+      kinds.add("new")
+      np.testing.assert_array_equal(got["tokens"][r], ref_b["tokens"][r])
+      np.testing.assert_allclose(got["logprobs"][r], ref_b["logprobs"][r], atol=2e-5)
+    else:
+      kinds.add("spans the update")
+  assert kinds == {"old", "new", "spans the update"} or kinds == {"new", "spans the update"}
+  assert "spans the update" in kinds  # a live sequence continued through the swap

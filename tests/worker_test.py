@@ -243,3 +243,54 @@ def test_a_worker_on_an_exchange_without_weights_says_so(tmp_path, caplog):
     w.run(idle_exit_s=0.8, no_weights_warn_s=0.3)
   warnings = [r.message for r in caplog.records if "no committed weights" in r.message]
   assert 1 <= len(warnings) <= 3 and url in warnings[0] and "--exchange" in warnings[0]
+
+
+def test_an_in_flight_update_mid_request_is_loaded_and_recorded_per_token(tmp_path, base):
+  import jax
+
+  from prorl_jax.model import load_hf, save_hf
+  from prorl_jax.rewards.pool import VerifierPool
+  from prorl_jax.rollout.engines.jax_engine import JaxEngine
+  from prorl_jax.rollout.worker import Worker
+
+  newer = str(tmp_path / "v1")
+  shutil.copytree(base, newer)  # the tokenizer's files; the weights are replaced below
+  cfg, params = load_hf(base)
+  save_hf(cfg, jax.tree.map(lambda x: x * 1.25, params), newer)
+  ex = Exchange(f"file://{tmp_path}/ex")
+  ex.weights.publish(0, step=0, src_dir=base)
+  rid, _ = _request(ex, load_tokenizer(base), "req0")
+  engine = JaxEngine(batching="continuous", slots=4, page_size=4, steps_per_sync=2)
+  pool = VerifierPool(1)
+  worker = Worker(ex, engine, str(tmp_path / "cache"), "w", 0.0, pool, inflight_updates=True)
+  looks = []
+  real = worker._newer_weights
+
+  def publish_during_the_request(max_version):
+    looks.append(worker.version)
+    if len(looks) == 3:  # two device calls in: the trainer publishes v1
+      ex.weights.publish(1, step=1, src_dir=newer)
+    return real(max_version)
+
+  worker._newer_weights = publish_during_the_request
+  try:
+    worker.run(max_requests=1)
+  finally:
+    pool.close()
+  res = ex.results.read(rid)
+  assert res.policy_version == 0 and worker.version == 1  # admitted as v0's; the worker moved on
+  assert res.engine_stats["weight_swaps"] == 1
+  live = np.arange(res.tokens.shape[1])[None, :] < res.lengths[:, None]
+  v = res.versions
+  assert set(v[live].tolist()) == {0, 1} and (v[~live] == -1).all()
+  assert all(np.all(np.diff(v[r, : res.lengths[r]]) >= 0) for r in range(len(v)))
+  spans = [r for r in range(len(v)) if {0, 1} <= set(v[r, : res.lengths[r]].tolist())]
+  assert spans  # a live sequence continued through the update
+
+
+def test_in_flight_updates_need_continuous_batching(tmp_path):
+  proc = _start(f"file://{tmp_path}/ex", "--inflight_updates")  # static batching
+  out = proc.communicate(timeout=120)[0]
+  assert proc.returncode == 2, out
+  errors = [line for line in out.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and "needs an engine that swaps weights" in errors[0], out

@@ -24,7 +24,7 @@ from prorl_jax.rollout.engines import make_engine
 from prorl_jax.rollout.entries import safe_name
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LEASE_SECONDS
-from prorl_jax.rollout.worker import Worker
+from prorl_jax.rollout.worker import INFLIGHT_NEEDS, Worker
 
 log = logging.getLogger("prorl_jax.worker")
 
@@ -68,6 +68,13 @@ flags.DEFINE_string(
 )
 flags.DEFINE_alias("vllm_options", "engine_options", flag_values=FLAGS)
 flags.DEFINE_bool(
+  "inflight_updates",
+  False,
+  "load newer weights between decode chunks without dropping live sequences (the JAX engine's "
+  "continuous batching); each token records its version",
+  **_F,
+)
+flags.DEFINE_bool(
   "exit_with_parent", False, "stop when the process that started it dies (local workers)", **_F
 )
 
@@ -97,6 +104,8 @@ def main(argv=None) -> int:
     return USAGE_EXIT
   try:
     engine = make_engine(F.engine, options)
+    if F.inflight_updates and not engine.inflight_updates:
+      raise ValueError(INFLIGHT_NEEDS)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return USAGE_EXIT
@@ -114,7 +123,15 @@ def main(argv=None) -> int:
     sandbox_memory_bytes=F.sandbox_memory_bytes,
     sandbox_pids=F.sandbox_pids,
   )
-  worker = Worker(Exchange(F.exchange, F.lease_seconds), engine, cache, wid, F.poll_seconds, pool)
+  worker = Worker(
+    Exchange(F.exchange, F.lease_seconds),
+    engine,
+    cache,
+    wid,
+    F.poll_seconds,
+    pool,
+    inflight_updates=F.inflight_updates,
+  )
   if F.exit_with_parent:
     worker.parent_pid = os.getppid()
   signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())

@@ -208,6 +208,13 @@ def validate(cfg: ConfigDict) -> ConfigDict:
     if row > r.token_budget:
       _fail(f"rollout.pack_row_len={row} is larger than rollout.token_budget={r.token_budget}")
   _in(cfg, "jax_engine.batching", ("static", "continuous"))
+  if cfg.rollout.inflight_updates and (
+    cfg.rollout.engine != "jax" or cfg.jax_engine.batching != "continuous"
+  ):
+    _fail(
+      "rollout.inflight_updates needs rollout.engine=jax with jax_engine.batching=continuous "
+      f"(got engine={cfg.rollout.engine}, batching={cfg.jax_engine.batching})"
+    )
   for key in ("slots", "page_size", "steps_per_sync"):
     _range(cfg, f"jax_engine.{key}", 1, integer=True)
   _range(cfg, "jax_engine.pages", 0, integer=True)
@@ -341,36 +348,6 @@ def sandbox_limits(cfg) -> dict:
 def routing_table(cfg) -> dict[str, str]:
   """data.reward_routing as {data_source: verifier} (validated by `validate`)."""
   return {k.strip(): v.strip() for k, v in (p.split(":") for p in items(cfg.data.reward_routing))}
-
-
-def engine_options(cfg) -> dict:
-  """The options of the engine `rollout.engine` names (what a worker's --engine_options
-  carries): `jax_engine.*` for jax, `vllm.*` for vllm."""
-  return vllm_options(cfg) if cfg.rollout.engine == "vllm" else jax_engine_options(cfg)
-
-
-def jax_engine_options(cfg) -> dict:
-  """The JAX engine's options (`rollout.engines.jax_engine.JaxEngine`'s arguments)."""
-  j = cfg.jax_engine
-  return {
-    "batching": j.batching,
-    "slots": int(j.slots),
-    "page_size": int(j.page_size),
-    "pages": int(j.pages),
-    "steps_per_sync": int(j.steps_per_sync),
-  }
-
-
-def vllm_options(cfg) -> dict:
-  """The vLLM engine's options from the config (`VllmEngine`'s arguments)."""
-  v = cfg.vllm
-  return {
-    "gpu_memory_utilization": float(v.gpu_memory_utilization),
-    "tensor_parallel_size": int(v.tensor_parallel),
-    "max_num_seqs": int(v.max_num_seqs),
-    "enable_prefix_caching": bool(v.prefix_caching),
-    "enforce_eager": v.enforce_eager,
-  }
 
 
 def _value(v) -> str:

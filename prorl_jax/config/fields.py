@@ -151,6 +151,12 @@ FIELDS: dict = {
       "jax",
       "rollout engine of local workers: jax (its batching: jax_engine.*) | vllm (vllm.*)",
     ),
+    "inflight_updates": (
+      False,
+      "workers load a newer weight version between decode chunks without dropping live "
+      "sequences, each token recording its version (pipelined runs; needs engine=jax with "
+      "jax_engine.batching=continuous)",
+    ),
     "local_workers": (
       "auto",
       "workers the trainer starts: auto (vllm: one per vllm.tensor_parallel GPUs, every GPU "

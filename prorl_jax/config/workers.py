@@ -4,7 +4,7 @@ share of accelerator memory that leaves the trainer), and the one place the trai
 
 from __future__ import annotations
 
-from prorl_jax.config import ConfigError, engine_options, sandbox_limits
+from prorl_jax.config import ConfigError, sandbox_limits
 from prorl_jax.rollout import layout as layout_lib
 from prorl_jax.rollout import local
 
@@ -34,10 +34,41 @@ def local_workers(
     sandbox_limits=sandbox_limits(cfg),
     python=python,
     engine_options=engine_options(cfg),
+    inflight_updates=cfg.rollout.inflight_updates,
     on_death=on_death,
     envs=envs,
   )
   return workers, placed
+
+
+def engine_options(cfg) -> dict:
+  """The options of the engine `rollout.engine` names (what a worker's --engine_options
+  carries): `jax_engine.*` for jax, `vllm.*` for vllm."""
+  return vllm_options(cfg) if cfg.rollout.engine == "vllm" else jax_engine_options(cfg)
+
+
+def jax_engine_options(cfg) -> dict:
+  """The JAX engine's options (`rollout.engines.jax_engine.JaxEngine`'s arguments)."""
+  j = cfg.jax_engine
+  return {
+    "batching": j.batching,
+    "slots": int(j.slots),
+    "page_size": int(j.page_size),
+    "pages": int(j.pages),
+    "steps_per_sync": int(j.steps_per_sync),
+  }
+
+
+def vllm_options(cfg) -> dict:
+  """The vLLM engine's options from the config (`VllmEngine`'s arguments)."""
+  v = cfg.vllm
+  return {
+    "gpu_memory_utilization": float(v.gpu_memory_utilization),
+    "tensor_parallel_size": int(v.tensor_parallel),
+    "max_num_seqs": int(v.max_num_seqs),
+    "enable_prefix_caching": bool(v.prefix_caching),
+    "enforce_eager": v.enforce_eager,
+  }
 
 
 def jax_memory_fraction(cfg) -> float | None:

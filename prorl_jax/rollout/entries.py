@@ -127,7 +127,8 @@ RESULT_ARRAYS = {
 
 
 def check_result_arrays(arrays: dict, rows: int | None = None) -> dict:
-  """A rollout result: tokens/logprobs [R, N], lengths/stopped/scores/verifier_failed [R];
+  """A rollout result: tokens/logprobs [R, N] (and optionally versions [R, N]),
+  lengths/stopped/scores/verifier_failed [R];
   lengths in [0, N], log-probs finite over each response, scores finite and in [0, 1]."""
   for key, kind in RESULT_ARRAYS.items():
     a = arrays.get(key)
@@ -152,4 +153,11 @@ def check_result_arrays(arrays: dict, rows: int | None = None) -> dict:
   s = arrays["scores"]
   good = np.isfinite(s) & (s >= 0) & (s <= 1)
   require(bool(good.all()), f"scores must be finite and in [0, 1], got {s[~good][:3].tolist()}")
+  ver = arrays.get("versions")  # optional: the weights version of each token (in-flight updates)
+  if ver is not None:
+    require(
+      ver.shape == tok.shape and ver.dtype.kind in "iu",
+      f"array 'versions' must be integers of shape {tok.shape}",
+    )
+    require(bool((ver[live] >= 0).all()), "versions of generated tokens must be >= 0")
   return arrays

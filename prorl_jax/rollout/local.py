@@ -93,6 +93,7 @@ class LocalWorkers:
     python: str | None = None,
     max_failures: int = 3,
     engine_options: dict | None = None,
+    inflight_updates: bool = False,
     sandbox_limits: dict | None = None,
     on_death: Callable[[str], object] | None = None,
     envs: list[dict[str, str]] | None = None,
@@ -106,6 +107,7 @@ class LocalWorkers:
     self.sandbox_limits = sandbox_limits or {}
     self.unsandboxed_code = unsandboxed_code
     self.engine_options = engine_options or {}
+    self.inflight_updates = inflight_updates
     self.python = python or worker_python(engine)
     self.max_failures = max_failures
     self.on_death = on_death
@@ -149,6 +151,7 @@ class LocalWorkers:
           "--exit_with_parent",
           f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
           *(["--unsandboxed_code"] if self.unsandboxed_code else []),
+          *(["--inflight_updates"] if self.inflight_updates else []),
           *(
             [f"--sandbox_memory_bytes={self.sandbox_limits['memory_bytes']}"]
             if "memory_bytes" in self.sandbox_limits

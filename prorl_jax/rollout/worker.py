@@ -12,6 +12,7 @@ the weight versions it may use, and per prompt the data_source that names its ve
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -29,6 +30,11 @@ from prorl_jax.rollout.probe import check_probe
 from prorl_jax.rollout.queue import Claim
 
 log = logging.getLogger("prorl_jax.worker")
+
+INFLIGHT_NEEDS = (
+  "--inflight_updates needs an engine that swaps weights mid-generation: the JAX engine with "
+  """continuous batching (--engine=jax --engine_options='{"batching": "continuous"}')"""
+)
 
 
 def score_rows(
@@ -72,7 +78,15 @@ class Worker:
     worker_id: str,
     poll_s: float = 0.2,
     pool: VerifierPool | None = None,
+    inflight_updates: bool = False,
   ):
+    """`inflight_updates`: load a newer committed version between the engine's device calls
+    (within the request's max_version) and generate on with it; every token records the
+    version that drew it (the result's `versions`)."""
+    if inflight_updates and not engine.inflight_updates:
+      raise ValueError(INFLIGHT_NEEDS)
+    self.inflight_updates = inflight_updates
+    self._last_look = 0.0
     self.ex, self.engine, self.cache_dir, self.id = exchange, engine, cache_dir, worker_id
     self.pool = pool or VerifierPool(processes=1)
     self.poll_s = poll_s
@@ -107,6 +121,15 @@ class Worker:
     self.mismatch = self.check_probe(path)
     log.info("worker %s: loaded weights v%d in %.2fs", self.id, version, time.time() - t0)
     return True
+
+  def _newer_weights(self, max_version: int | None) -> int | None:
+    """Between decode chunks: the version just loaded if a newer one (within the request's
+    max_version) has committed, else None; looks at the exchange at most every poll_s."""
+    now = time.monotonic()
+    if now - self._last_look < self.poll_s:
+      return None
+    self._last_look = now
+    return self.version if self.maybe_reload(self.version + 1, max_version) else None
 
   def prune_cache(self, keep: set[int]):
     """Removes cached weight versions other than `keep` (the newest and the loaded one) and
@@ -146,7 +169,11 @@ class Worker:
       sampling = req.sampling
       if not sampling.stop_token_ids and self.tokenizer.eos_token_id is not None:
         sampling = dataclasses.replace(sampling, stop_token_ids=(self.tokenizer.eos_token_id,))
-      out = self.engine.generate(req.prompts, req.n, sampling, req.seed)
+      start_version = self.version  # the result's policy_version: its oldest tokens' weights
+      inflight = {}
+      if self.inflight_updates:
+        inflight["between_chunks"] = functools.partial(self._newer_weights, req.max_version)
+      out = self.engine.generate(req.prompts, req.n, sampling, req.seed, **inflight)
       t1 = time.time()
       before = dict(self.pool.stats)
       scores, failed, reasons = score_rows(
@@ -167,8 +194,10 @@ class Worker:
       "scores": scores,
       "verifier_failed": failed,
     }
+    if "versions" in out:
+      arrays["versions"] = np.asarray(out["versions"], np.int32)
     meta = {
-      "policy_version": self.version,
+      "policy_version": start_version,
       "generate_s": t1 - t0,
       "weights_wait_s": self.weights_wait_s,  # claimed, waiting for the request's weights
       "score_s": t2 - t1,

@@ -79,6 +79,7 @@ class Received:
   failed_samples: int = 0
   wait_s: float = 0.0
   workers_wait_s: float = 0.0
+  inflight_tokens: int = 0  # tokens drawn by a version newer than their result's (in-flight)
   verifier: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   probe_max: float | None = None  # the worst mismatch of the step
   probe_mean: float | None = None  # the last result's mean
@@ -99,6 +100,7 @@ class Received:
       ),
       "time/wait_rollouts_s": self.wait_s,
       "time/workers_wait_weights_s": self.workers_wait_s,
+      "sampling/inflight_tokens": self.inflight_tokens,
     }
     out.update({f"verifier/{k}": v for k, v in self.verifier.items()})
     if self.probe_max is not None:
@@ -130,6 +132,9 @@ def _receive(
       continue
     got.probe(probe.reported_mismatch(result, p.max_probe_mismatch))
     got.workers_wait_s += result.weights_wait_s or 0.0
+    if result.versions is not None:
+      live = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
+      got.inflight_tokens += int(np.sum(live & (result.versions > result.policy_version)))
     got.verifier.update(result.verifier_stats)  # per-request counts: "code/scored" -> count
     for g in batch.results_to_groups(rid, req, result):
       got.failed_samples += int(np.sum(g.verifier_failed))

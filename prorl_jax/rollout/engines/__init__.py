@@ -19,14 +19,20 @@ class Engine(Protocol):
   # |engine - trainer| log-probs on the probe of the version loaded last, if the engine checked
   # it while loading (vLLM does, to catch a bad in-place reload); None: the worker checks.
   last_mismatch: dict | None
+  # whether generate takes `between_chunks` (weights swapped while sequences are live)
+  inflight_updates: bool
 
   def load(self, path: str) -> None:
     """Loads (or swaps in) the weights of a published version's HF directory."""
 
-  def generate(self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int) -> dict:
+  def generate(
+    self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, **inflight
+  ) -> dict:
     """Prompt-major rows (all n of prompt 0 first): tokens [R, N], logprobs [R, N], lengths [R],
     finish_reason list; optionally stats, {name: number >= 0} of this call (the result's
-    engine_stats)."""
+    engine_stats), and versions [R, N] (the weights version of each token, with in-flight
+    updates: `between_chunks=` a function that loads a newer version and returns its number,
+    or None)."""
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the probe's check)."""

@@ -49,12 +49,28 @@ class JaxEngine:
     lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
     return lp[np.arange(len(tokens) - 1), tokens[1:]]
 
-  def generate(self, prompts, n, sampling: SamplingParams, seed):
+  @property
+  def inflight_updates(self) -> bool:
+    """Continuous batching can swap weights between its device calls."""
+    return self.batching == "continuous"
+
+  def generate(self, prompts, n, sampling: SamplingParams, seed, between_chunks=None):
+    """See `Engine.generate`; `between_chunks()` (continuous batching only) returns a newer
+    version it has just loaded into this engine, or None: generation continues with it."""
+    if between_chunks is not None and not self.inflight_updates:
+      raise ValueError("in-flight weight updates need the JAX engine's continuous batching")
     if self.batching == "continuous":
       engine = paged.PagedEngine(
         self.cfg, self.params, paged.PagedConfig(**self.paged), weights=self.weights
       )
-      return engine.generate(prompts, n, sampling, seed=seed, pad_id=self.pad)
+      swap = None
+      if between_chunks is not None:
+
+        def swap():
+          version = between_chunks()
+          return None if version is None else (version, self.params, self.weights)
+
+      return engine.generate(prompts, n, sampling, seed=seed, pad_id=self.pad, between_chunks=swap)
     rows = [p for p in prompts for _ in range(n)]
     return jax_sampler.generate(
       self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights

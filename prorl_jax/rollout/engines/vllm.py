@@ -65,6 +65,7 @@ class VllmEngine:
     self.recreated = 0
     self.inplace_reloads = 0
     self.last_mismatch: dict | None = None
+    self.inflight_updates = False  # weights change between requests only
 
   def _create(self, path: str):
     from vllm import LLM  # lazy: see _on_cpu
