@@ -158,39 +158,55 @@ class PagedEngine:
         stopped[row] = True
       return t in stop or i + 1 >= caps[row]
 
-    def admit_group(pi):
-      """Prefill prompt `pi`; its n sequences join `ready` holding its pages."""
+    def admit(pis):
+      """Prefills prompts `pis` in one device call; their sequences join `ready` holding their
+      prompt's full pages (shared) and a copy of its partial last page (copy-on-write)."""
       nonlocal kp, vp
-      prompt = prompts[pi]
-      length = len(prompt)
-      tb = -(-length // page) * page
-      toks = np.zeros((1, tb), np.int32)
-      toks[0, :length] = prompt
-      k_all, v_all, h = kernels.prefill(self.params, jnp.asarray(toks), jnp.int32(length), cfg=cfg)
-      ids = [pool.take() for _ in range(tb // page)]
-      kp, vp = kernels.write_prompt(kp, vp, k_all, v_all, jnp.asarray(ids, jnp.int32))
-      first, first_lp = jax.device_get(
-        kernels.first_tokens(
-          self.weights["head"], h, seed_key, jnp.arange(pi * n, pi * n + n, dtype=jnp.int32), sp=sp
-        )
+      lens = [len(prompts[pi]) for pi in pis]
+      nb = 1 << (len(pis) - 1).bit_length()  # a few compiled batch sizes
+      tb = -(-max(lens) // page) * page
+      toks, lengths = np.zeros((nb, tb), np.int32), np.ones(nb, np.int32)
+      ids, seq_ids = np.zeros((nb, tb // page), np.int32), np.zeros((nb, n), np.int32)
+      for g, (pi, length) in enumerate(zip(pis, lens)):
+        toks[g, :length], lengths[g] = prompts[pi], length
+        ids[g, : -(-length // page)] = [pool.take() for _ in range(-(-length // page))]
+        seq_ids[g] = np.arange(pi * n, pi * n + n)
+      kp, vp, first, first_lp = kernels.admit(
+        self.params,
+        self.weights["head"],
+        kp,
+        vp,
+        jnp.asarray(toks),
+        jnp.asarray(lengths),
+        jnp.asarray(ids),
+        seed_key,
+        jnp.asarray(seq_ids),
+        cfg=cfg,
+        sp=sp,
       )
-      full, partial = ids[: length // page], ids[length // page :]
-      for j in range(n):
-        row = pi * n + j
-        if emit(row, int(first[j]), float(first_lp[j])):
-          continue  # done at its first token: never decodes
-        mine = list(full)
-        for p in full:
-          pool.share(p)
-        if partial:  # copy-on-write of the last, partial page
-          c = pool.take()
-          kp, vp = kernels.copy_pages(
-            kp, vp, jnp.asarray(partial, jnp.int32), jnp.asarray([c], jnp.int32)
-          )
-          mine.append(c)
-        ready.append((row, int(first[j]), mine, length))
-      for p in ids:
-        pool.release(p)
+      first, first_lp = jax.device_get((first, first_lp))
+      src, dst = [], []
+      for g, (pi, length) in enumerate(zip(pis, lens)):
+        mine_all = [int(p) for p in ids[g, : -(-length // page)]]
+        full, partial = mine_all[: length // page], mine_all[length // page :]
+        for j in range(n):
+          row = pi * n + j
+          if emit(row, int(first[g, j]), float(first_lp[g, j])):
+            continue  # done at its first token: never decodes
+          mine = list(full)
+          for p in full:
+            pool.share(p)
+          if partial:  # copy-on-write of the last, partial page
+            src.append(partial[0])
+            mine.append(pool.take())
+            dst.append(mine[-1])
+          ready.append((row, int(first[g, j]), mine, length))
+        for p in mine_all:
+          pool.release(p)
+      if src:
+        kp, vp = kernels.copy_pages(
+          kp, vp, jnp.asarray(src, jnp.int32), jnp.asarray(dst, jnp.int32)
+        )
 
     while waiting or ready or active.any():
       newer = between_chunks() if between_chunks is not None else None
@@ -199,9 +215,12 @@ class PagedEngine:
         self.params = params
         self.weights = prepared[0] if prepared else prepare(cfg, params)
         swaps += 1
-      for slot in np.flatnonzero(~active):  # fill every free slot
-        while not ready and waiting:
-          admit_group(waiting.pop(0))
+      free = np.flatnonzero(~active)
+      if len(free) > len(ready) and waiting:  # enough groups for every free slot, in one call
+        take = min(len(waiting), -(-(len(free) - len(ready)) // n))
+        admit(waiting[:take])
+        del waiting[:take]
+      for slot in free:  # fill every free slot
         if not ready:
           break
         row, first, mine, length = ready.pop(0)

@@ -1,5 +1,5 @@
-"""The device side of continuous batching (`paged.PagedEngine` schedules on the host): a
-prompt's prefill and its pages written, copy-on-write of a page, a group's first tokens, and
+"""The device side of continuous batching (`paged.PagedEngine` schedules on the host): prompts
+admitted (prefill, pages written, first tokens) in one call, copy-on-write of pages, and
 `steps` decode steps of every slot over the paged KV cache with flash-decoding attention.
 Legend: S slots, P pages, M pages per slot's table, K kv heads, G query heads per kv head, Dh
 head dim, L layers, T tokens.
@@ -23,33 +23,45 @@ from prorl_jax.rollout.engines.jax_sampler import sample_rows
 BLOCK_PAGES = 4  # pages of every slot per attention block (the table's width is a multiple)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def prefill(params, tokens_1xT, length, *, cfg: Qwen2Config):
-  """One prompt (right-padded to T; `length` is traced: one compile per page-rounded T): its
-  keys [L, K, Dh, T], values [L, K, T, Dh] per layer stacked, and the final hidden state [D] of
-  its last real token."""
-  t = tokens_1xT.shape[1]
-  mask = (jnp.arange(t) < length).astype(jnp.int32)[None]
+@functools.partial(jax.jit, static_argnames=("cfg", "sp"), donate_argnums=(2, 3))
+def admit(
+  params,
+  head,
+  kpages,
+  vpages,
+  tokens_BxT,
+  lengths_B,
+  page_ids_BxN,
+  seed_key,
+  seq_BxR,
+  *,
+  cfg: Qwen2Config,
+  sp: SamplingParams,
+):
+  """Admits B prompts in one call: their prefill (right-padded to T = N·page, lengths traced),
+  their keys and values written into pages `page_ids_BxN` (0, the trash page, past a prompt's
+  own pages), and the first token of each of their R sequences (ids seq_BxR). Returns the pages
+  and the first tokens and their log-probs [B, R]."""
+  b, t = tokens_BxT.shape
+  mask = (jnp.arange(t)[None, :] < lengths_B[:, None]).astype(jnp.int32)
   dt = jnp.dtype(cfg.compute_dtype)
-  cache = (jnp.zeros((cfg.num_layers, 1, t, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
+  cache = (jnp.zeros((cfg.num_layers, b, t, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
   h, (k_all, v_all) = Qwen2(cfg).apply(
-    {"params": params}, tokens_1xT, positions_from_mask(mask), causal_mask(mask), cache, 0
+    {"params": params}, tokens_BxT, positions_from_mask(mask), causal_mask(mask), cache, 0
   )
-  return k_all[:, 0].transpose(0, 2, 3, 1), v_all[:, 0].transpose(0, 2, 1, 3), h[0, length - 1]
-
-
-@functools.partial(jax.jit, donate_argnums=(0, 1))
-def write_prompt(kpages, vpages, k_LxKxDhxT, v_LxKxTxDh, page_ids_N):
-  """The prompt's keys/values into pages `page_ids_N` (T = N·page)."""
-  n = page_ids_N.shape[0]
+  n_pages, ids = page_ids_BxN.shape[1], page_ids_BxN.reshape(-1)
   out_k, out_v = [], []
   for layer, (kp, vp) in enumerate(zip(kpages, vpages)):
     page = kp.shape[-1]
-    k = k_LxKxDhxT[layer].reshape(kp.shape[1], kp.shape[2], n, page).transpose(2, 0, 1, 3)
-    v = v_LxKxTxDh[layer].reshape(vp.shape[1], n, page, vp.shape[3]).transpose(1, 0, 2, 3)
-    out_k.append(kp.at[page_ids_N].set(k.astype(kp.dtype)))
-    out_v.append(vp.at[page_ids_N].set(v.astype(vp.dtype)))
-  return tuple(out_k), tuple(out_v)
+    k = k_all[layer].reshape(b, n_pages, page, kp.shape[1], kp.shape[2]).transpose(0, 1, 3, 4, 2)
+    v = v_all[layer].reshape(b, n_pages, page, vp.shape[1], vp.shape[3]).transpose(0, 1, 3, 2, 4)
+    out_k.append(kp.at[ids].set(k.reshape((-1,) + kp.shape[1:]).astype(kp.dtype)))
+    out_v.append(vp.at[ids].set(v.reshape((-1,) + vp.shape[1:]).astype(vp.dtype)))
+  r = seq_BxR.shape[1]
+  logits_BxV = h[jnp.arange(b), lengths_B - 1] @ head
+  logits = jnp.repeat(logits_BxV, r, axis=0)  # [B·R, V], prompt-major as seq_BxR
+  tok, lp = sample_rows(logits, seed_key, seq_BxR.reshape(-1), jnp.zeros((b * r,), jnp.int32), sp)
+  return tuple(out_k), tuple(out_v), tok.reshape(b, r), lp.reshape(b, r)
 
 
 @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -59,15 +71,6 @@ def copy_pages(kpages, vpages, src_N, dst_N):
     tuple(kp.at[dst_N].set(kp[src_N]) for kp in kpages),
     tuple(vp.at[dst_N].set(vp[src_N]) for vp in vpages),
   )
-
-
-@functools.partial(jax.jit, static_argnames=("sp",))
-def first_tokens(head, h_D, seed_key, seq_ids_N, *, sp: SamplingParams):
-  """Each of a group's sequences draws its first token after the prompt (final hidden h_D)."""
-  n = seq_ids_N.shape[0]
-  logits_V = h_D @ head
-  logits_NxV = jnp.broadcast_to(logits_V, (n, logits_V.shape[0]))
-  return sample_rows(logits_NxV, seed_key, seq_ids_N, jnp.zeros((n,), jnp.int32), sp)
 
 
 def flash_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S):
