@@ -25,13 +25,15 @@ class Items:
     return out
 
 
-def _answer(ex, stop, served, version_of, inflight=False):
+def _answer(ex, stop, served, version_of, inflight=False, bodies=None):
   while not stop.is_set():
     claim = ex.queue.claim("fake")
     if claim is None:
       stop.wait(0.01)
       continue
     req = claim.request
+    if bodies is not None:
+      bodies.append(req)
     rows = req.rows
     scores = np.concatenate([[1.0, 0.0] if p[0] % 2 == 0 else [1.0, 1.0] for p in req.prompts])
     arrays = {
@@ -50,7 +52,7 @@ def _answer(ex, stop, served, version_of, inflight=False):
     ex.queue.commit(claim, arrays, {"policy_version": v})
 
 
-def _collect(tmp_path, version_of, inflight=False, **rollout):
+def _collect(tmp_path, version_of, inflight=False, bodies=None, **rollout):
   cfg = config_lib.base_config()
   cfg.rollout.n, cfg.rollout.prompts_per_step = 2, 4
   cfg.rollout.local_workers, cfg.rollout.external_workers = "1", 0
@@ -61,7 +63,8 @@ def _collect(tmp_path, version_of, inflight=False, **rollout):
   buffer = dynamic_sampling.GroupBuffer()
   ex = Exchange(f"file://{tmp_path}/exchange")
   stop, served = threading.Event(), []
-  t = threading.Thread(target=_answer, args=(ex, stop, served, version_of, inflight), daemon=True)
+  args = (ex, stop, served, version_of, inflight, bodies)
+  t = threading.Thread(target=_answer, args=args, daemon=True)
   t.start()
   try:
     plan = rollout_plan(cfg)
@@ -164,9 +167,15 @@ def test_a_request_lost_while_retiring_is_put_again_from_the_record(tmp_path):
 def test_tokens_from_an_in_flight_update_are_counted_and_the_result_keeps_its_oldest_version(
   tmp_path,
 ):
-  _, groups, info, _ = _collect(tmp_path, lambda rid: 3, inflight=True, max_staleness=1)
+  bodies = []
+  _, groups, info, _ = _collect(
+    tmp_path, lambda rid: 3, inflight=True, bodies=bodies, max_staleness=1, inflight_updates=True
+  )
+  assert bodies and all(b.max_version is None for b in bodies)  # any newer version may come
   # 2 rounds x 8 rows, each row's third token from v4 except row 0 of each request (2 tokens)
   assert info["sampling/inflight_tokens"] == 2 * (8 - 1)
   assert info["staleness/0"] == 4  # admitted by the oldest version, v3
-  _, _, plain, _ = _collect(tmp_path / "plain", lambda rid: 3)
+  bodies = []
+  _, _, plain, _ = _collect(tmp_path / "plain", lambda rid: 3, bodies=bodies)
   assert plain["sampling/inflight_tokens"] == 0
+  assert bodies and all(b.max_version == 3 for b in bodies)  # pinned to the trainer's version

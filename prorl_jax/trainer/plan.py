@@ -38,6 +38,7 @@ class RolloutPlan:
   requests_per_round: int  # one round is split into this many requests (one per worker)
   max_staleness: int
   pipeline: bool
+  inflight_updates: bool  # requests take any newer version mid-generation (no max_version)
   timeout_s: float
   max_probe_mismatch: float
   dynamic_sampling: bool

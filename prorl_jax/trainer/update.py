@@ -52,7 +52,9 @@ def _requests(
       meta=[PromptMeta.of_item(it) for it in part],
       seed=(p.seed * 1_000_003 + step * 1009 + _round_salt(tag) * 31 + j) % 2**31,
       min_version=max(0, version - (0 if p.pipeline else p.max_staleness)),
-      max_version=version,
+      # in-flight updates: a worker may move to any version published while it generates (the
+      # trainer publishes none newer than its own; admission judges by the oldest tokens)
+      max_version=None if p.inflight_updates else version,
       routing=dict(p.routing),
     )
   return out
