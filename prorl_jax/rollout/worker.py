@@ -173,6 +173,7 @@ class Worker:
       inflight = {}
       if self.inflight_updates:
         inflight["between_chunks"] = functools.partial(self._newer_weights, req.max_version)
+        inflight["version"] = start_version  # what the tokens drawn before any swap record
       out = self.engine.generate(req.prompts, req.n, sampling, req.seed, **inflight)
       t1 = time.time()
       before = dict(self.pool.stats)

@@ -32,7 +32,7 @@ class Engine(Protocol):
     finish_reason list; optionally stats, {name: number >= 0} of this call (the result's
     engine_stats), and versions [R, N] (the weights version of each token, with in-flight
     updates: `between_chunks=` a function that loads a newer version and returns its number,
-    or None)."""
+    or None, and `version=` the loaded one's)."""
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the probe's check)."""

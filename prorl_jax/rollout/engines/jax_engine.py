@@ -54,9 +54,10 @@ class JaxEngine:
     """Continuous batching can swap weights between its device calls."""
     return self.batching == "continuous"
 
-  def generate(self, prompts, n, sampling: SamplingParams, seed, between_chunks=None):
+  def generate(self, prompts, n, sampling: SamplingParams, seed, between_chunks=None, version=0):
     """See `Engine.generate`; `between_chunks()` (continuous batching only) returns a newer
-    version it has just loaded into this engine, or None: generation continues with it."""
+    version it has just loaded into this engine, or None: generation continues with it.
+    `version`: the loaded weights' version, recorded for the tokens drawn before any swap."""
     if between_chunks is not None and not self.inflight_updates:
       raise ValueError("in-flight weight updates need the JAX engine's continuous batching")
     if self.batching == "continuous":
@@ -67,10 +68,12 @@ class JaxEngine:
       if between_chunks is not None:
 
         def swap():
-          version = between_chunks()
-          return None if version is None else (version, self.params, self.weights)
+          newer = between_chunks()
+          return None if newer is None else (newer, self.params, self.weights)
 
-      return engine.generate(prompts, n, sampling, seed=seed, pad_id=self.pad, between_chunks=swap)
+      return engine.generate(
+        prompts, n, sampling, seed=seed, pad_id=self.pad, between_chunks=swap, version=version
+      )
     rows = [p for p in prompts for _ in range(n)]
     return jax_sampler.generate(
       self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
