@@ -49,7 +49,10 @@ def _answer(ex, stop, served, version_of, inflight=False, bodies=None):
       arrays["versions"] = np.asarray([[v, v, v + 1]] * rows, np.int32)
       arrays["lengths"][0] = 2
     served.append(claim.request_id)
-    ex.queue.commit(claim, arrays, {"policy_version": v})
+    meta = {"policy_version": v}
+    if inflight:  # what the continuous engine reports with each result
+      meta["engine_stats"] = {"peak_pages": 3, "page_bytes": 2**19, "weight_swaps": 1}
+    ex.queue.commit(claim, arrays, meta)
 
 
 def _collect(tmp_path, version_of, inflight=False, bodies=None, **rollout):
@@ -175,7 +178,9 @@ def test_tokens_from_an_in_flight_update_are_counted_and_the_result_keeps_its_ol
   # 2 rounds x 8 rows, each row's third token from v4 except row 0 of each request (2 tokens)
   assert info["sampling/inflight_tokens"] == 2 * (8 - 1)
   assert info["staleness/0"] == 4  # admitted by the oldest version, v3
+  assert info["engine/weight_swaps"] == 2 and info["engine/peak_kv_mib"] == 1.5  # 2 results
   bodies = []
   _, _, plain, _ = _collect(tmp_path / "plain", lambda rid: 3, bodies=bodies)
   assert plain["sampling/inflight_tokens"] == 0
+  assert "engine/weight_swaps" not in plain and "engine/peak_kv_mib" not in plain
   assert bodies and all(b.max_version == 3 for b in bodies)  # pinned to the trainer's version

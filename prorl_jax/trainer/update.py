@@ -82,6 +82,8 @@ class Received:
   wait_s: float = 0.0
   workers_wait_s: float = 0.0
   inflight_tokens: int = 0  # tokens drawn by a version newer than their result's (in-flight)
+  weight_swaps: int | None = None  # in-flight swaps the engines reported (None: none report)
+  peak_kv_bytes: float | None = None  # the largest paged KV cache a request needed
   verifier: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   probe_max: float | None = None  # the worst mismatch of the step
   probe_mean: float | None = None  # the last result's mean
@@ -105,6 +107,10 @@ class Received:
       "sampling/inflight_tokens": self.inflight_tokens,
     }
     out.update({f"verifier/{k}": v for k, v in self.verifier.items()})
+    if self.weight_swaps is not None:
+      out["engine/weight_swaps"] = self.weight_swaps
+    if self.peak_kv_bytes is not None:
+      out["engine/peak_kv_mib"] = self.peak_kv_bytes / 2**20
     if self.probe_max is not None:
       out.update({"mismatch/probe_max": self.probe_max, "mismatch/probe_mean": self.probe_mean})
     return out
@@ -134,6 +140,12 @@ def _receive(
       continue
     got.probe(probe.reported_mismatch(result, p.max_probe_mismatch))
     got.workers_wait_s += result.weights_wait_s or 0.0
+    es = result.engine_stats
+    if "weight_swaps" in es:
+      got.weight_swaps = (got.weight_swaps or 0) + int(es["weight_swaps"])
+    if "peak_pages" in es and "page_bytes" in es:
+      kv = float(es["peak_pages"]) * float(es["page_bytes"])
+      got.peak_kv_bytes = max(got.peak_kv_bytes or 0.0, kv)
     if result.versions is not None:
       live = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
       got.inflight_tokens += int(np.sum(live & (result.versions > result.policy_version)))
