@@ -104,8 +104,8 @@ def main(argv=None) -> int:
     return USAGE_EXIT
   try:
     engine = make_engine(F.engine, options)
-    if F.inflight_updates and not engine.inflight_updates:
-      raise ValueError(INFLIGHT_NEEDS)
+    if F.inflight_updates and not engine.inflight_updates:  # Worker checks too; here before
+      raise ValueError(INFLIGHT_NEEDS)  # the verifier processes start
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return USAGE_EXIT

@@ -3,9 +3,10 @@ frees its slot and its pages at once, and the next waiting sequence takes them.
 
 - The cache is a pool of pages of `page_size` tokens per layer (keys [P, K, Dh, page], values
   [P, K, page, Dh]); each slot has a page table. Pages are taken as a sequence grows, never
-  sized for the longest. Attention runs page by page (flash-decoding: one page of every slot at
-  a time, folded into a running softmax), up to the longest live sequence's last page, so no
-  gathered copy of the cache is ever made; a slot past its own length reads the trash page.
+  sized for the longest. Attention is flash-decoding over the page table (`paged_kernels`): a
+  few pages of every slot at a time folded into a running softmax, no gathered copy of the
+  cache; slots are kept sorted by length and attended in runs, each only as far as its own
+  longest active sequence; a slot past its own length reads the trash page.
 - One prefill per prompt: the N samples of a group share its full pages; each gets its own copy
   of the last, partial page (copy-on-write), then writes its own.
 - Per-sequence random streams (`jax_sampler.stream_uniforms`): the draw for token t of sequence
@@ -165,11 +166,12 @@ class PagedEngine:
       lens = [len(prompts[pi]) for pi in pis]
       nb = 1 << (len(pis) - 1).bit_length()  # a few compiled batch sizes
       tb = -(-max(lens) // page) * page
-      toks, lengths = np.zeros((nb, tb), np.int32), np.ones(nb, np.int32)
+      toks, plens = np.zeros((nb, tb), np.int32), np.ones(nb, np.int32)
       ids, seq_ids = np.zeros((nb, tb // page), np.int32), np.zeros((nb, n), np.int32)
+      taken = []  # each prompt's own pages (the rest of its row of `ids` is the trash page)
       for g, (pi, length) in enumerate(zip(pis, lens)):
-        toks[g, :length], lengths[g] = prompts[pi], length
-        ids[g, : -(-length // page)] = [pool.take() for _ in range(-(-length // page))]
+        taken.append([pool.take() for _ in range(-(-length // page))])
+        toks[g, :length], plens[g], ids[g, : len(taken[g])] = prompts[pi], length, taken[g]
         seq_ids[g] = np.arange(pi * n, pi * n + n)
       kp, vp, first, first_lp = kernels.admit(
         self.params,
@@ -177,7 +179,7 @@ class PagedEngine:
         kp,
         vp,
         jnp.asarray(toks),
-        jnp.asarray(lengths),
+        jnp.asarray(plens),
         jnp.asarray(ids),
         seed_key,
         jnp.asarray(seq_ids),
@@ -187,8 +189,7 @@ class PagedEngine:
       first, first_lp = jax.device_get((first, first_lp))
       src, dst = [], []
       for g, (pi, length) in enumerate(zip(pis, lens)):
-        mine_all = [int(p) for p in ids[g, : -(-length // page)]]
-        full, partial = mine_all[: length // page], mine_all[length // page :]
+        full, partial = taken[g][: length // page], taken[g][length // page :]
         for j in range(n):
           row = pi * n + j
           if emit(row, int(first[g, j]), float(first_lp[g, j])):
@@ -201,7 +202,7 @@ class PagedEngine:
             mine.append(pool.take())
             dst.append(mine[-1])
           ready.append((row, int(first[g, j]), mine, length))
-        for p in mine_all:
+        for p in taken[g]:
           pool.release(p)
       if src:
         kp, vp = kernels.copy_pages(
