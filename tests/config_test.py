@@ -226,3 +226,37 @@ def test_docs_config_table_is_the_generated_one():
   assert config_lib.listing(markdown=True) in doc, (
     "docs/config.md is stale: regenerate its table with python -m prorl_jax.cli.config --markdown"
   )
+
+
+def test_the_inline_engine_is_refused_with_the_pipeline_and_in_flight_updates():
+  c = base_config()
+  c.rollout.engine = "inline"
+  validate(c)
+  c.rollout.pipeline, c.rollout.max_staleness = True, 1
+  with pytest.raises(ConfigError, match="rollout.engine=inline generates in the trainer between"):
+    validate(c)
+  c.rollout.pipeline, c.jax_engine.batching = False, "continuous"
+  c.rollout.inflight_updates = True
+  with pytest.raises(ConfigError, match="inflight_updates needs rollout.engine=jax"):
+    validate(c)
+
+
+@pytest.mark.parametrize(
+  "engine, local, external, want",
+  [
+    ("jax", "auto", 0, (1, 1, True)),  # one local JAX worker
+    ("inline", "auto", 0, (0, 1, False)),  # the trainer alone: no weight files
+    ("inline", "auto", 2, (0, 3, True)),  # and two external workers, which read files
+    ("inline", "1", 0, (1, 2, True)),  # and a local JAX worker
+  ],
+)
+def test_the_inline_engine_starts_no_worker_and_counts_as_one(engine, local, external, want):
+  from prorl_jax.config import workers as workers_lib
+  from prorl_jax.trainer.plan import rollout_plan
+
+  c = base_config()
+  c.rollout.engine, c.rollout.local_workers, c.rollout.external_workers = engine, local, external
+  plan = rollout_plan(c)
+  got = (workers_lib.worker_count(c), plan.requests_per_round, plan.publish_files)
+  assert got == want
+  assert workers_lib.worker_engine(c) == "jax"  # what local (and evaluation) workers run

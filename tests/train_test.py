@@ -220,9 +220,11 @@ def test_staleness_admission():
 
 
 @pytest.mark.slow
-def test_demo_smoke_raises_training_reward(tmp_path, base):
-  """A shortened demo (every component on, a higher learning rate): training reward must rise.
-  Seeded end to end, so the numbers are the same on every run of this machine."""
+@pytest.mark.parametrize("engine", ["jax", "inline"])
+def test_demo_smoke_raises_training_reward(tmp_path, base, engine):
+  """A shortened demo (every component on, a higher learning rate): training reward must rise,
+  with a JAX worker and with the trainer generating itself. Seeded end to end, so the numbers
+  are the same on every run of this machine."""
   run_dir = str(tmp_path / "smoke")
   out = finish(
     start(
@@ -230,6 +232,7 @@ def test_demo_smoke_raises_training_reward(tmp_path, base):
       base,
       24,
       **{
+        "rollout.engine": engine,
         "rollout.prompts_per_step": 16,
         "rollout.n": 8,
         "rollout.max_response_len": 40,  # the demo's: at 24 many answers are cut short
@@ -280,4 +283,24 @@ def test_the_run_learns_the_same_with_continuous_batching(tmp_path, base):
     for k, v in ra.items():
       if isinstance(v, float) and abs(v) > 1e-4 and not k.startswith("mismatch/"):
         assert rb[k] == pytest.approx(v, rel=1e-3, abs=1e-5), k
+  assert all(0 < r["reward/pass_rate"] < 1 for r in a)  # rewards that vary, not all 0 or 1
+
+
+@pytest.mark.slow
+def test_an_inline_run_is_the_run_with_a_worker(tmp_path, base):
+  # The trainer generating itself (rollout.engine=inline, its params rounded as the published
+  # files are) returns the rows a JAX worker returns for the same requests: three RL steps
+  # log the same metrics, bit for bit; and with no worker process no weight file is written.
+  runs = {}
+  for engine in ("jax", "inline"):
+    run_dir = str(tmp_path / engine)
+    out = finish(start(run_dir, base, 3, **{"rollout.engine": engine}))
+    runs[engine] = metrics(run_dir)
+  assert "worker inline served" in out
+  assert not os.path.exists(os.path.join(tmp_path, "inline", "exchange", "weights"))
+  a, b = runs["jax"], runs["inline"]
+  assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3]
+  probe = ("mismatch/probe_max", "mismatch/probe_mean", "workers/restarts")  # workers only
+  for ra, rb in zip(a, b):
+    assert {k: v for k, v in ra.items() if k not in probe} == rb
   assert all(0 < r["reward/pass_rate"] < 1 for r in a)  # rewards that vary, not all 0 or 1

@@ -192,6 +192,12 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       "rollout.pipeline=True samples each step's first round with the previous weights: set "
       "rollout.max_staleness >= 1"
     )
+  if cfg.rollout.pipeline and cfg.rollout.engine == "inline":
+    _fail(
+      "rollout.pipeline=True overlaps generation with training in worker processes; "
+      "rollout.engine=inline generates in the trainer between updates: set rollout.pipeline=False "
+      "(or use workers: rollout.engine=jax|vllm)"
+    )
   _range(cfg, "model.memory_fraction", 0, 1, hi_open=True)
   _range(cfg, "model.attention_chunk", 0, integer=True)
   r = cfg.rollout

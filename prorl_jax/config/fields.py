@@ -10,7 +10,7 @@ LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
-ENGINES = ("jax", "vllm")
+ENGINES = ("jax", "vllm", "inline")
 
 
 # Every config key: (default, one-line meaning), the one home of both: `base_config()` builds
@@ -149,7 +149,9 @@ FIELDS: dict = {
     ),
     "engine": (
       "jax",
-      "rollout engine of local workers: jax (its batching: jax_engine.*) | vllm (vllm.*)",
+      "rollout engine: jax (local JAX workers; their batching: jax_engine.*) | vllm (local vLLM "
+      "workers: vllm.*) | inline (the trainer generates with the JAX engine, jax_engine.*, on its "
+      "own devices between updates: no worker process, no weight files; TPUs, single devices)",
     ),
     "inflight_updates": (
       False,
@@ -160,7 +162,8 @@ FIELDS: dict = {
     "local_workers": (
       "auto",
       "workers the trainer starts: auto (vllm: one per vllm.tensor_parallel GPUs, every GPU "
-      "generating; jax: 1), a count, or 0 (external workers only)",
+      "generating; jax: 1; inline: 0), a count (JAX workers with inline), or 0 (external "
+      "workers only)",
     ),
     "external_workers": (0, "workers started elsewhere (launch/*) on the same exchange"),
     "exchange": ("", 'tensorstore kvstore URL of the exchange; "" = run_dir/exchange'),

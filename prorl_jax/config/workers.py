@@ -22,13 +22,14 @@ def local_workers(
     envs = [{}]
   if not envs:
     return None, placed
-  python = local.worker_python(cfg.rollout.engine, cfg.rollout.worker_python)
+  engine = worker_engine(cfg)
+  python = local.worker_python(engine, cfg.rollout.worker_python)
   if check:
-    local.check_worker_python(python, cfg.rollout.engine)
+    local.check_worker_python(python, engine)
   workers = local.LocalWorkers(
     url,
     len(envs),
-    cfg.rollout.engine,
+    engine,
     log_dir,
     unsandboxed_code=cfg.rollout.unsandboxed_code,
     sandbox_limits=sandbox_limits(cfg),
@@ -39,6 +40,13 @@ def local_workers(
     envs=envs,
   )
   return workers, placed
+
+
+def worker_engine(cfg) -> str:
+  """The engine of the config's local worker processes: `rollout.engine`, with `inline` (the
+  trainer generates itself) served by JAX workers where any run (an evaluation's, or local
+  workers asked for beside the trainer)."""
+  return "jax" if cfg.rollout.engine == "inline" else cfg.rollout.engine
 
 
 def engine_options(cfg) -> dict:

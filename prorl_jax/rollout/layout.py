@@ -80,8 +80,8 @@ def plan(
 ) -> Layout:
   """The layout of the primary host's local workers. `workers`: "auto" (one engine per
   `tensor_parallel` GPUs, every GPU generating; one worker where there is no GPU or the engine
-  is JAX), or a count. `trainer_memory`: a fixed JAX fraction (model.memory_fraction), else what
-  vLLM leaves. `hosts`: trainer hosts; only the first starts local workers. `dedicated`: a
+  is JAX; none for `inline`, where the trainer generates), or a count. `trainer_memory`: a
+  fixed JAX fraction (model.memory_fraction), else what vLLM leaves. `hosts`: trainer hosts; only the first starts local workers. `dedicated`: a
   rollout node with no trainer (the engines may take all the memory they ask for)."""
   tp = int(tensor_parallel)
   if tp < 1:
@@ -89,7 +89,7 @@ def plan(
   auto = str(workers) == AUTO
   n = None if auto else int(workers)
   if engine != "vllm" or gpus == 0:  # the JAX engine, or vLLM's CPU build: no GPUs to place
-    count = 1 if auto else n
+    count = (0 if engine == "inline" else 1) if auto else n  # inline: the trainer generates
     return Layout(gpus, tuple(() for _ in range(count)), None, trainer_memory)
   if n == 0:  # external workers only: this host's GPUs train, others generate
     return Layout(gpus, (), None, trainer_memory)

@@ -119,8 +119,11 @@ class RequestQueue:
       log.warning("exchange: lease %s is malformed (%s); treating it as expired", key, e)
       return {"worker": "", "attempt": 0, "expires": 0.0}, gen
 
-  def claim(self, worker: str, skip: set[str] | None = None) -> Claim | None:
-    """Leases the first open request (no result yet, no live lease); None when there is none."""
+  def claim(
+    self, worker: str, skip: set[str] | None = None, accept: Callable[[Request], bool] | None = None
+  ) -> Claim | None:
+    """Leases the first open request (no result yet, no live lease) that `accept` (when given)
+    takes; None when there is none."""
     safe_name(worker, "worker id")
     for rid in self.ids():
       if (skip and rid in skip) or self.results.committed(rid):
@@ -132,7 +135,7 @@ class RequestQueue:
           continue  # someone holds it
         attempt = lease["attempt"] + 1
       request = self.load(rid)
-      if request is None:
+      if request is None or (accept is not None and not accept(request)):
         continue
       new = {"worker": worker, "attempt": attempt, "expires": time.time() + self.lease_seconds}
       # `gen` is the lease's generation, or the "no value" one when there is none: either way

@@ -23,6 +23,7 @@ from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.config import workers as workers_lib
 from prorl_jax.parallel import dist
+from prorl_jax.rollout import inline as inline_lib
 from prorl_jax.trainer import preflight
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
@@ -47,11 +48,14 @@ from prorl_jax.trainer.versions import on_primary, publish, validate_and_log
 log = logging.getLogger("prorl_jax.trainer.loop")
 
 
-def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: int, on_idle=None):
+def run_step(
+  setup, state, loop: LoopState, source, buffer, ex, workers, step: int, on_idle=None, inline=None
+):
   """One RL step: when pipelined, send the next step's first rounds of prompts; collect this
-  step's groups (its prefetched ones first; `on_idle` runs while it waits, and may abandon the
-  step by raising `Preempted`); update; publish weights v+1; advance the length-penalty
-  schedule. Returns (state, loop, metrics, length-penalty event)."""
+  step's groups (its prefetched ones first; `on_idle` runs while it waits, serves requests with
+  the `inline` engine when there is one, and may abandon the step by raising `Preempted`);
+  update; publish weights v+1; advance the length-penalty schedule. Returns (state, loop,
+  metrics, length-penalty event)."""
   plan, primary = setup.plan, dist.is_primary()
   t0 = time.time()
   prefetched, loop = loop.prefetch, dataclasses.replace(loop, prefetch=None)
@@ -93,7 +97,7 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
     state, m = update(setup, state, groups, step=step, length_penalty_on=lp_on)
     metrics.update(m)
   t2 = time.time()
-  publish(setup, state, ex, loop.version + 1)
+  publish(setup, state, ex, loop.version + 1, inline)
   t3 = time.time()
   length_penalty, lp_event = setup.schedule.advance(loop.length_penalty)
   loop = dataclasses.replace(
@@ -118,6 +122,25 @@ def run_step(setup, state, loop: LoopState, source, buffer, ex, workers, step: i
   if ex is not None:
     metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
   return state, loop, metrics, lp_event
+
+
+def make_inline(cfg, setup, ex) -> inline_lib.InlineWorker | None:
+  """The primary's inline engine when `rollout.engine=inline` (one process only), else None."""
+  if cfg.rollout.engine != "inline":
+    return None
+  return inline_lib.make_inline(
+    ex,
+    workers_lib.jax_engine_options(cfg),
+    setup.path,
+    setup.model_cfg,
+    setup.plan.compute_dtype,
+    dict(
+      processes=1,
+      unsandboxed_code=cfg.rollout.unsandboxed_code,
+      sandbox_memory_bytes=config_lib.sandbox_limits(cfg)["memory_bytes"],
+      sandbox_pids=config_lib.sandbox_limits(cfg)["pids"],
+    ),
+  )
 
 
 def _tail(setup, state, loop: LoopState, log_val, writer, step: int, last_val=None):
@@ -190,6 +213,11 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   config_lib.validate(cfg)
   preflight.check_installed(cfg)
   dist.initialize(**cfg.dist)
+  if cfg.rollout.engine == "inline" and dist.multi():
+    raise config_lib.ConfigError(
+      f"rollout.engine=inline generates in one trainer process; this run has "
+      f"{jax.process_count()}: use one host (all its chips), or workers (rollout.engine=jax|vllm)"
+    )
   primary = dist.is_primary()
   if primary:
     for line in preflight.inert_flags(cfg):
@@ -247,7 +275,8 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
         print(finished_line(cfg, step0), flush=True)
       return {"finished": True, "steps": step0}
   ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
-  publish(setup, state, ex, loop.version)
+  inline = make_inline(cfg, setup, ex) if primary else None
+  publish(setup, state, ex, loop.version, inline)
   workers, placed = None, workers_lib.layout(cfg, hosts=jax.process_count())
   if primary:
     print(placed.describe(), flush=True)
@@ -263,8 +292,10 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
     )
   summary, stopped = {}, None  # stopped: how the run stopped to be requeued (a signal)
 
-  def on_idle():  # while the primary waits: stop when asked, and mind the workers
+  def on_idle():  # while the primary waits: stop when asked, generate, mind the workers
     watch.check()
+    if inline is not None:
+      inline.serve()
     return workers.check() if workers else ""
 
   log_val = functools.partial(validate_and_log, setup, ex, on_idle, writer)
@@ -280,7 +311,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
       before = (state, loop_json(loop, source, buffer))  # if the step is abandoned
       try:
         state, loop, metrics, lp_event = run_step(
-          setup, state, loop, source, buffer, ex, workers, step, on_idle
+          setup, state, loop, source, buffer, ex, workers, step, on_idle, inline
         )
       except Preempted:  # asked to stop while collecting: the step is redone on resume
         stopped = _stop(ckpt, watch, step - 1, *before)
@@ -329,6 +360,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   finally:
     if workers:
       workers.stop()
+    inline_lib.close(inline)
     ckpt.close()
     writer.end_session()
     writer.close()

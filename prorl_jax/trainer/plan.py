@@ -39,6 +39,8 @@ class RolloutPlan:
   max_staleness: int
   pipeline: bool
   inflight_updates: bool  # requests take any newer version mid-generation (no max_version)
+  engine: str  # inline: the trainer serves requests itself
+  publish_files: bool  # weight files on the exchange: some worker process reads them
   timeout_s: float
   max_probe_mismatch: float
   dynamic_sampling: bool
@@ -149,12 +151,15 @@ def loss_config(cfg) -> ts.LossConfig:
 def rollout_plan(cfg) -> RolloutPlan:
   """What a step asks the workers for (the local workers counted on this host's layout)."""
   r, a = cfg.rollout, cfg.algo
+  processes = workers_lib.worker_count(cfg) + r.external_workers
+  inline = r.engine == "inline"
   return _pick(
     RolloutPlan,
     r,
     a,
     seed=cfg.seed,
-    requests_per_round=max(1, workers_lib.worker_count(cfg) + r.external_workers),
+    requests_per_round=max(1, processes + inline),
+    publish_files=bool(processes) or not inline,
     sampling=config_lib.sampling_params(cfg),
     routing=types.MappingProxyType(config_lib.routing_table(cfg)),
   )

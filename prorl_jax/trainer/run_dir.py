@@ -100,9 +100,8 @@ def check_before_loading(cfg, accept_config_changes: bool):
   except InvalidExchange as e:
     raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
   if workers_lib.worker_count(cfg):  # can the workers run at all?
-    check_worker_python(
-      worker_python(cfg.rollout.engine, cfg.rollout.worker_python), cfg.rollout.engine
-    )
+    engine = workers_lib.worker_engine(cfg)
+    check_worker_python(worker_python(engine, cfg.rollout.worker_python), engine)
   resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   return None, changes
 

@@ -25,9 +25,14 @@ def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
   probe.write_probe(lambda t: _probe_logprobs(model_cfg, params, t), tokens, path)
 
 
-def publish(setup: Setup, state, ex: Exchange | None, version: int):
-  """Weights `version` (the TrainState's params) -> the exchange. Every process takes part in
-  gathering them; the primary writes."""
+def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None):
+  """Weights `version` (the TrainState's params) -> the exchange (every process takes part in
+  gathering them; the primary writes), unless no worker process reads them; and to the
+  trainer's own inline engine (`rollout/inline.py`), when it has one, as they are."""
+  if inline is not None:
+    inline.offer(version, state.params)
+  if not setup.plan.rollout.publish_files:
+    return
   params = dist.host_tree(state.params)
   if not dist.is_primary():
     return

@@ -38,10 +38,17 @@ class JaxEngine:
     self.last_mismatch = None  # the worker checks the probe
 
   def load(self, path: str) -> None:
-    self.cfg, self.params = load_hf(path, dtype="float32")
-    self.weights = jax_sampler.prepare(self.cfg, self.params)  # the decode layout, once per version
+    cfg, params = load_hf(path, dtype="float32")
     tok = load_tokenizer(path)
-    self.pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    self.set_params(cfg, params, tok.pad_token_id if tok.pad_token_id is not None else 0)
+
+  def set_params(self, cfg, params, pad_id: int) -> None:
+    """Generates with `params` (already on their devices, in any sharding) from now on: what
+    `load` does with a published directory, and the trainer's own engine with its params."""
+    if self.cfg != cfg:
+      self._score = None  # jitted for one model config
+    self.cfg, self.params, self.pad = cfg, params, pad_id
+    self.weights = jax_sampler.prepare(self.cfg, self.params)  # the decode layout, once per version
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     if self._score is None:  # jitted once: the probe is checked after every weight reload

@@ -1,0 +1,132 @@
+"""Generation in the trainer's own process (`rollout.engine=inline`): the TPU-only and the
+single-device path.
+
+`InlineWorker` is a rollout worker that lives in the trainer: it serves requests from the same
+exchange queue (claims, leases, checked commits: the trainer reads its results as any worker's),
+scores them in its own verifier pool (processes: model text is never judged in the trainer), and
+generates with the JAX engine on the trainer's devices with the trainer's parameters, in their
+shardings: no weight file is written or read, no second process holds the chip. The trainer
+`offer`s each new version as it publishes and calls `serve` while it waits for results, so
+generation runs between updates. External workers on the same exchange serve requests beside
+it; the trainer then still publishes weight files for them.
+
+A version's parameters are rounded to the published dtype and generated with in float32, as a
+worker does with the files it loads: for the same request the inline engine returns a worker's
+rows.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+
+from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.tokenizer import load_tokenizer
+from prorl_jax.records import Request
+from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.rollout.engines.jax_engine import JaxEngine
+from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.worker import Worker
+
+log = logging.getLogger("prorl_jax.inline")
+
+WORKER_ID = "inline"
+
+
+def worker_config(model_cfg: Qwen2Config) -> Qwen2Config:
+  """The model config a worker reads back from a published version's config.json (float32
+  parameters and compute, the default attention): the inline engine generates with the same."""
+  return Qwen2Config.from_hf_dict(
+    model_cfg.to_hf_dict(),
+    param_dtype="float32",
+    compute_dtype="float32",
+    remat="none",
+    attention_impl="xla",
+    attention_chunk=1024,
+  )
+
+
+@jax.jit
+def _as_published(params, dtype_probe):
+  """`params` rounded to the published dtype (the dtype of `dtype_probe`) and back to float32:
+  the values a worker loads from the version's files, computed where the params live."""
+  return jax.tree.map(lambda x: x.astype(dtype_probe.dtype).astype(jnp.float32), params)
+
+
+class InlineWorker(Worker):
+  """The trainer's own rollout worker (see the module docstring). `engine`: a `JaxEngine`;
+  `tokenizer_dir`: the base model's directory (its tokenizer decodes responses for scoring)."""
+
+  def __init__(
+    self,
+    exchange: Exchange,
+    engine: JaxEngine,
+    tokenizer_dir: str,
+    model_cfg: Qwen2Config,
+    publish_dtype: str,
+    pool: VerifierPool,
+  ):
+    super().__init__(exchange, engine, cache_dir="", worker_id=WORKER_ID, pool=pool)
+    self.tokenizer = load_tokenizer(tokenizer_dir)
+    self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+    self.model_cfg = worker_config(model_cfg)
+    self.publish_dtype = jnp.zeros((), publish_dtype)
+
+  def offer(self, version: int, params) -> None:
+    """Weights `version` are the trainer's `params` (any sharding): generate with them from now
+    on. Only the rounded float32 copy is made; nothing leaves the devices."""
+    if version == self.version:
+      return
+    self.engine.set_params(self.model_cfg, _as_published(params, self.publish_dtype), self.pad)
+    self.version = version
+    log.info("inline engine: generating with weights v%d", version)
+
+  def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
+    return False  # the trainer offers each version; nothing is fetched
+
+  def check_probe(self, path: str) -> dict | None:
+    return None  # the trainer's own parameters: there is no transfer to check
+
+  def _fits(self, request: Request) -> bool:
+    hi = request.max_version
+    return request.min_version <= self.version and (hi is None or self.version <= hi)
+
+  def serve(self) -> bool:
+    """Claims one open request that the offered version may serve and serves it (generate,
+    score, commit); False when there was none."""
+    if self.version < 0:
+      return False
+    claim = self.ex.queue.claim(self.id, accept=self._fits)
+    if claim is None:
+      return False
+    self.weights_wait_s = 0.0
+    if self.serve_one(claim):
+      self.done += 1
+    return True
+
+
+def make_inline(
+  exchange: Exchange,
+  engine_options: dict,
+  tokenizer_dir: str,
+  model_cfg: Qwen2Config,
+  publish_dtype: str,
+  pool_options: dict,
+) -> InlineWorker:
+  """The trainer's inline worker: a `JaxEngine(**engine_options)` and a
+  `VerifierPool(**pool_options)` (closed by `close(worker)`)."""
+  return InlineWorker(
+    exchange,
+    JaxEngine(**engine_options),
+    tokenizer_dir,
+    model_cfg,
+    publish_dtype,
+    VerifierPool(**pool_options),
+  )
+
+
+def close(worker: InlineWorker | None) -> None:
+  if worker is not None:
+    worker.pool.close()

@@ -1,0 +1,100 @@
+"""The trainer's inline engine (`rollout.engine=inline`) serves the exchange as a worker does:
+for the same request, from the trainer's sharded float32 parameters, a worker's rows."""
+
+import jax
+import numpy as np
+import pytest
+
+from prorl_jax.demo import tiny_base
+from prorl_jax.model import load_hf, load_tokenizer, save_hf
+from prorl_jax.model.core import param_shardings
+from prorl_jax.model.tokenizer import prompt_ids
+from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.records import Request
+from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.rollout import inline
+from prorl_jax.rollout.engines.jax_engine import JaxEngine
+from prorl_jax.rollout.exchange import Exchange
+from prorl_jax.rollout.worker import Worker
+from tests.worker_test import _request
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  return tiny_base.build(str(tmp_path_factory.mktemp("m") / "base"))
+
+
+@pytest.fixture(scope="module")
+def pool():
+  p = VerifierPool(1)
+  yield p
+  p.close()
+
+
+def _trainer_params(base, devices=4):
+  """The trainer's view: float32 master params sharded over an fsdp mesh of `devices`."""
+  cfg, params = load_hf(base, "float32", compute_dtype="bfloat16")
+  mesh = make_mesh(1, devices, 1, jax.devices()[:devices])
+  return cfg, jax.tree.map(jax.device_put, params, param_shardings(cfg, mesh))
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_inline_rows_equal_a_workers_rows_for_the_same_request(tmp_path, base, pool, batching):
+  cfg, params = _trainer_params(base)
+  assert len(jax.tree.leaves(params)[0].sharding.device_set) == 4  # sharded, not on one device
+  leaves = [np.asarray(x) for x in jax.tree.leaves(params)]
+  rounded = [x.astype(jax.numpy.bfloat16).astype(np.float32) for x in leaves]
+  assert not all(map(np.array_equal, leaves, rounded))  # bfloat16 files differ from the params
+  ex = Exchange(f"file://{tmp_path}/ex")
+  # the version as the trainer publishes it for workers: bfloat16 files
+  save_hf(cfg, params, str(tmp_path / "v0"), tokenizer_dir=base, dtype="bfloat16")
+  ex.weights.publish(0, step=0, src_dir=str(tmp_path / "v0"))
+  tok = load_tokenizer(base)
+  worker_rid, _ = _request(ex, tok, "a-worker")
+  inline_rid, _ = _request(ex, tok, "b-inline")
+  opts = {"batching": batching, "slots": 5, "page_size": 4, "steps_per_sync": 3}
+
+  worker = Worker(ex, JaxEngine(**opts), str(tmp_path / "cache"), "w", 0.0, pool)
+  worker.run(max_requests=1)  # claims the first request by id
+  assert worker.engine.cfg == inline.worker_config(cfg)  # the model a worker reads back
+
+  own = inline.InlineWorker(ex, JaxEngine(**opts), base, cfg, "bfloat16", pool)
+  assert not own.serve()  # no version offered yet: nothing claimed
+  own.offer(0, params)
+  assert own.serve() and not own.serve()  # one request left for it, then none
+  a, b = ex.results.read(worker_rid), ex.results.read(inline_rid)
+  assert (a.worker, b.worker, b.policy_version) == ("w", "inline", 0)
+  x, y = a.arrays(), b.arrays()
+  assert len(set(x["lengths"].tolist())) > 1  # ragged rows
+  for key in ("tokens", "lengths", "scores", "verifier_failed"):
+    np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+  np.testing.assert_allclose(x["logprobs"], y["logprobs"], atol=2e-5)
+
+
+def test_the_inline_worker_takes_only_requests_its_version_may_serve(tmp_path, base, pool):
+  cfg, params = _trainer_params(base, devices=1)
+  ex = Exchange(f"file://{tmp_path}/ex")
+  tok = load_tokenizer(base)
+  later, _ = _request(ex, tok, "a-needs-v1", min_version=1)
+  old = ex.queue.put(
+    Request.from_json(
+      {
+        "prompts": [prompt_ids(tok, "1+1")],
+        "n": 2,
+        "seed": 1,
+        "sampling": {"max_new_tokens": 4},
+        "min_version": 0,
+        "max_version": 0,
+        "meta": [{"data_source": "chain_sum", "reference": "2"}],
+      }
+    ),
+    request_id="b-only-v0",
+  )
+  own = inline.InlineWorker(ex, JaxEngine(), base, cfg, "float32", pool)
+  own.offer(0, params)
+  assert own.serve()  # the v0 request, past the one it cannot serve
+  assert ex.results.committed(old) and not ex.results.committed(later)
+  assert ex.queue._lease(later)[0] is None  # not even leased: another worker may take it
+  own.offer(1, params)
+  assert own.serve() and ex.results.committed(later)
+  assert ex.results.read(later).policy_version == 1
