@@ -66,3 +66,49 @@ def test_two_trainer_processes_equal_one(tmp_path, base):
   assert s2["processes"] == 2 and s2["steps"] == 2
   # Only the primary writes: one metrics file, one set of checkpoints, both processes saved into it.
   assert os.path.isdir(os.path.join(two_dir, "checkpoints", "2"))
+
+
+@pytest.mark.slow
+def test_two_inline_trainer_processes_each_generate_and_equal_one(tmp_path, base):
+  # rollout.engine=inline on two hosts: each process serves requests with a replica of the
+  # version on its own devices while the primary waits; the run equals one process (2 devices)
+  # whose rounds are split alike (one request per trainer process: external_workers=1 there).
+  one_dir, two_dir = str(tmp_path / "one"), str(tmp_path / "two")
+  common = {"rollout.engine": "inline", "rollout.mini_batch_prompts": 4, "eval.every": 2}
+  single = start(
+    one_dir,
+    base,
+    2,
+    env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+    **common,
+    **{"rollout.external_workers": 1},
+  )
+  coord = f"localhost:{_free_port()}"
+  procs = [
+    start(
+      two_dir,
+      base,
+      2,
+      **common,
+      **{
+        "dist.coordinator": coord,
+        "dist.num_processes": 2,
+        "dist.process_id": i,
+        "dist.timeout_s": 120.0,
+      },
+    )
+    for i in range(2)
+  ]
+  outs = [finish(p) for p in procs]
+  finish(single)
+  assert "worker inline-p0 served" in outs[0] and "worker inline-p1 served" in outs[1]
+  assert not os.path.exists(os.path.join(two_dir, "exchange", "weights"))  # no files: replicas
+  m1, m2 = metrics(one_dir), metrics(two_dir)
+  assert [r["step"] for r in m1] == [r["step"] for r in m2]
+  assert any("val/pass@1" in r for r in m2)  # validation generated inline too
+  for a, b in zip(m1, m2):
+    for k in a:
+      if isinstance(a[k], float) and not k.startswith(("mismatch/", "workers/")):
+        assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), k
+      elif k.startswith(("response/", "reward/")):
+        assert a[k] == b[k], k

@@ -1,12 +1,21 @@
 """The local rollout workers a config asks for: where they go on this host (`layout`, and the
 share of accelerator memory that leaves the trainer), and the one place the trainer,
-`prorl-eval` and the suite runner turn `rollout.*` into running worker processes."""
+`prorl-eval` and the suite runner turn `rollout.*` into running worker processes (and the
+trainer's own inline worker)."""
 
 from __future__ import annotations
 
+import uuid
+
+import jax
+
 from prorl_jax.config import ConfigError, sandbox_limits
+from prorl_jax.model.core import param_shardings
+from prorl_jax.parallel import dist
+from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.rollout import inline, local
 from prorl_jax.rollout import layout as layout_lib
-from prorl_jax.rollout import local
+from prorl_jax.rollout.exchange import Exchange
 
 
 def local_workers(
@@ -40,6 +49,38 @@ def local_workers(
     envs=envs,
   )
   return workers, placed
+
+
+def inline_worker(cfg, ex, url: str, tokenizer_dir: str, model_cfg):
+  """This trainer process's inline worker (`rollout/inline.py`) when `rollout.engine=inline`,
+  else None: the primary's on its exchange `ex`; in a multi-host run every other process's too,
+  on its own view of the exchange at `url`, with a replica of each version on its local
+  devices."""
+  if cfg.rollout.engine != "inline":
+    return None
+  options = {}
+  if dist.multi():
+    local = make_mesh(1, -1, 1, jax.local_devices())
+    options = dict(
+      worker_id=f"inline-p{jax.process_index()}",
+      local_shardings=param_shardings(model_cfg, local),
+      session=dist.broadcast(uuid.uuid4().hex[:12] if dist.is_primary() else None),
+    )
+  limits = sandbox_limits(cfg)
+  return inline.make_inline(
+    ex or Exchange(url),
+    jax_engine_options(cfg),
+    tokenizer_dir,
+    model_cfg,
+    cfg.model.compute_dtype,
+    dict(
+      processes=1,
+      unsandboxed_code=cfg.rollout.unsandboxed_code,
+      sandbox_memory_bytes=limits["memory_bytes"],
+      sandbox_pids=limits["pids"],
+    ),
+    **options,
+  )
 
 
 def worker_engine(cfg) -> str:

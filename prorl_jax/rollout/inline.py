@@ -10,6 +10,12 @@ shardings: no weight file is written or read, no second process holds the chip. 
 generation runs between updates. External workers on the same exchange serve requests beside
 it; the trainer then still publishes weight files for them.
 
+In a multi-host run every trainer process is an inline worker: each holds a replica of the
+version on its own chips (gathered as a publish gathers them, sharded over the host's local
+devices) and serves requests from the exchange while the primary waits for results
+(`serve_until`); the primary says when the wait is over with a marker on the exchange
+(`signal`), so every host generates and scores its share and no collective runs meanwhile.
+
 A version's parameters are rounded to the published dtype and generated with in float32, as a
 worker does with the files it loads: for the same request the inline engine returns a worker's
 rows.
@@ -18,6 +24,7 @@ rows.
 from __future__ import annotations
 
 import logging
+import time
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +40,7 @@ from prorl_jax.rollout.worker import Worker
 log = logging.getLogger("prorl_jax.inline")
 
 WORKER_ID = "inline"
+CONTROL = "control/"  # the primary's markers that a wait is over (multi-host runs)
 
 
 def worker_config(model_cfg: Qwen2Config) -> Qwen2Config:
@@ -67,8 +75,14 @@ class InlineWorker(Worker):
     model_cfg: Qwen2Config,
     publish_dtype: str,
     pool: VerifierPool,
+    worker_id: str = WORKER_ID,
+    local_shardings=None,
+    session: str = "",
   ):
-    super().__init__(exchange, engine, cache_dir="", worker_id=WORKER_ID, pool=pool)
+    """`local_shardings`: where a version given as host arrays goes (a multi-host run's
+    replica on this host's devices); `session`: this run's name for its wait markers."""
+    super().__init__(exchange, engine, cache_dir="", worker_id=worker_id, pool=pool)
+    self.local_shardings, self.session, self.waits = local_shardings, session, 0
     self.tokenizer = load_tokenizer(tokenizer_dir)
     self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
     self.model_cfg = worker_config(model_cfg)
@@ -79,6 +93,8 @@ class InlineWorker(Worker):
     on. Only the rounded float32 copy is made; nothing leaves the devices."""
     if version == self.version:
       return
+    if self.local_shardings is not None:
+      params = jax.device_put(params, self.local_shardings)
     self.engine.set_params(self.model_cfg, _as_published(params, self.publish_dtype), self.pad)
     self.version = version
     log.info("inline engine: generating with weights v%d", version)
@@ -106,6 +122,24 @@ class InlineWorker(Worker):
       self.done += 1
     return True
 
+  def next_wait(self) -> str:
+    """The name of the next wait of the primary (every process counts its waits alike)."""
+    self.waits += 1
+    return f"{CONTROL}{self.session}-{self.waits:08d}"
+
+  def signal(self, wait: str) -> None:
+    """The primary: wait `wait` is over (earlier markers are removed: every process has seen
+    them before this wait began)."""
+    for key in self.ex.store.list(CONTROL):
+      self.ex.store.write(key, None)
+    self.ex.store.write(wait, b"done")
+
+  def serve_until(self, wait: str) -> None:
+    """Another process: serves requests until the primary's wait `wait` is over."""
+    while self.ex.store.read(wait)[0] is None:
+      if not self.serve():
+        time.sleep(self.poll_s)
+
 
 def make_inline(
   exchange: Exchange,
@@ -114,9 +148,10 @@ def make_inline(
   model_cfg: Qwen2Config,
   publish_dtype: str,
   pool_options: dict,
+  **options,
 ) -> InlineWorker:
   """The trainer's inline worker: a `JaxEngine(**engine_options)` and a
-  `VerifierPool(**pool_options)` (closed by `close(worker)`)."""
+  `VerifierPool(**pool_options)` (closed by `close(worker)`); `options`: `InlineWorker`'s."""
   return InlineWorker(
     exchange,
     JaxEngine(**engine_options),
@@ -124,6 +159,7 @@ def make_inline(
     model_cfg,
     publish_dtype,
     VerifierPool(**pool_options),
+    **options,
   )
 
 

@@ -81,8 +81,9 @@ def plan(
   """The layout of the primary host's local workers. `workers`: "auto" (one engine per
   `tensor_parallel` GPUs, every GPU generating; one worker where there is no GPU or the engine
   is JAX; none for `inline`, where the trainer generates), or a count. `trainer_memory`: a
-  fixed JAX fraction (model.memory_fraction), else what vLLM leaves. `hosts`: trainer hosts; only the first starts local workers. `dedicated`: a
-  rollout node with no trainer (the engines may take all the memory they ask for)."""
+  fixed JAX fraction (model.memory_fraction), else what vLLM leaves. `hosts`: trainer hosts;
+  only the first starts local workers. `dedicated`: a rollout node with no trainer (the engines
+  may take all the memory they ask for)."""
   tp = int(tensor_parallel)
   if tp < 1:
     raise LayoutError(f"vllm.tensor_parallel={tp}: want 1 or more GPUs per vLLM engine")

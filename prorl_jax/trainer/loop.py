@@ -86,7 +86,8 @@ def run_step(
       step=step,
       version=loop.version,
       prefetched=prefetched,
-    )
+    ),
+    inline,
   )
   if "sampling/keep_rate_all" in info:
     loop = dataclasses.replace(loop, keep_rate=info["sampling/keep_rate_all"])
@@ -122,25 +123,6 @@ def run_step(
   if ex is not None:
     metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
   return state, loop, metrics, lp_event
-
-
-def make_inline(cfg, setup, ex) -> inline_lib.InlineWorker | None:
-  """The primary's inline engine when `rollout.engine=inline` (one process only), else None."""
-  if cfg.rollout.engine != "inline":
-    return None
-  return inline_lib.make_inline(
-    ex,
-    workers_lib.jax_engine_options(cfg),
-    setup.path,
-    setup.model_cfg,
-    setup.plan.compute_dtype,
-    dict(
-      processes=1,
-      unsandboxed_code=cfg.rollout.unsandboxed_code,
-      sandbox_memory_bytes=config_lib.sandbox_limits(cfg)["memory_bytes"],
-      sandbox_pids=config_lib.sandbox_limits(cfg)["pids"],
-    ),
-  )
 
 
 def _tail(setup, state, loop: LoopState, log_val, writer, step: int, last_val=None):
@@ -213,11 +195,6 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   config_lib.validate(cfg)
   preflight.check_installed(cfg)
   dist.initialize(**cfg.dist)
-  if cfg.rollout.engine == "inline" and dist.multi():
-    raise config_lib.ConfigError(
-      f"rollout.engine=inline generates in one trainer process; this run has "
-      f"{jax.process_count()}: use one host (all its chips), or workers (rollout.engine=jax|vllm)"
-    )
   primary = dist.is_primary()
   if primary:
     for line in preflight.inert_flags(cfg):
@@ -275,7 +252,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
         print(finished_line(cfg, step0), flush=True)
       return {"finished": True, "steps": step0}
   ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
-  inline = make_inline(cfg, setup, ex) if primary else None
+  inline = workers_lib.inline_worker(cfg, ex, exchange_url(cfg), setup.path, setup.model_cfg)
   publish(setup, state, ex, loop.version, inline)
   workers, placed = None, workers_lib.layout(cfg, hosts=jax.process_count())
   if primary:
@@ -298,7 +275,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
       inline.serve()
     return workers.check() if workers else ""
 
-  log_val = functools.partial(validate_and_log, setup, ex, on_idle, writer)
+  log_val = functools.partial(validate_and_log, setup, ex, on_idle, writer, inline=inline)
   try:
     if loop.pass1_start is None and cfg.eval.every:
       val = log_val(step=loop.step, version=loop.version, event="validation")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import types
 
+import jax
+
 from prorl_jax import config as config_lib
 from prorl_jax.config import workers as workers_lib
 from prorl_jax.data.sources import DataSpec
@@ -152,13 +154,13 @@ def rollout_plan(cfg) -> RolloutPlan:
   """What a step asks the workers for (the local workers counted on this host's layout)."""
   r, a = cfg.rollout, cfg.algo
   processes = workers_lib.worker_count(cfg) + r.external_workers
-  inline = r.engine == "inline"
+  inline = r.engine == "inline"  # every trainer process serves requests
   return _pick(
     RolloutPlan,
     r,
     a,
     seed=cfg.seed,
-    requests_per_round=max(1, processes + inline),
+    requests_per_round=max(1, processes + inline * jax.process_count()),
     publish_files=bool(processes) or not inline,
     sampling=config_lib.sampling_params(cfg),
     routing=types.MappingProxyType(config_lib.routing_table(cfg)),

@@ -28,13 +28,16 @@ def write_probe(model_cfg, params, tokens: list[list[int]], path: str):
 def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None):
   """Weights `version` (the TrainState's params) -> the exchange (every process takes part in
   gathering them; the primary writes), unless no worker process reads them; and to the
-  trainer's own inline engine (`rollout/inline.py`), when it has one, as they are."""
-  if inline is not None:
+  trainer's own inline engine (`rollout/inline.py`), when it has one: as they are in one
+  process, a replica on each host's devices in many."""
+  if inline is not None and not dist.multi():
     inline.offer(version, state.params)
-  if not setup.plan.rollout.publish_files:
+  if not (setup.plan.rollout.publish_files or (inline is not None and dist.multi())):
     return
   params = dist.host_tree(state.params)
-  if not dist.is_primary():
+  if inline is not None and dist.multi():
+    inline.offer(version, params)
+  if not (dist.is_primary() and setup.plan.rollout.publish_files):
     return
   with tempfile.TemporaryDirectory(dir=setup.plan.run_dir) as tmp:
     dtype = setup.plan.compute_dtype
@@ -87,26 +90,35 @@ def val_line(step: int, val: dict) -> str:
   )
 
 
-def on_primary(fn):
+def on_primary(fn, inline=None):
   """fn() run by the primary, its result given to every process; a wait the primary abandoned
-  (`Preempted`) raises Preempted on every process."""
-  out = None
+  (`Preempted`) raises Preempted on every process. `inline`: this process's inline worker in a
+  multi-host run: the other processes serve requests until the primary's fn is done."""
+  out, wait = None, inline.next_wait() if inline is not None and dist.multi() else None
   if dist.is_primary():
     try:
       out = fn()
     except Preempted:
       out = PREEMPTED
+    finally:
+      if wait:
+        inline.signal(wait)
+  elif wait:
+    inline.serve_until(wait)
   out = dist.broadcast(out)
   if isinstance(out, str) and out == PREEMPTED:
     raise Preempted("stop requested")
   return out
 
 
-def validate_and_log(setup, ex, on_idle, writer, *, step: int, version: int, event: str) -> dict:
-  """Validation of weights `version` after step `step`: run by the primary, given to every
-  process, written to the metrics and said on the console."""
+def validate_and_log(
+  setup, ex, on_idle, writer, *, step: int, version: int, event: str, inline=None
+) -> dict:
+  """Validation of weights `version` after step `step`: run by the primary (the other processes'
+  `inline` workers generating beside it), given to every process, written to the metrics and
+  said on the console."""
   tag = "val-final" if event == "final" else f"val-s{step:07d}"
-  val = on_primary(lambda: validate(setup, ex, on_idle, version=version, tag=tag))
+  val = on_primary(lambda: validate(setup, ex, on_idle, version=version, tag=tag), inline)
   writer.write(step, {f"val/{k}": v for k, v in val.items()}, event=event)
   if event != "final":
     writer.say(val_line(step, val))
