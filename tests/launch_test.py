@@ -1,15 +1,26 @@
 """The launchers: commands printed before they run, early one-line errors, a real local run."""
 
+import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
+from prorl_jax import config as config_lib
 from prorl_jax.rollout import layout
 from tests.loop_helpers import ROOT, flags
+from tests.readme_test import _set
+
+
+def _load_config(path):
+  spec = importlib.util.spec_from_file_location("launched_config", os.path.join(ROOT, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(None)
 
 
 def _sh(script, env, *args):
@@ -84,6 +95,28 @@ def test_tpu_prints_gcloud_commands():
   assert len(lines) == 3 and "--worker=all" in lines[2]
   assert "checkpoint.dir=gs://b/run/checkpoints" in lines[2]
   assert all("gs://b/run/exchange" in x for x in lines)
+  assert "--engine=vllm" in lines[0] and "--config.rollout.engine=vllm" in lines[2]
+  assert "--config.rollout.external_workers=2" in lines[2]
+
+
+def test_tpu_without_gpu_vms_is_one_command_that_generates_inline():
+  env = {k: v for k, v in TPU.items() if k != "WORKER_VMS"}
+  r = _sh("tpu/train.sh", dict(env, WORKER_VMS=""), "--config.total_steps=10")
+  assert r.returncode == 0, r.stderr
+  lines = [x for x in r.stdout.splitlines() if x.startswith("+ ")]
+  assert len(lines) == 1 and "tpus tpu-vm ssh pod" in lines[0] and "--worker=all" in lines[0]
+  cmd = shlex.split(lines[0][2:])
+  cmd = shlex.split(cmd[cmd.index("--worker=all") + 1].split("&&", 1)[1])
+  assert cmd[:3] == [".venv/bin/python", "-m", "prorl_jax.main"]
+  over = dict(a.removeprefix("--config.").split("=", 1) for a in cmd[4:])
+  assert over["rollout.engine"] == "inline" and over["jax_engine.batching"] == "continuous"
+  assert over["dist.auto"] == "True" and over["total_steps"] == "10"
+  # the overrides make a valid config: the real run's with the slice generating itself
+  cfg = _load_config(cmd[3].removeprefix("--config="))
+  for key, value in over.items():
+    _set(cfg, key, value)
+  config_lib.validate(cfg)
+  assert cfg.rollout.engine == "inline" and not cfg.rollout.pipeline
 
 
 @pytest.mark.parametrize(
@@ -97,7 +130,7 @@ def test_tpu_prints_gcloud_commands():
       "the allocation has 4 nodes but TRAINER_NODES + WORKER_NODES = 3",
     ),
     ("slurm/train.sbatch", dict(SLURM, EXCHANGE="rel/dir"), None, "must be an absolute path"),
-    ("tpu/train.sh", TPU, "WORKER_VMS", "error: WORKER_VMS is not set"),
+    ("tpu/train.sh", TPU, "EXCHANGE", "error: EXCHANGE is not set"),
     ("tpu/train.sh", dict(TPU, EXCHANGE="/local"), None, "EXCHANGE must be a gs:// URL"),
     ("local.sh", {"CONFIG": "configs/tiny.py", "WORKERS": "two"}, None, "WORKERS must be a number"),
     ("local.sh", {}, None, "error: CONFIG is not set"),

@@ -159,7 +159,12 @@ MAKE_TARGETS = set(re.findall(r"^([\w-]+):", _text(os.path.join(ROOT, "Makefile"
 @pytest.mark.parametrize("where, cmd", _shell_commands(), ids=lambda x: str(x)[:60])
 def test_every_command_in_the_docs_exists_as_shown(where, cmd):
   words = cmd.split()
+  while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value before the command
+    words = words[1:]
   exe, args = words[0], words[1:]
+  if exe.startswith(("launch/", "./")):  # a script of the project
+    assert os.access(os.path.join(ROOT, exe), os.X_OK), f"{where}: `{cmd}`: no script {exe}"
+    return
   if exe == "python":  # python -m prorl_jax.*: the flag test above
     return
   if exe == "make":
