@@ -168,3 +168,32 @@ def test_an_in_flight_weight_update_keeps_live_sequences_and_records_each_tokens
       kinds.add("spans the update")
   assert kinds == {"old", "new", "spans the update"} or kinds == {"new", "spans the update"}
   assert "spans the update" in kinds  # a live sequence continued through the swap
+
+
+@pytest.mark.slow  # ~1 min: the kernel runs in Pallas' interpreter
+def test_the_pallas_paged_attention_kernel_returns_the_xla_paths_rows(model):
+  # JAX's Pallas paged-attention kernel (the GPU one, in Pallas' interpreter on the CPU) behind
+  # the same engine, its pages in the kernels' [K, P, page, Dh] layout: the same sampled rows
+  # as the XLA path, over ragged lengths, shared prompt pages and slot reuse.
+  cfg, params = model
+  prompts = _prompts(5, seed=5)
+  shape = dict(slots=4, page_size=4, steps_per_sync=4)
+  want = PagedEngine(cfg, params, PagedConfig(**shape)).generate(prompts, 3, SAMPLED, seed=11)
+  eng = PagedEngine(cfg, params, PagedConfig(**shape, attention="pallas_interpret"))
+  got = eng.generate(prompts, 3, SAMPLED, seed=11)
+  assert len(set(want["lengths"].tolist())) > 1  # ragged
+  assert eng.stats["peak_pages"] > 0 and eng.pool.in_use == 0
+  np.testing.assert_array_equal(got["tokens"], want["tokens"])
+  np.testing.assert_array_equal(got["lengths"], want["lengths"])
+  np.testing.assert_allclose(got["logprobs"], want["logprobs"], atol=2e-5)
+
+
+def test_auto_attention_takes_the_pallas_kernel_only_on_an_accelerator_where_it_fits():
+  from prorl_jax.rollout.engines.paged_kernels import choose_attention
+
+  assert choose_attention("auto", 128, 16, "cpu") == "xla"
+  assert choose_attention("auto", 128, 16, "tpu") == "pallas"
+  assert choose_attention("auto", 64, 16, "tpu") == "xla"  # the TPU kernel's lanes: 128
+  assert choose_attention("auto", 64, 16, "gpu") == "pallas"
+  assert choose_attention("auto", 128, 8, "gpu") == "xla"  # pages of fewer than 16 tokens
+  assert choose_attention("xla", 128, 16, "tpu") == "xla"  # asked for: as asked

@@ -62,8 +62,8 @@ flags.DEFINE_string(
   "engine_options",
   "{}",
   "JSON object of the engine's options: jax (batching static|continuous, slots, page_size, "
-  "pages, steps_per_sync) or vllm (gpu_memory_utilization, tensor_parallel_size, "
-  "max_num_seqs, enable_prefix_caching, enforce_eager, ...)",
+  "pages, steps_per_sync, attention auto|xla|pallas) or vllm (gpu_memory_utilization, "
+  "tensor_parallel_size, max_num_seqs, enable_prefix_caching, enforce_eager, ...)",
   **_F,
 )
 flags.DEFINE_alias("vllm_options", "engine_options", flag_values=FLAGS)

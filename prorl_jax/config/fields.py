@@ -191,6 +191,11 @@ FIELDS: dict = {
     "page_size": (16, "continuous: tokens per KV page"),
     "pages": (0, "continuous: KV pages in the pool; 0 = enough for every slot at the longest"),
     "steps_per_sync": (16, "continuous: decode steps per device call between host scheduling"),
+    "attention": (
+      "auto",
+      "continuous: attention over the pages: auto (JAX's Pallas paged-attention kernel on a TPU "
+      "or GPU where its blocks fit, else XLA) | xla | pallas",
+    ),
   },
   "vllm": {
     "gpu_memory_utilization": (0.5, "share of GPU memory vLLM takes (weights + KV cache)"),

@@ -105,6 +105,7 @@ def jax_engine_options(cfg) -> dict:
     "page_size": int(j.page_size),
     "pages": int(j.pages),
     "steps_per_sync": int(j.steps_per_sync),
+    "attention": j.attention,
   }
 
 

@@ -12,14 +12,16 @@ import numpy as np
 from prorl_jax.model import load_hf, log_probs
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
-from prorl_jax.rollout.engines import jax_sampler, paged
+from prorl_jax.rollout.engines import jax_sampler, paged, paged_kernels
 
 
 class JaxEngine:
   """The JAX engine (CPU or any JAX device): `batching="static"` runs `generate` (one batch until
   its longest row ends); `"continuous"` runs `paged.PagedEngine` (`slots`, `page_size`, `pages`,
-  `steps_per_sync`: its `PagedConfig`). Both draw a sequence's tokens from (seed, row, t) only,
-  so they return the same rows for the same request."""
+  `steps_per_sync`: its `PagedConfig`; `attention` over the pages: `auto` for JAX's Pallas
+  paged-attention kernel on a TPU or GPU where it fits, else XLA, or `xla`, `pallas`). Both
+  draw a sequence's tokens from (seed, row, t) only, so they return the same rows for the same
+  request."""
 
   def __init__(
     self,
@@ -28,10 +30,14 @@ class JaxEngine:
     page_size: int = 16,
     pages: int = 0,
     steps_per_sync: int = 16,
+    attention: str = "auto",
   ):
     if batching not in ("static", "continuous"):
       raise ValueError(f"JaxEngine batching must be static or continuous, got {batching!r}")
-    self.batching = batching
+    if attention not in ("auto",) + paged_kernels.ATTENTION:
+      kinds = ", ".join(("auto",) + paged_kernels.ATTENTION)
+      raise ValueError(f"JaxEngine attention must be one of {kinds}, got {attention!r}")
+    self.batching, self.attention = batching, attention
     self.paged = dict(slots=slots, page_size=page_size, pages=pages, steps_per_sync=steps_per_sync)
     self.cfg = self.params = self.weights = self._score = None
     self.pad = 0
@@ -68,9 +74,11 @@ class JaxEngine:
     if between_chunks is not None and not self.inflight_updates:
       raise ValueError("in-flight weight updates need the JAX engine's continuous batching")
     if self.batching == "continuous":
-      engine = paged.PagedEngine(
-        self.cfg, self.params, paged.PagedConfig(**self.paged), weights=self.weights
+      attention = paged_kernels.choose_attention(
+        self.attention, self.cfg.head_dim, self.paged["page_size"], jax.default_backend()
       )
+      pc = paged.PagedConfig(**self.paged, attention=attention)
+      engine = paged.PagedEngine(self.cfg, self.params, pc, weights=self.weights)
       swap = None
       if between_chunks is not None:
 

@@ -1,12 +1,13 @@
 """Continuous batching over a paged KV cache: a fixed number of decode slots; a sequence that ends
 frees its slot and its pages at once, and the next waiting sequence takes them.
 
-- The cache is a pool of pages of `page_size` tokens per layer (keys [P, K, Dh, page], values
-  [P, K, page, Dh]); each slot has a page table. Pages are taken as a sequence grows, never
-  sized for the longest. Attention is flash-decoding over the page table (`paged_kernels`): a
-  few pages of every slot at a time folded into a running softmax, no gathered copy of the
-  cache; slots are kept sorted by length and attended in runs, each only as far as its own
-  longest active sequence; a slot past its own length reads the trash page.
+- The cache is a pool of pages of `page_size` tokens per layer (laid out for the attention
+  kind, `paged_kernels.pool_shapes`); each slot has a page table. Pages are taken as a sequence
+  grows, never sized for the longest. Attention is flash-decoding over the page table
+  (`paged_kernels`): with XLA a few pages of every slot at a time folded into a running
+  softmax, no gathered copy of the cache, slots kept sorted by length and attended in runs,
+  each only as far as its own longest active sequence (a slot past its own length reads the
+  trash page); or JAX's Pallas paged-attention kernel on TPUs and GPUs.
 - One prefill per prompt: the N samples of a group share its full pages; each gets its own copy
   of the last, partial page (copy-on-write), then writes its own.
 - Per-sequence random streams (`jax_sampler.stream_uniforms`): the draw for token t of sequence
@@ -38,13 +39,14 @@ class PagedConfig:
   `pages` in the pool (0: enough for every slot at the longest length, so admission never
   waits on memory); `steps_per_sync` decode steps per device call; `slot_groups` runs of
   slots whose attention each stops at its own longest sequence (slots are kept sorted by
-  length)."""
+  length); `attention`: how decode attends over the pages (`paged_kernels.ATTENTION`)."""
 
   slots: int = 16
   page_size: int = 16
   pages: int = 0
   steps_per_sync: int = 8
   slot_groups: int = 4
+  attention: str = "xla"  # paged_kernels.ATTENTION: xla | pallas | pallas_interpret
 
 
 class PagePool:
@@ -94,8 +96,9 @@ class PagedEngine:
     per_seq = -(-max_len // pc.page_size)
     pages = pc.pages or pc.slots * (per_seq + 1) + 1
     dt = jnp.dtype(cfg.compute_dtype)
-    kshape = (pages, cfg.num_kv_heads, cfg.head_dim, pc.page_size)
-    vshape = (pages, cfg.num_kv_heads, pc.page_size, cfg.head_dim)
+    kshape, vshape = kernels.pool_shapes(
+      pc.attention, pages, cfg.num_kv_heads, cfg.head_dim, pc.page_size
+    )
     kp = tuple(jnp.zeros(kshape, dt) for _ in range(cfg.num_layers))
     vp = tuple(jnp.zeros(vshape, dt) for _ in range(cfg.num_layers))
     return PagePool(pages), kp, vp, per_seq
@@ -185,6 +188,7 @@ class PagedEngine:
         jnp.asarray(seq_ids),
         cfg=cfg,
         sp=sp,
+        attention=pc.attention,
       )
       first, first_lp = jax.device_get((first, first_lp))
       src, dst = [], []
@@ -206,7 +210,7 @@ class PagedEngine:
           pool.release(p)
       if src:
         kp, vp = kernels.copy_pages(
-          kp, vp, jnp.asarray(src, jnp.int32), jnp.asarray(dst, jnp.int32)
+          kp, vp, jnp.asarray(src, jnp.int32), jnp.asarray(dst, jnp.int32), pc.attention
         )
 
     while waiting or ready or active.any():
@@ -270,6 +274,7 @@ class PagedEngine:
         sp=sp,
         steps=pc.steps_per_sync,
         groups=min(pc.slot_groups, s),
+        attention=pc.attention,
       )
       steps += pc.steps_per_sync
       toks, lps, emitted, st = jax.device_get((toks, lps, emitted, state))

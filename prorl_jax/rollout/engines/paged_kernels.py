@@ -1,8 +1,13 @@
 """The device side of continuous batching (`paged.PagedEngine` schedules on the host): prompts
 admitted (prefill, pages written, first tokens) in one call, copy-on-write of pages, and
 `steps` decode steps of every slot over the paged KV cache with flash-decoding attention.
-Legend: S slots, P pages, M pages per slot's table, K kv heads, G query heads per kv head, Dh
-head dim, L layers, T tokens.
+
+Attention over the pages is one of `ATTENTION`: `xla` (blocked flash-decoding in plain XLA,
+the CPU's; keys [P, K, Dh, page] and values [P, K, page, Dh]) or `pallas` (JAX's Pallas
+paged-attention kernel: the TPU one on TPUs, the Triton one on GPUs; keys and values
+[K, P, page, Dh], the kernels' layout); `pallas_interpret` runs the GPU kernel in Pallas'
+interpreter on any backend (tests). Legend: S slots, P pages, M pages per slot's table, K kv
+heads, G query heads per kv head, Dh head dim, L layers, T tokens.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention as gpu_paged_attention
+from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_paged_attention
 
 from prorl_jax.model import Qwen2, causal_mask, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
@@ -21,9 +28,36 @@ from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines.jax_sampler import sample_rows
 
 BLOCK_PAGES = 4  # pages of every slot per attention block (the table's width is a multiple)
+ATTENTION = ("xla", "pallas", "pallas_interpret")
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sp"), donate_argnums=(2, 3))
+def pool_shapes(attention: str, pages: int, kv_heads: int, head_dim: int, page: int):
+  """(key shape, value shape) of one layer's page pool for an attention kind."""
+  if attention == "xla":
+    return (pages, kv_heads, head_dim, page), (pages, kv_heads, page, head_dim)
+  return ((kv_heads, pages, page, head_dim),) * 2
+
+
+def choose_attention(requested: str, head_dim: int, page_size: int, backend: str) -> str:
+  """The attention kind for a request of `auto` | one of `ATTENTION`: `auto` takes the Pallas
+  kernel on a TPU or GPU where its block shapes fit (head_dim a multiple of 128 on a TPU, of 16
+  on a GPU; pages of a multiple of 16 tokens), else XLA."""
+  if requested != "auto":
+    return requested
+  if backend == "tpu":
+    fits = head_dim % 128 == 0 and page_size % 16 == 0
+  elif backend == "gpu":
+    fits = head_dim % 16 == 0 and page_size % 16 == 0
+  else:
+    fits = False
+  return "pallas" if fits else "xla"
+
+
+def _pallas(attention: str) -> bool:
+  return attention != "xla"
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "sp", "attention"), donate_argnums=(2, 3))
 def admit(
   params,
   head,
@@ -37,6 +71,7 @@ def admit(
   *,
   cfg: Qwen2Config,
   sp: SamplingParams,
+  attention: str = "xla",
 ):
   """Admits B prompts in one call: their prefill (right-padded to T = N·page, lengths traced),
   their keys and values written into pages `page_ids_BxN` (0, the trash page, past a prompt's
@@ -51,10 +86,18 @@ def admit(
   )
   n_pages, ids = page_ids_BxN.shape[1], page_ids_BxN.reshape(-1)
   out_k, out_v = [], []
+  kh, dh = cfg.num_kv_heads, cfg.head_dim
   for layer, (kp, vp) in enumerate(zip(kpages, vpages)):
+    if _pallas(attention):  # [K, P, page, Dh]
+      page = kp.shape[2]
+      k = k_all[layer].reshape(b * n_pages, page, kh, dh).transpose(2, 0, 1, 3)
+      v = v_all[layer].reshape(b * n_pages, page, kh, dh).transpose(2, 0, 1, 3)
+      out_k.append(kp.at[:, ids].set(k.astype(kp.dtype)))
+      out_v.append(vp.at[:, ids].set(v.astype(vp.dtype)))
+      continue
     page = kp.shape[-1]
-    k = k_all[layer].reshape(b, n_pages, page, kp.shape[1], kp.shape[2]).transpose(0, 1, 3, 4, 2)
-    v = v_all[layer].reshape(b, n_pages, page, vp.shape[1], vp.shape[3]).transpose(0, 1, 3, 2, 4)
+    k = k_all[layer].reshape(b, n_pages, page, kh, dh).transpose(0, 1, 3, 4, 2)
+    v = v_all[layer].reshape(b, n_pages, page, kh, dh).transpose(0, 1, 3, 2, 4)
     out_k.append(kp.at[ids].set(k.reshape((-1,) + kp.shape[1:]).astype(kp.dtype)))
     out_v.append(vp.at[ids].set(v.reshape((-1,) + vp.shape[1:]).astype(vp.dtype)))
   r = seq_BxR.shape[1]
@@ -64,13 +107,44 @@ def admit(
   return tuple(out_k), tuple(out_v), tok.reshape(b, r), lp.reshape(b, r)
 
 
-@functools.partial(jax.jit, donate_argnums=(0, 1))
-def copy_pages(kpages, vpages, src_N, dst_N):
+@functools.partial(jax.jit, static_argnames=("attention",), donate_argnums=(0, 1))
+def copy_pages(kpages, vpages, src_N, dst_N, attention: str = "xla"):
   """Copy-on-write: pages src -> dst in every layer."""
+  if _pallas(attention):  # pages are axis 1
+    return (
+      tuple(kp.at[:, dst_N].set(kp[:, src_N]) for kp in kpages),
+      tuple(vp.at[:, dst_N].set(vp[:, src_N]) for vp in vpages),
+    )
   return (
     tuple(kp.at[dst_N].set(kp[src_N]) for kp in kpages),
     tuple(vp.at[dst_N].set(vp[src_N]) for vp in vpages),
   )
+
+
+def pallas_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S, interpret=False):
+  """`flash_pages` by JAX's Pallas paged-attention kernel (TPU or GPU; the GPU kernel in
+  Pallas' interpreter when `interpret`), over keys and values [K, P, page, Dh]: each slot reads
+  only its own pages up to its length (an idle slot one position of the trash page).
+  Returns [S, K, G, Dh] (float32)."""
+  s, k, g, dh = q_SxKxGxDh.shape
+  q_SxHxDh = q_SxKxGxDh.reshape(s, k * g, dh)  # head h = kv head h // G, as the model's
+  lengths = jnp.where(active_S, pos_S + 1, 1).astype(jnp.int32)
+  block = min(BLOCK_PAGES, table_SxM.shape[1])
+  if jax.default_backend() == "tpu" and not interpret:
+    out = tpu_paged_attention(q_SxHxDh, kp, vp, lengths, table_SxM, pages_per_compute_block=block)
+  else:
+    out = gpu_paged_attention(
+      q_SxHxDh,
+      kp,
+      vp,
+      table_SxM,
+      lengths,
+      block_h=16,
+      pages_per_compute_block=block,
+      k_splits=max(1, table_SxM.shape[1] // block),
+      interpret=interpret,
+    )
+  return out.reshape(s, k, g, dh).astype(jnp.float32)
 
 
 def flash_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S):
@@ -110,14 +184,17 @@ def flash_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S):
   return o_run / jnp.maximum(l_run, 1e-30)[..., None]
 
 
-def attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, active_S, groups):
+def attend_paged(
+  cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, active_S, groups, attention="xla"
+):
   """One layer for one new token per slot: its key/value written at (its page, pos % page),
-  then attention over the slot's pages up to and including pos, in `groups` runs of adjacent
-  slots, each as long as its own longest active slot (the host keeps slots sorted by length,
-  so a few long sequences do not make every slot read that far)."""
+  then attention over the slot's pages up to and including pos: with `xla`, in `groups` runs of
+  adjacent slots, each as long as its own longest active slot (the host keeps slots sorted by
+  length, so a few long sequences do not make every slot read that far); with a Pallas kernel,
+  every slot as long as its own."""
   s = x_SxD.shape[0]
   h, k, dh, dt = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x_SxD.dtype
-  g, page = h // k, kp.shape[-1]
+  g, page = h // k, kp.shape[2] if _pallas(attention) else kp.shape[-1]
   qkv = rms_norm(x_SxD, w["input_norm"], cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
   q = apply_rope(qkv[:, : h * dh].reshape(s, 1, h, dh), cos, sin)
   q_SxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(s, k, g, dh)
@@ -127,28 +204,38 @@ def attend_paged(cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, active_S, gr
     active_S, jnp.take_along_axis(table_SxM, (pos_S // page)[:, None], 1)[:, 0], 0
   )
   off = pos_S % page
-  kp = kp.at[write_S, :, :, off].set(new_k.astype(kp.dtype))
-  vp = vp.at[write_S, :, off, :].set(new_v.astype(vp.dtype))
-  bounds = np.linspace(0, s, groups + 1).astype(int)
-  out = jnp.concatenate(
-    [
-      flash_pages(q_SxKxGxDh[a:b], kp, vp, table_SxM[a:b], pos_S[a:b], active_S[a:b])
-      for a, b in zip(bounds[:-1], bounds[1:])
-      if b > a
-    ]
-  )
+  if _pallas(attention):
+    kp = kp.at[:, write_S, off, :].set(new_k.transpose(1, 0, 2).astype(kp.dtype))
+    vp = vp.at[:, write_S, off, :].set(new_v.transpose(1, 0, 2).astype(vp.dtype))
+    interpret = attention == "pallas_interpret"
+    out = pallas_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S, interpret)
+  else:
+    kp = kp.at[write_S, :, :, off].set(new_k.astype(kp.dtype))
+    vp = vp.at[write_S, :, off, :].set(new_v.astype(vp.dtype))
+    bounds = np.linspace(0, s, groups + 1).astype(int)
+    out = jnp.concatenate(
+      [
+        flash_pages(q_SxKxGxDh[a:b], kp, vp, table_SxM[a:b], pos_S[a:b], active_S[a:b])
+        for a, b in zip(bounds[:-1], bounds[1:])
+        if b > a
+      ]
+    )
   x_SxD = x_SxD + out.astype(dt).reshape(s, h * dh) @ w["o"]
   y = rms_norm(x_SxD, w["post_attn_norm"], cfg.rms_norm_eps, dt)
   x_SxD = x_SxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
   return x_SxD, kp, vp
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sp", "steps", "groups"), donate_argnums=(1, 2))
-def decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, steps, groups=1):
+@functools.partial(
+  jax.jit, static_argnames=("cfg", "sp", "steps", "groups", "attention"), donate_argnums=(1, 2)
+)
+def decode(
+  weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, steps, groups=1, attention="xla"
+):
   """`steps` decode steps of every active slot. `state`: pos [S] (the next cache position), tok
   [S] (the last token), ngen [S] (tokens drawn so far), cap [S] (the sequence's token limit),
   active [S], seq [S] (sequence ids). `groups`: runs of adjacent slots whose attention stops at
-  their own longest (`attend_paged`).
+  their own longest (`attend_paged`); `attention`: one of `ATTENTION`.
   Returns the pages, the new state and, per step, the tokens, log-probs and which slots
   emitted [steps, S]."""
   dt = jnp.dtype(cfg.compute_dtype)
@@ -174,6 +261,7 @@ def decode(weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, step
         pos,
         active,
         groups,
+        attention,
       )
       new_k.append(kp)
       new_v.append(vp)
