@@ -90,12 +90,17 @@ class InlineWorker(Worker):
 
   def offer(self, version: int, params) -> None:
     """Weights `version` are the trainer's `params` (any sharding): generate with them from now
-    on. Only the rounded float32 copy is made; nothing leaves the devices."""
+    on. Only the rounded float32 copy is made (none for float32 throughout) and the decode
+    layout; nothing leaves the devices."""
     if version == self.version:
       return
     if self.local_shardings is not None:
       params = jax.device_put(params, self.local_shardings)
-    self.engine.set_params(self.model_cfg, _as_published(params, self.publish_dtype), self.pad)
+    if self.publish_dtype.dtype != jnp.float32 or any(
+      x.dtype != jnp.float32 for x in jax.tree.leaves(params)
+    ):  # float32 params published as float32 are used as they are: no copy
+      params = _as_published(params, self.publish_dtype)
+    self.engine.set_params(self.model_cfg, params, self.pad)
     self.version = version
     log.info("inline engine: generating with weights v%d", version)
 
