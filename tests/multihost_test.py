@@ -17,13 +17,16 @@ def _free_port():
     return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_trainer_processes_equal_one(tmp_path, base):
-  one_dir, two_dir = str(tmp_path / "one"), str(tmp_path / "two")
-  common = {"checkpoint.every": 2, "rollout.mini_batch_prompts": 4}
-  # One process with 2 devices: the same (1, 2, 1) mesh as two processes with one device each.
+def _one_and_two_processes(one_dir, two_dir, base, common, single_only):
+  """2 RL steps of one process with 2 CPU devices (`common` and `single_only` settings) and of
+  two processes with one each (`common`), at once; returns the two processes' outputs."""
   single = start(
-    one_dir, base, 2, env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, **common
+    one_dir,
+    base,
+    2,
+    env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+    **common,
+    **single_only,
   )
   coord = f"localhost:{_free_port()}"
   procs = [
@@ -43,6 +46,15 @@ def test_two_trainer_processes_equal_one(tmp_path, base):
   ]
   outs = [finish(p) for p in procs]
   finish(single)
+  return outs
+
+
+@pytest.mark.slow
+def test_two_trainer_processes_equal_one(tmp_path, base):
+  one_dir, two_dir = str(tmp_path / "one"), str(tmp_path / "two")
+  common = {"checkpoint.every": 2, "rollout.mini_batch_prompts": 4}
+  # One process with 2 devices: the same (1, 2, 1) mesh as two processes with one device each.
+  outs = _one_and_two_processes(one_dir, two_dir, base, common, {})
   assert "process 1/2" not in outs[0] and "joined the process group as 1 of 2" in outs[1]
 
   v1, w1 = last_weights(one_dir)
@@ -75,32 +87,7 @@ def test_two_inline_trainer_processes_each_generate_and_equal_one(tmp_path, base
   # whose rounds are split alike (one request per trainer process: external_workers=1 there).
   one_dir, two_dir = str(tmp_path / "one"), str(tmp_path / "two")
   common = {"rollout.engine": "inline", "rollout.mini_batch_prompts": 4, "eval.every": 2}
-  single = start(
-    one_dir,
-    base,
-    2,
-    env_extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
-    **common,
-    **{"rollout.external_workers": 1},
-  )
-  coord = f"localhost:{_free_port()}"
-  procs = [
-    start(
-      two_dir,
-      base,
-      2,
-      **common,
-      **{
-        "dist.coordinator": coord,
-        "dist.num_processes": 2,
-        "dist.process_id": i,
-        "dist.timeout_s": 120.0,
-      },
-    )
-    for i in range(2)
-  ]
-  outs = [finish(p) for p in procs]
-  finish(single)
+  outs = _one_and_two_processes(one_dir, two_dir, base, common, {"rollout.external_workers": 1})
   assert "worker inline-p0 served" in outs[0] and "worker inline-p1 served" in outs[1]
   assert not os.path.exists(os.path.join(two_dir, "exchange", "weights"))  # no files: replicas
   m1, m2 = metrics(one_dir), metrics(two_dir)
