@@ -28,6 +28,7 @@ def get_config(arg=None):
   c.eval.max_prompts = 64
   c.eval.pass_k = "1,4"
   c.rollout.engine = "vllm"
+  c.rollout.verifier_processes = 8  # math-verify and the code sandboxes: the host's cores
   if arg == "smoke":
     c.total_steps = 2
     c.rollout.n = 4
@@ -35,6 +36,7 @@ def get_config(arg=None):
     c.rollout.mini_batch_prompts = 4
     c.rollout.micro_batch_size = 4
     c.rollout.max_response_len = 1024
+    c.rollout.verifier_processes = 1
     c.eval.every = 0
     c.data.val_suite = c.data.val_benchmarks = ""
   elif arg:

@@ -150,6 +150,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
     python=py,
     engine_options=workers_lib.engine_options(cfg),
     inflight_updates=engine == "jax",
+    verifier_processes=cfg.rollout.verifier_processes + 2,
   )
   try:
     log = os.path.join(tmp_path, "logs", "worker0.log")
@@ -159,6 +160,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
     args = open(log).read()
     assert f"--engine={engine}" in args
     assert ("--inflight_updates" in args) == (engine == "jax")
+    assert "--verifier_processes=3" in args
     opts = json.loads(args.split("--engine_options=", 1)[1].split(" --")[0].strip())
     assert (
       opts
@@ -176,6 +178,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
           "page_size": 16,
           "pages": 0,
           "steps_per_sync": 16,
+          "attention": "auto",
         },
       }[engine]
     )

@@ -300,6 +300,7 @@ def _validate_rollout(cfg):
   if not (cfg.rollout.local_workers == "auto" or str(cfg.rollout.local_workers).isdigit()):
     _fail(f"rollout.local_workers={cfg.rollout.local_workers!r}: want auto or a count (0 or more)")
   _range(cfg, "rollout.external_workers", 0, integer=True)
+  _range(cfg, "rollout.verifier_processes", 1, integer=True)
   _range(cfg, "rollout.timeout_s", 0, lo_open=True)
   _range(cfg, "rollout.max_probe_mismatch", 0)
 

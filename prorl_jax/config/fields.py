@@ -179,6 +179,10 @@ FIELDS: dict = {
     ),
     "sandbox_memory_gib": (4.0, "memory ceiling of all local workers' code sandboxes together"),
     "sandbox_pids": (256, "process ceiling of all code sandboxes of the local workers together"),
+    "verifier_processes": (
+      1,
+      "verifier processes of each local worker (and of each trainer process with engine=inline)",
+    ),
   },
   "jax_engine": {
     "batching": (

@@ -45,6 +45,7 @@ def local_workers(
     python=python,
     engine_options=engine_options(cfg),
     inflight_updates=cfg.rollout.inflight_updates,
+    verifier_processes=int(cfg.rollout.verifier_processes),
     on_death=on_death,
     envs=envs,
   )
@@ -74,7 +75,7 @@ def inline_worker(cfg, ex, url: str, tokenizer_dir: str, model_cfg):
     model_cfg,
     cfg.model.compute_dtype,
     dict(
-      processes=1,
+      processes=int(cfg.rollout.verifier_processes),
       unsandboxed_code=cfg.rollout.unsandboxed_code,
       sandbox_memory_bytes=limits["memory_bytes"],
       sandbox_pids=limits["pids"],

@@ -94,20 +94,22 @@ class LocalWorkers:
     max_failures: int = 3,
     engine_options: dict | None = None,
     inflight_updates: bool = False,
+    verifier_processes: int = 1,
     sandbox_limits: dict | None = None,
     on_death: Callable[[str], object] | None = None,
     envs: list[dict[str, str]] | None = None,
   ):
-    """`sandbox_limits`: {memory_bytes, pids}, ceilings on the code sandboxes of all these
-    workers together (one cgroup for the run where the host allows it). `on_death(worker_id)`
-    runs when a worker is found dead, before its restart (`RequestQueue.release`: its leases
-    are dropped rather than waited out). `envs[i]`: worker i's extra environment (the GPUs
-    `rollout.layout` pins it to)."""
+    """`verifier_processes`: each worker's verifier pool. `sandbox_limits`: {memory_bytes,
+    pids}, ceilings on the code sandboxes of all these workers together (one cgroup for the
+    run where the host allows it). `on_death(worker_id)` runs when a worker is found dead,
+    before its restart (`RequestQueue.release`: its leases are dropped rather than waited out).
+    `envs[i]`: worker i's extra environment (the GPUs `rollout.layout` pins it to)."""
     self.url, self.count, self.engine, self.log_dir = url, count, engine, log_dir
     self.sandbox_limits = sandbox_limits or {}
     self.unsandboxed_code = unsandboxed_code
     self.engine_options = engine_options or {}
     self.inflight_updates = inflight_updates
+    self.verifier_processes = verifier_processes
     self.python = python or worker_python(engine)
     self.max_failures = max_failures
     self.on_death = on_death
@@ -152,6 +154,7 @@ class LocalWorkers:
           f"--cache_dir={os.path.join(self.log_dir, f'cache{i}')}",
           *(["--unsandboxed_code"] if self.unsandboxed_code else []),
           *(["--inflight_updates"] if self.inflight_updates else []),
+          f"--verifier_processes={self.verifier_processes}",
           *(
             [f"--sandbox_memory_bytes={self.sandbox_limits['memory_bytes']}"]
             if "memory_bytes" in self.sandbox_limits
