@@ -98,3 +98,31 @@ def test_the_inline_worker_takes_only_requests_its_version_may_serve(tmp_path, b
   own.offer(1, params)
   assert own.serve() and ex.results.committed(later)
   assert ex.results.read(later).policy_version == 1
+
+
+def test_a_stop_asked_mid_request_abandons_it_between_chunks(tmp_path, base, pool):
+  # The trainer's stop check runs between the continuous engine's device calls: a stop asked
+  # while a request generates abandons it there (no result), not after the whole request.
+  cfg, params = _trainer_params(base, devices=1)
+  ex = Exchange(f"file://{tmp_path}/ex")
+  rid, _ = _request(ex, load_tokenizer(base), "r")
+  engine = JaxEngine(batching="continuous", slots=2, page_size=4, steps_per_sync=2)
+  own = inline.InlineWorker(ex, engine, base, cfg, "float32", pool)
+  own.offer(0, params)
+  calls = []
+
+  class Stop(Exception):
+    pass
+
+  def interrupt():
+    calls.append(1)
+    if len(calls) == 3:
+      raise Stop
+
+  own.interrupt = interrupt
+  with pytest.raises(Stop):
+    own.serve()
+  assert len(calls) == 3 and not ex.results.committed(rid)
+  assert engine.inflight_updates and not own.inflight_updates  # no weight swaps meanwhile
+  own.interrupt = None
+  assert own.serve() and ex.results.committed(rid)  # redone whole once asked again

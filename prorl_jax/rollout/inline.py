@@ -116,15 +116,20 @@ class InlineWorker(Worker):
 
   def serve(self) -> bool:
     """Claims one open request that the offered version may serve and serves it (generate,
-    score, commit); False when there was none."""
+    score, commit); False when there was none. What `interrupt` raises between the engine's
+    device calls abandons the request (its lease released) and propagates."""
     if self.version < 0:
       return False
     claim = self.ex.queue.claim(self.id, accept=self._fits)
     if claim is None:
       return False
     self.weights_wait_s = 0.0
-    if self.serve_one(claim):
-      self.done += 1
+    try:
+      if self.serve_one(claim):
+        self.done += 1
+    except BaseException:  # abandoned (a stop asked mid-request): free it for anyone at once
+      self.ex.queue.release(self.id)
+      raise
     return True
 
   def next_wait(self) -> str:

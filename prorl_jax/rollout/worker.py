@@ -97,6 +97,9 @@ class Worker:
     self.parent_pid: int | None = None  # exit when this process (a local trainer) dies
     self.mismatch: dict | None = None
     self.weights_wait_s = 0.0
+    # Called between the engine's device calls (continuous batching); may raise to abandon the
+    # request in hand (the trainer's inline worker when the run is asked to stop).
+    self.interrupt = None
 
   def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
     """Loads the newest committed version in [min_version, max_version] if it is not loaded."""
@@ -125,6 +128,10 @@ class Worker:
   def _newer_weights(self, max_version: int | None) -> int | None:
     """Between decode chunks: the version just loaded if a newer one (within the request's
     max_version) has committed, else None; looks at the exchange at most every poll_s."""
+    if self.interrupt is not None:
+      self.interrupt()
+    if not self.inflight_updates:
+      return None
     now = time.monotonic()
     if now - self._last_look < self.poll_s:
       return None
@@ -171,7 +178,7 @@ class Worker:
         sampling = dataclasses.replace(sampling, stop_token_ids=(self.tokenizer.eos_token_id,))
       start_version = self.version  # the result's policy_version: its oldest tokens' weights
       inflight = {}
-      if self.inflight_updates:
+      if self.inflight_updates or (self.interrupt is not None and self.engine.inflight_updates):
         inflight["between_chunks"] = functools.partial(self._newer_weights, req.max_version)
         inflight["version"] = start_version  # what the tokens drawn before any swap record
       out = self.engine.generate(req.prompts, req.n, sampling, req.seed, **inflight)

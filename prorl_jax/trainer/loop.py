@@ -253,6 +253,8 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
       return {"finished": True, "steps": step0}
   ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
   inline = workers_lib.inline_worker(cfg, ex, exchange_url(cfg), setup.path, setup.model_cfg)
+  if inline is not None and primary:  # a stop asked mid-request abandons it (continuous batching)
+    inline.interrupt = watch.check
   publish(setup, state, ex, loop.version, inline)
   workers, placed = None, workers_lib.layout(cfg, hosts=jax.process_count())
   if primary:
