@@ -38,10 +38,18 @@ def _trainer_params(base, devices=4):
   return cfg, jax.tree.map(jax.device_put, params, param_shardings(cfg, mesh))
 
 
-@pytest.mark.parametrize("batching", ["static", "continuous"])
-def test_inline_rows_equal_a_workers_rows_for_the_same_request(tmp_path, base, pool, batching):
-  cfg, params = _trainer_params(base)
-  assert len(jax.tree.leaves(params)[0].sharding.device_set) == 4  # sharded, not on one device
+@pytest.mark.parametrize(
+  "batching, dtype, devices",
+  # bfloat16 on one device: sharded, its sums round differently (log-probs ~4e-4 apart)
+  [("static", "float32", 4), ("continuous", "float32", 4), ("static", "bfloat16", 1)],
+)
+def test_inline_rows_equal_a_workers_rows_for_the_same_request(
+  tmp_path, base, pool, batching, dtype, devices
+):
+  cfg, params = _trainer_params(base, devices)
+  assert (
+    len(jax.tree.leaves(params)[0].sharding.device_set) == devices
+  )  # sharded, not on one device
   leaves = [np.asarray(x) for x in jax.tree.leaves(params)]
   rounded = [x.astype(jax.numpy.bfloat16).astype(np.float32) for x in leaves]
   assert not all(map(np.array_equal, leaves, rounded))  # bfloat16 files differ from the params
@@ -52,11 +60,11 @@ def test_inline_rows_equal_a_workers_rows_for_the_same_request(tmp_path, base, p
   tok = load_tokenizer(base)
   worker_rid, _ = _request(ex, tok, "a-worker")
   inline_rid, _ = _request(ex, tok, "b-inline")
-  opts = {"batching": batching, "slots": 5, "page_size": 4, "steps_per_sync": 3}
+  opts = {"batching": batching, "slots": 5, "page_size": 4, "steps_per_sync": 3, "dtype": dtype}
 
   worker = Worker(ex, JaxEngine(**opts), str(tmp_path / "cache"), "w", 0.0, pool)
   worker.run(max_requests=1)  # claims the first request by id
-  assert worker.engine.cfg == inline.worker_config(cfg)  # the model a worker reads back
+  assert worker.engine.cfg == inline.worker_config(cfg, dtype)  # the model a worker reads back
 
   own = inline.InlineWorker(ex, JaxEngine(**opts), base, cfg, "bfloat16", pool)
   assert not own.serve()  # no version offered yet: nothing claimed
@@ -69,6 +77,7 @@ def test_inline_rows_equal_a_workers_rows_for_the_same_request(tmp_path, base, p
   for key in ("tokens", "lengths", "scores", "verifier_failed"):
     np.testing.assert_array_equal(x[key], y[key], err_msg=key)
   np.testing.assert_allclose(x["logprobs"], y["logprobs"], atol=2e-5)
+  assert jax.tree.leaves(own.engine.params)[0].dtype == jax.numpy.dtype(dtype)
 
 
 def test_the_inline_worker_takes_only_requests_its_version_may_serve(tmp_path, base, pool):

@@ -110,6 +110,7 @@ def test_tpu_without_gpu_vms_is_one_command_that_generates_inline():
   assert cmd[:3] == [".venv/bin/python", "-m", "prorl_jax.main"]
   over = dict(a.removeprefix("--config.").split("=", 1) for a in cmd[4:])
   assert over["rollout.engine"] == "inline" and over["jax_engine.batching"] == "continuous"
+  assert over["jax_engine.dtype"] == "bfloat16"
   assert over["dist.auto"] == "True" and over["total_steps"] == "10"
   # the overrides make a valid config: the real run's with the slice generating itself
   cfg = _load_config(cmd[3].removeprefix("--config="))

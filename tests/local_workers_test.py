@@ -179,6 +179,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
           "pages": 0,
           "steps_per_sync": 16,
           "attention": "auto",
+          "dtype": "float32",
         },
       }[engine]
     )

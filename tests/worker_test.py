@@ -175,7 +175,7 @@ def test_a_bad_engine_option_is_one_line_before_anything_starts(tmp_path):
   for opts, says in (
     (
       '{"batching": "continuous", "slot": 4}',
-      "no option slot; its options: attention, batching, page_size, pages, slots",
+      "no option slot; its options: attention, batching, dtype, page_size, pages, slots",
     ),
     ('{"batching": "dynamic"}', "batching must be static or continuous"),
     ("[1]", "--engine_options must be a JSON object"),

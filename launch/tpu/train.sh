@@ -47,7 +47,7 @@ if [ -n "$WORKER_VMS" ]; then
   done
   rollouts="--config.rollout.engine=vllm --config.rollout.local_workers=0 --config.rollout.external_workers=$(echo $WORKER_VMS | wc -w)"
 else
-  rollouts="--config.rollout.engine=inline --config.jax_engine.batching=continuous --config.rollout.pipeline=False --config.rollout.inflight_updates=False"
+  rollouts="--config.rollout.engine=inline --config.jax_engine.batching=continuous --config.jax_engine.dtype=bfloat16 --config.rollout.pipeline=False --config.rollout.inflight_updates=False"
 fi
 # Every TPU host runs the same command; jax.distributed reads the slice from the TPU metadata.
 run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command="cd $REPO_DIR && .venv/bin/python -m prorl_jax.main --config=$CONFIG --config.run_dir=$RUN_DIR --config.checkpoint.dir=$CKPT_DIR --config.rollout.exchange=$EXCHANGE $rollouts --config.dist.auto=True$extra"

@@ -215,6 +215,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       _fail(f"rollout.pack_row_len={row} is larger than rollout.token_budget={r.token_budget}")
   _in(cfg, "jax_engine.batching", ("static", "continuous"))
   _in(cfg, "jax_engine.attention", ("auto", "xla", "pallas"))
+  _in(cfg, "jax_engine.dtype", DTYPES)
   if cfg.rollout.inflight_updates and (
     cfg.rollout.engine != "jax" or cfg.jax_engine.batching != "continuous"
   ):

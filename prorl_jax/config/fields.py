@@ -200,6 +200,11 @@ FIELDS: dict = {
       "continuous: attention over the pages: auto (JAX's Pallas paged-attention kernel on a TPU "
       "or GPU where its blocks fit, else XLA) | xla | pallas",
     ),
+    "dtype": (
+      "float32",
+      "weights and computation of JAX workers and the inline engine: float32 | bfloat16 (half "
+      "the memory and bandwidth on accelerators)",
+    ),
   },
   "vllm": {
     "gpu_memory_utilization": (0.5, "share of GPU memory vLLM takes (weights + KV cache)"),

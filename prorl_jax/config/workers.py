@@ -107,6 +107,7 @@ def jax_engine_options(cfg) -> dict:
     "pages": int(j.pages),
     "steps_per_sync": int(j.steps_per_sync),
     "attention": j.attention,
+    "dtype": j.dtype,
   }
 
 

@@ -16,9 +16,9 @@ devices) and serves requests from the exchange while the primary waits for resul
 (`serve_until`); the primary says when the wait is over with a marker on the exchange
 (`signal`), so every host generates and scores its share and no collective runs meanwhile.
 
-A version's parameters are rounded to the published dtype and generated with in float32, as a
-worker does with the files it loads: for the same request the inline engine returns a worker's
-rows.
+A version's parameters are rounded to the published dtype and generated with in the engine's
+dtype (`jax_engine.dtype`), as a worker does with the files it loads: for the same request the
+inline engine returns a worker's rows.
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ WORKER_ID = "inline"
 CONTROL = "control/"  # the primary's markers that a wait is over (multi-host runs)
 
 
-def worker_config(model_cfg: Qwen2Config) -> Qwen2Config:
-  """The model config a worker reads back from a published version's config.json (float32
-  parameters and compute, the default attention): the inline engine generates with the same."""
+def worker_config(model_cfg: Qwen2Config, dtype: str = "float32") -> Qwen2Config:
+  """The model config a JAX worker of `dtype` reads back from a published version's config.json
+  (parameters and compute in `dtype`, the default attention): the inline engine generates with
+  the same."""
   return Qwen2Config.from_hf_dict(
     model_cfg.to_hf_dict(),
-    param_dtype="float32",
-    compute_dtype="float32",
+    param_dtype=dtype,
+    compute_dtype=dtype,
     remat="none",
     attention_impl="xla",
     attention_chunk=1024,
@@ -57,10 +58,11 @@ def worker_config(model_cfg: Qwen2Config) -> Qwen2Config:
 
 
 @jax.jit
-def _as_published(params, dtype_probe):
-  """`params` rounded to the published dtype (the dtype of `dtype_probe`) and back to float32:
-  the values a worker loads from the version's files, computed where the params live."""
-  return jax.tree.map(lambda x: x.astype(dtype_probe.dtype).astype(jnp.float32), params)
+def _as_published(params, published, engine):
+  """`params` rounded to the published dtype (`published`'s) and cast to the engine's
+  (`engine`'s): the values a worker loads from the version's files, computed where the params
+  live."""
+  return jax.tree.map(lambda x: x.astype(published.dtype).astype(engine.dtype), params)
 
 
 class InlineWorker(Worker):
@@ -85,21 +87,22 @@ class InlineWorker(Worker):
     self.local_shardings, self.session, self.waits = local_shardings, session, 0
     self.tokenizer = load_tokenizer(tokenizer_dir)
     self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-    self.model_cfg = worker_config(model_cfg)
+    self.model_cfg = worker_config(model_cfg, engine.dtype)
     self.publish_dtype = jnp.zeros((), publish_dtype)
+    self.engine_dtype = jnp.zeros((), engine.dtype)
 
   def offer(self, version: int, params) -> None:
     """Weights `version` are the trainer's `params` (any sharding): generate with them from now
-    on. Only the rounded float32 copy is made (none for float32 throughout) and the decode
-    layout; nothing leaves the devices."""
+    on. Only the rounded copy in the engine's dtype is made (none when the params, the
+    published dtype and the engine's are one dtype) and the decode layout; nothing leaves the
+    devices."""
     if version == self.version:
       return
     if self.local_shardings is not None:
       params = jax.device_put(params, self.local_shardings)
-    if self.publish_dtype.dtype != jnp.float32 or any(
-      x.dtype != jnp.float32 for x in jax.tree.leaves(params)
-    ):  # float32 params published as float32 are used as they are: no copy
-      params = _as_published(params, self.publish_dtype)
+    same = self.publish_dtype.dtype == self.engine_dtype.dtype
+    if not same or any(x.dtype != self.engine_dtype.dtype for x in jax.tree.leaves(params)):
+      params = _as_published(params, self.publish_dtype, self.engine_dtype)  # else: as they are
     self.engine.set_params(self.model_cfg, params, self.pad)
     self.version = version
     log.info("inline engine: generating with weights v%d", version)

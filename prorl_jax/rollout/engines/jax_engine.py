@@ -19,9 +19,10 @@ class JaxEngine:
   """The JAX engine (CPU or any JAX device): `batching="static"` runs `generate` (one batch until
   its longest row ends); `"continuous"` runs `paged.PagedEngine` (`slots`, `page_size`, `pages`,
   `steps_per_sync`: its `PagedConfig`; `attention` over the pages: `auto` for JAX's Pallas
-  paged-attention kernel on a TPU or GPU where it fits, else XLA, or `xla`, `pallas`). Both
-  draw a sequence's tokens from (seed, row, t) only, so they return the same rows for the same
-  request."""
+  paged-attention kernel on a TPU or GPU where it fits, else XLA, or `xla`, `pallas`). `dtype`:
+  of the loaded weights and the computation (float32, or bfloat16 on accelerators: half the
+  memory and bandwidth). Both draw a sequence's tokens from (seed, row, t) only, so they
+  return the same rows for the same request."""
 
   def __init__(
     self,
@@ -31,20 +32,23 @@ class JaxEngine:
     pages: int = 0,
     steps_per_sync: int = 16,
     attention: str = "auto",
+    dtype: str = "float32",
   ):
     if batching not in ("static", "continuous"):
       raise ValueError(f"JaxEngine batching must be static or continuous, got {batching!r}")
     if attention not in ("auto",) + paged_kernels.ATTENTION:
       kinds = ", ".join(("auto",) + paged_kernels.ATTENTION)
       raise ValueError(f"JaxEngine attention must be one of {kinds}, got {attention!r}")
-    self.batching, self.attention = batching, attention
+    if dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"JaxEngine dtype must be float32 or bfloat16, got {dtype!r}")
+    self.batching, self.attention, self.dtype = batching, attention, dtype
     self.paged = dict(slots=slots, page_size=page_size, pages=pages, steps_per_sync=steps_per_sync)
     self.cfg = self.params = self.weights = self._score = None
     self.pad = 0
     self.last_mismatch = None  # the worker checks the probe
 
   def load(self, path: str) -> None:
-    cfg, params = load_hf(path, dtype="float32")
+    cfg, params = load_hf(path, dtype=self.dtype)
     tok = load_tokenizer(path)
     self.set_params(cfg, params, tok.pad_token_id if tok.pad_token_id is not None else 0)
 
