@@ -13,8 +13,10 @@ from prorl_jax.config import ConfigError, sandbox_limits
 from prorl_jax.model.core import param_shardings
 from prorl_jax.parallel import dist
 from prorl_jax.parallel.sharding import make_mesh
+from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout import inline, local
 from prorl_jax.rollout import layout as layout_lib
+from prorl_jax.rollout.engines.jax_engine import JaxEngine
 from prorl_jax.rollout.exchange import Exchange
 
 
@@ -53,10 +55,10 @@ def local_workers(
 
 
 def inline_worker(cfg, ex, url: str, tokenizer_dir: str, model_cfg):
-  """This trainer process's inline worker (`rollout/inline.py`) when `rollout.engine=inline`,
-  else None: the primary's on its exchange `ex`; in a multi-host run every other process's too,
-  on its own view of the exchange at `url`, with a replica of each version on its local
-  devices."""
+  """This trainer process's inline worker (`rollout/inline.py`; `inline.close` closes its
+  verifier pool) when `rollout.engine=inline`, else None: the primary's on its exchange `ex`; in
+  a multi-host run every other process's too, on its own view of the exchange at `url`, with a
+  replica of each version on its local devices."""
   if cfg.rollout.engine != "inline":
     return None
   options = {}
@@ -68,14 +70,14 @@ def inline_worker(cfg, ex, url: str, tokenizer_dir: str, model_cfg):
       session=dist.broadcast(uuid.uuid4().hex[:12] if dist.is_primary() else None),
     )
   limits = sandbox_limits(cfg)
-  return inline.make_inline(
+  return inline.InlineWorker(
     ex or Exchange(url),
-    jax_engine_options(cfg),
+    JaxEngine(**jax_engine_options(cfg)),
     tokenizer_dir,
     model_cfg,
     cfg.model.compute_dtype,
-    dict(
-      processes=int(cfg.rollout.verifier_processes),
+    VerifierPool(
+      int(cfg.rollout.verifier_processes),
       unsandboxed_code=cfg.rollout.unsandboxed_code,
       sandbox_memory_bytes=limits["memory_bytes"],
       sandbox_pids=limits["pids"],

@@ -23,11 +23,11 @@ inline engine returns a worker's rows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
 import jax
-import jax.numpy as jnp
 
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.tokenizer import load_tokenizer
@@ -57,12 +57,11 @@ def worker_config(model_cfg: Qwen2Config, dtype: str = "float32") -> Qwen2Config
   )
 
 
-@jax.jit
-def _as_published(params, published, engine):
-  """`params` rounded to the published dtype (`published`'s) and cast to the engine's
-  (`engine`'s): the values a worker loads from the version's files, computed where the params
-  live."""
-  return jax.tree.map(lambda x: x.astype(published.dtype).astype(engine.dtype), params)
+@functools.partial(jax.jit, static_argnames=("published", "engine"))
+def _as_published(params, *, published: str, engine: str):
+  """`params` rounded to the `published` dtype and cast to the `engine`'s: the values a worker
+  loads from the version's files, computed where the params live."""
+  return jax.tree.map(lambda x: x.astype(published).astype(engine), params)
 
 
 class InlineWorker(Worker):
@@ -88,8 +87,7 @@ class InlineWorker(Worker):
     self.tokenizer = load_tokenizer(tokenizer_dir)
     self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
     self.model_cfg = worker_config(model_cfg, engine.dtype)
-    self.publish_dtype = jnp.zeros((), publish_dtype)
-    self.engine_dtype = jnp.zeros((), engine.dtype)
+    self.publish_dtype = publish_dtype
 
   def offer(self, version: int, params) -> None:
     """Weights `version` are the trainer's `params` (any sharding): generate with them from now
@@ -100,9 +98,11 @@ class InlineWorker(Worker):
       return
     if self.local_shardings is not None:
       params = jax.device_put(params, self.local_shardings)
-    same = self.publish_dtype.dtype == self.engine_dtype.dtype
-    if not same or any(x.dtype != self.engine_dtype.dtype for x in jax.tree.leaves(params)):
-      params = _as_published(params, self.publish_dtype, self.engine_dtype)  # else: as they are
+    dtypes = {self.publish_dtype, self.engine.dtype} | {
+      x.dtype.name for x in jax.tree.leaves(params)
+    }
+    if len(dtypes) > 1:  # else the params are used as they are
+      params = _as_published(params, published=self.publish_dtype, engine=self.engine.dtype)
     self.engine.set_params(self.model_cfg, params, self.pad)
     self.version = version
     log.info("inline engine: generating with weights v%d", version)
@@ -152,28 +152,6 @@ class InlineWorker(Worker):
     while self.ex.store.read(wait)[0] is None:
       if not self.serve():
         time.sleep(self.poll_s)
-
-
-def make_inline(
-  exchange: Exchange,
-  engine_options: dict,
-  tokenizer_dir: str,
-  model_cfg: Qwen2Config,
-  publish_dtype: str,
-  pool_options: dict,
-  **options,
-) -> InlineWorker:
-  """The trainer's inline worker: a `JaxEngine(**engine_options)` and a
-  `VerifierPool(**pool_options)` (closed by `close(worker)`); `options`: `InlineWorker`'s."""
-  return InlineWorker(
-    exchange,
-    JaxEngine(**engine_options),
-    tokenizer_dir,
-    model_cfg,
-    publish_dtype,
-    VerifierPool(**pool_options),
-    **options,
-  )
 
 
 def close(worker: InlineWorker | None) -> None:

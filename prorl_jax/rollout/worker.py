@@ -126,8 +126,9 @@ class Worker:
     return True
 
   def _newer_weights(self, max_version: int | None) -> int | None:
-    """Between decode chunks: the version just loaded if a newer one (within the request's
-    max_version) has committed, else None; looks at the exchange at most every poll_s."""
+    """Between decode chunks: first `interrupt()` (when set; it may raise), then with in-flight
+    updates the version just loaded if a newer one (within the request's max_version) has
+    committed, else None; looks at the exchange at most every poll_s."""
     if self.interrupt is not None:
       self.interrupt()
     if not self.inflight_updates:
