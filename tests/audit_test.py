@@ -12,7 +12,7 @@ import pytest
 
 from prorl_jax import rewards
 from prorl_jax.cli import prepare
-from prorl_jax.data import audit
+from prorl_jax.data import audit, honest
 from prorl_jax.rewards import code, common
 from tests import prepare_test as fixtures
 
@@ -100,6 +100,32 @@ def test_a_reference_that_does_not_earn_full_marks_is_reported(mix, monkeypatch)
   monkeypatch.setattr(math, "score", lambda *a, **k: rewards.Score(0.0, "always wrong"))
   report = audit.audit(mix, per_source=1, pool=InProcess())
   assert any("the reference earns 0.00" in p for p in report["deepscaler"]["problems"])
+
+
+def test_a_verifier_that_pays_everything_fails_the_audit(mix, monkeypatch):
+  from prorl_jax.rewards import math
+
+  monkeypatch.setattr(math, "score", lambda *a, **k: rewards.Score(1.0, "mutant: pays all"))
+  report = audit.audit(mix, per_source=2, pool=InProcess())
+  problems = report["deepscaler"]["problems"]
+  assert report["deepscaler"]["reference"] == 1.0 and "deepscaler" in audit.gameable(report)
+  assert "an empty answer earns 1.00" in problems, problems
+  assert "an honest wrong answer earns 1.00, as much as the reference" in problems, problems
+  assert all(not r["problems"] for k, r in report.items() if k != "deepscaler"), report
+
+
+def test_a_verifier_that_refuses_honest_formats_fails_the_audit(mix, monkeypatch):
+  clean = audit.audit(mix, per_source=2, pool=InProcess())
+  assert all(r["honest_formats"]["accepted"] in (None, 1.0) for r in clean.values()), clean
+  assert clean["deepscaler"]["honest_formats"]["responses"] == 2 * len(honest.MATH_WRAPPERS)
+  monkeypatch.setattr(code, "PYTHON_FENCES", ("python",))  # a ```python3 fence refused
+  report = audit.audit(mix, per_source=2, pool=InProcess())
+  bad = audit.gameable(report)
+  assert bad and all(k in ("apps", "codecontests", "codeforces", "taco") for k in bad), bad
+  for k in bad:
+    (problem,) = report[k]["problems"]
+    assert problem.startswith("honest formats earn full credit 33% of the time"), problem
+    assert report[k]["honest_formats"]["accepted"] == pytest.approx(1 / 3)
 
 
 def test_the_audit_passes_on_the_fixture_suite(tmp_path):

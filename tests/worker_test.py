@@ -16,6 +16,7 @@ from prorl_jax.model import load_tokenizer
 from prorl_jax.model.tokenizer import prompt_ids
 from prorl_jax.records import Request
 from prorl_jax.rewards import ifeval
+from prorl_jax.rollout import worker
 from prorl_jax.rollout.exchange import Exchange
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,8 +134,10 @@ def test_worker_serves_a_request_end_to_end(tmp_path, base):
   assert res.policy_version == 0 and res.attempt == 0
   assert res.probe_mismatch["max"] < 1e-4  # the JAX engine is the trainer's model
   assert arrays["tokens"].shape == (12, 12) and arrays["scores"].shape == (12,)
-  for r in range(12):  # the worker's scores are the verifier's scores of the decoded text
-    text = tok.decode(arrays["tokens"][r][: arrays["lengths"][r]])
+  ends = worker.end_token_ids(tok)
+  for r in range(12):  # the worker's scores: the verifier's of the text before its end token
+    text = worker.response_text(tok, arrays["tokens"][r], int(arrays["lengths"][r]), ends)
+    assert tok.eos_token not in text
     expect = ifeval.score(text, None, instructions=DIGITS).value
     assert arrays["scores"][r] == pytest.approx(expect)
   assert len(set(arrays["scores"].tolist())) > 1  # not a comparison of zeros with zeros

@@ -1,6 +1,7 @@
 """`python -m prorl_jax.cli.audit --data=DIR`: the verifier audit (`data.audit`) of a prepared
 data directory as a table; exits 1 when a degenerate or hedging strategy earns more than an honest
-wrong answer on some source."""
+wrong answer on some source, or an honest correct answer in a format reasoning models write earns
+less than full credit (both directions: `data.audit`)."""
 
 from __future__ import annotations
 
@@ -40,12 +41,14 @@ def main(argv=None) -> int:
 def _report(args) -> int:
   report = audit(args.data, per_source=args.per_source, seed=args.seed)
   width = max([len(k) for k in report] + [6])
-  print(f"{'source':<{width}}  rows  reference  honest-wrong  best strategy")
+  print(f"{'source':<{width}}  rows  reference  honest-wrong  honest-formats  best strategy")
   for key, r in report.items():
-    best = r["best"]
+    best, formats = r["best"], r["honest_formats"]
+    accepted = formats["accepted"]
+    shown = "  -  " if accepted is None else f"{accepted:5.0%} of {formats['responses']:>3}"
     print(
       f"{key:<{width}}  {r['rows']:>4}  {_fmt(r['reference']):>9}  {_fmt(r['honest_wrong']):>12}"
-      f"  {_fmt(best['mean'])} ({best['strategy']})"
+      f"  {shown:>14}  {_fmt(best['mean'])} ({best['strategy']})"
     )
     for p in r["problems"]:
       print(f"  !! {key}: {p}")

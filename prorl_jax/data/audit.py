@@ -12,10 +12,14 @@ rollout worker's own scoring path (`VerifierPool.score_many`), it scores:
   answer, the question copied back, every candidate at once, a close float for an integer, the
   longest answer (the reference buried among every other row's), and veto attempts (text that
   blows up a parser: a tower of powers, JSON nested 100,000 deep, a returned 10**400).
-The command prints, per source, the reference's mean score, the honest wrong answer's, and the
-best mean any strategy earns, and exits 1 when a strategy earns more than the honest wrong answer,
-a strategy gets its response marked a verifier failure (a veto of its group), or a reference
-earns less than 1.0. `--json=FILE` writes the whole table.
+- honest correct answers in the formats reasoning models write (`data.honest`: a think block,
+  then `\\boxed{\\text{C}}`, bold, `**Final Answer**`, digit groups, `exit()` after printing).
+The command prints, per source, the reference's mean score, the honest wrong answer's, the share
+of honest formats that earn full credit, and the best mean any strategy earns. It checks both
+directions and exits 1 when a strategy earns more than the honest wrong answer, an empty answer
+earns anything, an honest wrong answer earns as much as the reference, a strategy gets its
+response marked a verifier failure (a veto of its group), a reference earns less than 1.0, or an
+honest format earns less than 1.0. `--json=FILE` writes the whole table.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import random
 import re
 
 from prorl_jax import rewards
+from prorl_jax.data import honest
 from prorl_jax.data.prompts import DataError, parse_row, prepared_files, read_rows
 from prorl_jax.rewards import puzzles
 from prorl_jax.rewards.common import last_boxed
@@ -81,6 +86,11 @@ def sample_rows(files: list[str], per_source: int, seed: int) -> dict[str, list[
 
 def _question(row: dict) -> str:
   return "\n".join(str(m["content"]) for m in row["messages"] if m.get("role") != "system")
+
+
+def _rg_metadata(row: dict) -> dict:
+  e = puzzles._entry(row["extra"].get("entry"), *(row["extra"].get(k) for k in _RG_KEYS))
+  return e.get("metadata") or {}
 
 
 def _answer_of(verifier: str, row: dict) -> str | None:
@@ -174,6 +184,23 @@ def _code_responses(row: dict, others: list[dict]) -> tuple[str | None, str, dic
   return _lookup_program(spec, spec["outputs"]), honest, out
 
 
+_SWAPS = {"true": "false", "false": "true", "yes": "no", "no": "yes"}
+
+
+def _swapped(answer: str, metadata: dict) -> str | None:
+  """A puzzle's answer with each role word swapped for its opposite (true and false; a knights
+  and knaves puzzle's own two terms), or reversed when it has none; None when that changes
+  nothing."""
+  swaps = dict(_SWAPS)
+  terms = metadata.get("knight_knave_terms") or {}
+  if terms.get("knight") and terms.get("knave"):
+    swaps.update({terms["knight"].lower(): terms["knave"], terms["knave"].lower(): terms["knight"]})
+  words = re.compile(r"\b(" + "|".join(map(re.escape, swaps)) + r")\b", re.I)
+  got = words.sub(lambda m: swaps[m.group(1).lower()], answer) if words.search(answer) else None
+  got = got if got is not None else answer[::-1]
+  return got if got.strip().lower() != answer.strip().lower() else None
+
+
 def reference_response(verifier: str, row: dict) -> str | None:
   """The row's reference as a response in its verifier's format (code: a program that looks
   each test's input up in a table of the expected outputs); None where the row has none."""
@@ -233,9 +260,13 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
     every = " ".join("ABCD")
   else:
     # wrong candidates: other rows' answers, the other half of a yes/no or true/false pair,
-    # and the reference with a digit more (so there is always one)
+    # a puzzle's answer with its roles swapped (a parser reads past a digit appended to a
+    # sentence), and the
+    # reference with a digit more (so there is always one)
     pair = {"yes": "No", "no": "Yes", "true": "False", "false": "True"}.get((ref or "").lower())
-    other_refs = other_refs + [a for a in (pair, f"{ref}1") if a and a not in other_refs]
+    swapped = _swapped(ref or "", _rg_metadata(row)) if verifier == "reasoning_gym" else None
+    extra = (pair, swapped, f"{ref}1")
+    other_refs = other_refs + [a for a in extra if a and a not in other_refs]
     wrong = other_refs[0]
     every = ", ".join([ref or ""] + other_refs[:5])
   raw = {
@@ -256,9 +287,20 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
   )
 
 
+def honest_formats(verifier: str, row: dict) -> dict[str, str]:
+  """{style: an honest correct response} for a row (`data.honest`): its reference in the
+  formats reasoning models write."""
+  if verifier == "code":
+    spec = _tests(row)
+    program = _lookup_program(spec, spec["outputs"])
+    return honest.program_responses(program, stdin=not spec.get("fn_name"))
+  ref = _answer_of(verifier, row)
+  return {} if ref is None else honest.responses(verifier, ref, _question(row))
+
+
 def audit(directory: str, *, per_source: int = 8, seed: int = 0, pool=None) -> dict:
-  """{source: {rows, reference, honest_wrong, strategies: {name: {mean, failed}}, best,
-  problems}} over a sample of each source's rows."""
+  """{source: {rows, reference, honest_wrong, honest_formats, strategies: {name: {mean,
+  failed}}, best, problems}} over a sample of each source's rows."""
 
   rows = sample_rows(data_files(directory), per_source, seed)
   own = pool is None
@@ -270,9 +312,11 @@ def audit(directory: str, *, per_source: int = 8, seed: int = 0, pool=None) -> d
       jobs, tags = [], []
       for i, row in enumerate(sample):
         others = sample[i + 1 :] + sample[:i]
-        ref, honest, strat = responses(verifier, row, others)
+        ref, wrong, strat = responses(verifier, row, others)
         meta = dict(row["extra"], prompt_text=_question(row))
-        for tag, text in [("reference", ref), ("honest_wrong", honest), *strat.items()]:
+        formats = [(f"honest/{k}", v) for k, v in honest_formats(verifier, row).items()]
+        pairs = [("reference", ref), ("honest_wrong", wrong), *strat.items(), *formats]
+        for tag, text in pairs:
           if text is not None:
             jobs.append((row["data_source"], text, row["reference"], meta))
             tags.append(tag)
@@ -293,6 +337,8 @@ def _summarise(key: str, n: int, by: dict) -> dict:
     return None if not got else sum(s.value for s in got) / len(got)
 
   honest = mean("honest_wrong") or 0.0
+  formats = [s for tag, got in by.items() if tag.startswith("honest/") for s in got]
+  accepted = sum(s.value == 1.0 for s in formats) / len(formats) if formats else None
   strategies = {
     t: {
       "mean": mean(t),
@@ -308,6 +354,20 @@ def _summarise(key: str, n: int, by: dict) -> dict:
   if ref is not None and ref < 1.0:
     bad = next(s.reason for s in by["reference"] if s.value < 1.0)
     problems.append(f"the reference earns {ref:.2f} ({bad})")
+  if ref is not None and ref <= honest + 1e-9:
+    problems.append(f"an honest wrong answer earns {honest:.2f}, as much as the reference")
+  if accepted is not None and accepted < 1.0:
+    bad = next(
+      f"{tag}: {s.reason}"
+      for tag, got in by.items()
+      if tag.startswith("honest/")
+      for s in got
+      if s.value < 1.0
+    )
+    problems.append(f"honest formats earn full credit {accepted:.0%} of the time ({bad})")
+  for t in ("empty", "blank"):
+    if t in strategies and strategies[t]["mean"] > 0:
+      problems.append(f"an {t} answer earns {strategies[t]['mean']:.2f}")
   for t, st in strategies.items():
     if st["mean"] > honest + 1e-9:
       problems.append(f"{t} earns {st['mean']:.2f} > honest wrong {honest:.2f} ({st['example']})")
@@ -317,6 +377,7 @@ def _summarise(key: str, n: int, by: dict) -> dict:
     "rows": n,
     "reference": ref,
     "honest_wrong": honest,
+    "honest_formats": {"responses": len(formats), "accepted": accepted},
     "strategies": strategies,
     "best": {"strategy": best[0], "mean": best[1]["mean"] if best[1] else None},
     "problems": problems,

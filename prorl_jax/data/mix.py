@@ -22,7 +22,7 @@ from prorl_jax.data import audit
 from prorl_jax.data.hub import Malformed, Source, load_source
 from prorl_jax.data.prompts import parse_row
 from prorl_jax.data.solution_answers import scp_answer
-from prorl_jax.rewards import code, ifeval, puzzles
+from prorl_jax.rewards import code, ifeval, mcq, puzzles
 
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
@@ -118,6 +118,9 @@ def convert_scp(row: dict) -> dict:
   if row.get("is_o1_solution_same_with_matched_solution") is False:
     raise Malformed("column 'is_o1_solution_same_with_matched_solution' is false")
   answer, method = got
+  problem_with = mcq.reference_problem(answer)
+  if problem_with:
+    raise Malformed(f"column 'matched_solution': the final answer's {problem_with}")
   return verl_row(
     user_prompt(f"{problem} {BOXED_INSTRUCTION}"),
     "scp",

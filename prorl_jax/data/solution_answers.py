@@ -18,8 +18,16 @@ _LEAD = re.compile(
 )
 
 
+_DISPLAY = re.compile(r"\\[\[\]()]|\$\$?")
+_VALUE_SIDE = re.compile(r"\\approx|≈|\\simeq|(?<![<>!=])=(?!=)")
+
+
 def _clean_answer(text: str) -> str:
-  return text.strip().strip("$").strip().rstrip(".").strip()
+  """The value an answer states: display-math delimiters (`\\[`, `\\]`, `$`) dropped, and of
+  `v = 14 m/s` or `x \\approx 3.2` the side after the last `=` or `\\approx`."""
+  text = _DISPLAY.sub(" ", text).strip().rstrip(".,;").strip()
+  side = _VALUE_SIDE.split(text)[-1].strip()
+  return (side or text).rstrip(".,;").strip()
 
 
 def scp_answer(solution: str) -> tuple[str, str] | None:

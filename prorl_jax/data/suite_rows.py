@@ -99,13 +99,68 @@ def _check_body(test: str) -> dict[str, object]:
   return out
 
 
+def prompt_context(prompt: str, entry: str) -> str:
+  """What a HumanEval prompt defines besides the function to write (its imports, helper
+  functions and constants): the harness runs the prompt before the completion, so a solution may
+  call them. Falls back to the import lines when the prompt does not parse."""
+  try:
+    tree = ast.parse(prompt)
+  except SyntaxError:
+    return "\n".join(ln for ln in prompt.splitlines() if ln.startswith(("import ", "from ")))
+  lines = prompt.splitlines()
+  keep = [
+    "\n".join(lines[n.lineno - 1 - len(getattr(n, "decorator_list", [])) : n.end_lineno])
+    for n in tree.body
+    if not (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry)
+    and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))  # docstrings
+  ]
+  return "\n".join(keep)
+
+
+def reference_outputs(program: str, entry: str, inputs: list) -> list:
+  """The values `entry` returns on each argument list, run in the code sandbox (a row whose
+  `test` computes its expected results with a reference function); `Malformed` naming the
+  column when the reference solution does not return plain data on every input."""
+  from prorl_jax.rewards import bwrap, sandbox  # lazy: only rows without a results table
+
+  cases = [{"args": list(i)} for i in inputs]
+  try:
+    runs = sandbox.run_cases(
+      program,
+      cases,
+      timeout_s=_code_budget(len(cases)),
+      fn_name=entry,
+      prelude=code.STARTER_IMPORTS,
+    )
+  except bwrap.SandboxUnavailable as e:
+    raise Malformed(f"column 'test' needs the code sandbox to compute its results ({e})") from None
+  out = []
+  for k, res in enumerate(runs):
+    parts = res.stdout.rsplit(sandbox.RESULT_MARK, 1)
+    if not res.ok or len(parts) != 2:
+      raise Malformed(f"column 'canonical_solution' fails on test input {k}")
+    try:
+      out.append(json.loads(parts[1]))
+    except ValueError:
+      raise Malformed(f"column 'canonical_solution' returns no plain data on input {k}") from None
+  if len(out) != len(inputs):
+    raise Malformed("column 'canonical_solution' runs out of time on its test inputs")
+  return out
+
+
 def convert_humanevalplus(row: dict) -> dict:
   """A HumanEval+ row as a function-call code row: its `test` table of inputs and expected
-  results becomes the tests; `Malformed` when the table is not plain data."""
+  results becomes the tests (a `test` that computes its results with a reference function gets
+  them from the row's `canonical_solution`, run in the sandbox); the prompt's imports and helper
+  functions run before the solution. `Malformed` when the inputs are not plain data."""
   prompt, entry = P.text_field(row, "prompt"), P.text_field(row, "entry_point")
   body = _check_body(P.text_field(row, "test"))
   inputs = body.get("inputs")
   outputs = body.get("results", body.get("exp_out"))
+  if outputs is None and isinstance(inputs, list) and inputs and row.get("canonical_solution"):
+    # the raw columns: the solution's body is indented to continue the prompt's function
+    program = str(row["prompt"]).rstrip("\n") + "\n" + str(row["canonical_solution"])
+    outputs = reference_outputs(program, entry, [list(i) for i in inputs])
   if not (
     isinstance(inputs, list)
     and isinstance(outputs, list)
@@ -113,14 +168,14 @@ def convert_humanevalplus(row: dict) -> dict:
     and len(inputs) == len(outputs)
   ):
     raise Malformed("column 'test' is not a literal inputs/results table")
-  imports = "\n".join(line for line in prompt.splitlines() if line.startswith(("import ", "from ")))
+  context = prompt_context(prompt, entry)
   text = (
     "Complete the following Python function. Write the whole function (with any imports "
     f"it needs) in one ```python code block.\n\n```python\n{prompt.rstrip()}\n```"
   )
   tests = {"fn_name": entry, "inputs": [list(i) for i in inputs], "outputs": outputs}
-  if imports:
-    tests["preamble"] = imports
+  if context.strip():
+    tests["preamble"] = context
   return _code_row(text, "humanevalplus", tests)
 
 

@@ -13,7 +13,10 @@ expected decimal (`0.5`, `1e-3`, a float value) allows 1e-6 (relative, or absolu
 Comparisons are exact (decimal and rational arithmetic), total (never raise: a returned `10**400`
 is just wrong) and bounded (returned JSON deeper than 64 levels is wrong). NaN and infinities
 never match. A test that expects blank output is refused (any silent program would pass it).
-A `"preamble"` (the task's own imports, e.g. HumanEval's) runs before the solution.
+A `"preamble"` (the task's own code, e.g. HumanEval's imports and helper functions) runs before
+the solution. The program is the last Python code block (`extract_code`); it runs with `exit()`
+and `quit()`, and a function-call task with the imports LiveCodeBench's harness gives starter
+code (`STARTER_IMPORTS`: `typing`, `collections`, ...).
 
 Score = fraction of tests passed; all tests share one wall-clock budget (5 s by default). A run
 that writes more stdout than the cap (the larger of 1 MiB and twice the expected output) fails
@@ -26,19 +29,35 @@ from __future__ import annotations
 import fractions
 import json
 import math
-import re
 
 from prorl_jax.rewards import bwrap, confinement, sandbox
 from prorl_jax.rewards.common import Score, blank, close, load_json, same_token
 
-_FENCE = re.compile(r"```(?:python|py|Python3?)?[ \t]*\n(.*?)```", re.S)
 REL_TOL = ABS_TOL = 1e-6
+PYTHON_FENCES = ("python", "py", "python3", "py3", "python2")
+# What LiveCodeBench's harness imports before a function-call (starter code) solution: LeetCode
+# starter code annotates with `List` and `Optional` and never imports them.
+STARTER_IMPORTS = (
+  "from typing import *\nfrom collections import *\nfrom heapq import *\n"
+  "from bisect import *\nfrom itertools import *\nfrom functools import *\n"
+  "import math, heapq, bisect, itertools, functools, collections, string, re\n"
+)
 
 
 def extract_code(response: str) -> str | None:
+  """The program of a response: the last fenced code block (after `</think>`) whose language is
+  Python (`python`, `py`, `python3`, ...), else the last one with no language; fences are read
+  as CommonMark reads them (a ```` ```text ```` block of sample output beside it is not code)."""
+  from markdown_it import MarkdownIt  # lazy: the sandbox modules import this package too
+
   text = response.rsplit("</think>", 1)[-1]
-  blocks = _FENCE.findall(text)
-  return blocks[-1] if blocks else None
+  fences = [t for t in MarkdownIt("commonmark").parse(text) if t.type == "fence"]
+  lang = [(t.info.strip().split() or [""])[0].strip("{}.").lower() for t in fences]
+  for want in (PYTHON_FENCES, ("",)):
+    found = [t.content for t, g in zip(fences, lang) if g in want]
+    if found:
+      return found[-1]
+  return None
 
 
 def same_stdout(got: str, want) -> bool:
@@ -167,6 +186,7 @@ def score(
       cases,
       timeout_s=time_budget_s * wall_factor,  # a second try gets more wall clock, same CPU
       fn_name=str(spec["fn_name"]) if spec.get("fn_name") else None,
+      prelude=STARTER_IMPORTS if spec.get("fn_name") else "",
     )
   except bwrap.SandboxUnavailable as e:
     return Score(0.0, str(e), failed=True)

@@ -22,7 +22,8 @@ No instruction counts before the response is substantive: at least MIN_WORDS wor
 them different (fewer only when the item itself caps the length lower), not a few words
 repeated over and over (under 15% distinct among 100 or more), and not a restatement of the
 prompt (`prompt_text`, which the rollout worker passes: half or more of the response's word
-trigrams taken from it; the prompt an item asks to repeat is set aside first). Prohibitions and
+trigrams taken from it; the prompt an item asks to repeat, and the reply a constrained-response
+item offers, are set aside first). Prohibitions and
 upper bounds ("no commas", "at most 40 words") are otherwise met by saying nothing, keyword
 instructions by copying the prompt, length minimums by filler. JSON is read with bounds (64
 levels): deep JSON is not JSON here.
@@ -64,7 +65,7 @@ def _paragraphs(t):
 
 def _json(t):
   s = t.strip()
-  s = re.sub(r"^```(?:json)?\s*|\s*```$", "", s)
+  s = re.sub(r"^```(?:json)?\s*|\s*```$", "", s, flags=re.I)
   try:
     load_json(s)
     return True
@@ -84,6 +85,10 @@ def _language(t: str, language: str) -> bool:
 
 def _divided_paragraphs(t: str, num: int) -> bool:
   parts = [p.strip() for p in re.split(r"\s?\*\*\*\s?", t.strip())]
+  if parts and not parts[-1]:  # a divider after the last paragraph (IFEval allows one)
+    parts = parts[:-1]
+  if parts and not parts[0]:
+    parts = parts[1:]
   return all(parts) and len(parts) == num
 
 
@@ -97,9 +102,43 @@ def _nth_paragraph_first_word(t: str, num: int, nth: int, word: str) -> bool:
 
 def _two_responses(t: str) -> bool:
   parts = t.split("******")
-  return (
-    len(parts) == 2 and all(p.strip() for p in parts) and (parts[0].strip() != parts[1].strip())
-  )
+  if any(not p.strip() for p in parts[1:-1]):
+    return False
+  parts = [p.strip() for p in parts if p.strip()]  # a separator may open or close the text
+  return len(parts) == 2 and parts[0] != parts[1]
+
+
+_MARKUP = "*_#>` \t"  # Markdown emphasis, headings and quotes around a line's words
+
+
+def _end_with(t: str, phrase: str) -> bool:
+  end = t.strip().rstrip(_MARKUP + '"“”').strip().lower()
+  return end.endswith(phrase.strip().rstrip(_MARKUP + '"').strip().lower())
+
+
+def _postscript(t: str, marker: str) -> bool:
+  m = marker.strip()
+  if m.lower() in ("p.s.", "p.s"):
+    pattern = r"p\.\s?s\.?"
+  elif m.lower() in ("p.p.s.", "p.p.s"):
+    pattern = r"p\.\s?p\.\s?s\.?"
+  else:
+    pattern = re.escape(m)
+  return re.search(r"^[\s*_#>]*" + pattern, t, re.M | re.I) is not None
+
+
+def _sections(t: str, splitter: str, num: int) -> bool:
+  found = re.findall(r"^[\s*_#>]*" + re.escape(splitter.strip()) + r"\s?\d+", t, re.M | re.I)
+  return len(found) >= num
+
+
+def _bullets(t: str) -> int:
+  return len(re.findall(r"^\s*\*[^*].*$", t, re.M)) + len(re.findall(r"^\s*-.*$", t, re.M))
+
+
+def _capital_words(t: str) -> int:
+  """Words written in capitals (IFEval counts every token with `isupper()`, "I" and "A" too)."""
+  return sum(w.isupper() for w in re.findall(r"[^\W_]+(?:['.-][^\W_]+)*", t))
 
 
 CHECKS: dict[str, Callable[..., bool]] = {
@@ -117,24 +156,18 @@ CHECKS: dict[str, Callable[..., bool]] = {
     t.lower().count(letter.lower()), relation, num
   ),
   "json_format": lambda t: _json(t),
-  "markdown_bullets": lambda t, num: len(re.findall(r"^\s*[*-]\s", t, re.M)) == num,
-  "sections": lambda t, splitter, num: len(
-    re.findall(r"^\s*" + re.escape(splitter) + r"\s*\d+", t, re.M)
-  )
-  >= num,
+  "markdown_bullets": lambda t, num: _bullets(t) == num,
+  "sections": _sections,
   "title": lambda t: re.search(r"<<[^\n]+>>", t) is not None,
   "lowercase": lambda t: t == t.lower() and any(c.isalpha() for c in t),
   "uppercase": lambda t: t == t.upper() and any(c.isalpha() for c in t),
-  "capital_words": lambda t, relation, num: _compare(
-    len(re.findall(r"\b[A-Z]{2,}\b", t)), relation, num
-  ),
+  "capital_words": lambda t, relation, num: _compare(_capital_words(t), relation, num),
   "start_with": lambda t, phrase: t.strip().lower().startswith(phrase.lower()),
-  "end_with": lambda t, phrase: t.strip().lower().endswith(phrase.lower()),
+  "end_with": _end_with,
   "no_commas": lambda t: "," not in t,
-  "quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] == '"' and t.strip()[-1] == '"',
+  "quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] in '"“' and t.strip()[-1] in '"”',
   "placeholders": lambda t, num: len(re.findall(r"\[[^\]]+\]", t)) >= num,
-  "postscript": lambda t, marker: re.search(r"^\s*" + re.escape(marker), t, re.M | re.I)
-  is not None,
+  "postscript": _postscript,
   "language": _language,
   "divided_paragraphs": _divided_paragraphs,
   "nth_paragraph_first_word": _nth_paragraph_first_word,
@@ -157,12 +190,13 @@ def check(text: str, instruction: dict) -> bool:
 
 
 def _word_cap(instructions: list[dict]) -> int | None:
-  """The fewest words an item's own instructions allow, when they cap the length."""
+  """The fewest words an item's own instructions allow, when they cap the length (a
+  constrained response is the four words of "My answer is yes.")."""
   caps = [
     int(i["num"]) - (i["relation"] == "less than")
     for i in instructions
     if i.get("type") == "words" and i.get("relation") in ("at most", "less than", "exactly")
-  ]
+  ] + [4 for i in instructions if i.get("type") == "constrained_response"]
   return min(caps) if caps else None
 
 
@@ -178,6 +212,8 @@ def restates(text: str, prompt_text: str, instructions: list[dict]) -> bool:
       str(i.get("prompt", "")).strip().lower()
     ):
       text = text.strip()[len(str(i["prompt"]).strip()) :]
+    if i.get("type") == "constrained_response":  # the reply the prompt itself offers
+      text = re.sub(r"My answer is (?:yes|no|maybe)\.", " ", text)
   got = _trigrams([w.lower() for w in _words(text)])
   if not got:
     return False

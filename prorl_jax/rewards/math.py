@@ -1,6 +1,11 @@
 r"""Math: the last `\boxed{...}` after `</think>`, verified against the reference with
 math-verify. Binary. A response whose think block never closes scores 0.
 
+Both sides are first read as a careful grader reads them (`quantity.plain_math`): money signs,
+thousands separators, scientific notation and degree marks are not part of the value, so
+`\$12.50`, `3\,600`, `1.5e8` and `45°` equal 12.5, 3600, 1.5 × 10^8 and 45. An interval and the
+inequality that describes it are equal (`(2, 5]` and `2 < x \le 5`).
+
 An answer written exactly as the reference (ignoring spaces and `$`) is correct without
 math-verify, so a huge but correct number (`10^{10000000}`) needs no symbolic evaluation. Any
 other answer more than 4x the reference's length (at least MIN_CAP characters) scores 0: out of
@@ -20,6 +25,7 @@ import threading
 import time
 
 from prorl_jax.rewards.common import Score, after_think, blank, last_boxed
+from prorl_jax.rewards.quantity import plain_math
 
 MIN_CAP = 64  # characters an answer may always have, however short the reference
 _SPACE = re.compile(r"\s+|\$|\\[,;:! ]")
@@ -43,6 +49,43 @@ def warm(reference=None, **_):
   math_verify.parse("$1$")
 
 
+def _gold_text(ref: str) -> str:
+  ref = plain_math(last_boxed(ref) if "\\boxed" in ref else ref)
+  return f"${ref}$"
+
+
+def parsed(reference: str, timeout_s: int = 5):
+  """math-verify's reading of a reference (None when it reads nothing)."""
+  from math_verify import parse
+
+  try:
+    got = parse(_gold_text(str(reference)), parsing_timeout=timeout_s, raise_on_error=True)
+  except Exception:  # noqa: BLE001 - unreadable: the caller says why
+    return None
+  finally:
+    _cancel_alarm()
+  return got or None
+
+
+def equivalent(answer: str, reference: str, timeout_s: int = 5) -> bool:
+  """Does math-verify find `answer` equal to `reference` (both read as `plain_math`)? False
+  when either cannot be read."""
+  from math_verify import parse, verify
+
+  gold = parsed(reference, timeout_s)
+  if gold is None:
+    return False
+  try:
+    pred = parse(f"\\boxed{{{plain_math(answer)}}}", parsing_timeout=timeout_s)
+    return bool(pred) and verify(
+      gold, pred, timeout_seconds=timeout_s, allow_set_relation_comp=True
+    )
+  except Exception:  # noqa: BLE001 - an answer math-verify cannot handle is not equal
+    return False
+  finally:
+    _cancel_alarm()
+
+
 def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 1.0, **_) -> Score:
   """1 when the response's last boxed answer (after the think block) equals the reference by
   math-verify, else 0; a verifier timeout or crash is a marked failure, never a 0."""
@@ -58,17 +101,14 @@ def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 
     return Score(0.0, "empty \\boxed{} answer")
   ref = str(reference)
   bare_ref = last_boxed(ref) if "\\boxed" in ref else ref
-  if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
+  boxed = plain_math(boxed)
+  if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(plain_math(bare_ref)):
     return Score(1.0, "correct (as written)")
   cap = max(4 * len(_plain(bare_ref or ref)), MIN_CAP)
   if len(_plain(boxed)) > cap:  # math-verify would fish a sub-expression out of a long box
     return Score(0.0, f"answer of {len(_plain(boxed))} characters: far longer than the reference")
   try:
-    gold = parse(
-      ref if "\\boxed" in ref or "$" in ref else f"${ref}$",
-      parsing_timeout=timeout_s,
-      raise_on_error=True,
-    )
+    gold = parse(_gold_text(ref), parsing_timeout=timeout_s, raise_on_error=True)
   except Exception as e:  # noqa: BLE001 - the reference itself: the verifier's failure
     return Score(
       0.0, f"reference {ref[:50]!r} could not be parsed: {type(e).__name__}", failed=True
@@ -83,7 +123,7 @@ def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 
     pred = parse(f"\\boxed{{{boxed}}}", parsing_timeout=wall, raise_on_error=True)
     if not pred:
       return Score(0.0, f"answer {boxed[:50]!r} could not be parsed")
-    ok = verify(gold, pred, timeout_seconds=wall, raise_on_error=True)
+    ok = verify(gold, pred, timeout_seconds=wall, raise_on_error=True, allow_set_relation_comp=True)
   except errors.TimeoutException:
     wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
     use = resource.getrusage(resource.RUSAGE_SELF)

@@ -1,55 +1,152 @@
-"""STEM multiple choice and short exact answers.
+r"""STEM: multiple choice, and short answers (physical quantities, expressions, words).
 
-The answer is taken (after `</think>`) from, in order: `\\boxed{...}`, `<answer>...</answer>`,
-"Answer: X" / "answer is X". A reference that is one letter A-J is a multiple-choice key and
-matches the chosen letter, when it is the only choice letter given ("C or A", "A B C D" choose
-nothing); otherwise normalised strings (case, spaces, $, trailing period)
-must be equal, or equal as numbers the way the reference says (an integer reference needs that
-integer; only a decimal reference allows 1e-6). An empty answer earns nothing.
+The answer is read (after `</think>`, with Markdown emphasis removed: `**Answer: C**`) from, in
+order: the last `\boxed{...}`, `<answer>...</answer>`, the last "answer is X" / "Answer: X" /
+"correct option is X" line. LaTeX wrappers around it (`\text{C}`, `\textbf{(C)}`, `\mathrm`) are
+read past.
+
+A reference that is one letter A-J is a multiple-choice key. The answer chooses the letter it
+starts with (`C`, `(C)`, `C)`, `C.`, `C: text`, `option C`); what follows a `)`, `.` or `:`
+after the letter is the choice's own text and is never read as another choice (`C) 60 J`,
+`C) A ball`). Any other choice named beside it (`C or A`, `C, A`, `C/A`, `A B C D`,
+`C (or B)`, `(C) A, B`: nothing but letters after it) chooses nothing.
+
+Any other reference is a short answer. When both it and the answer are one number with an
+optional unit (`quantity.parse`), they compare as quantities: converted to the reference's unit,
+within 1% of the reference (0 only equals 0). Otherwise both are normalised (case, spaces, `$`,
+a trailing period, `\text{}`) and must be equal, or, as math, equal by math-verify (an expression
+such as `\sqrt{2gh}` or `\frac{mv^2}{2}`). An empty answer earns nothing.
 """
 
 from __future__ import annotations
 
 import re
 
-from prorl_jax.rewards.common import Score, after_think, answer_tag, blank, last_boxed, same_token
+from prorl_jax.rewards import quantity
+from prorl_jax.rewards.common import Score, after_think, answer_tag, blank, last_boxed
 
-# The answer runs to the end of its line or to a full stop (a period before a space or the end;
-# a decimal point is not one: "Answer: 3.5" is 3.5).
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\(?([^\n]+?)\)?\s*(?:\.(?=\s|$)|$)", re.I | re.M)
+_EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*\\])\*(?![\w*])")
+_ANSWER_IS = re.compile(
+  r"\b(?:answer|option|choice)\b[^\S\n]*(?:is\b|:|=)[^\S\n]*(?:(?:option|choice)\b[^\S\n]*)?"
+  r"([^\n]+?)[^\S\n]*(?:\.(?=\s|$)|$)",
+  re.I | re.M,
+)
+_WRAPPER = re.compile(
+  r"\\(?:text|textbf|textit|mathrm|mathbf|mathit|textrm|mbox|boxed|fbox)\s*\{([^{}]*)\}"
+)
+_LETTER = re.compile(r"(?:(?:option|choice)\s+)?\(?([A-Ja-j])(\))?(?=$|[\s.:)\],;/&|-])")
+_L = r"\(?(?:(?:option|choice)\s+)?[A-Ja-j]\b\)?"
+# after the chosen letter (and after its `)`, `.` or `:`): another choice joined to it
+_JOINED = re.compile(
+  rf"^\s*(?:[,/&;|]\s*(?:(?:or|and)\s+)?{_L}|(?:[,/&;|]\s*)?\b(?:or|and)\s+{_L}"
+  rf"|\(\s*(?:(?:or|and)\s+)?[A-Ja-j]\s*\))",
+  re.I,
+)
+# after a bare letter: another letter standing alone ("C A", "A B C D")
+_BESIDE = re.compile(r"^\s+\(?[A-Ja-j]\)?(?=$|[\s.,;)])")
+# nothing but more choice letters ("(C) A, B"): a list of choices, not a choice's own text
+# (letters and separators are disjoint classes: one way to match, linear time)
+_CONJUNCTION = re.compile(r"\b(?:or|and)\b", re.I)
+_LETTERS_ONLY = re.compile(r"[\s,/&;|()]*(?:[A-Ja-j]\b[\s,/&;|()]*)+")
 
 
-def _norm(s: str) -> str:
-  s = s.strip().strip("$").strip().rstrip(".").strip()
-  s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
-  return re.sub(r"\s+", " ", s).lower()
+def _unwrap(s: str) -> str:
+  for _ in range(4):
+    t = _WRAPPER.sub(r"\1", s)
+    if t == s:
+      break
+    s = t
+  return s
 
 
 def extract(text: str) -> str | None:
+  """The final answer's text: last boxed, answer tag, or the last "answer is" line."""
   for got in (last_boxed(text), answer_tag(text)):
     if got:
       return got
-  found = _ANSWER_IS.findall(text)
+  found = _ANSWER_IS.findall(_EMPHASIS.sub("", text))
   return found[-1] if found else None
 
 
+def chosen_letter(answer: str) -> str | None:
+  """The one choice letter an answer names (upper case), or None (none, or several)."""
+  s = _EMPHASIS.sub("", _unwrap(answer)).strip().strip("$").strip()
+  m = _LETTER.match(s)
+  if not m:
+    return None
+  rest = s[m.end() :]
+  bare = not m.group(2) and rest[:1] not in ".:"
+  letters_only = _LETTERS_ONLY.fullmatch(_CONJUNCTION.sub(" ", rest))
+  if _JOINED.match(rest) or letters_only or (bare and _BESIDE.match(rest)):
+    return None
+  return m.group(1).upper()
+
+
+def _norm(s: str) -> str:
+  s = _unwrap(s).strip().strip("$").strip().rstrip(".").strip()
+  return re.sub(r"\s+", " ", s).lower()
+
+
+def _same_math(got: str, ref: str) -> bool:
+  from prorl_jax.rewards import math as math_verifier
+
+  return math_verifier.equivalent(got, ref)
+
+
 def score(response: str, reference, **_) -> Score:
-  """1 when the answer the response gives after its think block (last boxed, answer tag, or "the
-  answer is ...") is the reference's choice, else 0."""
+  """1 when the answer the response gives after its think block is the reference's choice (or
+  its short answer), else 0."""
   final = after_think(response)
   if final is None:
     return Score(0.0, "unfinished <think> block")
   got = extract(final)
   if blank(got):
     return Score(0.0, "no answer found")
-  ref = _norm(str(reference))
-  ans = _norm(got)
-  if re.fullmatch(r"[a-j]", ref):
-    m = re.match(r"\(?([a-j])\)?(?:[\s.:)]|$)", ans)
-    # one choice: no other choice letter standing alone after it ("C or A", "A B C D")
-    rest = got.strip()[m.end() :] if m else ""
-    ok = bool(m) and m.group(1) == ref and not re.search(r"\b[A-J]\b", rest)
+  ref = str(reference).strip()
+  if re.fullmatch(r"\(?[A-Ja-j]\)?", ref):
+    ok = chosen_letter(got) == ref.strip("()").upper()
   else:
-    long = len(ans) > max(4 * len(ref), 64)  # a list of candidates, not an answer
-    ok = not long and (ans == ref or same_token(ans.replace(",", ""), ref.replace(",", "")))
+    ok = short_answer_matches(got, ref)
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {got[:50]!r}")
+
+
+def _rhs(s: str) -> str:
+  """The value side of `v = 2 m/s` or `x \\approx 3.2` (what follows the last = or ≈)."""
+  parts = re.split(r"\\approx|≈|(?<![<>!])=(?!=)|\\simeq", s)
+  return parts[-1] if len(parts) > 1 and parts[-1].strip() else s
+
+
+def short_answer_matches(got: str, ref: str) -> bool:
+  """A short (non-letter) answer against its reference: quantities, strings, then math."""
+  g, r = _rhs(got), _rhs(ref)
+  qg, qr = quantity.parse(g), quantity.parse(r)
+  if qr is not None:
+    return qg is not None and quantity.same_quantity(qg, qr)
+  if len(_norm(g)) > max(4 * len(_norm(r)), 64):  # a list of candidates, not an answer
+    return False
+  if _norm(g) == _norm(r):
+    return True
+  return _same_math(g, r)
+
+
+def reference_problem(reference) -> str | None:
+  """Why a short-answer reference cannot be judged (None when it can): it must be a letter, a
+  quantity, or text math-verify reads (checked at prepare)."""
+  ref = str(reference).strip()
+  if re.fullmatch(r"\(?[A-Ja-j]\)?", ref) or quantity.parse(_rhs(ref)) is not None:
+    return None
+  from prorl_jax.rewards import math as math_verifier
+
+  if not re.search(r"[\w\d]", ref) or math_verifier.parsed(_rhs(ref)) is None:
+    return f"reference {ref[:40]!r} is neither a quantity nor an expression"
+  return None
+
+
+def warm(reference=None, **_):
+  """Loads pint (and math-verify for expressions) in the pool process, before the fork."""
+  quantity.registry()
+  ref = str(reference or "").strip()
+  if not re.fullmatch(r"\(?[A-Ja-j]\)?", ref) and quantity.parse(_rhs(ref)) is None:
+    from prorl_jax.rewards import math as math_verifier
+
+    math_verifier.warm()

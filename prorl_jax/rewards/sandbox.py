@@ -145,13 +145,16 @@ def run_cases(
   timeout_s: float,
   fn_name: str | None = None,
   limits: dict | None = None,
+  prelude: str = "",
 ) -> list[RunResult]:
   """Runs `code` once per case in one fresh sandbox; all cases share `timeout_s` wall seconds.
 
   A case is {"stdin": str} (a stdin/stdout program) or {"args": [...]} (with `fn_name`: the
   program is imported and `fn_name(*args)` printed as JSON after RESULT_MARK), optionally with
-  "stdout_bytes" (its stdout cap). Returns one RunResult per case that ran, in order: fewer when
-  the time ran out (the last one then says `timed_out`) or the program killed the runner."""
+  "stdout_bytes" (its stdout cap). `prelude` (trusted: the harness's own imports) runs once
+  before the cases, which see its names. Returns one RunResult per case that ran, in order:
+  fewer when the time ran out (the last one then says `timed_out`) or the program killed the
+  runner."""
   lim = dict(LIMITS, **RUN_LIMITS["limits"], **(limits or {}))
   if not unsandboxed():
     err = check()
@@ -165,7 +168,9 @@ def run_cases(
     }
     for c in cases
   ]
-  fd = data_fd(marshal.dumps({"code": code, "fn_name": fn_name, "cases": job_cases}), "job")
+  fd = data_fd(
+    marshal.dumps({"code": code, "fn_name": fn_name, "cases": job_cases, "prelude": prelude}), "job"
+  )
   cfg = marshal.dumps(
     {
       "fd": fd,

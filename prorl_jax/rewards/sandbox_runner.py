@@ -4,7 +4,9 @@ Reads the job (marshal, from the host) from an inherited fd,
 sets the rlimits, compiles the program once, then runs each test case in a forked child:
 stdin/stdout/stderr on pipes of its own (nothing else inherited), stdin/stdout programs as
 __main__, function-call tasks as a module whose function's JSON result follows RESULT_MARK on
-stdout. Between cases every other process in the sandbox is killed. One line per case goes to
+stdout. `exit()` and `quit()` are the builtins they are in an ordinary Python; a job's `prelude`
+(the benchmark harness's imports) runs once before the cases, which start with its names. Between
+cases every other process in the sandbox is killed. One line per case goes to
 the runner's stdout: "exit timed_out overflow seconds cpu_seconds preempted stdout_b64
 stderr_b64" (`preempted`: 1 when the case was switched out by the scheduler more often than it
 gave the CPU up itself; the
@@ -28,6 +30,20 @@ for fd in (0, 1):
 sys.argv = ["solution.py"]
 deadline = time.monotonic() + cfg["timeout_s"]
 fn_name, mark = job["fn_name"], cfg["mark"]
+
+class Quitter:  # the `exit` and `quit` of an interactive Python (`-S` skips site, which adds them)
+    def __init__(self, name):
+        self.name = name
+    def __repr__(self):
+        return "Use " + self.name + "() to exit"
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+import builtins
+builtins.exit, builtins.quit = Quitter("exit"), Quitter("quit")
+base = {}
+if job.get("prelude"):  # the harness's own imports (typing for starter code), run once here
+    exec(compile(job["prelude"], "harness.py", "exec"), base)
 try:
     code, compile_error = compile(job.pop("code"), "solution.py", "exec"), None
 except BaseException as e:
@@ -41,15 +57,16 @@ def plain(o):
     return repr(o)
 
 def child(case):
-    ns = {"__name__": "__main__" if fn_name is None else "solution",
-          "__builtins__": __builtins__}
+    ns = dict(base)
+    ns.update({"__name__": "__main__" if fn_name is None else "solution",
+               "__builtins__": __builtins__})
     exec(code, ns)
     if fn_name is None:
         return
     fn = ns.get(fn_name)
-    if fn is None:
+    if fn is None:  # a method of a class the program defines (LeetCode's Solution)
         for v in list(ns.values()):
-            if isinstance(v, type) and hasattr(v, fn_name):
+            if isinstance(v, type) and v.__module__ == "solution" and hasattr(v, fn_name):
                 fn = getattr(v(), fn_name)
                 break
     if fn is None:

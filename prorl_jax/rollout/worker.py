@@ -37,6 +37,36 @@ INFLIGHT_NEEDS = (
 )
 
 
+def end_token_ids(tokenizer, stop_token_ids=()) -> frozenset[int]:
+  """The ids that end a response: the sampling's stop tokens, the tokenizer's end of sequence
+  and padding tokens."""
+  ids = set(stop_token_ids)
+  for name in ("eos_token_id", "pad_token_id"):
+    v = getattr(tokenizer, name, None)
+    ids.update(v if isinstance(v, (list, tuple)) else [v] if isinstance(v, int) else [])
+  return frozenset(ids)
+
+
+def response_text(tokenizer, tokens, length: int, ends: frozenset[int]) -> str:
+  """The text a verifier judges: the response's tokens up to (not including) the first end
+  token, decoded with the think tags kept, and any special token text left at its end removed
+  (an engine that stops on a token the request did not list, or pads, leaves one there)."""
+  toks = [int(t) for t in tokens[:length]]
+  cut = next((i for i, t in enumerate(toks) if t in ends), len(toks))
+  text = tokenizer.decode(toks[:cut], skip_special_tokens=False)
+  specials = sorted(
+    {s for s in getattr(tokenizer, "all_special_tokens", ()) if s}, key=len, reverse=True
+  )
+  stripped = None
+  while stripped != text:
+    stripped, text = text, text.rstrip()
+    for s in specials:
+      if text.endswith(s):
+        text = text[: -len(s)]
+        break
+  return text
+
+
 def score_rows(
   tokenizer,
   out: dict,
@@ -45,15 +75,18 @@ def score_rows(
   pool: VerifierPool,
   routing=None,
   prompts: list | None = None,
+  stop_token_ids=(),
 ):
-  """Decodes each response and scores it in the verifier pool: scores, failed flags, reasons.
-  With `prompts` (token ids), each verifier also gets its prompt's text as `prompt_text` (the
-  instruction-following verifier refuses a response that restates it)."""
+  """Decodes each response (up to its first end token: `response_text`) and scores it in the
+  verifier pool: scores, failed flags, reasons. With `prompts` (token ids), each verifier also
+  gets its prompt's text as `prompt_text` (the instruction-following verifier refuses a
+  response that restates it)."""
   texts = [tokenizer.decode(p, skip_special_tokens=True) for p in prompts] if prompts else None
+  ends = end_token_ids(tokenizer, stop_token_ids)
   jobs = []
   for r in range(len(out["lengths"])):
     m = meta[r // n]
-    text = tokenizer.decode(out["tokens"][r][: out["lengths"][r]], skip_special_tokens=False)
+    text = response_text(tokenizer, out["tokens"][r], int(out["lengths"][r]), ends)
     extra = m.extra if texts is None else {**m.extra, "prompt_text": texts[r // n]}
     jobs.append((m.data_source, text, m.reference, extra))
   res = pool.score_many(jobs, routing)
@@ -186,7 +219,14 @@ class Worker:
       t1 = time.time()
       before = dict(self.pool.stats)
       scores, failed, reasons = score_rows(
-        self.tokenizer, out, req.n, req.meta, self.pool, req.routing, req.prompts
+        self.tokenizer,
+        out,
+        req.n,
+        req.meta,
+        self.pool,
+        req.routing,
+        req.prompts,
+        sampling.stop_token_ids,
       )
       t2 = time.time()
     finally:
