@@ -1,17 +1,20 @@
-"""What judging each response in a throw-away confined child costs: `pool.score_one` (fork,
-seccomp, rlimits, a JSON verdict) beside the same verifier called in-process, interleaved in one
-process (this process plays the verifier pool process; both paths warmed first).
+"""What confinement costs per response and domain: `pool.score_one` (a throw-away confined child:
+fork, seccomp, rlimits, a JSON verdict; code: the bubblewrap sandbox) beside the same verifier
+unconfined (called in-process; code: plain subprocesses), interleaved in one process (this process
+plays the verifier pool process; both paths warmed first).
 
   python bench/isolation.py [--reps 7] [--items 40]
 
-Per verifier: milliseconds per response (min and median over `--reps` rounds of `--items`
-responses), and `ratio` = isolated / in-process (median). The last line is one JSON object.
+Per domain: milliseconds per response (min and median over `--reps` rounds of `--items`
+responses), responses scored per second per core (`per_core_per_s`, from the median), and
+`ratio` = confined / unconfined (median). The last line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -20,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from prorl_jax import rewards  # noqa: E402
-from prorl_jax.rewards import pool, puzzles  # noqa: E402
+from prorl_jax.rewards import confinement, pool, puzzles  # noqa: E402
 
 
 def jobs(items: int) -> dict[str, list[tuple]]:
@@ -49,12 +52,34 @@ def jobs(items: int) -> dict[str, list[tuple]]:
       )
       for _ in range(items)
     ],
+    "stem": [
+      ("gpqa", "<think>x</think>**Answer: C**", "C", {})
+      if i % 2
+      else ("scp", f"<think>x</think>\\boxed{{{i}\\ \\text{{m/s}}}}", f"{i} m/s", {})
+      for i in range(items)
+    ],
+    "code": [
+      (
+        "codecontests",
+        f"<think>x</think>```python\nprint(int(input()) + {i})\n```",
+        json.dumps({"inputs": ["1\n", "2\n"], "outputs": [f"{1 + i}\n", f"{2 + i}\n"]}),
+        {},
+      )
+      for i in range(items)
+    ],
   }
 
 
 def in_process(job):
   d, r, ref, m = job
   name = rewards.verifier_name(d)
+  if name == "code":  # the same programs as plain subprocesses, without the sandbox
+    confinement.log.setLevel(logging.ERROR)  # its warning (said once per job here)
+    confinement.allow_unsandboxed(True)
+    try:
+      return rewards.safe_score(rewards.route(d), r, ref, **m)
+    finally:
+      confinement.allow_unsandboxed(False)
   rewards.warm(name, ref, m)
   return rewards.safe_score(rewards.route(d), r, ref, **m)
 
@@ -83,10 +108,14 @@ def main():
     row = {k: {"min_ms": min(v), "median_ms": statistics.median(v)} for k, v in times.items()}
     row["ratio"] = row["isolated"]["median_ms"] / row["in_process"]["median_ms"]
     row["extra_ms"] = row["isolated"]["median_ms"] - row["in_process"]["median_ms"]
+    for k in ("in_process", "isolated"):  # one verifier process: one core
+      row[k]["per_core_per_s"] = 1000.0 / row[k]["median_ms"]
     out[name] = row
     print(
-      f"{name:14s} in-process {row['in_process']['median_ms']:7.2f} ms  isolated "
-      f"{row['isolated']['median_ms']:7.2f} ms  (+{row['extra_ms']:.2f} ms, x{row['ratio']:.2f})"
+      f"{name:14s} unconfined {row['in_process']['median_ms']:7.2f} ms "
+      f"({row['in_process']['per_core_per_s']:7.0f}/s/core)  confined "
+      f"{row['isolated']['median_ms']:7.2f} ms ({row['isolated']['per_core_per_s']:5.0f}/s/core)"
+      f"  x{row['ratio']:.2f}"
     )
   print(json.dumps({"bench": "isolation", "reps": args.reps, "items": args.items, **out}))
 

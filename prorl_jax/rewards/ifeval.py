@@ -31,6 +31,7 @@ levels): deep JSON is not JSON here.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable
 
@@ -235,10 +236,15 @@ def substantive(text: str, instructions: list[dict], prompt_text: str | None = N
   return None
 
 
+@functools.cache
+def _warm_languages():
+  _language("warm up the language profiles", "en")
+
+
 def warm(reference=None, *, instructions=None, **_):
-  """Loads langdetect's language profiles in the pool process (before the fork)."""
+  """Loads langdetect's language profiles in the pool process (before the fork), once."""
   if any(isinstance(i, dict) and i.get("type") == "language" for i in instructions or []):
-    _language("warm up the language profiles", "en")
+    _warm_languages()
 
 
 def score(

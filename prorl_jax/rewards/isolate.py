@@ -216,6 +216,7 @@ def run(
   fn, *args, timeout_s: float, mem_bytes: int = 1 << 30, cpu_s: float | None = None, **kwargs
 ) -> Score:
   """`fn(*args, **kwargs) -> Score` in a confined throw-away child (see the module docstring)."""
+  _seccomp()  # built here once (cached), so each child only loads it
   r, w = os.pipe()
   t0 = time.monotonic()
   pid = os.fork()

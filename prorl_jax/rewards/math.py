@@ -18,6 +18,7 @@ child of the verifier pool (`rewards/isolate.py`).
 
 from __future__ import annotations
 
+import functools
 import re
 import resource
 import signal
@@ -42,11 +43,16 @@ def _cancel_alarm():
     signal.alarm(0)
 
 
-def warm(reference=None, **_):
-  """Imports math-verify and its sympy parsers in the pool process (before the fork)."""
-  import math_verify  # noqa: F401
+@functools.cache
+def _warm_once():
+  import math_verify
 
   math_verify.parse("$1$")
+
+
+def warm(reference=None, **_):
+  """Imports math-verify and its sympy parsers in the pool process (before the fork), once."""
+  _warm_once()
 
 
 def _gold_text(ref: str) -> str:
