@@ -300,22 +300,28 @@ def test_pool_kills_a_stuck_verifier_counts_it_and_keeps_serving():
       ("no_such_source", "x", "y", {}),
     ]
     out = pool.score_many(jobs)
-    assert out[0].failed and "timeout" in out[0].reason
+    # stuck on the response past every limit: the response's doing (0), never a dropped sample
+    assert out[0].response_error and not out[0].failed and "timeout" in out[0].reason
     assert out[1].value == 1.0 and not out[1].failed
     assert out[2].failed and "no verifier for data_source" in out[2].reason
-    assert pool.stats["code/timeouts"] == 1 and pool.stats["no_such_source/errors"] == 1
+    assert pool.stats["code/timeouts"] == 1 and pool.stats["code/response_errors"] == 1
+    assert pool.stats["no_such_source/errors"] == 1
     again = pool.score_many([("chain_sum", "<answer>5</answer>", "5", {})])
     assert again[0].value == 1.0  # the replaced process serves
   finally:
     pool.close()
 
 
-def test_verifier_errors_are_marked_not_zeroed():
+def test_an_exception_while_judging_a_response_is_a_response_error_not_a_dropped_sample():
   def broken(response, reference, **_):
-    raise RuntimeError("server down")
+    raise RuntimeError("parser gave up")
 
   s = rewards.safe_score(broken, "x", "y")
-  assert s.failed and "server down" in s.reason
+  assert s.value == 0.0 and s.response_error and not s.failed and "parser gave up" in s.reason
+  unscorable = rewards.safe_score(
+    lambda *a, **k: rewards.Score(0.0, "no sandbox", failed=True), "x", "y"
+  )
+  assert unscorable.failed  # a fault the verifier shows is not the response's stays a failure
   assert rewards.route("deepscaler") is math.score
   with pytest.raises(KeyError, match="no verifier for data_source 'unknown'"):
     rewards.route("unknown")

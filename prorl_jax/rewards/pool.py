@@ -3,11 +3,13 @@
 Processes, not threads: math-verify's own timeouts use signals (main thread only), and a
 verifier stuck in C code can only be stopped by killing its process. A killed or dead process is
 replaced, and its code sandboxes die with it (bubblewrap's `--die-with-parent`). A pool process
-never judges model text itself: the verifiers in `rewards.ISOLATED` judge each response in a
-throw-away confined child (`rewards/isolate.py`), code runs in the bubblewrap sandbox.
+never runs a third-party checker on model text itself: the verifiers in `rewards.ISOLATED` judge
+each response in a throw-away confined child (`rewards/isolate.py`), code runs in the bubblewrap
+sandbox; only project code (code's output comparison, chain_sum's regex) reads text here.
 
 Per-domain counts are kept in `stats` and exported as metrics: `scored`, `response_errors` (the
-response broke its judgement: 0), `errors` and `timeouts` (faults of the verifier: marked
+response broke its judgement: 0; a pool process stuck past `timeout_s` on one response is one of
+them and is also counted in `timeouts`), `errors` (faults that are not the response's: marked
 `failed`), `starved` (judgements cut short by other load — little CPU while wanting it — judged
 again after the batch, alone and with ALONE_WALL_FACTOR times the wall clock but the same CPU
 limits; one still starved then starved itself, with its own processes: a response error).
@@ -116,8 +118,8 @@ class VerifierPool:
   """Scores responses in `processes` spawned verifier processes (never in the caller: model text
   is judged away from the trainer and the worker). Each item of an isolated verifier runs in a
   confined throw-away child of its pool process; an item that hangs past `timeout_s` costs that
-  process, which is replaced, and the item is a marked failure, never a silent 0. `stats`
-  counts what each verifier failed, blamed on the response, or scored again alone."""
+  process, which is replaced, and the item is a response error (0, counted), never a silent 0.
+  `stats` counts what each verifier failed, blamed on the response, or scored again alone."""
 
   def __init__(
     self,
@@ -180,11 +182,13 @@ class VerifierPool:
               out[i] = slot.conn.recv()
             except (EOFError, OSError):  # the verifier process died (e.g. killed by the OS)
               out[i] = rewards.Score(0.0, "verifier process died", failed=True)
-          else:
-            out[i] = rewards.Score(0.0, f"verifier timeout after {self.timeout_s:g}s", failed=True)
+          else:  # stuck on this response past every limit of its own: the response's doing
+            why = f"response error: verifier timeout after {self.timeout_s:g}s"
+            out[i] = rewards.Score(0.0, why, response_error=True)
             self.stats[f"{domain}/timeouts"] += 1
           self._count(domain, out[i], starved_ok=True)
-          if out[i].failed and out[i].reason.startswith(("verifier timeout", "verifier process")):
+          stuck = out[i].reason.startswith(("response error: verifier timeout", "verifier process"))
+          if stuck:
             slot.kill_and_restart()
             for rest in chunk[k + 1 :]:  # the rest of the chunk goes back to the queue
               todo.put(rest)
