@@ -102,9 +102,7 @@ IFEVAL_ITEMS = [
 @SETTINGS
 @given(TEXT, WRAP, st.sampled_from(range(len(IFEVAL_ITEMS))))
 def test_ifeval_never_fails_on_a_response(text, wrap, item):
-  _never_failed(
-    rewards.route("ifeval"), wrap.format(text), None, instructions=IFEVAL_ITEMS[item]
-  )
+  _never_failed(rewards.route("ifeval"), wrap.format(text), None, instructions=IFEVAL_ITEMS[item])
 
 
 RG = {
@@ -117,7 +115,9 @@ RG = {
 @given(TEXT, st.sampled_from(sorted(RG)))
 def test_reasoning_gym_never_fails_on_a_response(text, task):
   meta = {k: v for k, v in RG[task].items() if k != "entry"}
-  _never_failed(rewards.route("reasoning_gym"), f"<think>x</think><answer>{text}</answer>", None, **meta)
+  _never_failed(
+    rewards.route("reasoning_gym"), f"<think>x</think><answer>{text}</answer>", None, **meta
+  )
 
 
 @SETTINGS
@@ -132,8 +132,7 @@ def test_code_output_comparison_never_raises(text, want):
 
 
 @pytest.mark.parametrize(
-  "stdout",
-  ["1e1234567890123456789", "1E-9999999999999999999", "nan", "-Infinity", "9" * 5000],
+  "stdout", ["1e1234567890123456789", "1E-9999999999999999999", "nan", "-Infinity", "9" * 5000]
 )
 def test_a_huge_exponent_in_program_output_is_wrong_not_a_failure(stdout):
   spec = json.dumps({"inputs": [""], "outputs": ["3"]})

@@ -457,3 +457,25 @@ def test_a_timeout_with_little_cpu_is_starved_and_one_that_computed_is_not():
   assert sleeper.value == 0.0 and not sleeper.starved and not sleeper.failed, sleeper
   spin = code.score(_py("while True:\n  pass"), {"inputs": [""], "outputs": ["1"]}, time_budget_s=2)
   assert spin.value == 0.0 and not spin.starved and not spin.failed
+
+
+def test_numbers_are_decided_by_the_reference_in_every_verifier(pool):
+  """A percentage is read in the scale the reference uses (7% is 7, never also 0.07); 0 equals
+  only 0 (math-verify alone rounds to 6 places; an absolute tolerance calls 6.6e-34 zero)."""
+  cases = [
+    ("deepscaler", "\\boxed{7\\%}", "7", 1.0),
+    ("deepscaler", "\\boxed{7\\%}", "0.07", 0.0),
+    ("deepscaler", "\\boxed{0.07}", "7\\%", 0.0),
+    ("deepscaler", "\\boxed{0.0}", "\\frac{1}{6^{10}}", 0.0),
+    ("deepscaler", "\\boxed{0}", "7.2\\times10^{-21}", 0.0),
+    ("deepscaler", "\\boxed{0}", "0", 1.0),
+    ("deepscaler", "\\boxed{\\frac{1}{6^{10}}}", "\\frac{1}{6^{10}}", 1.0),
+    ("scp", "\\boxed{0.0}", "6.6\\times10^{-34}\\ \\text{J s}", 0.0),
+    ("scp", "\\boxed{0}", "6.6e-34", 0.0),
+    ("scp", "\\boxed{6.63\\times10^{-34}}", "6.6e-34", 1.0),
+    ("scp", "\\boxed{7\\%}", "0.07", 0.0),
+    ("scp", "\\boxed{7\\%}", "7\\%", 1.0),
+  ]
+  out = pool.score_many([(d, f"<think>x</think>{a}", r, {}) for d, a, r, _ in cases])
+  got = [(c[1], c[2], s.value) for c, s in zip(cases, out)]
+  assert [s.value for s in out] == [c[3] for c in cases], got

@@ -4,7 +4,9 @@ math-verify. Binary. A response whose think block never closes scores 0.
 Both sides are first read as a careful grader reads them (`quantity.plain_math`): money signs,
 thousands separators, scientific notation and degree marks are not part of the value, so
 `\$12.50`, `3\,600`, `1.5e8` and `45°` equal 12.5, 3600, 1.5 × 10^8 and 45. An interval and the
-inequality that describes it are equal (`(2, 5]` and `2 < x \le 5`).
+inequality that describes it are equal (`(2, 5]` and `2 < x \le 5`). A percentage is read in the
+percent scale on both sides (`7\%` equals 7, never 0.07), and two plain numbers must agree to
+1e-6 of the reference, 0 only to 0 (math-verify alone rounds to 6 places).
 
 An answer written exactly as the reference (ignoring spaces and `$`) is correct without
 math-verify, so a huge but correct number (`10^{10000000}`) needs no symbolic evaluation. Any
@@ -56,8 +58,34 @@ def warm(reference=None, **_):
 
 
 def _gold_text(ref: str) -> str:
-  ref = plain_math(last_boxed(ref) if "\\boxed" in ref else ref)
+  ref = without_percent(plain_math(last_boxed(ref) if "\\boxed" in ref else ref))
   return f"${ref}$"
+
+
+_PERCENT = re.compile(r"\\%|%|\\text\{\s*\\?%\s*\}|\\,?\s*\\text\{\s*percent\s*\}")
+
+
+def without_percent(text: str) -> str:
+  """A percentage read in the percent scale on both sides: `7\\%` is the number 7, so it equals
+  a reference of 7 or 7% and never 0.07 (nor both at once)."""
+  return _PERCENT.sub("", text).strip()
+
+
+REL_TOL = 1e-6  # two numbers math-verify calls equal must agree to this, relative (0 only 0)
+
+
+def numbers_agree(gold, pred) -> bool:
+  """When both sides are plain numbers: equal within REL_TOL of the reference, 0 only to 0
+  (math-verify rounds to 6 decimal places: 0.0 would equal 7.2e-21 and 1/6^10)."""
+  try:
+    if not (getattr(gold, "is_number", False) and getattr(pred, "is_number", False)):
+      return True
+    g, p = complex(gold.evalf(30)), complex(pred.evalf(30))
+  except (TypeError, ValueError, AttributeError, OverflowError):
+    return True  # not plain numbers (sets, relations, matrices): math-verify decides
+  if g == 0:
+    return p == 0
+  return abs(p - g) <= REL_TOL * abs(g)
 
 
 def parsed(reference: str, timeout_s: int = 5):
@@ -82,9 +110,11 @@ def equivalent(answer: str, reference: str, timeout_s: int = 5) -> bool:
   if gold is None:
     return False
   try:
-    pred = parse(f"\\boxed{{{plain_math(answer)}}}", parsing_timeout=timeout_s)
-    return bool(pred) and verify(
-      gold, pred, timeout_seconds=timeout_s, allow_set_relation_comp=True
+    pred = parse(f"\\boxed{{{without_percent(plain_math(answer))}}}", parsing_timeout=timeout_s)
+    return (
+      bool(pred)
+      and verify(gold, pred, timeout_seconds=timeout_s, allow_set_relation_comp=True)
+      and numbers_agree(gold[0], pred[0])
     )
   except Exception:  # noqa: BLE001 - an answer math-verify cannot handle is not equal
     return False
@@ -107,8 +137,9 @@ def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 
     return Score(0.0, "empty \\boxed{} answer")
   ref = str(reference)
   bare_ref = last_boxed(ref) if "\\boxed" in ref else ref
-  boxed = plain_math(boxed)
-  if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(plain_math(bare_ref)):
+  boxed = without_percent(plain_math(boxed))
+  bare_ref = None if bare_ref is None else without_percent(plain_math(bare_ref))
+  if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
     return Score(1.0, "correct (as written)")
   cap = max(4 * len(_plain(bare_ref or ref)), MIN_CAP)
   if len(_plain(boxed)) > cap:  # math-verify would fish a sub-expression out of a long box
@@ -130,6 +161,7 @@ def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 
     if not pred:
       return Score(0.0, f"answer {boxed[:50]!r} could not be parsed")
     ok = verify(gold, pred, timeout_seconds=wall, raise_on_error=True, allow_set_relation_comp=True)
+    ok = ok and numbers_agree(gold[0], pred[0])
   except errors.TimeoutException:
     wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
     use = resource.getrusage(resource.RUSAGE_SELF)
