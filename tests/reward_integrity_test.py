@@ -428,8 +428,10 @@ def test_a_correct_solution_starved_by_a_sibling_is_judged_again_alone():
   os.sched_setaffinity(0, {min(cpus)})
   pool = VerifierPool(processes=2, timeout_s=60.0)
   try:
-    alone = pool.score_many([("codecontests", _py(work), spec, {"time_budget_s": 3.0})])
-    assert alone[0].value == 1.0, alone
+    # both verifier processes warmed (imports, the sandbox's probe), so the sibling's loops start
+    # while the correct solution runs, not after it
+    alone = pool.score_many([("codecontests", _py(work), spec, {"time_budget_s": 3.0})] * 2)
+    assert [s.value for s in alone] == [1.0, 1.0], alone
     out = pool.score_many(
       [
         ("codecontests", _py(hog), spec, {"time_budget_s": 3.0}),
@@ -479,3 +481,26 @@ def test_numbers_are_decided_by_the_reference_in_every_verifier(pool):
   out = pool.score_many([(d, f"<think>x</think>{a}", r, {}) for d, a, r, _ in cases])
   got = [(c[1], c[2], s.value) for c, s in zip(cases, out)]
   assert [s.value for s in out] == [c[3] for c in cases], got
+
+
+def test_instructions_read_the_text_as_a_reader_sees_it(pool):
+  """A fullwidth comma is a comma, a zero-width space or soft hyphen hides no forbidden word,
+  math-bold capitals are capitals; the honest answer beside them keeps its credit."""
+  body = "Tea is a calm drink that many people enjoy every single morning"
+  cases = [
+    ([{"type": "no_commas"}], body + "\uff0c truly.", 0.0),
+    ([{"type": "no_commas"}], body + " truly.", 1.0),
+    ([{"type": "keywords_exclude", "keywords": ["calm"]}], body.replace("calm", "ca\u200blm"), 0.0),
+    ([{"type": "keywords_exclude", "keywords": ["calm"]}], body.replace("calm", "ca\u00adlm"), 0.0),
+    ([{"type": "keywords_exclude", "keywords": ["calm"]}], body.replace("calm", "quiet"), 1.0),
+    (
+      [{"type": "capital_words", "relation": "at most", "num": 1}],
+      body + " \U0001d400\U0001d401\U0001d402 \U0001d403\U0001d404.",
+      0.0,
+    ),
+    ([{"type": "capital_words", "relation": "at most", "num": 1}], body + " ABC.", 1.0),
+  ]
+  out = pool.score_many(
+    [("ifeval", f"<think>x</think>{t}", None, {"instructions": i}) for i, t, _ in cases]
+  )
+  assert [s.value for s in out] == [c[2] for c in cases], [s.reason for s in out]

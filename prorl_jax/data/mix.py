@@ -117,16 +117,14 @@ def convert_scp(row: dict) -> dict:
     )
   if row.get("is_o1_solution_same_with_matched_solution") is False:
     raise Malformed("column 'is_o1_solution_same_with_matched_solution' is false")
-  answer, method = got
-  problem_with = mcq.reference_problem(answer)
-  if problem_with:
-    raise Malformed(f"column 'matched_solution': the final answer's {problem_with}")
+  if unusable := mcq.reference_problem(answer := got[0]):
+    raise Malformed(f"column 'matched_solution': the final answer's {unusable}")
   return verl_row(
     user_prompt(f"{problem} {BOXED_INSTRUCTION}"),
     "scp",
     answer,
     "stem",
-    {"subject": str(row.get("domain") or ""), "answer_from": method},
+    {"subject": str(row.get("domain") or ""), "answer_from": got[1]},
   )
 
 

@@ -27,8 +27,11 @@ the item is a marked verifier failure naming the fix (`rewards/sandbox.py`), nev
 from __future__ import annotations
 
 import fractions
+import functools
 import json
 import math
+
+import markdown_it
 
 from prorl_jax.rewards import bwrap, confinement, sandbox
 from prorl_jax.rewards.common import Score, blank, close, load_json, same_token
@@ -44,14 +47,17 @@ STARTER_IMPORTS = (
 )
 
 
+@functools.cache
+def _markdown() -> markdown_it.MarkdownIt:
+  return markdown_it.MarkdownIt("commonmark")
+
+
 def extract_code(response: str) -> str | None:
   """The program of a response: the last fenced code block (after `</think>`) whose language is
   Python (`python`, `py`, `python3`, ...), else the last one with no language; fences are read
   as CommonMark reads them (a ```` ```text ```` block of sample output beside it is not code)."""
-  from markdown_it import MarkdownIt  # lazy: the sandbox modules import this package too
-
   text = response.rsplit("</think>", 1)[-1]
-  fences = [t for t in MarkdownIt("commonmark").parse(text) if t.type == "fence"]
+  fences = [t for t in _markdown().parse(text) if t.type == "fence"]
   lang = [(t.info.strip().split() or [""])[0].strip("{}.").lower() for t in fences]
   for want in (PYTHON_FENCES, ("",)):
     found = [t.content for t, g in zip(fences, lang) if g in want]

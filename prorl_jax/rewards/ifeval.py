@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from typing import Callable
 
 from prorl_jax.rewards.common import Score, after_think, load_json
@@ -182,12 +183,29 @@ CHECKS: dict[str, Callable[..., bool]] = {
 }
 
 
+# Default-ignorable code points a reader never sees (zero-width spaces and joiners, soft hyphen,
+# word joiner, byte-order mark, variation selectors, bidi controls): Unicode's
+# Default_Ignorable_Code_Point property, the ranges in common use.
+_IGNORABLE = re.compile(
+  "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+  "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001bca0-\U0001bca3\U000e0000-\U000e0fff]"
+)
+
+
+def as_read(text: str) -> str:
+  """The text as a reader sees it: Unicode NFKC (a fullwidth comma is a comma, math-bold
+  capitals are capitals) with default-ignorable code points removed (a zero-width space or a
+  soft hyphen inside a forbidden word hides nothing)."""
+  return _IGNORABLE.sub("", unicodedata.normalize("NFKC", text))
+
+
 def check(text: str, instruction: dict) -> bool:
+  """Does `text` (read as a reader sees it: `as_read`) follow one instruction?"""
   args = {k: v for k, v in instruction.items() if k != "type"}
   kind = instruction.get("type")
   if kind not in CHECKS:
     raise ValueError(f"unknown instruction type {kind!r}; known: {', '.join(sorted(CHECKS))}")
-  return bool(CHECKS[kind](text, **args))
+  return bool(CHECKS[kind](as_read(text), **args))
 
 
 def _word_cap(instructions: list[dict]) -> int | None:

@@ -47,7 +47,7 @@ def _cancel_alarm():
 
 @functools.cache
 def _warm_once():
-  import math_verify
+  import math_verify  # lazy: sympy's parsers are slow to import, only math items need them
 
   math_verify.parse("$1$")
 
@@ -90,7 +90,7 @@ def numbers_agree(gold, pred) -> bool:
 
 def parsed(reference: str, timeout_s: int = 5):
   """math-verify's reading of a reference (None when it reads nothing)."""
-  from math_verify import parse
+  from math_verify import parse  # lazy: imported in the verifier process only
 
   try:
     got = parse(_gold_text(str(reference)), parsing_timeout=timeout_s, raise_on_error=True)
@@ -104,7 +104,7 @@ def parsed(reference: str, timeout_s: int = 5):
 def equivalent(answer: str, reference: str, timeout_s: int = 5) -> bool:
   """Does math-verify find `answer` equal to `reference` (both read as `plain_math`)? False
   when either cannot be read."""
-  from math_verify import parse, verify
+  from math_verify import parse, verify  # lazy: imported in the verifier process only
 
   gold = parsed(reference, timeout_s)
   if gold is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from prorl_jax.rewards import math as math_verifier
 from prorl_jax.rewards import quantity
 from prorl_jax.rewards.common import Score, after_think, answer_tag, blank, last_boxed
 
@@ -88,8 +89,6 @@ def _norm(s: str) -> str:
 
 
 def _same_math(got: str, ref: str) -> bool:
-  from prorl_jax.rewards import math as math_verifier
-
   return math_verifier.equivalent(got, ref)
 
 
@@ -135,8 +134,6 @@ def reference_problem(reference) -> str | None:
   ref = str(reference).strip()
   if re.fullmatch(r"\(?[A-Ja-j]\)?", ref) or quantity.parse(_rhs(ref)) is not None:
     return None
-  from prorl_jax.rewards import math as math_verifier
-
   if not re.search(r"[\w\d]", ref) or math_verifier.parsed(_rhs(ref)) is None:
     return f"reference {ref[:40]!r} is neither a quantity nor an expression"
   return None
@@ -147,6 +144,4 @@ def warm(reference=None, **_):
   quantity.registry()
   ref = str(reference or "").strip()
   if not re.fullmatch(r"\(?[A-Ja-j]\)?", ref) and quantity.parse(_rhs(ref)) is None:
-    from prorl_jax.rewards import math as math_verifier
-
     math_verifier.warm()

@@ -54,7 +54,7 @@ def plain_math(text: str) -> str:
 @functools.lru_cache(maxsize=1)
 def registry():
   """pint's unit registry (loaded once, in the verifier pool process)."""
-  import pint
+  import pint  # lazy: slow to import, loaded once in the pool process (mcq.warm)
 
   return pint.UnitRegistry(autoconvert_offset_to_baseunit=True)
 

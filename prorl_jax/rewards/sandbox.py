@@ -151,10 +151,9 @@ def run_cases(
 
   A case is {"stdin": str} (a stdin/stdout program) or {"args": [...]} (with `fn_name`: the
   program is imported and `fn_name(*args)` printed as JSON after RESULT_MARK), optionally with
-  "stdout_bytes" (its stdout cap). `prelude` (trusted: the harness's own imports) runs once
-  before the cases, which see its names. Returns one RunResult per case that ran, in order:
-  fewer when the time ran out (the last one then says `timed_out`) or the program killed the
-  runner."""
+  "stdout_bytes" (its stdout cap); `prelude` (the harness's imports) runs before the cases.
+  Returns a RunResult per case that ran, in order: fewer when the time ran out (the last one
+  then says `timed_out`) or the program killed the runner."""
   lim = dict(LIMITS, **RUN_LIMITS["limits"], **(limits or {}))
   if not unsandboxed():
     err = check()
@@ -168,9 +167,8 @@ def run_cases(
     }
     for c in cases
   ]
-  fd = data_fd(
-    marshal.dumps({"code": code, "fn_name": fn_name, "cases": job_cases, "prelude": prelude}), "job"
-  )
+  job = {"code": code, "fn_name": fn_name, "cases": job_cases, "prelude": prelude}
+  fd = data_fd(marshal.dumps(job), "job")
   cfg = marshal.dumps(
     {
       "fd": fd,
@@ -228,16 +226,8 @@ def run_cases(
   return out
 
 
-def run(
-  code: str,
-  *,
-  stdin: bytes = b"",
-  timeout_s: float,
-  fn_name: str | None = None,
-  args: list | None = None,
-  limits: dict | None = None,
-) -> RunResult:
-  """One run of `code` in a fresh sandbox (see `run_cases`)."""
+def run(code: str, *, stdin=b"", timeout_s: float, fn_name=None, args=None, limits=None):
+  """One run of `code` in a fresh sandbox (see `run_cases`): its RunResult."""
   case = {"args": args or []} if fn_name else {"stdin": stdin.decode("utf-8", "replace")}
   return run_cases(code, [case], timeout_s=timeout_s, fn_name=fn_name, limits=limits)[0]
 
