@@ -473,7 +473,7 @@ def test_the_stop_token_and_what_follows_never_reach_a_verifier():
   text = "<think>x</think>Answer: C"
   ids = [ord(c) for c in text]
   ends = worker.end_token_ids(tok, (7,))
-  assert ends == {0, 1, 7}
+  assert ends == {1, 7}
   # the stop token, then whatever an engine left after it (more tokens, padding)
   for tail in ([1], [1, ord("B")], [7, ord("B"), 0, 0], [0, 0], []):
     got = worker.response_text(tok, ids + tail + [0] * 3, len(ids) + len(tail), ends)

@@ -38,12 +38,11 @@ INFLIGHT_NEEDS = (
 
 
 def end_token_ids(tokenizer, stop_token_ids=()) -> frozenset[int]:
-  """The ids that end a response: the sampling's stop tokens, the tokenizer's end of sequence
-  and padding tokens."""
+  """The ids that end a response: the sampling's stop tokens and the tokenizer's end of
+  sequence (a padding token the model drew inside its length is text it wrote, not an end)."""
   ids = set(stop_token_ids)
-  for name in ("eos_token_id", "pad_token_id"):
-    v = getattr(tokenizer, name, None)
-    ids.update(v if isinstance(v, (list, tuple)) else [v] if isinstance(v, int) else [])
+  v = getattr(tokenizer, "eos_token_id", None)
+  ids.update(v if isinstance(v, (list, tuple)) else [v] if isinstance(v, int) else [])
   return frozenset(ids)
 
 
