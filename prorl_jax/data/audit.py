@@ -196,8 +196,8 @@ def _swapped(answer: str, metadata: dict) -> str | None:
   if terms.get("knight") and terms.get("knave"):
     swaps.update({terms["knight"].lower(): terms["knave"], terms["knave"].lower(): terms["knight"]})
   words = re.compile(r"\b(" + "|".join(map(re.escape, swaps)) + r")\b", re.I)
-  got = words.sub(lambda m: swaps[m.group(1).lower()], answer) if words.search(answer) else None
-  got = got if got is not None else answer[::-1]
+  got = words.sub(lambda m: swaps[m.group(1).lower()], answer)
+  got = got if got != answer else answer[::-1]
   return got if got.strip().lower() != answer.strip().lower() else None
 
 
@@ -261,8 +261,7 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
   else:
     # wrong candidates: other rows' answers, the other half of a yes/no or true/false pair,
     # a puzzle's answer with its roles swapped (a parser reads past a digit appended to a
-    # sentence), and the
-    # reference with a digit more (so there is always one)
+    # sentence), and the reference with a digit more (so there is always one)
     pair = {"yes": "No", "no": "Yes", "true": "False", "false": "True"}.get((ref or "").lower())
     swapped = _swapped(ref or "", _rg_metadata(row)) if verifier == "reasoning_gym" else None
     extra = (pair, swapped, f"{ref}1")
@@ -337,8 +336,8 @@ def _summarise(key: str, n: int, by: dict) -> dict:
     return None if not got else sum(s.value for s in got) / len(got)
 
   honest = mean("honest_wrong") or 0.0
-  formats = [s for tag, got in by.items() if tag.startswith("honest/") for s in got]
-  accepted = sum(s.value == 1.0 for s in formats) / len(formats) if formats else None
+  formats = [(tag, s) for tag, got in by.items() if tag.startswith("honest/") for s in got]
+  accepted = sum(s.value == 1.0 for _, s in formats) / len(formats) if formats else None
   strategies = {
     t: {
       "mean": mean(t),
@@ -357,13 +356,7 @@ def _summarise(key: str, n: int, by: dict) -> dict:
   if ref is not None and ref <= honest + 1e-9:
     problems.append(f"an honest wrong answer earns {honest:.2f}, as much as the reference")
   if accepted is not None and accepted < 1.0:
-    bad = next(
-      f"{tag}: {s.reason}"
-      for tag, got in by.items()
-      if tag.startswith("honest/")
-      for s in got
-      if s.value < 1.0
-    )
+    bad = next(f"{tag}: {s.reason}" for tag, s in formats if s.value < 1.0)
     problems.append(f"honest formats earn full credit {accepted:.0%} of the time ({bad})")
   for t in ("empty", "blank"):
     if t in strategies and strategies[t]["mean"] > 0:

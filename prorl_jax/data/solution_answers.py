@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from prorl_jax.rewards.common import last_boxed
+from prorl_jax.rewards.quantity import value_side
 
 _ANSWER_IS = re.compile(
   r"(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*[:=]|answer\s*:)\s*(.+?)\s*(?:\.\s*$|$)",
@@ -19,15 +20,13 @@ _LEAD = re.compile(
 
 
 _DISPLAY = re.compile(r"\\[\[\]()]|\$\$?")
-_VALUE_SIDE = re.compile(r"\\approx|≈|\\simeq|(?<![<>!=])=(?!=)")
 
 
 def _clean_answer(text: str) -> str:
   """The value an answer states: display-math delimiters (`\\[`, `\\]`, `$`) dropped, and of
   `v = 14 m/s` or `x \\approx 3.2` the side after the last `=` or `\\approx`."""
   text = _DISPLAY.sub(" ", text).strip().rstrip(".,;").strip()
-  side = _VALUE_SIDE.split(text)[-1].strip()
-  return (side or text).rstrip(".,;").strip()
+  return value_side(text).strip().rstrip(".,;").strip()
 
 
 def scp_answer(solution: str) -> tuple[str, str] | None:

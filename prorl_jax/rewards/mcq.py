@@ -88,10 +88,6 @@ def _norm(s: str) -> str:
   return re.sub(r"\s+", " ", s).lower()
 
 
-def _same_math(got: str, ref: str) -> bool:
-  return math_verifier.equivalent(got, ref)
-
-
 def score(response: str, reference, **_) -> Score:
   """1 when the answer the response gives after its think block is the reference's choice (or
   its short answer), else 0."""
@@ -109,15 +105,9 @@ def score(response: str, reference, **_) -> Score:
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {got[:50]!r}")
 
 
-def _rhs(s: str) -> str:
-  """The value side of `v = 2 m/s` or `x \\approx 3.2` (what follows the last = or ≈)."""
-  parts = re.split(r"\\approx|≈|(?<![<>!])=(?!=)|\\simeq", s)
-  return parts[-1] if len(parts) > 1 and parts[-1].strip() else s
-
-
 def short_answer_matches(got: str, ref: str) -> bool:
   """A short (non-letter) answer against its reference: quantities, strings, then math."""
-  g, r = _rhs(got), _rhs(ref)
+  g, r = quantity.value_side(got), quantity.value_side(ref)
   qg, qr = quantity.parse(g), quantity.parse(r)
   if qr is not None:
     return qg is not None and quantity.same_quantity(qg, qr)
@@ -125,16 +115,16 @@ def short_answer_matches(got: str, ref: str) -> bool:
     return False
   if _norm(g) == _norm(r):
     return True
-  return _same_math(g, r)
+  return math_verifier.equivalent(g, r)
 
 
 def reference_problem(reference) -> str | None:
   """Why a short-answer reference cannot be judged (None when it can): it must be a letter, a
   quantity, or text math-verify reads (checked at prepare)."""
   ref = str(reference).strip()
-  if re.fullmatch(r"\(?[A-Ja-j]\)?", ref) or quantity.parse(_rhs(ref)) is not None:
+  if re.fullmatch(r"\(?[A-Ja-j]\)?", ref) or quantity.parse(quantity.value_side(ref)) is not None:
     return None
-  if not re.search(r"[\w\d]", ref) or math_verifier.parsed(_rhs(ref)) is None:
+  if not re.search(r"[\w\d]", ref) or math_verifier.parsed(quantity.value_side(ref)) is None:
     return f"reference {ref[:40]!r} is neither a quantity nor an expression"
   return None
 
@@ -143,5 +133,5 @@ def warm(reference=None, **_):
   """Loads pint (and math-verify for expressions) in the pool process, before the fork."""
   quantity.registry()
   ref = str(reference or "").strip()
-  if not re.fullmatch(r"\(?[A-Ja-j]\)?", ref) and quantity.parse(_rhs(ref)) is None:
+  if not re.fullmatch(r"\(?[A-Ja-j]\)?", ref) and quantity.parse(quantity.value_side(ref)) is None:
     math_verifier.warm()

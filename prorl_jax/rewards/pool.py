@@ -177,18 +177,19 @@ class VerifierPool:
             ready = slot.conn.poll(self.timeout_s * float(meta.get("wall_factor", 1.0)))
           except (OSError, EOFError):
             ready = True  # a dead pipe: recv below says so
+          lost = not ready
           if ready:
             try:
               out[i] = slot.conn.recv()
             except (EOFError, OSError):  # the verifier process died (e.g. killed by the OS)
               out[i] = rewards.Score(0.0, "verifier process died", failed=True)
+              lost = True
           else:  # stuck on this response past every limit of its own: the response's doing
             why = f"response error: verifier timeout after {self.timeout_s:g}s"
             out[i] = rewards.Score(0.0, why, response_error=True)
             self.stats[f"{domain}/timeouts"] += 1
           self._count(domain, out[i], starved_ok=True)
-          stuck = out[i].reason.startswith(("response error: verifier timeout", "verifier process"))
-          if stuck:
+          if lost:
             slot.kill_and_restart()
             for rest in chunk[k + 1 :]:  # the rest of the chunk goes back to the queue
               todo.put(rest)

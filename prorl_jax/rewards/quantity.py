@@ -98,6 +98,16 @@ def _unit_text(text: str) -> str:
   return " ".join(s.split())
 
 
+_VALUE_SIDE = re.compile(r"\\approx|≈|\\simeq|(?<![<>!=])=(?!=)")
+
+
+def value_side(text: str) -> str:
+  """The value an answer states: of `v = 14 m/s` or `x \\approx 3.2` the side after the last
+  `=` or `\\approx` (the whole text when there is none, or nothing after it)."""
+  side = _VALUE_SIDE.split(text)[-1]
+  return side if side.strip() else text
+
+
 class Quantity(NamedTuple):
   value: fractions.Fraction
   unit: object  # a pint unit, or None for a plain number

@@ -46,16 +46,20 @@ def end_token_ids(tokenizer, stop_token_ids=()) -> frozenset[int]:
   return frozenset(ids)
 
 
-def response_text(tokenizer, tokens, length: int, ends: frozenset[int]) -> str:
+def special_texts(tokenizer) -> list[str]:
+  """The tokenizer's special tokens as text, longest first."""
+  return sorted({s for s in getattr(tokenizer, "all_special_tokens", ()) if s}, key=len)[::-1]
+
+
+def response_text(tokenizer, tokens, length: int, ends: frozenset[int], specials=None) -> str:
   """The text a verifier judges: the response's tokens up to (not including) the first end
   token, decoded with the think tags kept, and any special token text left at its end removed
-  (an engine that stops on a token the request did not list, or pads, leaves one there)."""
+  (an engine that stops on a token the request did not list, or pads, leaves one there).
+  `specials`: `special_texts(tokenizer)`, computed once by a caller that decodes many."""
   toks = [int(t) for t in tokens[:length]]
   cut = next((i for i, t in enumerate(toks) if t in ends), len(toks))
   text = tokenizer.decode(toks[:cut], skip_special_tokens=False)
-  specials = sorted(
-    {s for s in getattr(tokenizer, "all_special_tokens", ()) if s}, key=len, reverse=True
-  )
+  specials = special_texts(tokenizer) if specials is None else specials
   stripped = None
   while stripped != text:
     stripped, text = text, text.rstrip()
@@ -81,11 +85,11 @@ def score_rows(
   gets its prompt's text as `prompt_text` (the instruction-following verifier refuses a
   response that restates it)."""
   texts = [tokenizer.decode(p, skip_special_tokens=True) for p in prompts] if prompts else None
-  ends = end_token_ids(tokenizer, stop_token_ids)
+  ends, specials = end_token_ids(tokenizer, stop_token_ids), special_texts(tokenizer)
   jobs = []
   for r in range(len(out["lengths"])):
     m = meta[r // n]
-    text = response_text(tokenizer, out["tokens"][r], int(out["lengths"][r]), ends)
+    text = response_text(tokenizer, out["tokens"][r], int(out["lengths"][r]), ends, specials)
     extra = m.extra if texts is None else {**m.extra, "prompt_text": texts[r // n]}
     jobs.append((m.data_source, text, m.reference, extra))
   res = pool.score_many(jobs, routing)
