@@ -56,6 +56,7 @@ def test_the_audit_passes_on_the_fixture_mix(mix, tmp_path):
       "prorl_jax.cli.audit",
       f"--data={mix}",
       "--per_source=2",
+      "--attack",
       f"--json={table}",
     ],
     capture_output=True,
@@ -73,7 +74,9 @@ def test_the_audit_passes_on_the_fixture_mix(mix, tmp_path):
       assert r["reference"] == 1.0, key
     for name, st in r["strategies"].items():
       assert st["mean"] <= r["honest_wrong"] and st["failed"] == 0, (key, name, st)
-  assert "no strategy earns more than an honest wrong answer" in proc.stdout
+  assert "no strategy or attack earns more than its bar" in proc.stdout
+  for key, r in report.items():  # every class of the red team ran on its sources
+    assert r["attacks"] and all(a["attack"] <= a["bar"] for a in r["attacks"].values()), key
 
 
 def test_breaking_one_rule_makes_the_audit_fail(mix, monkeypatch):
@@ -140,3 +143,21 @@ def test_the_audit_passes_on_the_fixture_suite(tmp_path):
   }
   assert {"gpqa", "livecodebench", "humanevalplus", "reasoning_gym/boxnet"} <= set(report)
   assert all(r["reference"] in (None, 1.0) for r in report.values())
+
+
+def test_the_red_team_catches_a_verifier_that_stops_folding_look_alikes(mix, monkeypatch):
+  from prorl_jax.rewards import ifeval, reading
+
+  clean = audit.audit(mix, per_source=1, pool=InProcess(), attack=True)
+  assert audit.gameable(clean) == [], {k: r["problems"] for k, r in clean.items()}
+  assert clean["llama_nemotron_if"]["attacks"]["lookalike"]["attack"] == 0.0
+  # the text read after NFKC alone: Cyrillic letters and fullwidth commas pass for others
+  monkeypatch.setattr(ifeval, "folded", reading.as_read)
+  monkeypatch.setattr(ifeval, "commas", lambda t: reading.as_read(t).count(","))
+  broken = audit.audit(mix, per_source=1, pool=InProcess(), attack=True)
+  assert audit.gameable(broken) == ["llama_nemotron_if"], broken
+  lookalike = broken["llama_nemotron_if"]["attacks"]["lookalike"]
+  assert lookalike["attack"] > lookalike["bar"], lookalike
+  assert any(
+    p.startswith("attack lookalike earns") for p in broken["llama_nemotron_if"]["problems"]
+  )

@@ -346,9 +346,9 @@ IFEVAL_25 = (
 
 
 def test_every_ifeval_instruction_type_is_supported():
-  from prorl_jax.rewards import ifeval
+  from prorl_jax.data.ifeval_ids import IFEVAL_IDS
 
-  assert set(ifeval.IFEVAL_IDS) == set(IFEVAL_25)
+  assert set(IFEVAL_IDS) == set(IFEVAL_25)
 
 
 @pytest.mark.parametrize(

@@ -233,7 +233,7 @@ def test_hedges_earn_nothing_and_the_honest_answer_earns_everything(pool):
 @pytest.mark.parametrize("blank", ["", "   ", "\n\t"])
 def test_an_empty_answer_earns_nothing_in_every_domain(pool, blank):
   (row, meta, _) = _rg("syllogism", n=1)[0]
-  stdio = json.dumps({"inputs": ["1\n"], "outputs": ["1"]})
+  stdio = json.dumps({"inputs": ["3 4\n", "10 5\n"], "outputs": ["7", "15"]})
   prohibitions = [
     {"type": "no_commas"},
     {"type": "words", "relation": "less than", "num": 40},
@@ -258,7 +258,7 @@ def test_an_empty_answer_earns_nothing_in_every_domain(pool, blank):
       None,
       {"instructions": prohibitions},
     ),
-    ("codecontests", _py("print(input())"), stdio, {}),
+    ("codecontests", _py("print(sum(map(int, input().split())))"), stdio, {}),
   ]
   out = pool.score_many(jobs + honest)
   assert [s.value for s in out] == [0.0] * len(jobs) + [1.0] * len(honest), out
@@ -454,10 +454,12 @@ def test_a_timeout_with_little_cpu_is_starved_and_one_that_computed_is_not():
   assert not timed_out(0.2, preempted=False).starved  # slept or blocked: its own doing
   assert not timed_out(2.9, preempted=True).starved  # computed: slow
   sleeper = code.score(
-    _py("import time\ntime.sleep(30)"), {"inputs": [""], "outputs": ["1"]}, time_budget_s=2
+    _py("import time\ntime.sleep(30)"), {"inputs": [""], "outputs": ["2718"]}, time_budget_s=2
   )
   assert sleeper.value == 0.0 and not sleeper.starved and not sleeper.failed, sleeper
-  spin = code.score(_py("while True:\n  pass"), {"inputs": [""], "outputs": ["1"]}, time_budget_s=2)
+  spin = code.score(
+    _py("while True:\n  pass"), {"inputs": [""], "outputs": ["2718"]}, time_budget_s=2
+  )
   assert spin.value == 0.0 and not spin.starved and not spin.failed
 
 
@@ -479,6 +481,20 @@ def test_numbers_are_decided_by_the_reference_in_every_verifier(pool):
     ("scp", "\\boxed{7\\%}", "7\\%", 1.0),
   ]
   out = pool.score_many([(d, f"<think>x</think>{a}", r, {}) for d, a, r, _ in cases])
+  # code, printed and returned: the same rule (the second test tells programs from constants)
+  stdout = lambda want: json.dumps({"inputs": ["1", "2"], "outputs": [want, "2"]})
+  call = lambda want: json.dumps({"fn_name": "f", "inputs": [[1], [2]], "outputs": [want, 2]})
+  prints = lambda v: _py(f"x = input()\nprint({v} if x == '1' else 2)")
+  returns = lambda v: _py(f"def f(x):\n  return {v} if x == 1 else 2")
+  cases += [
+    ("codecontests", prints("0.0"), stdout("6.6e-34"), 0.0),
+    ("codecontests", prints("'6.6000001e-34'"), stdout("6.6e-34"), 1.0),
+    ("codecontests", prints("0"), stdout("0.000000"), 1.0),
+    ("codecontests", prints("1e-9"), stdout("0.000000"), 0.0),
+    ("codecontests", returns("0.0"), call(1e-30), 0.0),
+    ("codecontests", returns("1e-30 * (1 + 1e-9)"), call(1e-30), 1.0),
+  ]
+  out += pool.score_many([(d, a, r, {}) for d, a, r, _ in cases[len(out) :]])
   got = [(c[1], c[2], s.value) for c, s in zip(cases, out)]
   assert [s.value for s in out] == [c[3] for c in cases], got
 

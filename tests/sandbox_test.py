@@ -450,7 +450,14 @@ def test_the_pool_timeout_kills_the_sandbox_with_its_verifier():
   try:
     stuck = _daemon(marker).replace("print('parent done')", "import time\ntime.sleep(600)")
     out = pool.score_many(
-      [("code", _py(stuck), json.dumps({"inputs": [""], "outputs": ["1"]}), {"time_budget_s": 600})]
+      [
+        (
+          "code",
+          _py(stuck),
+          json.dumps({"inputs": [""], "outputs": ["2718"]}),
+          {"time_budget_s": 600},
+        )
+      ]
     )
     assert out[0].response_error and "timeout" in out[0].reason  # 0 for the response, counted
     assert _wait_gone(marker) == []  # the namespace died with its verifier
@@ -475,9 +482,9 @@ def test_a_verifier_killed_mid_item_is_a_marked_failure_never_none():
 
   pool = VerifierPool(processes=1, timeout_s=60.0)
   try:
-    slow = _py("import time\ntime.sleep(4)\nprint(1)")
+    slow = _py("import time\ntime.sleep(4)\nprint(2718)")
     jobs = [
-      ("code", slow, {"inputs": [""], "outputs": ["1"]}, {"time_budget_s": 30}),
+      ("code", slow, {"inputs": [""], "outputs": ["2718"]}, {"time_budget_s": 30}),
       ("chain_sum", "<answer>5</answer>", "5", {}),
     ]
     got = {}
@@ -498,7 +505,7 @@ def test_a_verifier_killed_mid_item_is_a_marked_failure_never_none():
     assert pool.stats["code/errors"] == 1
     # inside the sandbox getppid() is the sandbox's own init, never the verifier: scored 0
     killer = _py("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
-    again = pool.score_many([("code", killer, {"inputs": [""], "outputs": ["1"]}, {})])
+    again = pool.score_many([("code", killer, {"inputs": [""], "outputs": ["2718"]}, {})])
     assert again[0].value == 0.0 and not again[0].failed and pool.slots[0].proc.is_alive()
   finally:
     pool.close()

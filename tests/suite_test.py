@@ -321,7 +321,9 @@ def test_converted_code_tests_score_real_programs(built):
   right = "```python\ndef total(xs: List[int]) -> int:\n    return sum(xs)\n```"
   wrong = "```python\ndef total(xs: List[int]) -> int:\n    return len(xs)\n```"
   assert code(right, hep["reference"], **hep["extra"]).value == 1.0
-  assert code(wrong, hep["reference"], **hep["extra"]).value == pytest.approx(1 / 3)
+  # `return 0` passes two tests of three; `len` passes one: nothing beyond a constant program
+  assert code(wrong, hep["reference"], **hep["extra"]).value == 0.0
+  assert rewards.code.constant_passes(json.loads(hep["reference"])) == (2, "return 0")
   fn_row, io_row = _rows(out / "livecodebench.parquet")
   sol = (
     "```python\nclass Solution:\n    def add(self, a: int, b: int) -> int:\n"

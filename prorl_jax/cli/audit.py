@@ -1,7 +1,7 @@
-"""`python -m prorl_jax.cli.audit --data=DIR`: the verifier audit (`data.audit`) of a prepared
-data directory as a table; exits 1 when a degenerate or hedging strategy earns more than an honest
-wrong answer on some source, or an honest correct answer in a format reasoning models write earns
-less than full credit (both directions: `data.audit`)."""
+"""`python -m prorl_jax.cli.audit --data=DIR [--attack]`: the verifier audit (`data.audit`) of a
+prepared data directory as a table; exits 1 when a degenerate or hedging strategy (with
+`--attack`, a red-team class: `data.attacks`) earns more than its bar on some source, or an honest
+correct answer in a format reasoning models write earns less than full credit."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ flags.mark_flag_as_required("data", flag_values=FLAGS)
 flags.DEFINE_integer("per_source", 8, "rows sampled per source (or task)", **_F)
 flags.DEFINE_integer("seed", 0, "the sampling seed", **_F)
 flags.DEFINE_string("json", "", "also write the table here", **_F)
+flags.DEFINE_bool("attack", False, "also run the red team's classes (data.attacks)", **_F)
 
 
 def main(argv=None) -> int:
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
 
 
 def _report(args) -> int:
-  report = audit(args.data, per_source=args.per_source, seed=args.seed)
+  report = audit(args.data, per_source=args.per_source, seed=args.seed, attack=args.attack)
   width = max([len(k) for k in report] + [6])
   print(f"{'source':<{width}}  rows  reference  honest-wrong  honest-formats  best strategy")
   for key, r in report.items():
@@ -50,6 +51,8 @@ def _report(args) -> int:
       f"{key:<{width}}  {r['rows']:>4}  {_fmt(r['reference']):>9}  {_fmt(r['honest_wrong']):>12}"
       f"  {shown:>14}  {_fmt(best['mean'])} ({best['strategy']})"
     )
+    for cls, a in r["attacks"].items():
+      print(f"  attack {cls:<18} {_fmt(a['attack'])} (bar {_fmt(a['bar'])})")
     for p in r["problems"]:
       print(f"  !! {key}: {p}")
   if args.json:
@@ -59,7 +62,8 @@ def _report(args) -> int:
   if bad:
     print(f"{len(bad)} of {len(report)} sources have a reward a policy can game: {', '.join(bad)}")
     return 1
-  print(f"no strategy earns more than an honest wrong answer in {len(report)} sources")
+  what = "strategy or attack" if args.attack else "strategy"
+  print(f"no {what} earns more than its bar in {len(report)} sources")
   return 0
 
 

@@ -3,8 +3,9 @@ of a run's metrics.jsonl, or of several runs overlaid with a legend.
 
 Panels: reward (raw, shaped), held-out pass@1, response length and truncation, entropy, KL to the
 reference, clip fractions, dynamic-sampling keep rate, throughput and time per phase (rollout,
-update, publish); reference resets (red), length-penalty phase switches (green) and resumes (grey)
-are marked on every panel.
+update, publish), and the hack monitor's flags (`hacks/{source}/{flag}`: the share of responses
+the red team's detectors flag); reference resets (red), length-penalty phase switches (green)
+and resumes (grey) are marked on every panel.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ PANELS = (
   ("dynamic sampling keep rate", ("sampling/keep_rate",)),
   ("throughput (response tokens/s)", ("perf/tokens_per_s",)),
   ("step time (s)", ("time/rollout_s", "time/update_s", "time/publish_s", "time/step_s")),
+  ("reward-hack flags (share of responses)", "hacks/"),  # every metric under the prefix
 )
 
 
@@ -69,16 +71,19 @@ def dashboard(runs: str | list[str], out: str | None = None) -> str:
   data = {run: _rows(run) for run in runs}
   names = _names(runs)
   one = len(runs) == 1
-  fig, axes = plt.subplots(2, 5, figsize=(22, 7.5))
+  fig, axes = plt.subplots(3, 4, figsize=(22, 11))
+  for ax in axes.flat[len(PANELS) :]:
+    ax.set_visible(False)
   for ax, (title, keys) in zip(axes.flat, PANELS):
     for i, (run, rows) in enumerate(data.items()):
       color = None if one else f"C{i}"
-      for j, key in enumerate(keys):
+      for j, key in enumerate(_keys(keys, rows)):
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         if not pts:
           continue
         xs, ys = zip(*pts)
-        label = key.split("/")[-1] if one else f"{names[run]}: {key.split('/')[-1]}"
+        short = key[len(keys) :] if isinstance(keys, str) else key.split("/")[-1]
+        label = short if one else f"{names[run]}: {short}"
         style = "-" if one else ("-", "--", ":", "-.")[j % 4]
         ax.plot(
           xs, ys, style, color=color, marker="o" if len(pts) < 30 else None, ms=3, label=label
@@ -92,7 +97,7 @@ def dashboard(runs: str | list[str], out: str | None = None) -> str:
         ax.axvline(s, color="grey", alpha=0.5, lw=1, ls="-.")
     ax.set_title(title)
     ax.set_xlabel("RL step")
-    if ax.get_legend_handles_labels()[0] and (len(keys) > 1 or not one):
+    if ax.get_legend_handles_labels()[0] and (len(_keys(keys, rows)) > 1 or not one):
       ax.legend(fontsize=7)
   what = "red: reference reset, green dashed: length-penalty phase switch"
   if not one:
@@ -106,6 +111,13 @@ def dashboard(runs: str | list[str], out: str | None = None) -> str:
   fig.savefig(out, dpi=80)
   plt.close(fig)
   return out
+
+
+def _keys(keys: tuple | str, rows: list[dict]) -> list[str]:
+  """A panel's metrics: its names, or every metric of the runs under its prefix."""
+  if isinstance(keys, tuple):
+    return list(keys)
+  return sorted({k for r in rows for k in r if k.startswith(keys)})
 
 
 def _names(runs: list[str]) -> dict[str, str]:

@@ -3,20 +3,19 @@ prepared data directory pay for text that does not solve the task.
 
 For a sample of real rows of every data source (Reasoning Gym: of every task), through the
 rollout worker's own scoring path (`VerifierPool.score_many`), it scores:
-- the reference answer (the row's ground truth in the verifier's answer format; for code, a
-  program that looks each test's input up in a table of the expected outputs): must earn 1.0,
-  or the row is unusable;
+- the reference answer (for code, a program that looks each test's input up in a table of the
+  expected outputs): must earn 1.0, or the row is unusable;
 - an honest wrong answer (another row's reference; for code a program that prints 0; for
-  instruction following a plain reply that follows no instruction on purpose): the bar;
+  instruction following a plain reply on the prompt's topic that follows no instruction): the bar;
 - the degenerate strategies a policy finds over thousands of steps: an empty and a blank
   answer, the question copied back, every candidate at once, a close float for an integer, the
   longest answer (the reference buried among every other row's), and veto attempts (text that
-  blows up a parser: a tower of powers, JSON nested 100,000 deep, a returned 10**400).
-- honest correct answers in the formats reasoning models write (`data.honest`: a think block,
-  then `\\boxed{\\text{C}}`, bold, `**Final Answer**`, digit groups, `exit()` after printing).
+  blows up a parser: a tower of powers, JSON nested 100,000 deep, a returned 10**400);
+- honest correct answers in the formats reasoning models write (`data.honest`);
+- with `--attack`, the red team's classes (`data.attacks`), each against its own bar.
 The command prints, per source, the reference's mean score, the honest wrong answer's, the share
 of honest formats that earn full credit, and the best mean any strategy earns. It checks both
-directions and exits 1 when a strategy earns more than the honest wrong answer, an empty answer
+directions and exits 1 when a strategy or attack class earns more than its bar, an empty answer
 earns anything, an honest wrong answer earns as much as the reference, a strategy gets its
 response marked a verifier failure (a veto of its group), a reference earns less than 1.0, or an
 honest format earns less than 1.0. `--json=FILE` writes the whole table.
@@ -31,7 +30,7 @@ import random
 import re
 
 from prorl_jax import rewards
-from prorl_jax.data import honest
+from prorl_jax.data import attacks, honest
 from prorl_jax.data.prompts import DataError, parse_row, prepared_files, read_rows
 from prorl_jax.rewards import puzzles
 from prorl_jax.rewards.common import last_boxed
@@ -47,10 +46,7 @@ STRATEGIES = (
   "veto",
 )
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
-HONEST_TEXT = (
-  "Thank you for the question. Here is a plain reply in a few short sentences. "
-  "It answers in ordinary prose and follows no special format on purpose."
-)
+HONEST_TEXT = "Here is a plain reply in ordinary prose. It follows no special format on purpose."
 _INT = re.compile(r"[+-]?\d+")
 
 
@@ -251,7 +247,8 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
     q = _question(row)
     filler = " ".join(["lorem ipsum dolor sit amet"] * 400)
     raw = {"empty": "", "blank": " \n\t ", "copy_question": q, "longest": filler, "veto": DEEP_JSON}
-    return None, _wrap(verifier, HONEST_TEXT), {k: _wrap(verifier, v) for k, v in raw.items()}
+    wrong = _wrap(verifier, attacks.topic(q) + " " + HONEST_TEXT)
+    return None, wrong, {k: _wrap(verifier, v) for k, v in raw.items()}
   ref = _answer_of(verifier, row)
   other_refs = [a for a in (_answer_of(verifier, o) for o in others) if a and a != ref]
   if ref is not None and re.fullmatch(r"[A-Ja-j]", ref.strip()):  # a multiple-choice key
@@ -297,9 +294,26 @@ def honest_formats(verifier: str, row: dict) -> dict[str, str]:
   return {} if ref is None else honest.responses(verifier, ref, _question(row))
 
 
-def audit(directory: str, *, per_source: int = 8, seed: int = 0, pool=None) -> dict:
+def _attack_pairs(verifier: str, row: dict, wrong: str, seed: int) -> list[tuple[str, str]]:
+  got = attacks.pairs(
+    verifier,
+    prompt=_question(row),
+    extra=row["extra"],
+    answer=_answer_of(verifier, row),
+    spec=_tests(row) if verifier == "code" else None,
+    wrap=lambda text: _wrap(verifier, text),
+    wrong=wrong,
+    seed=seed,
+  )
+  return [t for cls, hack, bar in got for t in ((f"attack/{cls}", hack), (f"bar/{cls}", bar))]
+
+
+def audit(
+  directory: str, *, per_source: int = 8, seed: int = 0, pool=None, attack: bool = False
+) -> dict:
   """{source: {rows, reference, honest_wrong, honest_formats, strategies: {name: {mean,
-  failed}}, best, problems}} over a sample of each source's rows."""
+  failed}}, best, attacks, problems}} over a sample of each source's rows (`attack`: with the
+  red team's classes, `data.attacks`)."""
 
   rows = sample_rows(data_files(directory), per_source, seed)
   own = pool is None
@@ -315,6 +329,8 @@ def audit(directory: str, *, per_source: int = 8, seed: int = 0, pool=None) -> d
         meta = dict(row["extra"], prompt_text=_question(row))
         formats = [(f"honest/{k}", v) for k, v in honest_formats(verifier, row).items()]
         pairs = [("reference", ref), ("honest_wrong", wrong), *strat.items(), *formats]
+        if attack:
+          pairs += _attack_pairs(verifier, row, wrong, i)
         for tag, text in pairs:
           if text is not None:
             jobs.append((row["data_source"], text, row["reference"], meta))
@@ -366,14 +382,16 @@ def _summarise(key: str, n: int, by: dict) -> dict:
       problems.append(f"{t} earns {st['mean']:.2f} > honest wrong {honest:.2f} ({st['example']})")
     if st["failed"]:
       problems.append(f"{t} is marked a verifier failure {st['failed']} times (a veto)")
+  hacks, more = attacks.summarise(by, honest)
   return {
+    "attacks": hacks,
     "rows": n,
     "reference": ref,
     "honest_wrong": honest,
     "honest_formats": {"responses": len(formats), "accepted": accepted},
     "strategies": strategies,
     "best": {"strategy": best[0], "mean": best[1]["mean"] if best[1] else None},
-    "problems": problems,
+    "problems": problems + more,
   }
 
 

@@ -20,9 +20,10 @@ import numpy as np
 from prorl_jax import rewards
 from prorl_jax.data import audit
 from prorl_jax.data.hub import Malformed, Source, load_source
+from prorl_jax.data.ifeval_ids import from_ifeval
 from prorl_jax.data.prompts import parse_row
 from prorl_jax.data.solution_answers import scp_answer
-from prorl_jax.rewards import code, ifeval, mcq, puzzles
+from prorl_jax.rewards import code, mcq, puzzles
 
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
@@ -98,8 +99,8 @@ def convert_eurus_code(row: dict) -> dict:
     raise Malformed(
       "column 'reward_model.ground_truth' needs non-empty inputs and outputs of one length"
     )
-  if code.blank_output(tests) is not None:
-    raise Malformed("column 'reward_model.ground_truth': a test expects blank output")
+  if unusable := code.unusable_tests(tests):
+    raise Malformed(f"column 'reward_model.ground_truth': {unusable}")
   messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
   return verl_row(messages, ds, json.dumps(tests), "code", {})
 
@@ -131,10 +132,9 @@ def convert_scp(row: dict) -> dict:
 def ifeval_instructions(
   ids: list, kwargs: list, where: str = "kwargs", ids_where: str = "instruction_id_list"
 ) -> list[dict]:
-  """IFEval `instruction_id_list` + `kwargs` (the columns `ids_where` and `where`) -> the
-  ifeval verifier's instructions; Malformed naming the column when they do not fit."""
+  """IFEval ids + kwargs (columns `ids_where`, `where`) -> instructions, or Malformed."""
   try:
-    return ifeval.from_ifeval(ids, kwargs)
+    return from_ifeval(ids, kwargs)
   except ValueError as e:
     column = ids_where if str(e).startswith(("no instruction ids", "unsupported")) else where
     raise Malformed(f"column {column!r}: {e}") from None

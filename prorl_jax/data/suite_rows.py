@@ -62,8 +62,8 @@ def _code_budget(n_tests: int) -> float:
 
 
 def _code_row(prompt: str, data_source: str, tests: dict) -> dict:
-  if code.blank_output(tests) is not None:
-    raise Malformed("a test expects blank output")
+  if unusable := code.unusable_tests(tests):
+    raise Malformed(unusable)
   try:
     truth = json.dumps(tests, allow_nan=False)
   except (TypeError, ValueError):

@@ -9,7 +9,7 @@ way each format means them:
   a one-element list (APPS's convention) matches either way.
 Numbers are compared as the *expected* value says: an expected integer needs the same integer
 (a float only when exactly that integer: `123456700.0` never passes for `123456789`); only an
-expected decimal (`0.5`, `1e-3`, a float value) allows 1e-6 (relative, or absolute near 0).
+expected decimal (`0.5`, `1e-3`, a float value) allows 1e-6 of itself (relative: 0 only 0).
 Comparisons are exact (decimal and rational arithmetic), total (never raise: a returned `10**400`
 is just wrong) and bounded (returned JSON deeper than 64 levels is wrong). NaN and infinities
 never match. A test that expects blank output is refused (any silent program would pass it).
@@ -18,7 +18,9 @@ the solution. The program is the last Python code block (`extract_code`); it run
 and `quit()`, and a function-call task with the imports LiveCodeBench's harness gives starter
 code (`STARTER_IMPORTS`: `typing`, `collections`, ...).
 
-Score = fraction of tests passed; all tests share one wall-clock budget (5 s by default). A run
+Score = fraction of tests passed beyond what the best constant program passes
+(`constant_passes`: `return None`, `print("NO")`, echoing the input, ...; such a program earns
+0, a correct one 1); all tests share one wall-clock budget (5 s by default). A run
 that writes more stdout than the cap (the larger of 1 MiB and twice the expected output) fails
 that test with a reason; output is never compared on a prefix. When the sandbox cannot run here
 the item is a marked verifier failure naming the fix (`rewards/sandbox.py`), never a 0.
@@ -36,7 +38,6 @@ import markdown_it
 from prorl_jax.rewards import bwrap, confinement, sandbox
 from prorl_jax.rewards.common import Score, blank, close, load_json, same_token
 
-REL_TOL = ABS_TOL = 1e-6
 PYTHON_FENCES = ("python", "py", "python3", "py3", "python2")
 # What LiveCodeBench's harness imports before a function-call (starter code) solution: LeetCode
 # starter code annotates with `List` and `Optional` and never imports them.
@@ -117,6 +118,60 @@ def blank_output(spec: dict) -> int | None:
   return None
 
 
+# Programs that solve nothing: what each returns (function-call tasks) or prints (stdin/stdout
+# programs) whatever the input; "echo" returns its first argument or prints its input.
+CONSTANT_RETURNS = {
+  "return None": None, "return 0": 0, "return 1": 1, "return -1": -1, "return True": True,
+  "return False": False, 'return ""': "", "return []": [], "return {}": {},
+}  # fmt: skip
+CONSTANT_PRINTS = ("0", "1", "-1", "YES", "NO", "Yes", "No", "yes", "no", "True", "False")
+
+
+def _as_args(inp) -> list:
+  args = json.loads(inp) if isinstance(inp, str) else inp
+  return args if isinstance(args, list) else [args]
+
+
+def constant_passes(spec: dict) -> tuple[int, str]:
+  """(tests passed, program) of the constant program that passes the most of `spec`'s tests,
+  judged by the same comparisons as a real run (computed, never run): `return None`, `return
+  0`, ..., `print("NO")`, echoing the input. A score counts only what a response passes beyond
+  it; a row every test of which one of them passes is refused at prepare."""
+  ins, outs = spec["inputs"], spec["outputs"]
+  if spec.get("fn_name"):
+    tried = {
+      name: [_returned_value_matches(value, want) for want in outs]
+      for name, value in CONSTANT_RETURNS.items()
+    }
+    echo = []
+    for inp, want in zip(ins, outs):
+      try:
+        args = _as_args(inp)
+      except ValueError:
+        args = []
+      echo.append(bool(args) and _returned_value_matches(args[0], want))
+    tried["return the first argument"] = echo
+  else:
+    tried = {f"print({v!r})": [same_stdout(v, want) for want in outs] for v in CONSTANT_PRINTS}
+    tried["print the input"] = [
+      same_stdout(inp if isinstance(inp, str) else "\n".join(map(str, inp)), want)
+      for inp, want in zip(ins, outs)
+    ]
+  name = max(tried, key=lambda k: sum(tried[k]))
+  return sum(tried[name]), name
+
+
+def unusable_tests(spec: dict) -> str | None:
+  """Why a row's tests cannot tell a solution from a program that solves nothing (a test
+  expecting blank output; every test passed by one constant program), or None."""
+  if (k := blank_output(spec)) is not None:
+    return f"test {k} expects blank output"
+  floor, constant = constant_passes(spec)
+  if spec["outputs"] and floor == len(spec["outputs"]):
+    return f"every test passes the constant program `{constant}`"
+  return None
+
+
 def _fail_reason(res: sandbox.RunResult) -> str:
   if res.output_overflow:
     return "output over the stdout cap"
@@ -134,8 +189,7 @@ def _case(spec: dict, inp, want) -> dict:
   """One test as a sandbox case; its stdout cap leaves room for twice the expected output."""
   cap = max(confinement.LIMITS["stdout_bytes"], 2 * len(json.dumps(want)) + 4096)
   if spec.get("fn_name"):
-    args = json.loads(inp) if isinstance(inp, str) else inp
-    return {"args": args if isinstance(args, list) else [args], "stdout_bytes": cap}
+    return {"args": _as_args(inp), "stdout_bytes": cap}
   return {"stdin": inp if isinstance(inp, str) else "\n".join(map(str, inp)), "stdout_bytes": cap}
 
 
@@ -173,10 +227,8 @@ def score(
     or len(spec["inputs"]) != len(spec["outputs"])
   ):
     return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length", failed=True)
-  empty = blank_output(spec)
-  if empty is not None:
-    why = f"test {empty} expects blank output (any silent program passes it)"
-    return Score(0.0, why, failed=True)
+  if unusable := unusable_tests(spec):
+    return Score(0.0, unusable, failed=True)
   code = extract_code(response)
   if blank(code):
     return Score(0.0, "no ```python block" if code is None else "empty ```python block")
@@ -185,12 +237,14 @@ def score(
   n = len(spec["inputs"])
   if n == 0:
     return Score(0.0, "test spec has no tests", failed=True)
+  floor, constant = constant_passes(spec)
   cases = [_case(spec, inp, want) for inp, want in zip(spec["inputs"], spec["outputs"])]
   try:  # one sandbox for all of this response's tests; they share the time budget
     runs = sandbox.run_cases(
       code,
       cases,
-      timeout_s=time_budget_s * wall_factor,  # a second try gets more wall clock, same CPU
+      timeout_s=time_budget_s * wall_factor,  # a second try gets more wall clock, same CPU:
+      limits={"cpu_s": max(1, math.ceil(time_budget_s))},  # each process, every try
       fn_name=str(spec["fn_name"]) if spec.get("fn_name") else None,
       prelude=STARTER_IMPORTS if spec.get("fn_name") else "",
     )
@@ -210,4 +264,6 @@ def score(
   if len(runs) < n:
     reasons.append("timeout (total budget)")
   reason = f"{passed}/{n} tests passed" + (f"; first failure: {reasons[0]}" if reasons else "")
-  return Score(passed / n, reason)
+  if floor:
+    reason += f"; {floor} of them pass `{constant}` too: credit above that"
+  return Score(max(0, passed - floor) / (n - floor), reason)

@@ -19,6 +19,7 @@ class Score:
   failed: bool = False  # the verifier itself failed: not a judgement of the response
   response_error: bool = False  # the response made the verifier fail: scored 0, counted
   starved: bool = False  # cut short by other load, not by the response: to be scored again
+  flags: tuple = ()  # what the hack monitor's detectors see in the response (rewards.detectors)
 
 
 Verifier = Callable[..., Score]
@@ -108,15 +109,19 @@ def _decimal(token: str) -> decimal.Decimal | None:
     return None
 
 
+REL_TOL = fractions.Fraction(1, 10**6)
+
+
 def close(a: fractions.Fraction, b: fractions.Fraction) -> bool:
-  """|a - b| <= 1e-6 * max(1, |b|), exactly (no float overflow)."""
-  return abs(a - b) <= fractions.Fraction(1, 10**6) * max(1, abs(b))
+  """|a - b| <= 1e-6 * |b|, exactly (no float overflow): relative to the reference, so 0 equals
+  only 0 and 6.6e-34 is not 0."""
+  return abs(a - b) <= REL_TOL * abs(b)
 
 
 def same_token(got: str, want: str) -> bool:
   """One answer token against the expected one, as the expected one says: an integer needs the
-  same integer (`3.0` is 3, `123456700.0` is not 123456789); a decimal allows 1e-6 (relative, or
-  absolute near 0); anything else must be equal. NaN, infinities and words never match numbers."""
+  same integer (`3.0` is 3, `123456700.0` is not 123456789); a decimal allows 1e-6 of itself
+  (relative: 0 only 0); anything else must be equal. NaN, infinities and words never match."""
   if got == want:
     return True
   w = _decimal(want)
@@ -125,9 +130,20 @@ def same_token(got: str, want: str) -> bool:
     return False
   if _INTEGER.fullmatch(want):  # an integer: exactly this integer, however it is written
     return g == w
-  ge, we = g.adjusted(), w.adjusted()
-  if max(ge, we) >= 0 and abs(ge - we) > 8:  # orders of magnitude apart: never within 1e-6
+  if g.is_zero() or w.is_zero():
+    return g.is_zero() and w.is_zero()
+  if abs(g.adjusted() - w.adjusted()) > 1:  # orders of magnitude apart: never within 1e-6
     return False
-  # Tiny values are 0 at the absolute tolerance (and 1e-999999999 never becomes a huge Fraction).
-  g, w = (0 if x.adjusted() < -400 else x for x in (g, w))
-  return close(fractions.Fraction(g), fractions.Fraction(w))
+  # Relative closeness is scale-free: both brought near 1 first, so 1e-999999999 never becomes a
+  # Fraction with a billion-digit denominator.
+  shift = -w.adjusted()
+  g, w = (_scaled(x, shift) for x in (g, w))
+  return close(g, w)
+
+
+def _scaled(x: decimal.Decimal, shift: int) -> fractions.Fraction:
+  """x * 10**shift, exactly."""
+  ctx = decimal.Context(
+    prec=max(28, len(x.as_tuple().digits)), Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN
+  )
+  return fractions.Fraction(x.scaleb(shift, context=ctx))

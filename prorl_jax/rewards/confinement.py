@@ -98,19 +98,20 @@ def own_cgroups() -> dict[str, str]:
   return out
 
 
-def make_cgroup(name: str, memory_bytes: int, pids: int) -> tuple[str, ...] | None:
-  """The run cgroup's cgroup.procs files (v1 memory + pids, or v2), limits written; None when
-  this host does not let us make one."""
+def _limit_files(name: str, memory_bytes: int, pids: int) -> list[tuple[str, str, int]] | None:
+  """(directory, limit file, value) of a cgroup `name` below this process's own (v1 memory +
+  pids, or v2); None when this host has neither."""
   own = own_cgroups()
   v1 = [("memory", "memory.limit_in_bytes", memory_bytes), ("pids", "pids.max", pids)]
   if all(c in own for c, _, _ in v1):
-    dirs = [(os.path.join(_CGROUP_ROOT, c, own[c].lstrip("/"), name), f, v) for c, f, v in v1]
-  elif "" in own:
-    base = _CGROUP_ROOT
-    d = os.path.join(base, own[""].lstrip("/"), name)
-    dirs = [(d, "memory.max", memory_bytes), (d, "pids.max", pids)]
-  else:
-    return None
+    return [(os.path.join(_CGROUP_ROOT, c, own[c].lstrip("/"), name), f, v) for c, f, v in v1]
+  if "" in own:
+    d = os.path.join(_CGROUP_ROOT, own[""].lstrip("/"), name)
+    return [(d, "memory.max", memory_bytes), (d, "pids.max", pids)]
+  return None
+
+
+def _write_limits(dirs: list[tuple[str, str, int]]) -> tuple[str, ...] | None:
   try:
     for d, f, v in dirs:
       os.makedirs(d, exist_ok=True)
@@ -123,6 +124,27 @@ def make_cgroup(name: str, memory_bytes: int, pids: int) -> tuple[str, ...] | No
   except OSError:
     return None
   return tuple(sorted({os.path.join(d, "cgroup.procs") for d, _, _ in dirs}))
+
+
+def make_cgroup(name: str, memory_bytes: int, pids: int, cages: int = 1) -> tuple[str, ...] | None:
+  """The run cgroup `name` (limits written) and, below it, this process's own cage with
+  1/`cages` of each limit, where the sandboxes this process starts run: a sibling sandbox of
+  another process can neither fill its memory nor its process table. Returns the cage's
+  cgroup.procs files; None when this host does not let us make them. Cages of processes that
+  are gone are removed."""
+  run = _limit_files(name, memory_bytes, pids)
+  if run is None or _write_limits(run) is None:
+    return None
+  for d in {d for d, _, _ in run}:
+    for old in os.listdir(d):
+      pid = old.removeprefix("sample-")
+      if old.startswith("sample-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+        with contextlib.suppress(OSError):
+          os.rmdir(os.path.join(d, old))
+  cage = [
+    (os.path.join(d, f"sample-{os.getpid()}"), f, max(1, v // max(cages, 1))) for d, f, v in run
+  ]
+  return _write_limits(cage)
 
 
 def enter_sandbox(procs: tuple[str, ...], uid: int | None):
@@ -183,17 +205,22 @@ RUN_LIMITS = {"limits": {}, "procs": (), "how": "per-sandbox rlimits only"}
 
 def set_run_limits(memory_bytes: int, pids: int, concurrent: int, name: str | None = None) -> str:
   """Caps all sandboxes of this run together: `memory_bytes` and `pids` over at most
-  `concurrent` sandboxes at once. A cgroup named `name` (default $PRORL_SANDBOX_GROUP, else one
-  per parent process) where the host allows it; else per-sandbox rlimits whose product over
-  `concurrent` sandboxes fits the budget. Returns one line saying which."""
+  `concurrent` sandboxes at once, each sandbox in a cage of its share. A cgroup named `name`
+  (default $PRORL_SANDBOX_GROUP, else one per parent process) with this process's cage below it
+  (one sandbox at a time runs in it) where the host allows it; else per-sandbox rlimits whose
+  product over `concurrent` sandboxes fits the budget. Returns one line saying which."""
   name = name or os.environ.get("PRORL_SANDBOX_GROUP") or f"prorl-sandboxes-{os.getppid()}"
-  procs = None if unsandboxed() else make_cgroup(name, memory_bytes, pids)
+  # the workers sharing this budget ($PRORL_SANDBOX_SHARERS) each run `concurrent`
+  concurrent *= max(1, int(os.environ.get("PRORL_SANDBOX_SHARERS", "1") or 1))
+  procs = None if unsandboxed() else make_cgroup(name, memory_bytes, pids, concurrent)
   if procs:
     RUN_LIMITS.update(
-      limits={}, procs=procs, how=f"cgroup {name}: {memory_bytes >> 20} MiB, {pids} pids"
+      limits={},
+      procs=procs,
+      how=f"cgroup {name}: {memory_bytes >> 20} MiB, {pids} pids; this process's sandboxes "
+      f"in a cage of {memory_bytes // concurrent >> 20} MiB, {max(1, pids // concurrent)} pids",
     )
-  else:  # the workers sharing this budget ($PRORL_SANDBOX_SHARERS) each run `concurrent`
-    concurrent *= max(1, int(os.environ.get("PRORL_SANDBOX_SHARERS", "1") or 1))
+  else:
     nproc = max(2, min(LIMITS["nproc"], pids // max(concurrent, 1), 8))
     per = memory_bytes // max(concurrent, 1)
     mem = min(LIMITS["mem_bytes"], max(64 << 20, (per - LIMITS["tmpfs_bytes"]) // nproc))

@@ -18,15 +18,26 @@ satisfied (strict). Types (args):
   repeat_prompt (prompt: the response starts with it, word for word)
 These are IFEval's 25 instruction types.
 
+The text is read as a reader sees it (`rewards.reading`): NFKC, invisible code points removed,
+and, where characters, words or phrases are looked for or forbidden, look-alikes folded to the
+ASCII they imitate on both sides (any script's comma is a comma). Case instructions need English
+letters, as the reference checker does (langdetect says English); a language instruction is not
+met by accents added to English.
+
+Minimums count substance only: words with letters, each five-word run once (a repeated block
+counts once; numerals are not words), sentences and paragraphs of two or more words, each once;
+sections with a body, distinct placeholders and highlights with a letter in them. Upper bounds
+count everything.
+
 No instruction counts before the response is substantive: at least MIN_WORDS words, three of
 them different (fewer only when the item itself caps the length lower), not a few words
 repeated over and over (under 15% distinct among 100 or more), and not a restatement of the
-prompt (`prompt_text`, which the rollout worker passes: half or more of the response's word
-trigrams taken from it; the prompt an item asks to repeat, and the reply a constrained-response
-item offers, are set aside first). Prohibitions and
-upper bounds ("no commas", "at most 40 words") are otherwise met by saying nothing, keyword
-instructions by copying the prompt, length minimums by filler. JSON is read with bounds (64
-levels): deep JSON is not JSON here.
+prompt (`prompt_text`, which the rollout worker passes: three quarters of the response's content
+words taken from it, in any order; the prompt an item asks to repeat, and the reply a
+constrained-response item offers, are set aside first). Prohibitions and upper bounds ("no
+commas", "at most 40 words", "all lowercase") count only for a response about its prompt (one
+topic word stem shared): a reply that would fit any prompt meets none of them. JSON is read with
+bounds (64 levels): deep JSON is not JSON here.
 """
 
 from __future__ import annotations
@@ -37,8 +48,20 @@ import unicodedata
 from typing import Callable
 
 from prorl_jax.rewards.common import Score, after_think, load_json
+from prorl_jax.rewards.reading import (
+  about,
+  as_read,
+  commas,
+  folded,
+  letter_words,
+  restates,
+  substantive_words,
+)
+from prorl_jax.rewards.reading import warm as _warm_reading
 
 MIN_WORDS = 5
+MINIMUM = ("at least",)  # relations that count substance; the others count everything
+UPPER = ("at most", "less than")
 
 
 def _compare(value: int, relation: str, num: int) -> bool:
@@ -53,16 +76,35 @@ def _compare(value: int, relation: str, num: int) -> bool:
   raise ValueError(f"unknown relation {relation!r}")
 
 
-def _words(t):
+def _tokens(t):
   return re.findall(r"\b\w+\b", t)
 
 
 def _sentences(t):
-  return [s for s in re.split(r"(?<=[.!?])\s+", t.strip()) if s.strip()]
+  return [s for s in re.split(r"(?<=[.!?。！？])\s*", t.strip()) if s.strip()]
 
 
 def _paragraphs(t):
   return [p for p in re.split(r"\n\s*\n|\*\*\*", t.strip()) if p.strip()]
+
+
+def _distinct(parts: list[str], words: int = 2) -> list[str]:
+  """The parts with `words` or more words, each text once (case and spacing aside)."""
+  seen, out = set(), []
+  for p in parts:
+    w = tuple(letter_words(p))
+    if len(w) >= words and w not in seen:
+      seen.add(w)
+      out.append(p)
+  return out
+
+
+def _count(kind: str, t: str, relation: str) -> int:
+  """Words, sentences or paragraphs: substance for a minimum, everything for a cap."""
+  if kind == "words":
+    return substantive_words(t) if relation in MINIMUM else len(_tokens(t))
+  parts = _sentences(t) if kind == "sentences" else _paragraphs(t)
+  return len(_distinct(parts)) if relation in MINIMUM else len(parts)
 
 
 def _json(t):
@@ -75,14 +117,36 @@ def _json(t):
     return False
 
 
-def _language(t: str, language: str) -> bool:
-  import langdetect  # lazy: only the language instructions need it (slow to import)
+def _detect(t: str) -> str | None:
+  import langdetect  # lazy: only the language and case instructions need it (slow to import)
 
   langdetect.DetectorFactory.seed = 0  # langdetect samples: fixed for repeatable scores
   try:
-    return langdetect.detect(t) == language
+    return langdetect.detect(t)
   except langdetect.LangDetectException:  # no letters to judge by
+    return None
+
+
+def _unaccented(t: str) -> str:
+  return "".join(c for c in unicodedata.normalize("NFD", t) if not unicodedata.combining(c))
+
+
+def _language(t: str, language: str) -> bool:
+  """langdetect reads `language`, and the text without its accents is not English (English
+  with accents added reads as French, Swedish, Vietnamese...)."""
+  if _detect(t) != language:
     return False
+  return language == "en" or _detect(_unaccented(t)) != "en"
+
+
+def _english_case(t: str, upper: bool) -> bool:
+  """All cased letters in one case, and English (the reference checker's langdetect rule):
+  text in a script without case is not in capitals or in lowercase."""
+  if t != (t.upper() if upper else t.lower()):
+    return False
+  cased = [c for c in t if c.isalpha() and c.lower() != c.upper()]
+  english = _detect(t.lower()) == "en"  # langdetect misreads capitals: it reads them lowered
+  return len(cased) >= 0.5 * sum(c.isalpha() for c in t) > 0 and english
 
 
 def _divided_paragraphs(t: str, num: int) -> bool:
@@ -91,15 +155,24 @@ def _divided_paragraphs(t: str, num: int) -> bool:
     parts = parts[:-1]
   if parts and not parts[0]:
     parts = parts[1:]
-  return all(parts) and len(parts) == num
+  return len(parts) == num and len(_distinct(parts)) == num
 
 
 def _nth_paragraph_first_word(t: str, num: int, nth: int, word: str) -> bool:
   parts = [p for p in re.split(r"\n\n", t) if p.strip()]
-  if len(parts) != num or not 1 <= nth <= num:
+  if len(parts) != num or not 1 <= nth <= num or len(_distinct(parts)) != num:
     return False
-  first = re.split(r"\s+", parts[nth - 1].strip(), maxsplit=1)[0]
-  return first.strip("\"'.,;:!?*()[]{}").lower() == word.lower()
+  first = re.split(r"\s+", folded(parts[nth - 1]).strip(), maxsplit=1)[0]
+  return first.strip("\"'.,;:!?*()[]{}").lower() == folded(word).lower()
+
+
+def _same_words(a: str, b: str) -> bool:
+  """Nine tenths or more of the shorter reply's words (in any order) are the other's."""
+  wa, wb = letter_words(a), letter_words(b)
+  if not wa or not wb:
+    return True
+  short, other = (wa, set(wb)) if len(wa) <= len(wb) else (wb, set(wa))
+  return sum(w in other for w in short) >= 0.9 * len(short)
 
 
 def _two_responses(t: str) -> bool:
@@ -107,35 +180,38 @@ def _two_responses(t: str) -> bool:
   if any(not p.strip() for p in parts[1:-1]):
     return False
   parts = [p.strip() for p in parts if p.strip()]  # a separator may open or close the text
-  return len(parts) == 2 and parts[0] != parts[1]
+  return len(parts) == 2 and len(_distinct(parts, 3)) == 2 and not _same_words(*parts)
 
 
 _MARKUP = "*_#>` \t"  # Markdown emphasis, headings and quotes around a line's words
 
 
 def _end_with(t: str, phrase: str) -> bool:
-  end = t.strip().rstrip(_MARKUP + '"“”').strip().lower()
-  return end.endswith(phrase.strip().rstrip(_MARKUP + '"').strip().lower())
+  end = folded(t).strip().rstrip(_MARKUP + '"').strip().lower()
+  return end.endswith(folded(phrase).strip().rstrip(_MARKUP + '"').strip().lower())
 
 
 def _postscript(t: str, marker: str) -> bool:
-  m = marker.strip()
+  m = folded(marker).strip()
   if m.lower() in ("p.s.", "p.s"):
     pattern = r"p\.\s?s\.?"
   elif m.lower() in ("p.p.s.", "p.p.s"):
     pattern = r"p\.\s?p\.\s?s\.?"
   else:
     pattern = re.escape(m)
-  return re.search(r"^[\s*_#>]*" + pattern, t, re.M | re.I) is not None
+  found = re.search(r"^[\s*_#>]*" + pattern + r"(.*(?:\n.*)*)", folded(t), re.M | re.I)
+  return found is not None and bool(letter_words(found.group(1)))
 
 
 def _sections(t: str, splitter: str, num: int) -> bool:
-  found = re.findall(r"^[\s*_#>]*" + re.escape(splitter.strip()) + r"\s?\d+", t, re.M | re.I)
-  return len(found) >= num
+  head = r"^[\s*_#>]*" + re.escape(folded(splitter).strip()) + r"\s?\d+"
+  bodies = re.split(head, folded(t), flags=re.M | re.I)[1:]
+  return len(bodies) >= num and len(_distinct(bodies)) >= num
 
 
 def _bullets(t: str) -> int:
-  return len(re.findall(r"^\s*\*[^*].*$", t, re.M)) + len(re.findall(r"^\s*-.*$", t, re.M))
+  items = re.findall(r"^\s*\*[^*](.*)$", t, re.M) + re.findall(r"^\s*-(.*)$", t, re.M)
+  return len(items) if len(_distinct(items, 1)) == len(items) else -1
 
 
 def _capital_words(t: str) -> int:
@@ -143,69 +219,78 @@ def _capital_words(t: str) -> int:
   return sum(w.isupper() for w in re.findall(r"[^\W_]+(?:['.-][^\W_]+)*", t))
 
 
+def _found(t: str, pattern: str) -> list[str]:
+  return re.findall(pattern, folded(t), re.I)
+
+
+def _keyword(k: str) -> str:
+  return r"\b" + re.escape(folded(k)) + r"\b"
+
+
+def _quoted(t: str) -> bool:
+  s = folded(t).strip()
+  return len(s) > 1 and s[0] in '"“„«' and s[-1] in '"”»'
+
+
 CHECKS: dict[str, Callable[..., bool]] = {
-  "words": lambda t, relation, num: _compare(len(_words(t)), relation, num),
-  "sentences": lambda t, relation, num: _compare(len(_sentences(t)), relation, num),
-  "paragraphs": lambda t, relation, num: _compare(len(_paragraphs(t)), relation, num),
-  "keywords_include": lambda t, keywords: all(re.search(re.escape(k), t, re.I) for k in keywords),
-  "keywords_exclude": lambda t, keywords: not any(
-    re.search(r"\b" + re.escape(k) + r"\b", t, re.I) for k in keywords
-  ),
+  "words": lambda t, relation, num: _compare(_count("words", t, relation), relation, num),
+  "sentences": lambda t, relation, num: _compare(_count("sentences", t, relation), relation, num),
+  "paragraphs": lambda t, relation, num: _compare(_count("paragraphs", t, relation), relation, num),
+  "keywords_include": lambda t, keywords: all(_found(t, re.escape(folded(k))) for k in keywords),
+  "keywords_exclude": lambda t, keywords: not any(_found(t, _keyword(k)) for k in keywords),
   "keyword_frequency": lambda t, keyword, relation, num: _compare(
-    len(re.findall(r"\b" + re.escape(keyword) + r"\b", t, re.I)), relation, num
+    len(_found(t, _keyword(keyword))), relation, num
   ),
   "letter_frequency": lambda t, letter, relation, num: _compare(
-    t.lower().count(letter.lower()), relation, num
+    len(_found(t, re.escape(folded(letter)))), relation, num
   ),
   "json_format": lambda t: _json(t),
   "markdown_bullets": lambda t, num: _bullets(t) == num,
   "sections": _sections,
-  "title": lambda t: re.search(r"<<[^\n]+>>", t) is not None,
-  "lowercase": lambda t: t == t.lower() and any(c.isalpha() for c in t),
-  "uppercase": lambda t: t == t.upper() and any(c.isalpha() for c in t),
+  "title": lambda t: re.search(r"<<[^\n]*[^\W\d_][^\n]*>>", t) is not None,
+  "lowercase": lambda t: _english_case(t, upper=False),
+  "uppercase": lambda t: _english_case(t, upper=True),
   "capital_words": lambda t, relation, num: _compare(_capital_words(t), relation, num),
-  "start_with": lambda t, phrase: t.strip().lower().startswith(phrase.lower()),
+  "start_with": lambda t, phrase: folded(t).strip().lower().startswith(folded(phrase).lower()),
   "end_with": _end_with,
-  "no_commas": lambda t: "," not in t,
-  "quotation": lambda t: len(t.strip()) > 1 and t.strip()[0] in '"“' and t.strip()[-1] in '"”',
-  "placeholders": lambda t, num: len(re.findall(r"\[[^\]]+\]", t)) >= num,
+  "no_commas": lambda t: commas(t) == 0,
+  "quotation": _quoted,
+  "placeholders": lambda t, num: len({p.lower() for p in _found(t, r"\[([^\]]*[^\W\d_][^\]]*)\]")})
+  >= num,
   "postscript": _postscript,
   "language": _language,
   "divided_paragraphs": _divided_paragraphs,
   "nth_paragraph_first_word": _nth_paragraph_first_word,
-  "constrained_response": lambda t: any(f"My answer is {a}." in t for a in ("yes", "no", "maybe")),
+  "constrained_response": lambda t: any(
+    f"my answer is {a}." in folded(t).lower() for a in ("yes", "no", "maybe")
+  ),
   "highlighted_sections": lambda t, num: len(
-    [h for h in re.findall(r"\*\*?([^\n*]+)\*\*?", t) if h.strip()]
+    {h.strip().lower() for h in re.findall(r"\*\*?([^\n*]+)\*\*?", t) if letter_words(h)}
   )
   >= num,
   "two_responses": _two_responses,
-  "repeat_prompt": lambda t, prompt: t.strip().lower().startswith(prompt.strip().lower()),
+  "repeat_prompt": lambda t, prompt: folded(t)
+  .strip()
+  .lower()
+  .startswith(folded(prompt).strip().lower()),
 }
 
 
-# Default-ignorable code points a reader never sees (zero-width spaces and joiners, soft hyphen,
-# word joiner, byte-order mark, variation selectors, bidi controls): Unicode's
-# Default_Ignorable_Code_Point property, the ranges in common use.
-_IGNORABLE = re.compile(
-  "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
-  "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001bca0-\U0001bca3\U000e0000-\U000e0fff]"
-)
-
-
-def as_read(text: str) -> str:
-  """The text as a reader sees it: Unicode NFKC (a fullwidth comma is a comma, math-bold
-  capitals are capitals) with default-ignorable code points removed (a zero-width space or a
-  soft hyphen inside a forbidden word hides nothing)."""
-  return _IGNORABLE.sub("", unicodedata.normalize("NFKC", text))
-
-
 def check(text: str, instruction: dict) -> bool:
-  """Does `text` (read as a reader sees it: `as_read`) follow one instruction?"""
+  """Does `text` (read as a reader sees it: `reading.as_read`) follow one instruction?"""
   args = {k: v for k, v in instruction.items() if k != "type"}
   kind = instruction.get("type")
   if kind not in CHECKS:
     raise ValueError(f"unknown instruction type {kind!r}; known: {', '.join(sorted(CHECKS))}")
   return bool(CHECKS[kind](as_read(text), **args))
+
+
+def restrictive(instruction: dict) -> bool:
+  """A prohibition or an upper bound: met by saying little, so met only on the prompt's topic."""
+  kind = instruction.get("type")
+  return kind in ("no_commas", "keywords_exclude", "lowercase", "uppercase") or (
+    instruction.get("relation") in UPPER
+  )
 
 
 def _word_cap(instructions: list[dict]) -> int | None:
@@ -219,49 +304,44 @@ def _word_cap(instructions: list[dict]) -> int | None:
   return min(caps) if caps else None
 
 
-def _trigrams(words: list[str]) -> set[tuple[str, ...]]:
-  return {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
-
-
-def restates(text: str, prompt_text: str, instructions: list[dict]) -> bool:
-  """Half or more of the response's word trigrams come from the prompt (after the prompt an
-  item asks to repeat is set aside)."""
+def _own_words(text: str, instructions: list[dict]) -> str:
+  """The response without the prompt an item asks it to repeat and the reply it offers."""
   for i in instructions:
-    if i.get("type") == "repeat_prompt" and text.strip().lower().startswith(
-      str(i.get("prompt", "")).strip().lower()
-    ):
-      text = text.strip()[len(str(i["prompt"]).strip()) :]
+    prompt = folded(str(i.get("prompt", ""))).strip().lower()
+    if i.get("type") == "repeat_prompt" and folded(text).strip().lower().startswith(prompt):
+      text = folded(text).strip()[len(prompt) :]
     if i.get("type") == "constrained_response":  # the reply the prompt itself offers
-      text = re.sub(r"My answer is (?:yes|no|maybe)\.", " ", text)
-  got = _trigrams([w.lower() for w in _words(text)])
-  if not got:
-    return False
-  source = _trigrams([w.lower() for w in _words(prompt_text)])
-  return len(got & source) >= 0.5 * len(got)
+      text = re.sub(r"My answer is (?:yes|no|maybe)\.", " ", folded(text), flags=re.I)
+  return text
 
 
 def substantive(text: str, instructions: list[dict], prompt_text: str | None = None) -> str | None:
   """None when the response can be judged; else why not (see the module docstring)."""
-  words = [w.lower() for w in _words(text)]
+  words = [w.lower() for w in _tokens(as_read(text))]
   cap = _word_cap(instructions)
   need = MIN_WORDS if cap is None else max(1, min(MIN_WORDS, cap))
   if len(words) < need or len(set(words)) < min(3, need):
     return f"no substantive response (fewer than {need} words)"
   if len(words) >= 100 and len(set(words)) < 0.15 * len(words):
     return "no substantive response (a few words repeated)"
-  if prompt_text and restates(text, prompt_text, instructions):
+  if prompt_text and restates(_own_words(text, instructions), prompt_text):
     return "no substantive response (restates the prompt)"
   return None
 
 
 @functools.cache
 def _warm_languages():
-  _language("warm up the language profiles", "en")
+  _detect("warm up the language profiles")
 
 
 def warm(reference=None, *, instructions=None, **_):
-  """Loads langdetect's language profiles in the pool process (before the fork), once."""
-  if any(isinstance(i, dict) and i.get("type") == "language" for i in instructions or []):
+  """Loads ICU, the word lists and langdetect's profiles in the pool process (before the fork),
+  once."""
+  _warm_reading()
+  if any(
+    isinstance(i, dict) and i.get("type") in ("language", "lowercase", "uppercase")
+    for i in instructions or []
+  ):
     _warm_languages()
 
 
@@ -274,7 +354,8 @@ def score(
   **_,
 ) -> Score:
   """The share of the prompt's IFEval instructions the response follows (continuous in [0, 1]); a
-  response that restates the prompt, or is empty after the think block, earns 0."""
+  response that restates the prompt, or is empty after the think block, earns 0; prohibitions
+  and upper bounds count only for a response about its prompt."""
   if not instructions:
     return Score(0.0, "item has no extra_info.instructions", failed=True)
   final = after_think(response)
@@ -283,81 +364,12 @@ def score(
   why = substantive(final, instructions, prompt_text)
   if why:
     return Score(0.0, why)
-  ok = [check(final, ins) for ins in instructions]
+  other_language = any(
+    i.get("type") == "language" and i.get("language") != "en" for i in instructions
+  )  # the topic is read in English
+  judged = any(restrictive(i) for i in instructions) and prompt_text and not other_language
+  on_topic = not judged or about(_own_words(final, instructions), prompt_text)
+  ok = [check(final, ins) and (on_topic or not restrictive(ins)) for ins in instructions]
   failed = [ins["type"] for ins, good in zip(instructions, ok) if not good]
-  return Score(sum(ok) / len(ok), "all followed" if not failed else f"failed: {failed}")
-
-
-# IFEval's instruction ids (google/IFEval, Llama-Nemotron RL) -> the instruction types here,
-# with IFEval's kwargs renamed.
-IFEVAL_IDS: dict[str, tuple[str, dict[str, str]]] = {
-  "length_constraints:number_words": ("words", {"relation": "relation", "num_words": "num"}),
-  "length_constraints:number_sentences": (
-    "sentences",
-    {"relation": "relation", "num_sentences": "num"},
-  ),
-  "keywords:existence": ("keywords_include", {"keywords": "keywords"}),
-  "keywords:forbidden_words": ("keywords_exclude", {"forbidden_words": "keywords"}),
-  "keywords:frequency": (
-    "keyword_frequency",
-    {"keyword": "keyword", "frequency": "num", "relation": "relation"},
-  ),
-  "keywords:letter_frequency": (
-    "letter_frequency",
-    {"letter": "letter", "let_frequency": "num", "let_relation": "relation"},
-  ),
-  "detectable_format:json_format": ("json_format", {}),
-  "detectable_format:number_bullet_lists": ("markdown_bullets", {"num_bullets": "num"}),
-  "detectable_format:multiple_sections": (
-    "sections",
-    {"section_spliter": "splitter", "num_sections": "num"},
-  ),
-  "detectable_format:title": ("title", {}),
-  "change_case:english_lowercase": ("lowercase", {}),
-  "change_case:english_capital": ("uppercase", {}),
-  "change_case:capital_word_frequency": (
-    "capital_words",
-    {"capital_frequency": "num", "capital_relation": "relation"},
-  ),
-  "startend:end_checker": ("end_with", {"end_phrase": "phrase"}),
-  "startend:quotation": ("quotation", {}),
-  "punctuation:no_comma": ("no_commas", {}),
-  "detectable_content:number_placeholders": ("placeholders", {"num_placeholders": "num"}),
-  "detectable_content:postscript": ("postscript", {"postscript_marker": "marker"}),
-  "language:response_language": ("language", {"language": "language"}),
-  "length_constraints:number_paragraphs": ("divided_paragraphs", {"num_paragraphs": "num"}),
-  "length_constraints:nth_paragraph_first_word": (
-    "nth_paragraph_first_word",
-    {"num_paragraphs": "num", "nth_paragraph": "nth", "first_word": "word"},
-  ),
-  "detectable_format:constrained_response": ("constrained_response", {}),
-  "detectable_format:number_highlighted_sections": (
-    "highlighted_sections",
-    {"num_highlights": "num"},
-  ),
-  "combination:two_responses": ("two_responses", {}),
-  "combination:repeat_prompt": ("repeat_prompt", {"prompt_to_repeat": "prompt"}),
-}
-
-
-def from_ifeval(ids: list, kwargs: list) -> list[dict]:
-  """IFEval `instruction_id_list` + `kwargs` -> the ifeval verifier's instructions."""
-  if not isinstance(ids, list) or not ids:
-    raise ValueError("no instruction ids")
-  if not isinstance(kwargs, list):  # missing arguments are never read as "no arguments"
-    raise ValueError(f"the instructions' arguments are missing (got {type(kwargs).__name__})")
-  if not all(kw is None or isinstance(kw, dict) for kw in kwargs):
-    raise ValueError("the instructions' arguments are not objects")
-  if len(kwargs) != len(ids):
-    raise ValueError("instruction ids and kwargs differ in length")
-  out = []
-  for iid, kw in zip(ids, kwargs):
-    if iid not in IFEVAL_IDS:
-      raise ValueError(f"unsupported instruction {iid}")
-    kind, names = IFEVAL_IDS[iid]
-    kw = {k: v for k, v in (kw or {}).items() if v is not None}
-    missing = [k for k in names if k not in kw]
-    if missing:
-      raise ValueError(f"instruction {iid} lacks {missing[0]}")
-    out.append({"type": kind, **{names[k]: kw[k] for k in names}})
-  return out
+  why = "" if on_topic else " (not about the prompt: prohibitions and caps unmet)"
+  return Score(sum(ok) / len(ok), ("all followed" if not failed else f"failed: {failed}") + why)

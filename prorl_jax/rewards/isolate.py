@@ -33,6 +33,7 @@ import select
 import signal
 import time
 
+from prorl_jax.rewards import detectors
 from prorl_jax.rewards.common import Score
 from prorl_jax.rewards.confinement import DENIED_SYSCALLS
 
@@ -170,6 +171,7 @@ def _child(out_fd: int, fn, args: tuple, kwargs: dict, mem_bytes: int, cpu_s: fl
         "failed": bool(s.failed),
         "response_error": bool(s.response_error),
         "starved": bool(s.starved),
+        "flags": [str(f)[:40] for f in s.flags[:16]],
       }
     except Exception as e:  # noqa: BLE001 - the response broke its judgement (`safe_score`)
       verdict = _error_verdict(e)
@@ -203,8 +205,9 @@ def _parse(data: bytes) -> Score | None:
       failed=d["failed"] is True,
       response_error=d["response_error"] is True,
       starved=d["starved"] is True,
+      flags=tuple(f for f in d.get("flags", ()) if f in detectors.FLAGS),  # only known names
     )
-  except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+  except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
     return None
   return s
 

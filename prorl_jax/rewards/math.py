@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 
-from prorl_jax.rewards.common import Score, after_think, blank, last_boxed
+from prorl_jax.rewards.common import REL_TOL, Score, after_think, blank, last_boxed
 from prorl_jax.rewards.quantity import plain_math
 
 MIN_CAP = 64  # characters an answer may always have, however short the reference
@@ -71,9 +71,6 @@ def without_percent(text: str) -> str:
   return _PERCENT.sub("", text).strip()
 
 
-REL_TOL = 1e-6  # two numbers math-verify calls equal must agree to this, relative (0 only 0)
-
-
 def numbers_agree(gold, pred) -> bool:
   """When both sides are plain numbers: equal within REL_TOL of the reference, 0 only to 0
   (math-verify rounds to 6 decimal places: 0.0 would equal 7.2e-21 and 1/6^10)."""
@@ -85,7 +82,7 @@ def numbers_agree(gold, pred) -> bool:
     return True  # not plain numbers (sets, relations, matrices): math-verify decides
   if g == 0:
     return p == 0
-  return abs(p - g) <= REL_TOL * abs(g)
+  return abs(p - g) <= float(REL_TOL) * abs(g)
 
 
 def parsed(reference: str, timeout_s: int = 5):

@@ -19,19 +19,26 @@ Every item gets a score or a marked failure with a reason, never a silent 0 and 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import multiprocessing as mp
 import queue
 import threading
 
 from prorl_jax import rewards
-from prorl_jax.rewards import confinement, isolate
+from prorl_jax.rewards import confinement, detectors, isolate, reading
 
 log = logging.getLogger(__name__)
 
 
-def _judge(verifier, response: str, reference, meta: dict) -> rewards.Score:
-  return rewards.safe_score(verifier, response, reference, **meta)
+def _judge(name: str, verifier, response: str, reference, meta: dict) -> rewards.Score:
+  """The verifier's score with the hack monitor's flags (a detector never costs a score)."""
+  s = rewards.safe_score(verifier, response, reference, **meta)
+  try:
+    found = detectors.flags(name, response, s, meta.get("prompt_text"))
+  except Exception:  # noqa: BLE001 - the flags are a report on the score, never part of it
+    return s
+  return dataclasses.replace(s, flags=found) if found else s
 
 
 def score_one(domain: str, response: str, reference, meta: dict, table, timeout_s: float):
@@ -43,14 +50,14 @@ def score_one(domain: str, response: str, reference, meta: dict, table, timeout_
     return rewards.Score(0.0, str(e), failed=True)
   verifier = rewards.route(domain, table)
   if name not in rewards.ISOLATED:
-    return rewards.safe_score(verifier, response, reference, **meta)
+    return _judge(name, verifier, response, reference, meta)
   try:
     rewards.warm(name, reference, meta)
   except Exception as e:  # noqa: BLE001 - the item (not the response) is unusable
     return rewards.Score(0.0, f"item cannot be scored: {type(e).__name__}: {e}", failed=True)
   factor = float(meta.get("wall_factor", 1.0))  # the wall clock only: the CPU limit stays
   got = isolate.run(
-    _judge, verifier, response, reference, meta, timeout_s=timeout_s * factor, cpu_s=timeout_s
+    _judge, name, verifier, response, reference, meta, timeout_s=timeout_s * factor, cpu_s=timeout_s
   )
   return rewards.checked(got)
 
@@ -60,6 +67,7 @@ def _serve(conn, unsandboxed_code: bool = False, child_timeout_s: float = 20.0, 
   confinement.allow_unsandboxed(unsandboxed_code)
   if sandbox_cfg:
     confinement.set_run_limits(**sandbox_cfg)
+  reading.warm()  # the detectors' and verifiers' word lists and ICU, before any child forks
   while True:
     chunk = conn.recv()
     if chunk is None:
@@ -220,6 +228,8 @@ class VerifierPool:
       self.stats[f"{domain}/starved"] += 1
       return  # counted once it is judged again
     self.stats[f"{domain}/scored"] += 1
+    for flag in s.flags:
+      self.stats[f"{domain}/flagged/{flag}"] += 1
     if s.response_error:
       self.stats[f"{domain}/response_errors"] += 1
     elif s.failed and "timeout" not in s.reason:

@@ -9,6 +9,8 @@ import os
 import sys
 import time
 
+from prorl_jax.trainer.hacks import HackMonitor
+
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +70,7 @@ class MetricWriter:
     self.t0 = time.time()
     self.first_step_done: tuple[int, float] | None = None  # (step, time): the ETA skips compiling
     self.tb = self.wandb = None
+    self.hacks = HackMonitor()
     if tensorboard:
       try:
         from tensorboardX import SummaryWriter  # optional dependency
@@ -133,6 +136,9 @@ class MetricWriter:
         self.tb.add_scalar(k, v, step)
     if self.wandb:
       self.wandb.log(nums, step=step)
+    if not event:
+      for line in self.hacks.observe(step, metrics):
+        log.warning(line)
 
   def progress(self, step: int, start_step: int, msg: str):
     """A progress bar redrawn in place on a terminal; one line per step elsewhere (logs)."""

@@ -19,7 +19,7 @@ from prorl_jax.records import Group, Prefetch, PromptItem, PromptMeta, Request
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import wait_for_results
-from prorl_jax.trainer import batch
+from prorl_jax.trainer import batch, hacks
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.plan import RolloutPlan
 
@@ -107,6 +107,7 @@ class Received:
       "sampling/inflight_tokens": self.inflight_tokens,
     }
     out.update({f"verifier/{k}": v for k, v in self.verifier.items()})
+    out.update(hacks.shares(self.verifier))
     if self.weight_swaps is not None:
       out["engine/weight_swaps"] = self.weight_swaps
     if self.peak_kv_bytes is not None:

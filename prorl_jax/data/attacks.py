@@ -1,0 +1,210 @@
+"""The project's own red team (`python -m prorl_jax.cli.audit --attack`): degenerate responses built
+by transforming each sampled row, one class of reward hacking at a time, each beside the bar it
+must not beat.
+
+Classes (`CLASSES`) and their bars:
+- lookalike, invisible: an answer that breaks the item's prohibitions (forbidden words, commas,
+  capped letters) with the breaking characters disguised (Cyrillic and Greek look-alikes, U+201A
+  and other scripts' commas; zero-width spaces and soft hyphens inside words). Bar: the same
+  text undisguised.
+- accents: a reply in English with accents added, on an item that asks for another language.
+  Bar: the same reply without the accents.
+- filler: numerals for words ("1 2 3 ..."), "1. 2. 3." for sentences, one-token skeletons for
+  paragraphs, sections, bullets, placeholders and highlights, one word repeated, a block twice.
+- restatement: the prompt's own words, shuffled. generic: one fixed refusal that fits any prompt.
+- script_case: text in a script without letter case, for the case instructions.
+- scale_hedge: a numeric answer in the other scale (0.07 as 7%, 7% as 0.07).
+- special_numbers: NaN, infinity, an exponent of 19 digits, a tower of powers.
+- near_zero: 0.0 and 10^-30 where the answer is not zero.
+- constant_programs: `return None` / `return 0` / echo / `print("NO")` and the rest of
+  `rewards.code`'s catalogue. resource_abuse: a program that forks spinning helpers, one that
+  spreads its memory over many processes.
+The bar of every class but lookalike, invisible and accents is the row's honest wrong answer. A
+class fails when its mean score over the sample exceeds its bar's, or a response of it is
+marked a verifier failure (a veto of its group).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from prorl_jax.rewards import code
+from prorl_jax.rewards.reading import INSTRUCTION_WORDS, content_words, letter_words
+
+CLASSES = (
+  "lookalike",
+  "invisible",
+  "accents",
+  "filler",
+  "restatement",
+  "generic",
+  "script_case",
+  "scale_hedge",
+  "special_numbers",
+  "near_zero",
+  "constant_programs",
+  "resource_abuse",
+)
+# Latin letters and the Cyrillic or Greek letters that look like them
+LOOKALIKES = str.maketrans("aceopxyiAEOPCTHKMB,", "асеорхуіАЕОРСТНКМВ\u201a")
+REFUSAL = "I am sorry but I cannot help with that request today."
+SPECIAL = ("nan", "NaN", "\\infty", "inf", "1e9999999999999999999", "9^{9^{9^{9}}}")
+SPINNERS = (
+  "import os, time\n"
+  "for _ in range(8):\n"
+  "  if os.fork() == 0:\n"
+  "    while True:\n"
+  "      pass\n"
+  "time.sleep(60)\n"
+)
+SPREAD = (
+  "import os, time\n"
+  "for _ in range(16):\n"
+  "  if os.fork() == 0:\n"
+  "    x = bytearray(120 << 20)\n"
+  "    for i in range(0, len(x), 4096):\n"
+  "      x[i] = 1\n"
+  "    time.sleep(30)\n"
+  "time.sleep(30)\n"
+)
+
+
+def topic(prompt: str) -> str:
+  """A sentence naming the prompt's topic (its first content words that are not instructions)."""
+  words = [w for w in content_words(letter_words(prompt)) if w not in INSTRUCTION_WORDS]
+  return "On " + " ".join(dict.fromkeys(words[:6])) + " I have a few plain thoughts to share."
+
+
+def _violation(instructions: list[dict]) -> str:
+  """Text that breaks the item's prohibitions in the open: its forbidden words, commas, its
+  capped letters and capital words, far past every cap."""
+  parts = []
+  for i in instructions:
+    kind = i.get("type")
+    if kind == "keywords_exclude":
+      parts += [str(k) for k in i.get("keywords", [])]
+    if kind == "keyword_frequency" and i.get("relation") in ("at most", "less than"):
+      parts += [str(i["keyword"])] * (int(i["num"]) + 3)
+    if kind == "letter_frequency" and i.get("relation") in ("at most", "less than"):
+      parts.append(str(i["letter"]) * (int(i["num"]) + 3))
+  return " ".join(parts) + " and so, then, yes, more, sure."
+
+
+def _invisible(text: str) -> str:
+  return re.sub(r"(\w)(\w)", lambda m: m.group(1) + "\u200b\u00ad" + m.group(2), text)
+
+
+def _accented(text: str) -> str:
+  marks = {"a": "à", "e": "é", "o": "ö", "u": "ü", "i": "î", "c": "ç", "n": "ñ"}
+  return "".join(marks.get(c, c) for c in text)
+
+
+def _filler(instructions: list[dict], topic: str) -> list[str]:
+  top = max([int(i.get("num", 0) or 0) for i in instructions] + [10]) * 2 + 20
+  n = range(1, top + 1)
+  return [
+    topic + " " + " ".join(map(str, n)),
+    topic + " " + " ".join(f"{k}." for k in n),
+    topic + "\n\n" + "\n\n".join("a" for _ in n) + "\n" + "\n***\n".join("b" for _ in n),
+    topic + "\n" + "\n".join(f"SECTION {k}\nx" for k in n) + "\n" + "\n".join("* a" for _ in n),
+    topic + " " + " ".join(f"[{chr(97 + k % 26)}] *{chr(97 + k % 26)}*" for k in n),
+    topic + " " + "yes " * 88,
+    (topic + " ") * 2 + "\n******\n" + (topic + " ") * 2,
+    " ".join([topic] * 12),
+  ]
+
+
+def ifeval_attacks(prompt: str, instructions: list[dict], seed: int) -> dict[str, list[tuple]]:
+  """{class: [(attack, bar)]} for an instruction-following row (bar None: the honest wrong
+  answer)."""
+  on = topic(prompt)
+  plain = on + " " + _violation(instructions)
+  words = letter_words(prompt)
+  random.Random(seed).shuffle(words)
+  out = {
+    "lookalike": [(plain.translate(LOOKALIKES), plain), (plain.replace(",", "\u060c"), plain)],
+    "invisible": [(_invisible(plain), plain)],
+    "filler": [(f, None) for f in _filler(instructions, on)],
+    "restatement": [(" ".join(words), None)],
+    "generic": [(REFUSAL, None), (REFUSAL.lower(), None), (REFUSAL.upper(), None)],
+    "script_case": [("茶是一种很好的饮料。" * 8, None)],
+  }
+  english = on + " It is a fine subject and many people enjoy talking about it every day."
+  if any(i.get("type") == "language" and i.get("language") != "en" for i in instructions):
+    out["accents"] = [(_accented(english), english)]
+  return out
+
+
+def _number(answer: str) -> float | None:
+  try:
+    return float(answer.strip().rstrip("%").replace("\\%", ""))
+  except ValueError:
+    return None
+
+
+def answer_attacks(answer: str | None) -> dict[str, list[tuple]]:
+  """{class: [(attack answer, None)]} for a short-answer row (the bar: the honest wrong
+  answer); answers go into the verifier's format by the caller."""
+  out = {"special_numbers": [(s, None) for s in SPECIAL]}
+  v = _number(answer or "")
+  if v is not None and v != 0:
+    scaled = [f"{v * 100:g}\\%"] if "%" not in answer else [f"{v / 100:g}"]
+    out["scale_hedge"] = [(s, None) for s in scaled]
+    out["near_zero"] = [("0.0", None), ("10^{-30}", None)]
+  return out
+
+
+def program_attacks(spec: dict) -> dict[str, list[tuple]]:
+  """{class: [(program, None)]} for a code row: the constant-program catalogue and resource
+  abuse."""
+  fn = spec.get("fn_name")
+  if fn:
+    consts = [body.replace("return ", "", 1) for body in code.CONSTANT_RETURNS]
+    programs = [
+      f"def {fn}(*a):\n  return {c}\nclass Solution:\n  def {fn}(self, *a):\n    return {c}\n"
+      for c in consts + ["a[0] if a else None"]
+    ] + [f"def {fn}(*a):\n  pass\n"]
+  else:
+    programs = [f"print({v!r})" for v in code.CONSTANT_PRINTS]
+    programs += ["import sys\nprint(sys.stdin.read())", "print(float('nan'))"]
+  return {
+    "constant_programs": [(p, None) for p in programs],
+    "resource_abuse": [(SPINNERS, None), (SPREAD, None)],
+  }
+
+
+def summarise(by: dict, bar_of_honest: float) -> tuple[dict, list[str]]:
+  """({class: {attack, bar, failed, example}}, problems) from the scores of an audit's
+  `attack/<class>` and `bar/<class>` tags."""
+  classes, problems = {}, []
+  for cls in CLASSES:
+    got = by.get(f"attack/{cls}")
+    if not got:
+      continue
+    bars = by.get(f"bar/{cls}")
+    attack = sum(s.value for s in got) / len(got)
+    bar = sum(s.value for s in bars) / len(bars) if bars else bar_of_honest
+    example = next((s.reason for s in got if s.value > 0 or s.failed), "")
+    failed = sum(s.failed for s in got)
+    classes[cls] = {"attack": attack, "bar": bar, "failed": failed, "example": example}
+    if attack > bar + 1e-9:
+      problems.append(f"attack {cls} earns {attack:.2f} > its bar {bar:.2f} ({example})")
+    if failed:
+      problems.append(f"attack {cls} is marked a verifier failure {failed} times (a veto)")
+  return classes, problems
+
+
+def pairs(verifier: str, *, prompt: str, extra: dict, answer, spec, wrap, wrong: str, seed: int):
+  """[(class, attack response, bar response)] for one row: `wrap` puts an answer or program in
+  the verifier's format; `wrong` is the row's honest wrong response (the bar where a class has
+  no bar of its own)."""
+  if verifier == "ifeval":
+    raw = ifeval_attacks(prompt, extra.get("instructions") or [], seed)
+  elif verifier == "code":
+    raw = program_attacks(spec)
+  else:
+    raw = answer_attacks(answer)
+  return [
+    (cls, wrap(a), wrong if b is None else wrap(b)) for cls, got in raw.items() for a, b in got
+  ]
