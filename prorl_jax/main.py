@@ -53,9 +53,9 @@ def main(argv):
   # only after its memory fraction is set
   from prorl_jax import config as config_lib
   from prorl_jax.cli import errors
-  from prorl_jax.config.workers import jax_memory_fraction
   from prorl_jax.data import prompts
   from prorl_jax.rollout.local import WorkerFailure
+  from prorl_jax.trainer.placement import jax_memory_fraction
   from prorl_jax.trainer.preemption import Watch
 
   c = _CONFIG.value.checkpoint  # a stop asked from here on is kept (saved at the first safe point)

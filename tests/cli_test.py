@@ -186,6 +186,24 @@ CASES = [
     "/tmp holds no Orbax checkpoint",
   ),
   (
+    "a config field without its prefix",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--total_steps=3"],
+    "--total_steps is not a flag of this command; did you mean --config.total_steps?",
+  ),
+  (
+    "a nested config field without its prefix",
+    "prorl_jax.main",
+    ["--config=configs/tiny.py", "--kl_coef=0"],
+    "did you mean --config.algo.kl_coef?",
+  ),
+  (
+    "a config field without its prefix, to the evaluation",
+    "prorl_jax.cli.eval",
+    ["--config=configs/tiny.py", "--checkpoint=/tmp", "--rollout.n=2"],
+    "--rollout.n is not a flag of this command; did you mean --config.rollout.n?",
+  ),
+  (
     "prepare from an unknown source",
     "prorl_jax.cli.prepare",
     ["--mix=prorl", "--out=/tmp/x", "--source=nope=/tmp"],
@@ -208,6 +226,23 @@ def test_errors_after_the_tokenizer_are_one_line_too(base, rows, tmp_path):
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
   assert "mesh data=3" in proc.stderr.splitlines()[-1]
   assert not (tmp_path / "run").exists()  # a failed start leaves no empty run dir behind
+
+
+def test_a_model_directory_without_weights_is_one_line_before_any_worker(base, rows, tmp_path):
+  """config.json and a tokenizer but no safetensors (a partial download): prorl-train and
+  prorl-eval each say so in one line, before a model is loaded or a worker started."""
+  import shutil
+
+  shell = tmp_path / "shell"
+  shutil.copytree(base, shell, ignore=shutil.ignore_patterns("*.safetensors*"))
+  assert (shell / "config.json").exists() and not list(shell.glob("*.safetensors"))
+  args = _model_args(shell, rows, tmp_path)
+  for module, extra in (("prorl_jax.main", []), ("prorl_jax.cli.eval", [f"--checkpoint={shell}"])):
+    proc = _run(module, args + extra)
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "has config.json but no weights (model.safetensors" in err[-1], err[-3:]
+    assert "hf download" in err[-1] and not (tmp_path / "run" / "workers").exists()
 
 
 def test_debug_shows_the_traceback():

@@ -252,12 +252,12 @@ def test_the_inline_engine_is_refused_with_the_pipeline_and_in_flight_updates():
   ],
 )
 def test_the_inline_engine_starts_no_worker_and_counts_as_one(engine, local, external, want):
-  from prorl_jax.config import workers as workers_lib
+  from prorl_jax.trainer import placement
   from prorl_jax.trainer.plan import rollout_plan
 
   c = base_config()
   c.rollout.engine, c.rollout.local_workers, c.rollout.external_workers = engine, local, external
   plan = rollout_plan(c)
-  got = (workers_lib.worker_count(c), plan.requests_per_round, plan.publish_files)
+  got = (placement.worker_count(c), plan.requests_per_round, plan.publish_files)
   assert got == want
-  assert workers_lib.worker_engine(c) == "jax"  # what local (and evaluation) workers run
+  assert placement.worker_engine(c) == "jax"  # what local (and evaluation) workers run

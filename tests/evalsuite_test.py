@@ -306,3 +306,45 @@ def test_the_report_names_a_checkpoint_by_run_and_step():
   assert suite_report.model_title("/models/r1-1.5b/") == "r1-1.5b"
   assert suite_report.model_title("runs/x/exchange@12") == "runs/x/exchange@12"
   assert suite_report.percent(0.125) == "12.50%" and suite_report.percent(None) == "n/a"
+
+
+def test_the_response_budget_fits_the_model_and_the_engine_or_is_refused_in_one_line():
+  fit = runner.fit_response_len
+  assert fit(None, None, None) == 32768  # the paper's
+  assert fit(None, 131072, None) == 32768
+  assert fit(None, 256, None) == 256  # the model's context
+  assert fit(None, 131072, 1024) == 1024  # what the JAX engine's config sizes
+  assert fit(16, 256, 1024) == 16
+  with pytest.raises(suite_report.SuiteError, match="over the config's rollout.max_response_len"):
+    fit(32768, 131072, 1024)
+  with pytest.raises(suite_report.SuiteError, match=r"max_position_embeddings 256\); ask for at"):
+    fit(300, 256, None)
+
+
+def test_a_failed_evaluation_keeps_the_worker_log_its_error_names(tmp_path):
+  from prorl_jax.evaluation.serving import ServedModel
+
+  base = tiny_base.build(str(tmp_path / "base"))
+  seen = []
+
+  class Workers:
+    def stop(self):
+      pass
+
+  def start(url, log_dir, on_death):
+    seen.append(log_dir)
+    os.makedirs(log_dir, exist_ok=True)
+    open(os.path.join(log_dir, "worker0.log"), "w").write("CUDA out of memory\n")
+    return Workers()
+
+  with pytest.raises(RuntimeError):
+    with ServedModel(base, start):
+      raise RuntimeError("worker 0 exited; its log ends: CUDA out of memory")
+  assert os.path.isfile(os.path.join(seen[-1], "worker0.log"))  # still there to read
+  with ServedModel(base, start):
+    pass
+  assert not os.path.exists(seen[-1])  # a clean exit leaves nothing behind
+  kept = tmp_path / "report" / "workers"
+  with ServedModel(base, start, str(kept)):
+    pass
+  assert (kept / "worker0.log").exists()  # the suite's, beside its report

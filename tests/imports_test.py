@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import sys
 
 import pytest
 
@@ -10,20 +11,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 # Each unit (a folder of prorl_jax, or a module at its top) stands on a floor. An import from one
 # unit into another goes strictly down; inside a unit any import is allowed as long as no circle
 # forms (test_no_import_circles). Data flows one way: records and the numerical parts at the bottom,
-# then the model and the demo task, the exchange and its workers, the config that names them all,
-# the data that a config selects, evaluation, the trainer, and the command lines on top.
+# then the model and the config (pure data and its checks), the demo task, the exchange and its
+# workers, the data that a config selects, evaluation, the trainer, and the command lines on top.
 FLOORS = {
   0: ["__init__", "records"],
   1: ["parallel", "algo", "rewards"],
-  2: ["model"],
+  2: ["model", "config"],
   3: ["demo"],
   4: ["rollout"],
-  5: ["config"],
-  6: ["data"],
-  7: ["evaluation"],
-  8: ["trainer"],
-  9: ["cli"],
-  10: ["main"],
+  5: ["data"],
+  6: ["evaluation"],
+  7: ["trainer"],
+  8: ["cli"],
+  9: ["main"],
 }
 # These run in worker processes and in vLLM's own environment, which has no jax.
 NO_JAX = (  # a name ending in ".*": the package and everything in it
@@ -41,7 +41,47 @@ NO_JAX = (  # a name ending in ".*": the package and everything in it
   "model",
   "model.presets",
   "model.tokenizer",
+  "config.*",  # pure data and validation
+  "trainer.placement",  # `main` reads the memory fraction there before JAX starts
 )
+
+
+def _imported_before_jax_in_main() -> list[str]:
+  """The modules `main.main` imports before its `import jax`."""
+  tree = ast.parse((ROOT / "main.py").read_text())
+  fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+  nodes = sorted(
+    (n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))), key=lambda n: n.lineno
+  )
+  out = []
+  for n in nodes:
+    names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module]
+    if isinstance(n, ast.ImportFrom):  # `from prorl_jax import config`: the module prorl_jax.config
+      subs = [f"{n.module}.{a.name}" for a in n.names]
+      names += [m for m in subs if (ROOT.parent / m.replace(".", "/")).exists()]
+      names += [m for m in subs if (ROOT.parent / (m.replace(".", "/") + ".py")).exists()]
+    if "jax" in names:
+      return out
+    out += names
+  raise AssertionError("main.main never imports jax itself")
+
+
+def test_main_starts_jax_only_after_the_memory_fraction_is_set():
+  """`main` validates the config and sets JAX's memory fraction before JAX starts: the config
+  package, the placement and everything else it imports for that load no JAX (at module level
+  or through another module)."""
+  import subprocess
+  import sys
+
+  before = _imported_before_jax_in_main()
+  assert "prorl_jax.trainer.placement" in before and "prorl_jax.config" in before, before
+  modules = ["prorl_jax.main", "prorl_jax.config.fields", *before]
+  code = (
+    f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; "
+    "bad = [m for m in ('jax', 'flax', 'optax') if m in sys.modules]; "
+    "assert not bad, bad"
+  )
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT.parent)
 
 
 def _no_jax(name: str) -> bool:
@@ -69,16 +109,28 @@ def _floor(name: str) -> int:
   raise AssertionError(f"prorl_jax.{name} is in no floor of tests/imports_test.py: add its unit")
 
 
+def _absolute(path: pathlib.Path, node: ast.ImportFrom) -> str | None:
+  """The absolute module an ImportFrom names: `from ..trainer import loop` in
+  prorl_jax/cli/eval.py is prorl_jax.trainer (a relative import is an import like any other)."""
+  if not node.level:
+    return node.module
+  package = ["prorl_jax", *path.relative_to(ROOT).with_suffix("").parts]
+  package = package[:-1]  # a module's package; __init__'s is its own folder
+  if node.level > 1:
+    package = package[: -(node.level - 1)]
+  return ".".join(package + ([node.module] if node.module else []))
+
+
 def _imports(path: pathlib.Path):
   tree = ast.parse(path.read_text())
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       for a in node.names:
         yield a.name
-    elif isinstance(node, ast.ImportFrom) and node.module:
-      yield node.module
+    elif isinstance(node, ast.ImportFrom) and (module := _absolute(path, node)):
+      yield module
       for a in node.names:
-        yield f"{node.module}.{a.name}"
+        yield f"{module}.{a.name}"
 
 
 FILES = sorted(ROOT.rglob("*.py"))
@@ -131,10 +183,10 @@ def _graph() -> dict[str, set[str]]:
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.Import):
         targets |= {a.name for a in node.names}
-      elif isinstance(node, ast.ImportFrom) and node.module:
+      elif isinstance(node, ast.ImportFrom) and (module := _absolute(path, node)):
         for a in node.names:
-          sub = f"{node.module}.{a.name}"
-          targets.add(sub if sub[len("prorl_jax.") :] in modules else node.module)
+          sub = f"{module}.{a.name}"
+          targets.add(sub if sub[len("prorl_jax.") :] in modules else module)
     graph[src] = {
       t[len("prorl_jax.") :]
       for t in targets
@@ -178,6 +230,27 @@ def test_no_import_circles():
   """No two modules import each other, directly or through others, even inside a function
   (the layer check above lets modules of one layer import each other)."""
   assert _cycles(_graph()) == []
+
+
+def test_relative_imports_are_read_as_the_modules_they_name(tmp_path, monkeypatch):
+  """`from ..trainer import loop` in a cli module is prorl_jax.trainer.loop: an upward import or a
+  circle written relatively is seen like any other (ruff's TID252 also bans the form)."""
+  fake = tmp_path / "prorl_jax"
+  (fake / "rewards").mkdir(parents=True)
+  (fake / "trainer").mkdir()
+  (fake / "rewards" / "__init__.py").write_text("from ..trainer import loop\n")
+  (fake / "rewards" / "math.py").write_text("from . import common\nfrom .. import records\n")
+  (fake / "trainer" / "loop.py").write_text("from .. import rewards\n")
+  monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
+  assert set(_imports(fake / "rewards" / "__init__.py")) >= {"prorl_jax.trainer.loop"}
+  assert set(_imports(fake / "rewards" / "math.py")) >= {
+    "prorl_jax.rewards.common",
+    "prorl_jax.records",
+  }
+  with pytest.raises(AssertionError, match="goes strictly down"):
+    test_imports_point_down(fake / "rewards" / "__init__.py")
+  monkeypatch.setattr(sys.modules[__name__], "FILES", sorted(fake.rglob("*.py")))
+  assert _cycles(_graph()) == [["rewards", "trainer.loop"]]
 
 
 def test_the_circle_check_can_fail():

@@ -113,6 +113,33 @@ def test_the_inline_worker_takes_only_requests_its_version_may_serve(tmp_path, b
   assert ex.results.read(later).policy_version == 1
 
 
+def test_the_inline_worker_samples_with_the_newest_version_offered(tmp_path, base, pool):
+  """Offered v0, then v1 with other weights, the same request is answered as v1 alone answers
+  it: an engine stuck on its first weights gives v0's rows again (and fails here)."""
+  cfg, p0 = _trainer_params(base, devices=1)
+  p1 = jax.tree.map(lambda x: x * 1.5, p0)  # another policy: other tokens, other log-probs
+  ex = Exchange(f"file://{tmp_path}/ex")
+  tok = load_tokenizer(base)
+  first, _ = _request(ex, tok, "a-first")
+  own = inline.InlineWorker(ex, JaxEngine(), base, cfg, "float32", pool)
+  own.offer(0, p0)
+  assert own.serve()
+  second, _ = _request(ex, tok, "b-second", min_version=1)  # the same prompts and seed
+  own.offer(1, p1)
+  assert own.serve()
+  alone_ex = Exchange(f"file://{tmp_path}/alone")
+  alone_rid, _ = _request(alone_ex, tok, "c-alone")
+  alone = inline.InlineWorker(alone_ex, JaxEngine(), base, cfg, "float32", pool)
+  alone.offer(1, p1)
+  assert alone.serve()
+  v0, v1 = ex.results.read(first).arrays(), ex.results.read(second).arrays()
+  want = alone_ex.results.read(alone_rid).arrays()
+  assert ex.results.read(second).policy_version == 1
+  assert not np.allclose(v0["logprobs"], v1["logprobs"])  # the two versions differ here
+  np.testing.assert_array_equal(v1["tokens"], want["tokens"])
+  np.testing.assert_allclose(v1["logprobs"], want["logprobs"], atol=1e-6)
+
+
 def test_a_stop_asked_mid_request_abandons_it_between_chunks(tmp_path, base, pool):
   # The trainer's stop check runs between the continuous engine's device calls: a stop asked
   # while a request generates abandons it there (no result), not after the whole request.

@@ -4,9 +4,9 @@ between the trainer and one vLLM engine; idle GPUs and impossible layouts said i
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax.config import workers as workers_lib
 from prorl_jax.rollout import layout
 from prorl_jax.rollout.local import LocalWorkers
+from prorl_jax.trainer import placement
 
 
 def test_eight_gpus_one_engine_each():
@@ -75,13 +75,13 @@ def test_the_config_resolves_through_the_layout():
   assert cfg.rollout.local_workers == "auto"
   cfg.rollout.engine = "vllm"
   cfg.vllm.tensor_parallel = 2
-  assert len(workers_lib.layout(cfg, gpus=8).workers) == 4
-  assert workers_lib.layout(cfg, gpus=8).trainer_memory == 0.45
+  assert len(placement.layout(cfg, gpus=8).workers) == 4
+  assert placement.layout(cfg, gpus=8).trainer_memory == 0.45
   cfg.rollout.local_workers = "two"
   with pytest.raises(config_lib.ConfigError, match="rollout.local_workers='two': want auto"):
     config_lib.validate(cfg)
   cfg.rollout.local_workers = "0"
-  assert workers_lib.layout(cfg, gpus=8).workers == ()
+  assert placement.layout(cfg, gpus=8).workers == ()
 
 
 def test_local_workers_get_their_gpus(tmp_path):
@@ -111,7 +111,7 @@ def test_every_command_starts_its_local_workers_pinned_by_the_layout(
   evaluation with no local workers configured still gets one."""
   import stat
 
-  from prorl_jax.config.workers import local_workers
+  from prorl_jax.trainer.workers import local_workers
 
   py = tmp_path / "python"
   py.write_text('#!/bin/sh\necho "gpus=$CUDA_VISIBLE_DEVICES"\n')

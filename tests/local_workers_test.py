@@ -133,7 +133,7 @@ def test_the_trainer_refuses_a_vllm_worker_python_before_loading_anything(tmp_pa
 @pytest.mark.parametrize("engine", ["vllm", "jax"])
 def test_workers_get_the_configs_engine_options(tmp_path, engine):
   from prorl_jax import config as config_lib
-  from prorl_jax.config import workers as workers_lib
+  from prorl_jax.trainer import placement
 
   cfg = config_lib.base_config()
   cfg.rollout.engine = engine
@@ -148,7 +148,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
     engine,
     str(tmp_path / "logs"),
     python=py,
-    engine_options=workers_lib.engine_options(cfg),
+    engine_options=placement.engine_options(cfg),
     inflight_updates=engine == "jax",
     verifier_processes=cfg.rollout.verifier_processes + 2,
   )

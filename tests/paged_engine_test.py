@@ -197,3 +197,34 @@ def test_auto_attention_takes_the_pallas_kernel_only_on_an_accelerator_where_it_
   assert choose_attention("auto", 64, 16, "gpu") == "pallas"
   assert choose_attention("auto", 128, 8, "gpu") == "xla"  # pages of fewer than 16 tokens
   assert choose_attention("xla", 128, 16, "tpu") == "xla"  # asked for: as asked
+
+
+@pytest.mark.parametrize("kernel", ["tpu", "gpu"])
+def test_each_paged_kernel_auto_can_pick_executes_and_equals_the_xla_path(kernel):
+  # The kernels `auto` picks on a TPU (head_dim 128) and on a GPU, run by Pallas' interpreters
+  # on the CPU on small shapes, against the XLA path: ragged lengths, an idle slot, pages out of
+  # order, two query heads per kv head.
+  from jax.experimental.pallas import tpu as pltpu
+
+  from prorl_jax.rollout.engines import paged_kernels as pk
+
+  s, k, g, dh, page, pages, width = 3, 2, 2, 128, 16, 12, 4
+  keys = jax.random.split(jax.random.PRNGKey(3), 3)
+  # values a bfloat16 holds: the TPU kernel's matmuls take bfloat16 operands (TPU precision),
+  # as a TPU engine's pages are
+  bf16 = lambda x: x.astype(jax.numpy.bfloat16).astype(jax.numpy.float32)
+  q = bf16(jax.random.normal(keys[0], (s, k, g, dh), jax.numpy.float32))
+  kp = bf16(jax.random.normal(keys[1], (k, pages, page, dh), jax.numpy.float32))
+  vp = bf16(jax.random.normal(keys[2], (k, pages, page, dh), jax.numpy.float32))
+  table = jax.numpy.array([[5, 2, 9, 1], [3, 7, 0, 0], [4, 0, 0, 0]], jax.numpy.int32)
+  pos = jax.numpy.array([50, 20, 0], jax.numpy.int32)
+  active = jax.numpy.array([True, True, False])
+  # the XLA path's layout: keys [P, K, Dh, page], values [P, K, page, Dh]
+  want = pk.flash_pages(q, kp.transpose(1, 0, 3, 2), vp.transpose(1, 0, 2, 3), table, pos, active)
+  if kernel == "tpu":
+    with pltpu.force_tpu_interpret_mode():
+      got = pk.pallas_pages(q, kp, vp, table, pos, active, kernel="tpu")
+  else:
+    got = pk.pallas_pages(q, kp, vp, table, pos, active, interpret=True, kernel="gpu")
+  assert table.shape[1] == width
+  np.testing.assert_allclose(np.asarray(got)[:2], np.asarray(want)[:2], atol=2e-6)

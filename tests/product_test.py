@@ -141,10 +141,16 @@ def test_plot_overlays_runs_with_a_legend_naming_each(tmp_path):
   seen = {}
   real = plt.Figure.savefig
 
-  def spy(fig, path, **kw):  # the legends of the figure being written
+  def spy(fig, path, **kw):  # the legends of the figure being written, and each line's data
     seen["labels"] = [
       t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()
     ]
+    seen["lines"] = {
+      ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata()))
+      for ax in fig.axes
+      for ln in ax.get_lines()
+      if not ln.get_label().startswith("_")
+    }
     return real(fig, path, **kw)
 
   plt.Figure.savefig = spy
@@ -155,6 +161,10 @@ def test_plot_overlays_runs_with_a_legend_naming_each(tmp_path):
   assert out == str(tmp_path / "baseline" / "compare.png") and os.path.getsize(out) > 10_000
   assert "baseline: raw_mean" in seen["labels"] and "clip_high_0.4: raw_mean" in seen["labels"]
   assert "baseline: pass@1" in seen["labels"] and "clip_high_0.4: pass@1" in seen["labels"]
+  for name, slope in (("baseline", 0.1), ("clip_high_0.4", 0.2)):  # each run's own data
+    xs, ys = seen["lines"][f"{name}: raw_mean"]
+    assert xs == [1, 2, 3, 4, 5] and ys == pytest.approx([slope * s for s in range(1, 6)]), name
+    assert seen["lines"][f"{name}: pass@1"][1] == pytest.approx([slope] * 5), name
   proc = _run(
     "prorl_jax.cli.plot",
     [str(tmp_path / "baseline"), str(tmp_path / "clip_high_0.4"), f"--out={tmp_path / 'ab.png'}"],

@@ -70,6 +70,11 @@ def check_config_args(argv: list[str]) -> None:
 
   fields = None
   for arg in argv[1:]:
+    m = re.match(r"--(?!config[.=])([A-Za-z_][\w.]*)", arg)
+    if m and m.group(1) not in flags.FLAGS and m.group(1).split(".")[-1] != "debug":
+      key = _config_key(m.group(1))  # `--total_steps=3`: a config field without its prefix
+      if key:
+        fail(f"{arg.split('=')[0]} is not a flag of this command; did you mean --config.{key}?")
     m = re.match(r"--config=([^:]*)", arg)
     if m:
       path = m.group(1)
@@ -100,6 +105,16 @@ def check_config_args(argv: list[str]) -> None:
         fail(
           f"--config.{key} is a section; set one of its fields, e.g. --config.{sections[key]}=..."
         )
+
+
+def _config_key(name: str) -> str | None:
+  """The config field `name` names without its `--config.` prefix: itself (`rollout.n`) or the
+  one field whose last part it is (`total_steps`, `kl_coef` -> `algo.kl_coef`)."""
+  keys = list(config_lib.flat(config_lib.base_config()))
+  if name in keys:
+    return name
+  tails = [k for k in keys if k.rsplit(".", 1)[-1] == name]
+  return tails[0] if len(tails) == 1 else None
 
 
 def _last_line(text: str) -> str:

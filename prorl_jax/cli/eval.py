@@ -18,8 +18,6 @@ from prorl_jax import config as config_lib
 from prorl_jax.cli import errors
 from prorl_jax.cli.prepare import PrepareError
 from prorl_jax.config import base_config
-from prorl_jax.config import workers as workers_lib
-from prorl_jax.config.workers import eval_workers
 from prorl_jax.data.prompts import DataError
 from prorl_jax.data.sources import sources_for
 from prorl_jax.evaluation import export, runner, suite_report
@@ -30,7 +28,9 @@ from prorl_jax.evaluation.serving import ServedModel
 from prorl_jax.evaluation.suite_report import SuiteError
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.rollout.local import WorkerFailure
+from prorl_jax.trainer import placement
 from prorl_jax.trainer.plan import data_spec
+from prorl_jax.trainer.workers import eval_workers
 
 
 def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
@@ -70,7 +70,7 @@ def _suite_config():
     cfg = base_config()
     cfg.rollout.engine = "vllm"
   print(
-    f"rollouts: the {cfg.rollout.engine} engine, {max(1, workers_lib.worker_count(cfg))} local "
+    f"rollouts: the {cfg.rollout.engine} engine, {max(1, placement.worker_count(cfg))} local "
     "worker(s)"
     + (
       ""
@@ -120,7 +120,13 @@ def main(argv):
         data_dir=F.data,
         checkpoint=F.checkpoint,
         out_dir=F.out,
-        max_response_len=F.max_response_len,
+        max_response_len=F.max_response_len if F["max_response_len"].present else None,
+        # the JAX engine's memory is sized by its config; vLLM pages what the model allows
+        response_cap=(
+          int(cfg.rollout.max_response_len)
+          if F.config is not None and cfg.rollout.engine in ("jax", "inline")
+          else None
+        ),
         samples=_domain_counts(F.samples),
         temperature=F.temperature,
         top_p=F.top_p,
@@ -171,7 +177,10 @@ def cli():
   flags.DEFINE_string("suite", "", "prorl-eval: every benchmark of --data")
   flags.DEFINE_string("data", "", "a `python -m prorl_jax.cli.prepare --suite` output directory")
   flags.DEFINE_integer(
-    "max_response_len", runner.PAPER["max_response_len"], "response token budget (--suite)"
+    "max_response_len",
+    runner.PAPER["max_response_len"],
+    "response token budget (--suite); unset: this, lowered to the model's context and, for a "
+    "JAX engine, the config's rollout.max_response_len",
   )
   flags.DEFINE_integer(
     "max_prompt_len",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from prorl_jax.model import hf_weights
 from prorl_jax.rollout.exchange import Exchange
 
 RUN_RECORD = "config.json"  # written by the trainer into its run directory
@@ -114,6 +115,9 @@ def resolve_model(checkpoint: str, scratch: str) -> tuple[str, str]:
     os.path.join(checkpoint, "state")
   )
   if not is_orbax and is_hf_dir(checkpoint):
+    missing = hf_weights.missing_files(checkpoint)
+    if missing:  # before any worker starts on it
+      raise ExportError(f"--checkpoint={checkpoint!r} has {missing}")
     path = os.path.abspath(checkpoint)
     return path, path
   if "@" in checkpoint and not os.path.exists(checkpoint):

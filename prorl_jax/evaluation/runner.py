@@ -35,6 +35,7 @@ from prorl_jax.evaluation.suite_report import (
   write_json,
   write_report,
 )
+from prorl_jax.model import hf_weights
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
 
@@ -69,13 +70,28 @@ def _read_cache(path: str, key: str) -> dict | None:
   return got if isinstance(got, dict) and got.get("key") == key else None
 
 
+def fit_response_len(asked: int | None, context: int | None, cap: int | None) -> int:
+  """The response budget: `asked`, refused in one line (SuiteError) when it passes the model's
+  context (`max_position_embeddings`) or `cap` (the config's, for an engine it sizes); not
+  asked, the paper's 32768 lowered to both."""
+  limits = [(context, f"the model's context (max_position_embeddings {context})")] * bool(context)
+  limits += [(cap, f"the config's rollout.max_response_len ({cap})")] * bool(cap)
+  if asked is None:
+    return min([PAPER["max_response_len"], *(n for n, _ in limits)])
+  for n, what in limits:
+    if asked > n:
+      raise SuiteError(f"--max_response_len={asked} is over {what}; ask for at most {n}")
+  return asked
+
+
 def run_suite(
   start_workers,
   *,
   data_dir: str,
   checkpoint: str,
   out_dir: str,
-  max_response_len: int = PAPER["max_response_len"],
+  max_response_len: int | None = None,
+  response_cap: int | None = None,
   samples: dict[str, int] | None = None,
   temperature: float = PAPER["temperature"],
   top_p: float = PAPER["top_p"],
@@ -90,7 +106,8 @@ def run_suite(
   """Evaluates every (selected) benchmark, caching each; writes and returns the report.
 
   `compare` holds LABEL=DIR items: reports of other models by this harness (`--out` of an
-  earlier run), put beside ours as measured columns."""
+  earlier run), put beside ours as measured columns. `max_response_len` None: the paper's,
+  fitted to the model's context and `response_cap` (what the engine's config sizes)."""
 
   manifest = suite_lib.read_manifest(data_dir)
   names = benchmarks or list(manifest["benchmarks"])
@@ -107,6 +124,9 @@ def run_suite(
   except export.ExportError as e:
     raise SuiteError(str(e)) from None
   log(f"model: {label}" + ("" if label == model_dir else f" (as {model_dir})"))
+  context = hf_weights.read_hf_config(model_dir).get("max_position_embeddings")
+  max_response_len = fit_response_len(max_response_len, context, response_cap)
+  log(f"responses: up to {max_response_len} tokens")
   tok = load_tokenizer(model_dir)
   settings = {
     "temperature": temperature,
@@ -141,7 +161,7 @@ def run_suite(
         )
       )
       if runner is None:
-        runner = ServedModel(model_dir, start_workers)
+        runner = ServedModel(model_dir, start_workers, os.path.join(out_dir, "workers"))
       t0 = time.time()
       got = scoring.collect(
         runner.ex,

@@ -97,6 +97,24 @@ def read_hf_config(path: str) -> dict:
     return json.load(f)
 
 
+def missing_files(path: str) -> str | None:
+  """What a Hugging Face model directory lacks for training or evaluation (config.json,
+  safetensors weights, tokenizer files), in words; None when it has all three."""
+  has = lambda *names: any(os.path.isfile(os.path.join(path, n)) for n in names)
+  if not has("config.json"):
+    return "no config.json"
+  if not has("model.safetensors", "model.safetensors.index.json"):
+    bins = has("pytorch_model.bin", "pytorch_model.bin.index.json")
+    return "config.json but no weights (model.safetensors or model.safetensors.index.json)" + (
+      "; it holds pytorch_model.bin: save it again with save_pretrained (safetensors)"
+      if bins
+      else "; download the whole model (hf download REPO --local-dir DIR)"
+    )
+  if not has("tokenizer.json", "tokenizer_config.json"):
+    return "no tokenizer.json or tokenizer_config.json; copy the model's tokenizer files there"
+  return None
+
+
 def _weight_files(path: str) -> list[str]:
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.isfile(index):

@@ -21,11 +21,11 @@ import jax
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
-from prorl_jax.config import workers as workers_lib
 from prorl_jax.parallel import dist
 from prorl_jax.rollout import inline as inline_lib
-from prorl_jax.trainer import preflight
+from prorl_jax.trainer import placement, preflight
 from prorl_jax.trainer import setup as setup_lib
+from prorl_jax.trainer import workers as workers_lib
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
 from prorl_jax.trainer.metrics import MetricWriter, NullWriter, wall_seconds_total
@@ -256,7 +256,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   if inline is not None and primary:  # a stop asked mid-request abandons it (continuous batching)
     inline.interrupt = watch.check
   publish(setup, state, ex, loop.version, inline)
-  workers, placed = None, workers_lib.layout(cfg, hosts=jax.process_count())
+  workers, placed = None, placement.layout(cfg, hosts=jax.process_count())
   if primary:
     print(placed.describe(), flush=True)
     for line in placed.warnings:

@@ -15,9 +15,9 @@ import types
 import jax
 
 from prorl_jax import config as config_lib
-from prorl_jax.config import workers as workers_lib
 from prorl_jax.data.sources import DataSpec
 from prorl_jax.records import SamplingParams
+from prorl_jax.trainer import placement
 from prorl_jax.trainer import train_step as ts
 
 
@@ -153,7 +153,7 @@ def loss_config(cfg) -> ts.LossConfig:
 def rollout_plan(cfg) -> RolloutPlan:
   """What a step asks the workers for (the local workers counted on this host's layout)."""
   r, a = cfg.rollout, cfg.algo
-  processes = workers_lib.worker_count(cfg) + r.external_workers
+  processes = placement.worker_count(cfg) + r.external_workers
   inline = r.engine == "inline"  # every trainer process serves requests
   return _pick(
     RolloutPlan,

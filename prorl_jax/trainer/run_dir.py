@@ -13,12 +13,12 @@ import jax
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
-from prorl_jax.config import workers as workers_lib
 from prorl_jax.data.sources import precheck
 from prorl_jax.evaluation.export import RUN_RECORD
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.local import check_worker_python, worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
+from prorl_jax.trainer import placement
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer.loop_state import LoopState
 from prorl_jax.trainer.plan import data_spec
@@ -99,8 +99,8 @@ def check_before_loading(cfg, accept_config_changes: bool):
     open_store(exchange_url(cfg))
   except InvalidExchange as e:
     raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
-  if workers_lib.worker_count(cfg):  # can the workers run at all?
-    engine = workers_lib.worker_engine(cfg)
+  if placement.worker_count(cfg):  # can the workers run at all?
+    engine = placement.worker_engine(cfg)
     check_worker_python(worker_python(engine, cfg.rollout.worker_python), engine)
   resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   return None, changes

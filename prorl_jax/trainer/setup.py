@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Any, Callable
 
 import jax
@@ -19,13 +18,12 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import shaping
-from prorl_jax.config import workers as workers_lib
 from prorl_jax.data.sources import sources_for
 from prorl_jax.demo import warm_start
-from prorl_jax.model import load_hf, load_tokenizer
+from prorl_jax.model import hf_weights, load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
 from prorl_jax.rewards import sandbox
-from prorl_jax.trainer import compiled
+from prorl_jax.trainer import compiled, placement
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.plan import Plan, data_spec
 
@@ -39,10 +37,12 @@ R1_DISTILL_HINT = (
 
 
 def check_model_path(cfg) -> None:
-  if cfg.model.path and not os.path.isfile(os.path.join(cfg.model.path, "config.json")):
+  """One line naming what `model.path` lacks (config.json, weights, tokenizer), before a model
+  is loaded or a worker started."""
+  missing = cfg.model.path and hf_weights.missing_files(cfg.model.path)
+  if missing:
     raise config_lib.ConfigError(
-      f"model.path={cfg.model.path!r} has no config.json; point it at a Hugging Face model "
-      "directory"
+      f"model.path={cfg.model.path!r} has {missing}; point it at a Hugging Face model directory"
     )
 
 
@@ -75,7 +75,7 @@ def packed_row_len(r) -> int:
 def check_code_sandbox(cfg, verifiers: set[str]):
   """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
   run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
-  if "code" not in verifiers or not workers_lib.worker_count(cfg):
+  if "code" not in verifiers or not placement.worker_count(cfg):
     return
   if cfg.rollout.unsandboxed_code:
     log.warning(

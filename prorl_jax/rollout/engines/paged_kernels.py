@@ -121,16 +121,21 @@ def copy_pages(kpages, vpages, src_N, dst_N, attention: str = "xla"):
   )
 
 
-def pallas_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S, interpret=False):
-  """`flash_pages` by JAX's Pallas paged-attention kernel (TPU or GPU; the GPU kernel in
-  Pallas' interpreter when `interpret`), over keys and values [K, P, page, Dh]: each slot reads
-  only its own pages up to its length (an idle slot one position of the trash page).
-  Returns [S, K, G, Dh] (float32)."""
+def pallas_pages(
+  q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S, interpret=False, kernel: str | None = None
+):
+  """`flash_pages` by JAX's Pallas paged-attention kernel (`kernel` "tpu" or "gpu", default
+  the backend's: TPU on a TPU; the GPU kernel in Pallas' interpreter when `interpret`; the TPU
+  kernel runs in the TPU interpreter under `pltpu.force_tpu_interpret_mode`), over keys and
+  values [K, P, page, Dh]: each slot reads only its own pages up to its length (an idle slot
+  one position of the trash page). Returns [S, K, G, Dh] (float32)."""
   s, k, g, dh = q_SxKxGxDh.shape
   q_SxHxDh = q_SxKxGxDh.reshape(s, k * g, dh)  # head h = kv head h // G, as the model's
   lengths = jnp.where(active_S, pos_S + 1, 1).astype(jnp.int32)
   block = min(BLOCK_PAGES, table_SxM.shape[1])
-  if jax.default_backend() == "tpu" and not interpret:
+  if kernel is None:
+    kernel = "tpu" if jax.default_backend() == "tpu" and not interpret else "gpu"
+  if kernel == "tpu":
     out = tpu_paged_attention(q_SxHxDh, kp, vp, lengths, table_SxM, pages_per_compute_block=block)
   else:
     out = gpu_paged_attention(
