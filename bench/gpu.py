@@ -15,6 +15,8 @@ the next one runs):
   sampler  the JAX sampler vs transformers `generate` on the same 1.5B shape and batch
   pipeline serial vs pipelined RL steps, trainer and JAX-sampler worker as two processes sharing
            the GPU (random 1.5B-shape weights); in its own invocation: `--stages=pipeline`
+  pairs, decode_ops, decode, engine, packed, e2e: where an RL step's hardware time goes
+           (bench/gpu_rl.py says what each measures); `--stages=rl` runs them all in order
 `--stages` picks and orders them; `train_cudnn@dots` sets the remat policy, `sampler_jax@256` the
 batch. A deadline (`--budget-s`) skips the stages that would start after it.
 """
@@ -31,6 +33,7 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import gpu_rl  # noqa: E402
 from benchutil import median_time, model_flops_per_token  # noqa: E402
 
 H200_BF16_DENSE = 989e12
@@ -417,6 +420,9 @@ def main():
   ap.add_argument("--pipe-len", type=int, default=512)
   ap.add_argument("--trainer-memory", type=float, default=0.5)
   ap.add_argument("--worker-memory", type=float, default=0.4)
+  ap.add_argument("--packed-impl", default="cudnn", help="attention of the `packed` stage")
+  ap.add_argument("--packed-row-len", type=int, default=0, help="`packed`: 0 = 16,384")
+  ap.add_argument("--e2e-timeout", type=float, default=400)
   # JAX and torch each hold on to GPU memory they used: run the peers in a second process,
   # e.g. --stages=torch,sampler_hf --out=SAME_DIR (the summary reads that dir's gpu.jsonl).
   ap.add_argument("--stages", default="matmul,parity,train_cudnn,train_xla,sampler_jax")
@@ -432,7 +438,10 @@ def main():
     "sampler_jax": stage_sampler_jax,
     "sampler_hf": stage_sampler_hf,
     "pipeline": stage_pipeline,
+    **gpu_rl.STAGES,
   }
+  if args.stages == "rl":
+    args.stages = ",".join(gpu_rl.STAGES)
   log = os.path.join(args.out, "gpu.jsonl")
   for name in args.stages.split(","):
     if time.time() - start > args.budget_s:
