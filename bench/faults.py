@@ -15,6 +15,10 @@ drawn from:
   worker_kill9 kill -9 of the local rollout worker (the trainer restarts it; no resume)
   torn         a request or result file of the exchange truncated to half (no resume)
 
+The runs sample 16 responses a prompt, so dynamic sampling's rounds overshoot what a step needs
+and checkpoints hold carried-over groups: each cut falls within a step that began from them
+(after the run first finishes a step with a non-empty buffer; `--anywhere` cuts anywhere in the
+run), and each cut's `buffer_at_cut` says how many the run held; a cut with none fails the run.
 `--load on` runs a CPU-bound spinner beside every cut run; `both` alternates quiet and loaded
 cuts so that each fault meets both conditions within every 8 cuts. A wait for
 rollouts longer than the exchange's lease (60 s) plus a 30 s margin counts as a failure. The last
@@ -63,6 +67,9 @@ def flags(run_dir: str, base: str, steps: int, pipelined: bool) -> list[str]:
     "eval.heldout": 16,
     "algo.ref_reset_every": 3,
     "algo.kl_coef": 0.01,
+    # 16 samples a prompt: enough informative groups that a round overshoots what a step needs,
+    # so checkpoints hold carried-over groups (a resume must restore them)
+    "rollout.n": 16,
   }
   if pipelined:
     extra.update({"rollout.pipeline": True, "rollout.max_staleness": 1})
@@ -93,6 +100,23 @@ def rows(run_dir: str) -> list[dict]:
 def outcome(run_dir: str) -> tuple[list[dict], tuple[str, str]]:
   """(metrics without the volatile keys, the newest published weights' version and sha256)."""
   return loop_helpers.metrics(run_dir), loop_helpers.params_hash(run_dir)
+
+
+def buffer_now(run_dir: str) -> int | None:
+  """Groups carried over by the last step the run has finished (None before its first)."""
+  done = [r for r in rows(run_dir) if "sampling/buffer" in r]
+  return int(done[-1]["sampling/buffer"]) if done else None
+
+
+def carry_windows(run_dir: str, t0: float) -> list[tuple[float, float]]:
+  """Seconds after `t0` during which the run's newest checkpoint held carried-over groups: from
+  a step that ended with a non-empty buffer to the end of the next one."""
+  done = [r for r in rows(run_dir) if "sampling/buffer" in r and "time/clock" in r]
+  return [
+    (a["time/clock"] - t0, b["time/clock"] - t0)
+    for a, b in zip(done, done[1:])
+    if a["sampling/buffer"] > 0
+  ]
 
 
 def longest_wait(run_dir: str) -> float:
@@ -138,13 +162,16 @@ def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
   return proc.returncode, out
 
 
-def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng) -> dict:
-  """One cut run: the fault `at_s` seconds in, then resumes until the run finishes."""
+def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng, carried=False) -> dict:
+  """One cut run: the fault `at_s` seconds in (`carried`: `at_s` after the run first finishes
+  a step that carries groups over), then resumes until the run finishes."""
   proc = start(run_dir, base, steps, pipelined)
+  while carried and not buffer_now(run_dir) and proc.poll() is None:
+    time.sleep(0.02)
   t0 = time.time()
   while time.time() - t0 < at_s and proc.poll() is None:
     time.sleep(0.02)
-  note, starts = MISSED, 1
+  note, starts, buffered = MISSED, 1, buffer_now(run_dir)
   if proc.poll() is None:
     if fault == "kill9":
       proc.kill()
@@ -179,7 +206,13 @@ def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng) -> dict:
     starts += 1
     if code != 0:
       return {"ok": False, "why": f"resume exit {code}: {out[-400:]}"}
-  return {"ok": True, "note": note, "starts": starts, "wait_s": longest_wait(run_dir)}
+  return {
+    "ok": True,
+    "note": note,
+    "starts": starts,
+    "wait_s": longest_wait(run_dir),
+    "buffer_at_cut": buffered,
+  }
 
 
 def main():
@@ -190,6 +223,11 @@ def main():
   p.add_argument("--steps", type=int, default=4)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--base", default="", help="a built base model (default: built here)")
+  p.add_argument(
+    "--anywhere",
+    action="store_true",
+    help="cut anywhere in the run, not only while the last checkpoint holds carried-over groups",
+  )
   args = p.parse_args()
   rng = random.Random(args.seed)
   tmp = tempfile.mkdtemp(prefix="faults-")
@@ -199,7 +237,7 @@ def main():
 
     base = warm_start.build(os.path.join(tmp, "base"), steps=60)
   tried, survived, missed = collections.Counter(), collections.Counter(), collections.Counter()
-  failures, slowest = [], 0.0
+  failures, slowest, buffers = [], 0.0, []
   for mode in args.modes.split(","):
     pipelined = mode == "pipelined"
     # Two uninterrupted runs: the first fills the compilation cache, the second (warm, like every
@@ -214,17 +252,23 @@ def main():
         want = outcome(ref)
       else:
         assert outcome(ref) == want, f"{mode}: two uninterrupted runs differ ({tmp})"
-      print(json.dumps({"mode": mode, "reference": k, "wall_s": round(ref_s, 1)}), flush=True)
+        windows = [] if args.anywhere else carry_windows(ref, t0)
+      line = {"mode": mode, "reference": k, "wall_s": round(ref_s, 1)}
+      line["buffer_by_step"] = [
+        int(r["sampling/buffer"]) for r in rows(ref) if "sampling/buffer" in r
+      ]
+      print(json.dumps(line), flush=True)
     for i in range(args.cuts):
       fault = FAULTS[i % len(FAULTS)]
       # `both`: quiet and loaded cuts alternate, and each fault meets both conditions within
       # every 8 cuts (the flip at i // 4 shifts which faults the odd cuts fall on)
       load = args.load == "on" or (args.load == "both" and (i + i // len(FAULTS)) % 2 == 1)
-      at_s = rng.uniform(0.1, ref_s)
+      # cut within a step that starts from carried-over groups (anywhere: within the run)
+      at_s = rng.uniform(0, max(b - a for a, b in windows)) if windows else rng.uniform(0.1, ref_s)
       run_dir = os.path.join(tmp, f"{mode}-{i:03d}")
       spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if load else None
       try:
-        got = one_cut(base, run_dir, args.steps, pipelined, fault, at_s, rng)
+        got = one_cut(base, run_dir, args.steps, pipelined, fault, at_s, rng, bool(windows))
       finally:
         if spinner:
           spinner.kill()
@@ -240,6 +284,7 @@ def main():
       elif got["ok"]:
         survived[key] += 1
         slowest = max(slowest, got["wait_s"])
+        buffers.append(got["buffer_at_cut"] or 0)
       else:
         failures.append({"cut": key, "at_s": round(at_s, 2), "dir": run_dir, "why": got["why"]})
       line = {"cut": key, "at_s": round(at_s, 2), **{k: v for k, v in got.items() if k != "ok"}}
@@ -253,13 +298,16 @@ def main():
         "survived": sum(survived.values()),
         "by_cut": {k: f"{survived[k]}/{n - missed[k]}" for k, n in sorted(tried.items())},
         "slowest_recovery_wait_s": round(slowest, 2),
+        "buffer_at_cut_min": min(buffers, default=None),
+        "cuts_with_empty_buffer": sum(b == 0 for b in buffers),
         "failures": failures,
         "steps": args.steps,
         "seed": args.seed,
       }
     )
   )
-  sys.exit(1 if failures else 0)
+  empty = not args.anywhere and (not buffers or min(buffers) == 0)
+  sys.exit(1 if failures or empty else 0)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ Stages (each one JSON line; with --smoke a small model and short lengths, any ba
   e2e         `prorl_jax.main` for 3 steps with `rollout.engine=inline` on a random base of the
               1.5B shape on one device: generated, trained and end-to-end tokens/s, the step's
               split (rollout, update, publish) and the sampler-vs-trainer gap (is/mismatch_kl).
+              A machine without internet and without the project's other packages gets them as
+              wheels: `bash bench/gpu_wheels.sh` here, then carry .whl/ (its header says how).
 """
 
 from __future__ import annotations
