@@ -61,3 +61,52 @@ def model_flops_per_token(cfg, seq: int) -> int:
   """6·N for the matmul weights (embedding lookup excluded) + attention scores/values."""
   n = cfg.num_params - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
   return 6 * n + 12 * cfg.num_layers * seq * cfg.num_heads * cfg.head_dim
+
+
+def small_cfg(impl):
+  from prorl_jax.model import presets
+
+  return presets.Qwen2Config(
+    vocab_size=1024,
+    hidden_size=256,
+    intermediate_size=512,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=64,
+    param_dtype="float32",
+    compute_dtype="bfloat16",
+    attention_impl=impl,
+  )
+
+
+def big_cfg(impl, args, remat="full"):
+  from prorl_jax.model import presets
+
+  if args.smoke:
+    return small_cfg(impl).replace(remat=remat)
+  return presets.r1_distill_qwen_1p5b(
+    param_dtype="float32", compute_dtype="bfloat16", remat=remat, attention_impl=impl
+  )
+
+
+def build_random_base(path: str, smoke: bool) -> str:
+  """An HF directory: the demo's character tokenizer and random weights of the 1.5B shape (or
+  `small_cfg` with --smoke). Its vocabulary (151,936 rows; 1,024 small) dwarfs the tokenizer's 23
+  ids, so end-of-sequence is rare and responses run to the length limit, as long reasoning
+  traces do."""
+  import jax
+
+  from prorl_jax.demo import tiny_base
+  from prorl_jax.model import init_params, presets, save_hf
+
+  if os.path.isfile(os.path.join(path, "config.json")):
+    return path
+  tmp = path.rstrip("/") + ".tmp"
+  tok = tiny_base.build_tokenizer(tmp)
+  ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
+  cfg = small_cfg("xla").replace(**ids) if smoke else presets.r1_distill_qwen_1p5b(**ids)
+  params = init_params(cfg, jax.random.PRNGKey(0))
+  save_hf(cfg, params, tmp, tokenizer_dir=tmp, dtype="bfloat16")
+  os.replace(tmp, path)
+  return path

@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import gpu_rl  # noqa: E402
-from benchutil import median_time, model_flops_per_token  # noqa: E402
+from benchutil import big_cfg, median_time, model_flops_per_token, small_cfg  # noqa: E402
 
 H200_BF16_DENSE = 989e12
 
@@ -54,23 +54,6 @@ def stage_matmul(args):
   }
 
 
-def _small_cfg(impl):
-  from prorl_jax.model import presets
-
-  return presets.Qwen2Config(
-    vocab_size=1024,
-    hidden_size=256,
-    intermediate_size=512,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=64,
-    param_dtype="float32",
-    compute_dtype="bfloat16",
-    attention_impl=impl,
-  )
-
-
 def stage_parity(args):
   import jax
   import jax.numpy as jnp
@@ -84,10 +67,10 @@ def stage_parity(args):
   mask = np.ones((b, t), np.int32)
   for i, pad in enumerate((0, 5, 40, 100)):
     mask[i, :pad] = 0  # left padding, as in the rollouts' prompts
-  params = init_params(_small_cfg("xla"), jax.random.PRNGKey(0))
+  params = init_params(small_cfg("xla"), jax.random.PRNGKey(0))
   out = {}
   for impl in ("xla", "cudnn"):
-    logits = forward(_small_cfg(impl), params, jnp.asarray(tokens), jnp.asarray(mask))
+    logits = forward(small_cfg(impl), params, jnp.asarray(tokens), jnp.asarray(mask))
     out[impl] = np.asarray(jax.nn.log_softmax(logits.astype(jnp.float32), -1))
   real = mask.astype(bool)
   diff = np.abs(out["xla"] - out["cudnn"])[real]  # [real tokens, vocab]
@@ -98,16 +81,6 @@ def stage_parity(args):
   }
 
 
-def _big_cfg(impl, args, remat="full"):
-  from prorl_jax.model import presets
-
-  if args.smoke:
-    return _small_cfg(impl).replace(remat=remat)
-  return presets.r1_distill_qwen_1p5b(
-    param_dtype="float32", compute_dtype="bfloat16", remat=remat, attention_impl=impl
-  )
-
-
 def stage_train(args, impl, remat="full"):
   import jax
   import numpy as np
@@ -116,7 +89,7 @@ def stage_train(args, impl, remat="full"):
   from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
-  cfg = _big_cfg(impl, args, remat)
+  cfg = big_cfg(impl, args, remat)
   b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-6)
@@ -193,7 +166,7 @@ def stage_torch(args):
   import torch
   import transformers
 
-  cfg = _big_cfg("xla", args)
+  cfg = big_cfg("xla", args)
   b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
   dev = "cuda" if torch.cuda.is_available() else "cpu"
   with torch.device(dev):
@@ -235,7 +208,7 @@ def stage_sampler_jax(args, batch=None):
   from prorl_jax.model import init_params
   from prorl_jax.rollout.engines import jax_sampler
 
-  cfg = _big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
+  cfg = big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
   b, p, n = _sampler_shape(args, batch)
   params = init_params(cfg, jax.random.PRNGKey(0))
   rng = np.random.RandomState(0)
@@ -268,7 +241,7 @@ def stage_sampler_hf(args, batch=None):
   import torch
   import transformers
 
-  cfg = _big_cfg("xla", args)
+  cfg = big_cfg("xla", args)
   b, p, n = _sampler_shape(args, batch)
   dev = "cuda" if torch.cuda.is_available() else "cpu"
   with torch.device(dev):
@@ -301,28 +274,6 @@ def stage_sampler_hf(args, batch=None):
   }
 
 
-def build_random_base(path: str, smoke: bool) -> str:
-  """An HF directory: the demo's character tokenizer and random weights of the 1.5B shape (or
-  `_small_cfg` with --smoke). Its vocabulary (151,936 rows; 1,024 small) dwarfs the tokenizer's 23
-  ids, so end-of-sequence is rare and responses run to the length limit, as long reasoning
-  traces do."""
-  import jax
-
-  from prorl_jax.demo import tiny_base
-  from prorl_jax.model import init_params, presets, save_hf
-
-  if os.path.isfile(os.path.join(path, "config.json")):
-    return path
-  tmp = path.rstrip("/") + ".tmp"
-  tok = tiny_base.build_tokenizer(tmp)
-  ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
-  cfg = _small_cfg("xla").replace(**ids) if smoke else presets.r1_distill_qwen_1p5b(**ids)
-  params = init_params(cfg, jax.random.PRNGKey(0))
-  save_hf(cfg, params, tmp, tokenizer_dir=tmp, dtype="bfloat16")
-  os.replace(tmp, path)
-  return path
-
-
 def stage_pipeline(args):
   """Serial vs pipelined RL steps with the trainer and a JAX-sampler worker as two processes on
   the one GPU, its memory split between them (`model.memory_fraction` for the trainer,
@@ -338,8 +289,8 @@ def stage_pipeline(args):
     os.path.abspath(args.out), "pipeline_base_smoke" if args.smoke else "pipeline_base"
   )
   t0 = time.time()
-  code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import gpu; "
-  code += f"gpu.build_random_base({base!r}, {args.smoke})"
+  code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import benchutil; "
+  code += f"benchutil.build_random_base({base!r}, {args.smoke})"
   # Built on the CPU: this process (and its JAX) stays off the GPU the two processes share.
   subprocess.run(
     [sys.executable, "-c", code], check=True, env=dict(os.environ, JAX_PLATFORMS="cpu")

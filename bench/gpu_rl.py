@@ -62,9 +62,9 @@ def prorl_lengths(rng, n: int, median: float = 2000.0, cap: int = 8192, scale: i
 
 def _cfg(args, **kw):
   sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-  import gpu
+  from benchutil import big_cfg
 
-  return gpu._big_cfg(kw.pop("impl", "xla"), args).replace(**kw)
+  return big_cfg(kw.pop("impl", "xla"), args).replace(**kw)
 
 
 # ---------------------------------------------------------------------------------------- pairs
@@ -399,19 +399,16 @@ def stage_packed(args):
 
 
 def stage_e2e(args):
-  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-  import gpu
-
   out_dir = os.path.abspath(args.out)
   base = os.path.join(out_dir, "e2e_base_smoke" if args.smoke else "e2e_base")
-  code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import gpu; "
-  code += f"gpu.build_random_base({base!r}, {args.smoke})"
+  code = f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import benchutil; "
+  code += f"benchutil.build_random_base({base!r}, {args.smoke})"
   t0 = time.time()
   subprocess.run(
     [sys.executable, "-c", code], check=True, env=dict(os.environ, JAX_PLATFORMS="cpu")
   )
   build_s = time.time() - t0
-  assert gpu  # the base is built in a child: this process keeps JAX off the device
+  # the base is built in a child on the CPU: this process keeps JAX off the device
   run_dir = os.path.join(out_dir, "e2e_run")
   p, n, length = (4, 4, 32) if args.smoke else (16, 8, 1024)
   argv = [

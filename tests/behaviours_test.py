@@ -17,7 +17,7 @@ from prorl_jax.records import Result, SamplingParams
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.engines.jax_sampler import generate
 from prorl_jax.rollout.local import WorkerFailure
-from prorl_jax.trainer import batch, setup, update
+from prorl_jax.trainer import batch, collect, setup, update
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
 from prorl_jax.trainer.plan import Plan
 from tests import loop_helpers
@@ -97,7 +97,7 @@ def test_probe_mismatch_stops_the_run_in_one_line():
   ):
     probe.reported_mismatch(bad, 0.05)
   assert probe.reported_mismatch(bad, 0.0)["max"] == 0.3  # 0 = off: recorded, never fatal
-  got = update.Received()
+  got = collect.Received()
   for mm in ({"max": 0.3, "mean": 0.1}, {"max": 0.02, "mean": 0.01}):
     got.probe(mm)
   assert got.info()["mismatch/probe_max"] == 0.3  # the worst of the step

@@ -1,4 +1,4 @@
-"""`update.collect` without a model: a real exchange, and a thread that answers requests as a
+"""`collect.collect` without a model: a real exchange, and a thread that answers requests as a
 worker would, with scores chosen by the prompt (even first token: one right of two, odd: both)."""
 
 import threading
@@ -9,7 +9,7 @@ from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.records import PromptItem, Request
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.trainer import update
+from prorl_jax.trainer import collect as collect_lib
 from prorl_jax.trainer.plan import rollout_plan
 
 
@@ -71,7 +71,7 @@ def _collect(tmp_path, version_of, inflight=False, bodies=None, **rollout):
   t.start()
   try:
     plan = rollout_plan(cfg)
-    groups, info = update.collect(plan, Items(), buffer, ex, None, step=7, version=3)
+    groups, info = collect_lib.collect(plan, Items(), buffer, ex, None, step=7, version=3)
   finally:
     stop.set()
     t.join()

@@ -205,3 +205,41 @@ def test_the_readme_is_a_front_door():
   assert "3,000 steps" in first and "8 H100/H200" in first and "days" in first
   for link in re.findall(r"\]\(((?:docs|bench)/[^)#]+)\)", text):
     assert os.path.isfile(os.path.join(ROOT, link)), link
+
+
+_FIGURE = re.compile(r"\d[\d.,]*\s?(×|%|k? ?tokens/s| MFU| ?min on| points)")
+_SOURCES = ("bench/RESULTS.md", "docs/demo.md")
+
+
+def _figure_paragraphs(text: str) -> list[tuple[int, str]]:
+  """(index, paragraph) of each README paragraph holding a measured figure (a ratio, a share, a
+  rate, an MFU, minutes on a machine, points gained); config rules like `1 − that − 5 %` aside."""
+  paras = re.split(r"\n\s*\n", text)
+  return [(i, p) for i, p in enumerate(paras) if _FIGURE.search(re.sub(r"− \d+ %", "", p))]
+
+
+def test_every_readme_figure_names_where_it_was_measured():
+  """A figure in the README names its source (bench/RESULTS.md or docs/demo.md) in its own
+  paragraph or one beside it (a table under the sentence that sources it, a code block over it),
+  and every RESULTS section it names by title exists there."""
+  text = _text(os.path.join(ROOT, "README.md"))
+  paras = re.split(r"\n\s*\n", text)
+  unsourced = [
+    p[:120]
+    for i, p in _figure_paragraphs(text)
+    if not any(s in q for q in paras[max(0, i - 1) : i + 2] for s in _SOURCES)
+  ]
+  assert not unsourced, unsourced
+  headings = [h[3:] for h in _text(os.path.join(ROOT, "bench/RESULTS.md")).splitlines()]
+  headings = [h for h in headings if h]
+  named = re.findall(r'bench/RESULTS\.md, "([^"]+)"', text.replace("\n", " "))
+  assert named, "the README names no RESULTS section"
+  for title in named:
+    assert any(h.startswith(title) for h in headings), f"no RESULTS section {title!r}"
+
+
+def test_the_figure_check_can_fail():
+  assert _figure_paragraphs("make demo # ~7 min on 2 cores\n\nplain words") == [
+    (0, "make demo # ~7 min on 2 cores")
+  ]
+  assert _figure_paragraphs("the trainer takes 1 − that − 5 %") == []

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from prorl_jax.trainer.update import admissible
+from prorl_jax.trainer.collect import admissible
 from tests.loop_helpers import finish, metrics, params_hash, start
 
 

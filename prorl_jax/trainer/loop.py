@@ -27,6 +27,7 @@ from prorl_jax.trainer import placement, preflight
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer import workers as workers_lib
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
+from prorl_jax.trainer.collect import collect, prefetch
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
 from prorl_jax.trainer.metrics import MetricWriter, NullWriter, wall_seconds_total
 from prorl_jax.trainer.preemption import Preempted, Watch
@@ -42,7 +43,7 @@ from prorl_jax.trainer.run_dir import (
   summarized_step,
 )
 from prorl_jax.trainer.run_record import record_run
-from prorl_jax.trainer.update import collect, prefetch, update
+from prorl_jax.trainer.update import update
 from prorl_jax.trainer.versions import on_primary, publish, validate_and_log
 
 log = logging.getLogger("prorl_jax.trainer.loop")
