@@ -15,10 +15,11 @@ drawn from:
   worker_kill9 kill -9 of the local rollout worker (the trainer restarts it; no resume)
   torn         a request or result file of the exchange truncated to half (no resume)
 
-The runs sample 16 responses a prompt, so dynamic sampling's rounds overshoot what a step needs
-and checkpoints hold carried-over groups: each cut falls within a step that began from them
-(after the run first finishes a step with a non-empty buffer; `--anywhere` cuts anywhere in the
-run), and each cut's `buffer_at_cut` says how many the run held; a cut with none fails the run.
+The runs sample 32 responses a prompt, so dynamic sampling's last round of every step overshoots
+what the step needs and every checkpoint holds carried-over groups: each cut falls after the run
+first finishes a step with a non-empty buffer (`--anywhere`: anywhere in the run), each cut's
+`buffer_at_cut` says how many groups the run had carried over when the fault struck, and a cut
+with none fails the run.
 `--load on` runs a CPU-bound spinner beside every cut run; `both` alternates quiet and loaded
 cuts so that each fault meets both conditions within every 8 cuts. A wait for
 rollouts longer than the exchange's lease (60 s) plus a 30 s margin counts as a failure. The last
@@ -67,9 +68,9 @@ def flags(run_dir: str, base: str, steps: int, pipelined: bool) -> list[str]:
     "eval.heldout": 16,
     "algo.ref_reset_every": 3,
     "algo.kl_coef": 0.01,
-    # 16 samples a prompt: enough informative groups that a round overshoots what a step needs,
-    # so checkpoints hold carried-over groups (a resume must restore them)
-    "rollout.n": 16,
+    # 32 samples a prompt: enough informative groups that every step's last round overshoots
+    # what it needs, so every checkpoint holds carried-over groups (a resume must restore them)
+    "rollout.n": 32,
   }
   if pipelined:
     extra.update({"rollout.pipeline": True, "rollout.max_staleness": 1})
@@ -171,7 +172,7 @@ def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng, carried=False) ->
   t0 = time.time()
   while time.time() - t0 < at_s and proc.poll() is None:
     time.sleep(0.02)
-  note, starts, buffered = MISSED, 1, buffer_now(run_dir)
+  note, starts = MISSED, 1
   if proc.poll() is None:
     if fault == "kill9":
       proc.kill()
@@ -188,6 +189,7 @@ def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng, carried=False) ->
           note = torn
           break
         time.sleep(0.05)
+  buffered = buffer_now(run_dir)  # what the run had carried over when the fault struck
   code, out = finish(proc)
   if fault in ("worker_kill9", "torn") and code != 0:  # the run must get over these by itself
     return {"ok": False, "why": f"{fault} ({note}): exit {code}: {out[-400:]}"}
@@ -263,8 +265,8 @@ def main():
       # `both`: quiet and loaded cuts alternate, and each fault meets both conditions within
       # every 8 cuts (the flip at i // 4 shifts which faults the odd cuts fall on)
       load = args.load == "on" or (args.load == "both" and (i + i // len(FAULTS)) % 2 == 1)
-      # cut within a step that starts from carried-over groups (anywhere: within the run)
-      at_s = rng.uniform(0, max(b - a for a, b in windows)) if windows else rng.uniform(0.1, ref_s)
+      # cut after the first step that carries groups over (anywhere: within the run)
+      at_s = rng.uniform(0, sum(b - a for a, b in windows)) if windows else rng.uniform(0.1, ref_s)
       run_dir = os.path.join(tmp, f"{mode}-{i:03d}")
       spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if load else None
       try:
