@@ -8,7 +8,7 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
-from prorl_jax.records import Group, PromptMeta, Request, SamplingParams
+from prorl_jax.records import Group, Prefetch, PromptMeta, Request, SamplingParams
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import run_dir, versions
 from prorl_jax.trainer.loop_state import LoopState
@@ -101,6 +101,8 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   ex = Exchange(f"file://{tmp_path}/exchange")
   for v in (3, 4, 5):
     versions.publish(setup, types.SimpleNamespace(params=params, step=np.int32(v * 10)), ex, v)
+  assert ex.weights.versions() == [3, 4, 5]  # the loop prunes (after its checkpoint), not publish
+  versions.prune(ex, versions.Pins())
   assert ex.weights.versions() == [4, 5]  # two versions kept
   assert ex.weights.manifest(5)["step"] == 50
   path = ex.weights.fetch(5, str(tmp_path / "cache" / "v5"))
@@ -113,6 +115,34 @@ def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):
   lp = versions._probe_logprobs(model_cfg, params, np.array([[1, 5, 6, 7]], np.int32))
   want = [float(lp[0, t, tok]) for t, tok in enumerate([5, 6, 7])]
   np.testing.assert_allclose(np.concatenate([pr["logprobs"][0]]), want, rtol=1e-6)
+
+
+def test_a_checkpoints_prefetch_keeps_its_weights_until_a_newer_checkpoint_is_finished(tmp_path):
+  """A pipelined checkpoint of step s holds step s+1's prefetch, sampled with weights v(s-1).
+  Step s+1 publishes v(s+1) before its own checkpoint: a run killed in between resumes from
+  step s and must find v(s-1) to sample that prefetch again exactly."""
+  ex = Exchange(f"file://{tmp_path}/exchange")
+  src = tmp_path / "w"
+  src.mkdir()
+  (src / "model.safetensors").write_bytes(b"weights")
+  pins = versions.Pins()
+  ex.weights.publish(0, step=0, src_dir=str(src))
+  for step in range(1, 7):
+    ex.weights.publish(step, step=step, src_dir=str(src))  # the step's update
+    # killed here, the run resumes from checkpoint step-1, whose prefetch needs v(step-2)
+    assert step < 3 or step - 2 in ex.weights.versions(), (step, ex.weights.versions())
+    pf = Prefetch(step=step + 1, version=step - 1, rounds=1, requests={})
+    pins.saved(step, LoopState(step=step, version=step, prefetch=pf))
+    versions.prune(ex, pins)
+    # Orbax finishes checkpoint step-1 before it starts step's: their prefetches' weights stay,
+    # and nothing older
+    assert ex.weights.versions() == [v for v in range(step - 2, step + 1) if v >= 0]
+  resumed = versions.Pins()  # a resumed run pins its restored checkpoint's prefetch
+  resumed.saved(4, LoopState(step=4, version=4, prefetch=Prefetch(5, 3, 1, {})))
+  assert resumed.versions() == {3}
+  resumed.saved(5, LoopState(step=5, version=5))  # a serial checkpoint needs only its own
+  resumed.saved(6, LoopState(step=6, version=6))
+  assert resumed.versions() == set()
 
 
 def test_advice_names_tis_for_the_pipeline_with_icepop():

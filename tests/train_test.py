@@ -59,8 +59,9 @@ def _kill_during_a_save(run_dir, proc, timeout=300):
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, PIPELINE], ids=["serial", "pipelined"])
 def test_exact_resume_after_kill9(tmp_path, base, extra):
-  """kill -9 right after a checkpoint (with the pipeline: the next step's rollouts in flight)
-  and, serially, kill -9 during a save: each resumed run ends as the uninterrupted one did. At
+  """kill -9 right after a checkpoint (with the pipeline: the next step's rollouts in flight,
+  and once more after the next step published its weights, before its checkpoint) and,
+  serially, kill -9 during a save: each resumed run ends as the uninterrupted one did. At
   the cut the carry-over buffer holds groups, the length penalty is inside a cycle and (with the
   pipeline) the prefetch is in flight: 16 samples a prompt make a quarter to a third of the
   groups informative, so refill rounds overshoot the batch and leave groups over."""
@@ -76,6 +77,16 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
   assert len(host["buffer"]) >= 1, host  # groups carried over into step 4
   if pipelined:  # the next step's requests were in flight at the cut, and are redone on resume
     assert host["prefetch"]["step"] == 4 and len(host["prefetch"]["requests"]) >= 1, host
+  if pipelined:  # killed after step 4 published its weights, before its checkpoint finished:
+    # the loop has gone on past that save (its async write is what the kill cuts short)
+    late = str(tmp_path / "late")
+    cuts[late] = "resumed from checkpoint step 3"
+    proc = start(late, base, 6, **extra)
+    _wait_for_checkpoint(late, 4, proc)
+    _kill9(proc)
+    for name in os.listdir(os.path.join(late, "checkpoints")):  # the save that never finished
+      if not name.isdigit() or int(name) >= 4:
+        shutil.rmtree(os.path.join(late, "checkpoints", name))
   if not pipelined:  # the same run killed while a step directory is half written
     cuts[str(tmp_path / "in_save")] = "resumed from checkpoint step"
     _kill_during_a_save(

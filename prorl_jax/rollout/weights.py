@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterable
 
 from prorl_jax.rollout.entries import InvalidEntry, check_weights_manifest, parse_object, safe_name
 from prorl_jax.rollout.store import KvStore, hash_file, io_pool
@@ -145,16 +146,17 @@ class WeightStore:
   def delete(self, version: int):
     self.store.delete_prefix(_prefix(version))
 
-  def prune(self, keep: int):
-    """Keeps the newest `keep` committed versions; deletes older ones, and the leftovers of
-    publishes that never committed if they are older than the oldest version kept."""
-    keep = max(1, keep)
+  def prune(self, keep: int, pinned: Iterable[int] = ()):
+    """Keeps the newest `keep` committed versions and the `pinned` ones; deletes other older
+    ones, and the leftovers of publishes that never committed if they are older than the oldest
+    version kept."""
+    keep, pinned = max(1, keep), set(pinned)
     committed = self.versions()
     if len(committed) <= keep:
       return
     oldest_kept = committed[-keep]
     for v in self._versions(committed=False):
-      if v < oldest_kept:
+      if v < oldest_kept and v not in pinned:
         self.delete(v)
 
 

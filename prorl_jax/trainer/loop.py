@@ -44,7 +44,7 @@ from prorl_jax.trainer.run_dir import (
 )
 from prorl_jax.trainer.run_record import record_run
 from prorl_jax.trainer.update import update
-from prorl_jax.trainer.versions import on_primary, publish, validate_and_log
+from prorl_jax.trainer.versions import Pins, on_primary, prune, publish, validate_and_log
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
@@ -224,6 +224,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   )
   loop = LoopState(length_penalty=setup.schedule.init_state())
   buffer = dynamic_sampling.GroupBuffer()
+  pins = Pins()  # the weights the checkpoints' prefetches need
   restored = ckpt.restore_latest(abstract_like(state, setup.state_shardings))
   writer = (
     MetricWriter(
@@ -242,6 +243,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   if restored:
     step0, state, saved = restored
     loop, buffer = resume_loop(saved, source)
+    pins.saved(step0, loop)
     writer.truncate_after(step0, tail=loop.pending_tail)
     writer.start_session(step0, resumed=True, started=t_start)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, loop.version)
@@ -257,6 +259,7 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
   if inline is not None and primary:  # a stop asked mid-request abandons it (continuous batching)
     inline.interrupt = watch.check
   publish(setup, state, ex, loop.version, inline)
+  prune(ex, pins)
   workers, placed = None, placement.layout(cfg, hosts=jax.process_count())
   if primary:
     print(placed.describe(), flush=True)
@@ -310,6 +313,8 @@ def _run(cfg, accept_config_changes: bool, watch: Watch) -> dict:
       saved = (bool(every) and step % every == 0) or step == cfg.total_steps
       if saved:
         ckpt.save(step, state, loop_json(loop, source, buffer), val_metric)
+        pins.saved(step, loop)
+      prune(ex, pins)  # weights no checkpoint needs any more
       if on_primary(watch.requested):
         stopped = _stop(ckpt, watch, step, state, loop_json(loop, source, buffer), saved)
         break

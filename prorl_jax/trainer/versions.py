@@ -53,7 +53,32 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None)
     # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
     write_probe(setup.model_cfg, params if dist.multi() else state.params, setup.probe_tokens, tmp)
     ex.weights.publish(version, int(state.step), tmp)
-  ex.weights.prune(keep=2)
+
+
+class Pins:
+  """The weight versions the run's checkpoints still need on the exchange. A pipelined run's
+  checkpoint holds a prefetch sampled with the weights one version behind its own; a run resumed
+  from it samples that prefetch again with those weights, which the checkpoint does not hold. The
+  newest two saves' are kept: the one being written and the one before it, which Orbax finishes
+  before it starts the next."""
+
+  def __init__(self):
+    self._by_step: dict[int, int | None] = {}
+
+  def saved(self, step: int, loop) -> None:
+    """Checkpoint `step` holds the loop state `loop` (a restored one counts as saved)."""
+    self._by_step[step] = loop.prefetch.version if loop.prefetch is not None else None
+    for s in sorted(self._by_step)[:-2]:
+      del self._by_step[s]
+
+  def versions(self) -> set[int]:
+    return {v for v in self._by_step.values() if v is not None}
+
+
+def prune(ex: Exchange | None, pins: Pins) -> None:
+  """The exchange keeps the newest two versions and the ones a checkpoint still needs."""
+  if ex is not None:
+    ex.weights.prune(keep=2, pinned=pins.versions())
 
 
 def validate(setup: Setup, ex: Exchange, on_idle, *, version: int, tag: str) -> dict:
