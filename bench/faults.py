@@ -1,7 +1,8 @@
-"""Fault injection: the tiny config run serially and pipelined, cut at random moments, resumed;
-every resumed run must end with the uninterrupted run's metrics and final weights, bit for bit.
+"""Fault injection: the tiny config run serially with a rollout worker, pipelined, and serially
+with the trainer's inline engine, cut at random moments, resumed; every resumed run must end with
+the uninterrupted run's metrics and final weights, bit for bit.
 
-  python bench/faults.py [--cuts 50] [--modes serial,pipelined] [--load both] [--steps 4]
+  python bench/faults.py [--cuts 50] [--modes serial,pipelined,inline] [--load both] [--steps 4]
 
 Per mode, two uninterrupted reference runs (the first fills a persistent compilation cache, the
 second must end identical to it and gives the warm wall time; validation every 2 steps, a
@@ -12,7 +13,8 @@ drawn from:
 
   kill9        kill -9 of the trainer, then the same command again until it finishes
   sigterm      SIGTERM to the trainer (it must exit 75 with a checkpoint), then the same again
-  worker_kill9 kill -9 of the local rollout worker (the trainer restarts it; no resume)
+  worker_kill9 kill -9 of the local rollout worker (the trainer restarts it; no resume; not in
+               the inline mode, which has no worker)
   torn         a request or result file of the exchange truncated to half (no resume)
 
 The runs sample 32 responses a prompt, so dynamic sampling's last round of every step overshoots
@@ -21,8 +23,9 @@ first finishes a step with a non-empty buffer (`--anywhere`: anywhere in the run
 `buffer_at_cut` says how many groups the run had carried over when the fault struck, and a cut
 with none fails the run.
 `--load on` runs a CPU-bound spinner beside every cut run; `both` alternates quiet and loaded
-cuts so that each fault meets both conditions within every 8 cuts. A wait for
-rollouts longer than the exchange's lease (60 s) plus a 30 s margin counts as a failure. The last
+cuts so that each fault meets both conditions within every two rounds of the mode's faults (8
+cuts; 6 inline). A wait for rollouts longer than the exchange's lease (60 s) plus a 30 s margin
+counts as a failure. The last
 line is one JSON object: cut points tried and survived (per fault and load), the slowest
 recovery (the resumed run's longest wait for rollouts) and each failure; the exit status is 1
 if any cut failed. A run that finishes before its cut (or before it has a worker to kill or a
@@ -51,6 +54,7 @@ from prorl_jax.trainer.preemption import REQUEUE_EXIT  # noqa: E402
 from tests import loop_helpers  # noqa: E402 - the loop tests' run settings and comparisons
 
 FAULTS = ("kill9", "sigterm", "worker_kill9", "torn")
+MODES = ("serial", "pipelined", "inline")
 MARGIN_S = 30.0
 MISSED = "finished before the cut"  # such a run counts as tried, not as a cut point
 # The competing process: busy until its parent (this harness) is gone, so that a harness
@@ -59,7 +63,12 @@ SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n  pass"
 CACHE_DIR = os.path.join(tempfile.gettempdir(), f"prorl_jax-faults-xla-cache-{os.getuid()}")
 
 
-def flags(run_dir: str, base: str, steps: int, pipelined: bool) -> list[str]:
+def faults(mode: str) -> tuple[str, ...]:
+  """The faults a mode can meet (the inline engine runs in the trainer: no worker to kill)."""
+  return tuple(f for f in FAULTS if not (mode == "inline" and f == "worker_kill9"))
+
+
+def flags(run_dir: str, base: str, steps: int, mode: str) -> list[str]:
   """The loop tests' tiny run, with validation, a reference reset and checkpoints kept."""
   extra = {
     "checkpoint.keep": 20,
@@ -72,19 +81,21 @@ def flags(run_dir: str, base: str, steps: int, pipelined: bool) -> list[str]:
     # what it needs, so every checkpoint holds carried-over groups (a resume must restore them)
     "rollout.n": 32,
   }
-  if pipelined:
+  if mode == "pipelined":
     extra.update({"rollout.pipeline": True, "rollout.max_staleness": 1})
+  elif mode == "inline":
+    extra["rollout.engine"] = "inline"
   return loop_helpers.flags(run_dir, base, steps, **extra)
 
 
-def start(run_dir: str, base: str, steps: int, pipelined: bool) -> subprocess.Popen:
+def start(run_dir: str, base: str, steps: int, mode: str) -> subprocess.Popen:
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
   # Every run after the first loads its executables from one persistent compilation cache, so
   # a cut run's wall time is the warm one the cut moments are drawn over.
   env.setdefault("JAX_COMPILATION_CACHE_DIR", CACHE_DIR)
   cmd = [sys.executable, "-m", "prorl_jax.main", "--config=configs/tiny.py"]
   return subprocess.Popen(
-    cmd + flags(run_dir, base, steps, pipelined),
+    cmd + flags(run_dir, base, steps, mode),
     cwd=ROOT,
     env=env,
     stdout=subprocess.PIPE,
@@ -163,10 +174,10 @@ def finish(proc: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
   return proc.returncode, out
 
 
-def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng, carried=False) -> dict:
+def one_cut(base, run_dir, steps, mode, fault, at_s, rng, carried=False) -> dict:
   """One cut run: the fault `at_s` seconds in (`carried`: `at_s` after the run first finishes
   a step that carries groups over), then resumes until the run finishes."""
-  proc = start(run_dir, base, steps, pipelined)
+  proc = start(run_dir, base, steps, mode)
   while carried and not buffer_now(run_dir) and proc.poll() is None:
     time.sleep(0.02)
   t0 = time.time()
@@ -204,7 +215,7 @@ def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng, carried=False) ->
   while not os.path.exists(os.path.join(run_dir, "summary.json")):
     if starts > 3:
       return {"ok": False, "why": f"not finished after {starts} starts: {out[-400:]}"}
-    code, out = finish(start(run_dir, base, steps, pipelined))
+    code, out = finish(start(run_dir, base, steps, mode))
     starts += 1
     if code != 0:
       return {"ok": False, "why": f"resume exit {code}: {out[-400:]}"}
@@ -220,7 +231,7 @@ def one_cut(base, run_dir, steps, pipelined, fault, at_s, rng, carried=False) ->
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--cuts", type=int, default=50, help="cut points per mode")
-  p.add_argument("--modes", default="serial,pipelined")
+  p.add_argument("--modes", default=",".join(MODES))
   p.add_argument("--load", choices=("off", "on", "both"), default="both")
   p.add_argument("--steps", type=int, default=4)
   p.add_argument("--seed", type=int, default=0)
@@ -241,13 +252,15 @@ def main():
   tried, survived, missed = collections.Counter(), collections.Counter(), collections.Counter()
   failures, slowest, buffers = [], 0.0, []
   for mode in args.modes.split(","):
-    pipelined = mode == "pipelined"
+    if mode not in MODES:
+      p.error(f"--modes: unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    kinds = faults(mode)
     # Two uninterrupted runs: the first fills the compilation cache, the second (warm, like every
     # cut run) gives the wall time the cuts are drawn over; both must end the same.
     for k in range(2):
       ref = os.path.join(tmp, f"{mode}-ref{k}")
       t0 = time.time()
-      code, out = finish(start(ref, base, args.steps, pipelined))
+      code, out = finish(start(ref, base, args.steps, mode))
       assert code == 0, out[-3000:]
       ref_s = time.time() - t0
       if k == 0:
@@ -261,16 +274,17 @@ def main():
       ]
       print(json.dumps(line), flush=True)
     for i in range(args.cuts):
-      fault = FAULTS[i % len(FAULTS)]
+      fault = kinds[i % len(kinds)]
       # `both`: quiet and loaded cuts alternate, and each fault meets both conditions within
-      # every 8 cuts (the flip at i // 4 shifts which faults the odd cuts fall on)
-      load = args.load == "on" or (args.load == "both" and (i + i // len(FAULTS)) % 2 == 1)
+      # every two rounds of the mode's faults (the flip each round shifts which faults load)
+      n = len(kinds)
+      load = args.load == "on" or (args.load == "both" and (i % n + i // n) % 2 == 1)
       # cut after the first step that carries groups over (anywhere: within the run)
       at_s = rng.uniform(0, sum(b - a for a, b in windows)) if windows else rng.uniform(0.1, ref_s)
       run_dir = os.path.join(tmp, f"{mode}-{i:03d}")
       spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if load else None
       try:
-        got = one_cut(base, run_dir, args.steps, pipelined, fault, at_s, rng, bool(windows))
+        got = one_cut(base, run_dir, args.steps, mode, fault, at_s, rng, bool(windows))
       finally:
         if spinner:
           spinner.kill()

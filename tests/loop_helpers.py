@@ -64,10 +64,29 @@ def metrics(run_dir):
 
 
 def params_hash(run_dir):
+  """(version, sha256) of the newest weights the run published; a run that publishes none (the
+  inline engine alone): (its newest checkpoint, sha256 of that checkpoint's params)."""
   exchange = os.path.join(run_dir, "exchange", "weights")
+  if not os.path.isdir(exchange):
+    return checkpoint_params_hash(run_dir)
   last = sorted(os.listdir(exchange))[-1]
   with open(os.path.join(exchange, last, "model.safetensors"), "rb") as f:
     return last, hashlib.sha256(f.read()).hexdigest()
+
+
+def checkpoint_params_hash(run_dir):
+  import jax  # why: only the inline runs' comparison reads a checkpoint
+  import numpy as np
+  import orbax.checkpoint as ocp
+
+  ckpts = os.path.join(run_dir, "checkpoints")
+  step = max(int(n) for n in os.listdir(ckpts) if n.isdigit())
+  state = ocp.PyTreeCheckpointer().restore(os.path.join(ckpts, str(step), "state"))
+  h = hashlib.sha256()
+  for path, x in jax.tree_util.tree_leaves_with_path(state["params"]):
+    h.update(jax.tree_util.keystr(path).encode())
+    h.update(np.asarray(x).tobytes())
+  return f"step {step}", h.hexdigest()
 
 
 def last_weights(run_dir):

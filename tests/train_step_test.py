@@ -139,7 +139,12 @@ def test_reference_reset(reinit):
     np.abs(np.asarray(state.ref_params["embed"]["embedding"]) - params["embed"]["embedding"]).max()
     > 0
   )
+  offered = state.params  # what an inline engine generates with (the trainer's own arrays)
   state = compiled.jit_reset_reference(CFG, tx, mesh, reinit)(state)
+  # the reset donates the old state but its params: the engine's arrays stay valid
+  assert not any(x.is_deleted() for x in jax.tree.leaves(offered))
+  for a, b in zip(jax.tree.leaves(offered), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(np.asarray(a), b)
   for a, b in zip(jax.tree.leaves(state.ref_params), jax.tree.leaves(params)):
     np.testing.assert_array_equal(np.asarray(a), b)
   mu = np.asarray(state.opt_state[1][0].mu["embed"]["embedding"])

@@ -100,11 +100,18 @@ def jit_logprob_step(
 def jit_reset_reference(
   model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool, *, shardings: TrainState | None = None
 ):
-  """`reset_reference` jitted once on the state's `shardings` (computed when not given), donated."""
+  """`reset_reference` jitted once on the state's `shardings` (computed when not given): the
+  state donated but for its params, which the inline engine may be generating with (it is
+  offered the trainer's own arrays); the reset leaves them valid."""
   st_sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
-  return jax.jit(
-    functools.partial(reset_reference, tx=tx, reinit_optimizer=reinit_optimizer),
-    in_shardings=(st_sh,),
+
+  def reset(params, rest: TrainState) -> TrainState:
+    return reset_reference(rest.replace(params=params), tx, reinit_optimizer)
+
+  jitted = jax.jit(
+    reset,
+    in_shardings=(st_sh.params, st_sh.replace(params=None)),
     out_shardings=st_sh,
-    donate_argnums=(0,),
+    donate_argnums=(1,),
   )
+  return lambda state: jitted(state.params, state.replace(params=None))
