@@ -305,3 +305,75 @@ def test_the_function_import_check_can_fail(tmp_path):
   f = tmp_path / "probe.py"
   f.write_text("def f():\n  import json\n\n  return json\n\n\ndef g():\n  import os  # why\n")
   assert [x.split(": ")[1] for x in _unexplained_function_imports(f)] == ["import json"]
+
+
+# The trainer's step side: below `start` (trainer/start.py), the steps read `setup.plan`; none of
+# these modules takes the ConfigDict or imports the config, except `loop.run`, which hands it to
+# `start`.
+STEP_SIDE = (
+  "batch",
+  "checkpoint",
+  "collect",
+  "compiled",
+  "hacks",
+  "loop",
+  "loop_state",
+  "metrics",
+  "preemption",
+  "train_step",
+  "update",
+  "versions",
+)
+CONFIG_ENTRY = {("loop", "run")}
+
+
+def _config_readers(module: str, source: str) -> list[str]:
+  """What in `source` (the module trainer/`module`) takes or imports the config."""
+  out = []
+  for n in ast.walk(ast.parse(source)):
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      args = n.args.posonlyargs + n.args.args + n.args.kwonlyargs
+      if any(a.arg in ("cfg", "config") for a in args) and (module, n.name) not in CONFIG_ENTRY:
+        out.append(f"{module}.{n.name} takes the config")
+    if isinstance(n, ast.ImportFrom) and n.module:
+      names = [n.module] + [f"{n.module}.{a.name}" for a in n.names]
+      if any(x == "prorl_jax.config" or x.startswith("prorl_jax.config.") for x in names):
+        out.append(f"{module} imports the config")
+  return out
+
+
+def test_below_the_entry_nothing_reads_the_config():
+  found = []
+  for module in STEP_SIDE:
+    found += _config_readers(module, (ROOT / "trainer" / f"{module}.py").read_text())
+  assert found == []
+
+
+def test_the_config_read_check_can_fail():
+  src = "from prorl_jax import config as config_lib\n\ndef update(setup, cfg):\n  pass\n"
+  assert sorted(_config_readers("update", src)) == [
+    "update imports the config",
+    "update.update takes the config",
+  ]
+  assert _config_readers("loop", "def run(cfg):\n  pass\n") == []
+
+
+def _long_functions(source: str, limit: int) -> list[str]:
+  return [
+    f"{n.name}: {n.end_lineno - n.lineno + 1} lines"
+    for n in ast.walk(ast.parse(source))
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno >= limit
+  ]
+
+
+def test_no_function_in_the_trainer_is_over_60_lines():
+  found = []
+  for path in sorted((ROOT / "trainer").glob("*.py")):
+    found += [f"trainer/{path.name} {x}" for x in _long_functions(path.read_text(), 60)]
+  assert found == []
+
+
+def test_the_function_length_check_can_fail():
+  src = "def f():\n" + "  x = 1\n" * 60
+  assert _long_functions(src, 60) == ["f: 61 lines"]
+  assert _long_functions("def f():\n" + "  x = 1\n" * 59, 60) == []

@@ -87,7 +87,7 @@ def test_a_run_with_its_last_checkpoint_but_no_summary_of_it_is_not_finished(tmp
 def test_progress_is_one_line_per_step_in_a_log(tmp_path, monkeypatch):
   out = io.StringIO()
   monkeypatch.setattr("sys.stdout", out)
-  w = MetricWriter(str(tmp_path), False, "", total_steps=10, config={})
+  w = MetricWriter(str(tmp_path), False, "", total_steps=10, hparams={})
   w.progress(1, 0, "reward 0.500")
   w.progress(2, 0, "reward 0.600")
   w.say("validation at step 2: pass@1 0.1000")
@@ -105,7 +105,7 @@ def test_the_eta_leaves_out_the_first_step_of_a_session(tmp_path, monkeypatch):
   monkeypatch.setattr("sys.stdout", out)
   clock = iter([100.0, 160.0, 170.0, 180.0])  # writer made at 100, first step done at 160
   monkeypatch.setattr("prorl_jax.trainer.metrics.time.time", lambda: next(clock))
-  w = MetricWriter(str(tmp_path), False, "", total_steps=10, config={})
+  w = MetricWriter(str(tmp_path), False, "", total_steps=10, hparams={})
   for step in (1, 2, 3):
     w.progress(step, 0, "")
   lines = out.getvalue().splitlines()

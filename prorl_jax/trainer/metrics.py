@@ -61,7 +61,7 @@ class MetricWriter:
     tensorboard: bool = False,
     wandb_project: str = "",
     total_steps: int = 0,
-    config: dict | None = None,
+    hparams: dict | None = None,  # the run's config as plain JSON, for W&B
   ):
     os.makedirs(run_dir, exist_ok=True)
     self.run_dir = run_dir
@@ -84,7 +84,7 @@ class MetricWriter:
     if wandb_project:
       import wandb  # optional dependency (pip install -e .[wandb])
 
-      self.wandb = wandb.init(project=wandb_project, dir=run_dir, config=config, resume="allow")
+      self.wandb = wandb.init(project=wandb_project, dir=run_dir, config=hparams, resume="allow")
 
   def start_session(self, step: int, resumed: bool, started: float):
     """Marks this start of the run (at Unix time `started`) in RUN_DIR/sessions.jsonl: resumes

@@ -10,6 +10,7 @@ so `--config.<section>.<key>` and the record that carries it read alike.
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 
 import jax
@@ -127,6 +128,25 @@ class ResetPlan:
   ref_reset_optimizer: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointPlan:
+  """Where and how often the run saves: every `every` steps and the last (0: the last only),
+  the newest `keep` kept, written in the background when `async_save`."""
+
+  dir: str  # checkpoint.dir, or run_dir/checkpoints
+  every: int
+  keep: int
+  async_save: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsPlan:
+  """Where the metrics go besides run_dir/metrics.jsonl."""
+
+  tensorboard: bool
+  wandb_project: str
+
+
 def loss_config(cfg) -> ts.LossConfig:
   """The update's `LossConfig` from the config's algo and rollout keys."""
   a, r = cfg.algo, cfg.rollout
@@ -204,6 +224,8 @@ class Plan:
   optimizer: OptimizerPlan
   validation: ValidationPlan
   reset: ResetPlan
+  checkpoint: CheckpointPlan
+  metrics: MetricsPlan
 
   @classmethod
   def from_config(cls, cfg) -> Plan:
@@ -236,4 +258,11 @@ class Plan:
         routing=routing,
       ),
       reset=_pick(ResetPlan, a),
+      checkpoint=CheckpointPlan(
+        dir=cfg.checkpoint.dir or os.path.join(cfg.run_dir, "checkpoints"),
+        every=cfg.checkpoint.every,
+        keep=cfg.checkpoint.keep,
+        async_save=cfg.checkpoint.async_save,
+      ),
+      metrics=_pick(MetricsPlan, cfg.metrics),
     )

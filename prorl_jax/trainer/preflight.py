@@ -1,13 +1,29 @@
 """What a run checks before it loads anything: the optional packages its config asks for (a
-one-line error that says how to install them), and the flags that cannot act in the configured
-run (a warning each: an ablation that changes nothing should say so before it costs a day)."""
+one-line error that says how to install them), the flags that cannot act in the configured run
+(a warning each: an ablation that changes nothing should say so before it costs a day), and
+(`before_loading`) its run directory, model, data, exchange and worker Python."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
+import os
+
+import jax
 
 from prorl_jax import config as config_lib
+from prorl_jax.data.sources import precheck
+from prorl_jax.evaluation.export import RUN_RECORD
+from prorl_jax.rollout.local import check_worker_python, worker_python
+from prorl_jax.rollout.store import InvalidExchange, open_store
+from prorl_jax.trainer import placement, run_dir
+from prorl_jax.trainer import setup as setup_lib
+from prorl_jax.trainer.plan import data_spec
+from prorl_jax.trainer.run_record import check_resume_config, latest_local_step
+from prorl_jax.trainer.setup import resolve_model_path
+
+log = logging.getLogger("prorl_jax.trainer.loop")
 
 # metrics.wandb_project needs it; the extra installs the pinned version
 WANDB_FIX = "pip install -e '.[wandb]' (or: make venv EXTRAS=wandb)"
@@ -33,51 +49,46 @@ def inert_flags(cfg) -> list[str]:
   noted, left at a default that does nothing here)."""
   base = config_lib.flat(config_lib.base_config())
   got = config_lib.flat(cfg)
+  chosen = {k for k in got if got[k] != base.get(k)}
+  rules = (_inert_clipping, _inert_kl, _inert_schedules, _inert_dependents)
+  return [line for rule in rules for line in rule(cfg, chosen, got)]
 
-  def chosen(key: str) -> bool:
-    return got[key] != base[key]
 
+def _inert_clipping(cfg, chosen: set, got: dict) -> list[str]:
+  keys = [k for k in ("algo.clip_low", "algo.clip_high", "algo.dual_clip") if k in chosen]
+  if updates_per_step(cfg) != 1 or not keys:
+    return []
+  return [
+    f"{', '.join(keys)} cannot act: rollout.prompts_per_step / rollout.mini_batch_prompts "
+    "x algo.epochs = 1 optimizer update per step, so the ratio to the old policy is 1 on "
+    "every token and nothing is clipped; lower rollout.mini_batch_prompts or raise "
+    "algo.epochs"
+  ]
+
+
+def _inert_kl(cfg, chosen: set, got: dict) -> list[str]:
   a, out = cfg.algo, []
-  if updates_per_step(cfg) == 1:
-    keys = [k for k in ("algo.clip_low", "algo.clip_high", "algo.dual_clip") if chosen(k)]
-    if keys:
-      out.append(
-        f"{', '.join(keys)} cannot act: rollout.prompts_per_step / rollout.mini_batch_prompts "
-        "x algo.epochs = 1 optimizer update per step, so the ratio to the old policy is 1 on "
-        "every token and nothing is clipped; lower rollout.mini_batch_prompts or raise "
-        "algo.epochs"
-      )
-  if a.kl_coef == 0:
-    keys = [
-      k
-      for k in ("algo.kl_kind", "algo.kl_clamp", "algo.kl_in_reward", "algo.ref_reset_kl_spike")
-      if chosen(k)
-    ]
-    if keys:
-      out.append(f"{', '.join(keys)} cannot act with algo.kl_coef=0 (no KL term)")
-    if (a.ref_reset_every or a.ref_reset_stall_evals) and not a.ref_reset_optimizer:
-      out.append(
-        "reference resets (algo.ref_reset_every / ref_reset_stall_evals) change nothing with "
-        "algo.kl_coef=0: the reference policy is used only by the KL term"
-      )
+  if a.kl_coef != 0:
+    return out
+  kl_keys = ("algo.kl_kind", "algo.kl_clamp", "algo.kl_in_reward", "algo.ref_reset_kl_spike")
+  keys = [k for k in kl_keys if k in chosen]
+  if keys:
+    out.append(f"{', '.join(keys)} cannot act with algo.kl_coef=0 (no KL term)")
+  if (a.ref_reset_every or a.ref_reset_stall_evals) and not a.ref_reset_optimizer:
+    out.append(
+      "reference resets (algo.ref_reset_every / ref_reset_stall_evals) change nothing with "
+      "algo.kl_coef=0: the reference policy is used only by the KL term"
+    )
+  return out
+
+
+def _inert_schedules(cfg, chosen: set, got: dict) -> list[str]:
+  a, out = cfg.algo, []
   if 0 < a.ref_reset_every and a.ref_reset_every >= cfg.total_steps and a.kl_coef:
     out.append(
       f"algo.ref_reset_every={a.ref_reset_every} >= total_steps={cfg.total_steps}: no "
       "scheduled reference reset happens in this run"
     )
-  for key, needs in (
-    ("algo.tis_cap", ("algo.is_correction", "tis")),
-    ("algo.icepop_low", ("algo.is_correction", "icepop")),
-    ("algo.icepop_high", ("algo.is_correction", "icepop")),
-    ("algo.length_penalty_on_steps", ("algo.length_penalty", "scheduled")),
-    ("algo.length_penalty_off_steps", ("algo.length_penalty", "scheduled")),
-  ):
-    if chosen(key) and got[needs[0]] != needs[1]:
-      out.append(f"{key} acts only with {needs[0]}={needs[1]} (it is {got[needs[0]]!r})")
-  if chosen("algo.overlong_factor") and not a.overlong_buffer:
-    out.append("algo.overlong_factor cannot act with algo.overlong_buffer=0 (the penalty is off)")
-  if chosen("algo.max_gen_rounds") and not a.dynamic_sampling:
-    out.append("algo.max_gen_rounds cannot act with algo.dynamic_sampling=False (no refill)")
   if a.length_penalty != "off" and a.length_penalty_min == a.length_penalty_max:
     out.append(
       "the cosine length penalty is a constant with length_penalty_min = length_penalty_max "
@@ -89,3 +100,54 @@ def inert_flags(cfg) -> list[str]:
       "at its start and end"
     )
   return out
+
+
+# a flag that acts only when another has a value (flag -> (the other, its value))
+_NEEDS = {
+  "algo.tis_cap": ("algo.is_correction", "tis"),
+  "algo.icepop_low": ("algo.is_correction", "icepop"),
+  "algo.icepop_high": ("algo.is_correction", "icepop"),
+  "algo.length_penalty_on_steps": ("algo.length_penalty", "scheduled"),
+  "algo.length_penalty_off_steps": ("algo.length_penalty", "scheduled"),
+}
+
+
+def _inert_dependents(cfg, chosen: set, got: dict) -> list[str]:
+  a = cfg.algo
+  out = [
+    f"{key} acts only with {other}={want} (it is {got[other]!r})"
+    for key, (other, want) in _NEEDS.items()
+    if key in chosen and got[other] != want
+  ]
+  if "algo.overlong_factor" in chosen and not a.overlong_buffer:
+    out.append("algo.overlong_factor cannot act with algo.overlong_buffer=0 (the penalty is off)")
+  if "algo.max_gen_rounds" in chosen and not a.dynamic_sampling:
+    out.append("algo.max_gen_rounds cannot act with algo.dynamic_sampling=False (no refill)")
+  return out
+
+
+def before_loading(cfg, accept_config_changes: bool):
+  """The primary's checks of the run directory and of what the run needs, before any heavy work:
+  (summary of a finished run or None, the config changes a resumed run accepts)."""
+  log.info("run %s: its config goes to %s", cfg.run_dir, os.path.join(cfg.run_dir, RUN_RECORD))
+  for line in run_dir.advice(cfg):
+    log.warning(line)
+  changes = check_resume_config(cfg, accept_config_changes)
+  last = latest_local_step(cfg)
+  stop = run_dir.stopped_before(cfg)  # stopped before the last step's validation: not finished
+  pending = bool(stop.get("pending_tail")) and stop.get("stopped_at") == last
+  done = last is not None and last >= cfg.total_steps and run_dir.summarized_step(cfg) == last
+  if done and jax.process_count() == 1 and not pending:
+    print(run_dir.finished_line(cfg, last), flush=True)
+    return {"finished": True, "steps": last}, changes
+  setup_lib.check_model_path(cfg)  # is the model there, and are the data files and rows?
+  precheck(data_spec(cfg))
+  try:  # ... and can the exchange be opened?
+    open_store(run_dir.exchange_url(cfg))
+  except InvalidExchange as e:
+    raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
+  if placement.worker_count(cfg):  # can the workers run at all?
+    engine = placement.worker_engine(cfg)
+    check_worker_python(worker_python(engine, cfg.rollout.worker_python), engine)
+  resolve_model_path(cfg)  # the demo's base model is built once, by the primary
+  return None, changes

@@ -1,5 +1,5 @@
 """Where a run directory stands: finished (its summary names its last checkpoint), stopped on a
-signal to be requeued, or resumable; the checks a primary makes before loading anything; the
+signal to be requeued, or resumable (`preflight.before_loading` reads it); the
 exchange as a resumed loop state expects it; the loop state as a checkpoint stores it."""
 
 from __future__ import annotations
@@ -9,21 +9,9 @@ import json
 import logging
 import os
 
-import jax
-
-from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
-from prorl_jax.data.sources import precheck
-from prorl_jax.evaluation.export import RUN_RECORD
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.rollout.local import check_worker_python, worker_python
-from prorl_jax.rollout.store import InvalidExchange, open_store
-from prorl_jax.trainer import placement
-from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer.loop_state import LoopState
-from prorl_jax.trainer.plan import data_spec
-from prorl_jax.trainer.run_record import check_resume_config, latest_local_step
-from prorl_jax.trainer.setup import resolve_model_path
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
@@ -77,33 +65,6 @@ def advice(cfg) -> list[str]:
       "(docs/algorithm.md, section 8)"
     )
   return out
-
-
-def check_before_loading(cfg, accept_config_changes: bool):
-  """The primary's checks before any heavy work: (summary of a finished run or None, the config
-  changes a resumed run accepts)."""
-  log.info("run %s: its config goes to %s", cfg.run_dir, os.path.join(cfg.run_dir, RUN_RECORD))
-  for line in advice(cfg):
-    log.warning(line)
-  changes = check_resume_config(cfg, accept_config_changes)
-  last = latest_local_step(cfg)
-  stop = stopped_before(cfg)  # stopped before the last step's validation: not finished
-  pending = bool(stop.get("pending_tail")) and stop.get("stopped_at") == last
-  done = last is not None and last >= cfg.total_steps and summarized_step(cfg) == last
-  if done and jax.process_count() == 1 and not pending:
-    print(finished_line(cfg, last), flush=True)
-    return {"finished": True, "steps": last}, changes
-  setup_lib.check_model_path(cfg)  # is the model there, and are the data files and rows?
-  precheck(data_spec(cfg))
-  try:  # ... and can the exchange be opened?
-    open_store(exchange_url(cfg))
-  except InvalidExchange as e:
-    raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
-  if placement.worker_count(cfg):  # can the workers run at all?
-    engine = placement.worker_engine(cfg)
-    check_worker_python(worker_python(engine, cfg.rollout.worker_python), engine)
-  resolve_model_path(cfg)  # the demo's base model is built once, by the primary
-  return None, changes
 
 
 def finished_line(cfg, step: int) -> str:

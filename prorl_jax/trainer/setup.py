@@ -122,35 +122,11 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
   the weights load."""
   c = cfg
   path = resolve_model_path(c)
-  try:
-    tok = load_tokenizer(path)
-  except (OSError, ValueError) as e:
-    raise config_lib.ConfigError(
-      f"model.path={path!r}: cannot load its tokenizer ({type(e).__name__}: {str(e)[:200]})"
-    ) from None
+  tok = _tokenizer(path)
   # The data and the mesh before the weights: their errors come before any heavy work.
-  source, heldout = sources_for(data_spec(c), tok)
-  dropped = sum(getattr(s, "dropped_too_long", 0) for s in source.sources)
-  if dropped:
-    log.warning(
-      "%d training prompts are longer than rollout.max_prompt_len=%d and were dropped",
-      dropped,
-      c.rollout.max_prompt_len,
-    )
+  source, heldout, dropped = _training_data(c, tok)
   check_code_sandbox(c, source.verifiers)
-  try:
-    mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
-  except ValueError as e:  # the mesh does not fit the devices
-    raise config_lib.ConfigError(str(e)) from None
-  model_cfg, params = load_hf(
-    path,
-    dtype=c.model.param_dtype,
-    mesh=mesh,
-    compute_dtype=c.model.compute_dtype,
-    remat=c.model.remat,
-    attention_impl=attention_impl(c.model),
-    attention_chunk=c.model.attention_chunk,
-  )
+  mesh, model_cfg, params = _mesh_and_model(c, path)
   plan = Plan.from_config(c)
   tx = plan.optimizer.make()
   state_sh = ts.state_shardings(model_cfg, tx, mesh)  # computed once, given to every jit below
@@ -160,22 +136,6 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
   rows = c.rollout.mini_batch_prompts * c.rollout.n
   seq = c.rollout.max_prompt_len + c.rollout.max_response_len
   losses = plan.loss
-  slab_shape = slab_shardings = packed_train_step = packed_logprobs = None
-  if c.rollout.token_budget:  # packed micro-batches of [slab rows, row_len], a budget per device
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    row_len = packed_row_len(c.rollout)
-    slab_shape = (shards * (c.rollout.token_budget // row_len), row_len)
-    slab_shardings = compiled.packed_shardings(mesh, slab_shape)
-    # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
-    packed_cfg = model_cfg.replace(attention_window=seq)
-    packed_train_step = ts.PackedTrainStep(
-      packed_cfg, tx, losses, mesh, slab_shape, shardings=state_sh
-    )
-    packed_logprobs = compiled.jit_packed_logprob_step(
-      packed_cfg, mesh, slab_shape, temperature=c.rollout.temperature
-    )
-  rng = np.random.RandomState(c.seed)
-  probe_items = heldout[:2] or [source.sources[0].items[0]]
   setup = Setup(
     plan=plan,
     path=path,
@@ -197,23 +157,89 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
       model_cfg,
       mesh,
       (rows, seq),
-      temperature=c.rollout.temperature,
+      temperature=losses.temperature,
       micro_batches=losses.micro_batches,
     ),
-    slab_shape=slab_shape,
-    slab_shardings=slab_shardings,
-    packed_train_step=packed_train_step,
-    packed_logprobs=packed_logprobs,
+    **_packed_steps(c.rollout, plan, model_cfg, tx, mesh, state_sh),
     reset_ref=compiled.jit_reset_reference(
-      model_cfg, tx, mesh, c.algo.ref_reset_optimizer, shardings=state_sh
+      model_cfg, tx, mesh, plan.reset.ref_reset_optimizer, shardings=state_sh
     ),
-    probe_tokens=[
-      [int(x) for x in it.prompt_ids[-c.rollout.max_prompt_len :]]
-      + [int(x) for x in rng.randint(0, model_cfg.vocab_size, 16)]
-      for it in probe_items
-    ],
+    probe_tokens=_probe_tokens(c, heldout[:2] or [source.sources[0].items[0]], model_cfg),
     schedule=shaping.LengthPenaltySchedule(
       c.algo.length_penalty, c.algo.length_penalty_on_steps, c.algo.length_penalty_off_steps
     ),
   )
   return setup, state, source
+
+
+def _mesh_and_model(c, path: str):
+  """(mesh, model config, params on the mesh): the mesh checked against the devices first."""
+  try:
+    mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+  except ValueError as e:  # the mesh does not fit the devices
+    raise config_lib.ConfigError(str(e)) from None
+  model_cfg, params = load_hf(
+    path,
+    dtype=c.model.param_dtype,
+    mesh=mesh,
+    compute_dtype=c.model.compute_dtype,
+    remat=c.model.remat,
+    attention_impl=attention_impl(c.model),
+    attention_chunk=c.model.attention_chunk,
+  )
+  return mesh, model_cfg, params
+
+
+def _tokenizer(path: str):
+  try:
+    return load_tokenizer(path)
+  except (OSError, ValueError) as e:
+    raise config_lib.ConfigError(
+      f"model.path={path!r}: cannot load its tokenizer ({type(e).__name__}: {str(e)[:200]})"
+    ) from None
+
+
+def _training_data(c, tok) -> tuple[Any, list, int]:
+  """(training source, held-out items, training prompts dropped as too long: said once)."""
+  source, heldout = sources_for(data_spec(c), tok)
+  dropped = sum(getattr(s, "dropped_too_long", 0) for s in source.sources)
+  if dropped:
+    log.warning(
+      "%d training prompts are longer than rollout.max_prompt_len=%d and were dropped",
+      dropped,
+      c.rollout.max_prompt_len,
+    )
+  return source, heldout, dropped
+
+
+def _packed_steps(r, plan: Plan, model_cfg, tx, mesh, state_sh) -> dict:
+  """The packed micro-batches' shapes and jitted steps (`rollout.token_budget`: slabs of [rows,
+  row_len], a budget per device); all None when the run trains on padded micro-batches."""
+  if not r.token_budget:
+    return dict(slab_shape=None, slab_shardings=None, packed_train_step=None, packed_logprobs=None)
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  row_len = packed_row_len(r)
+  slab_shape = (shards * (r.token_budget // row_len), row_len)
+  # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
+  packed_cfg = model_cfg.replace(attention_window=r.max_prompt_len + r.max_response_len)
+  return dict(
+    slab_shape=slab_shape,
+    slab_shardings=compiled.packed_shardings(mesh, slab_shape),
+    packed_train_step=ts.PackedTrainStep(
+      packed_cfg, tx, plan.loss, mesh, slab_shape, shardings=state_sh
+    ),
+    packed_logprobs=compiled.jit_packed_logprob_step(
+      packed_cfg, mesh, slab_shape, temperature=plan.loss.temperature
+    ),
+  )
+
+
+def _probe_tokens(c, items, model_cfg) -> list[list[int]]:
+  """The version probe's rows: an item's prompt (its last max_prompt_len tokens) and 16 random
+  tokens after it, seeded by the run."""
+  rng = np.random.RandomState(c.seed)
+  return [
+    [int(x) for x in it.prompt_ids[-c.rollout.max_prompt_len :]]
+    + [int(x) for x in rng.randint(0, model_cfg.vocab_size, 16)]
+    for it in items
+  ]

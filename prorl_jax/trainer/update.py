@@ -62,7 +62,7 @@ def _reduce(pending: list[dict]) -> dict:
 def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: bool):
   """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step:
   (the new TrainState, metrics)."""
-  a, r = setup.plan.advantages, setup.plan.batching
+  r = setup.plan.batching
   metrics = {"length_penalty/on": float(length_penalty_on)}
   order = np.random.RandomState((r.seed, step)).permutation(len(groups))
   groups = [groups[i] for i in order]
@@ -70,14 +70,39 @@ def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: b
     groups, length_penalty_on=length_penalty_on, **dataclasses.asdict(setup.plan.shaping)
   )
   metrics.update(batch.group_metrics(groups, shaped))
-  per_mb = r.mini_batch_prompts
+  batches, plans = _mini_batches(setup, state, groups)
+  batches, tok_total = _with_advantages(setup.plan.advantages, batches, groups, shaped, metrics)
+  inputs = []  # per mini-batch, made once and trained on every epoch
+  if setup.slab_shape:
+    metrics["packing/fill"] = float(np.mean([p.fill_fraction for p in plans]))
+    metrics["packing/slabs"] = float(sum(p.slabs for p in plans))
+    inputs = [_slab_inputs(setup, b, plan) for b, plan in zip(batches, plans)]
+  pending = []
+  for _ in range(r.epochs):
+    for i, b in enumerate(batches):
+      if setup.slab_shape:
+        state, m = setup.packed_train_step(state, *inputs[i])
+      else:
+        state, m = setup.train_step(
+          state, dist.global_batch(b.arrays(ts.BATCH_KEYS), setup.batch_shardings)
+        )
+      pending.append(m)  # fetched once after all updates: no host sync between them
+  metrics.update(_reduce(pending))
+  metrics["response/tokens"] = tok_total
+  return state, metrics
+
+
+def _mini_batches(setup, state, groups: list[Group]):
+  """The step's mini-batches, each with its old/ref log-probs (all before any update), and
+  their packing plans (None each when the run trains on padded micro-batches)."""
+  r = setup.plan.batching
   # Only as many token columns as this step needs (rounded to 16: a few compiled shapes).
   p_len = min(r.max_prompt_len, -(-max(len(g.prompt_ids) for g in groups) // 16) * 16)
   r_len = min(r.max_response_len, -(-max(int(g.lengths.max()) for g in groups) // 16) * 16)
   batches, plans = [], []
-  for start in range(0, len(groups), per_mb):  # old/ref log-probs for all, before any update
+  for start in range(0, len(groups), r.mini_batch_prompts):
     b = batch.build_batch(
-      groups[start : start + per_mb],
+      groups[start : start + r.mini_batch_prompts],
       prompt_len=p_len,
       response_len=max(r_len, 1),
       pad_id=setup.pad_id,
@@ -89,7 +114,13 @@ def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: b
       plan = packing.plan(b.attn_mask_BxT, b.loss_mask_BxT, length=length, rows=rows)
     batches.append(_with_logprobs(setup, state, b, plan))
     plans.append(plan)
-  # advantages use batch statistics over the whole post-filter batch
+  return batches, plans
+
+
+def _with_advantages(a, batches, groups: list[Group], shaped, metrics: dict):
+  """The mini-batches with their per-token advantages (`a`: the run's AdvantagePlan), which use
+  statistics over the whole post-filter batch; the old policy's entropy and KL to the reference
+  added to `metrics`. Returns (batches, trained tokens)."""
   real = [(b, slice(0, b.real_rows)) for b in batches]
   loss_mask = np.concatenate([b.loss_mask_BxT[rows] for b, rows in real])
   kl = None
@@ -111,32 +142,20 @@ def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: b
     sum((0.5 * np.square(b.old_logp_BxT - b.ref_logp_BxT)).sum() for b in batches) / tok_total
   )
   offsets = np.cumsum([0] + [b.real_rows for b in batches])
+  out = []
   for i, b in enumerate(batches):
     adv = np.zeros_like(b.old_logp_BxT)
     adv[: b.real_rows] = adv_all[offsets[i] : offsets[i + 1]]
-    batches[i] = b.replace(adv_BxT=adv)
-  inputs = []  # per mini-batch, made once and trained on every epoch
-  if setup.slab_shape:
-    metrics["packing/fill"] = float(np.mean([p.fill_fraction for p in plans]))
-    metrics["packing/slabs"] = float(sum(p.slabs for p in plans))
-    for b, plan in zip(batches, plans):
-      lm = b.loss_mask_BxT
-      counts = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
-      slabs = [
-        dist.global_batch(s, setup.slab_shardings)
-        for s in packing.slabs(plan, b.arrays(ts.PER_TOKEN_KEYS), ts.PER_TOKEN_KEYS, setup.pad_id)
-      ]
-      inputs.append((slabs, counts))
-  pending = []
-  for _ in range(r.epochs):
-    for i, b in enumerate(batches):
-      if setup.slab_shape:
-        state, m = setup.packed_train_step(state, *inputs[i])
-      else:
-        state, m = setup.train_step(
-          state, dist.global_batch(b.arrays(ts.BATCH_KEYS), setup.batch_shardings)
-        )
-      pending.append(m)  # fetched once after all updates: no host sync between them
-  metrics.update(_reduce(pending))
-  metrics["response/tokens"] = tok_total
-  return state, metrics
+    out.append(b.replace(adv_BxT=adv))
+  return out, tok_total
+
+
+def _slab_inputs(setup, b: batch.TrainBatch, plan: packing.Plan):
+  """A mini-batch's packed slabs on the devices and its (tokens, sequences) counts."""
+  lm = b.loss_mask_BxT
+  counts = (float(lm.sum()), float((lm.sum(axis=1) > 0).sum()))
+  slabs = [
+    dist.global_batch(s, setup.slab_shardings)
+    for s in packing.slabs(plan, b.arrays(ts.PER_TOKEN_KEYS), ts.PER_TOKEN_KEYS, setup.pad_id)
+  ]
+  return slabs, counts

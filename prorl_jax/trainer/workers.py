@@ -3,6 +3,8 @@ running worker processes (`placement` says where), and the trainer's own inline 
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 
 import jax
@@ -92,3 +94,52 @@ def eval_workers(cfg):
     return local_workers(cfg, url, log_dir, on_death, at_least_one=True)[0]
 
   return start
+
+
+class Rollouts:
+  """The rollout side of a run, as the loop sees it: the exchange (the primary's; None on the
+  other processes), the local worker processes, the trainer's inline worker, and the stop
+  requests heeded while the loop waits for results."""
+
+  def __init__(self, ex, workers, inline_worker, watch):
+    self.ex, self.workers, self.inline, self.watch = ex, workers, inline_worker, watch
+
+  def on_idle(self) -> str:
+    """While the primary waits: stop when asked, generate inline, mind the workers."""
+    self.watch.check()
+    if self.inline is not None:
+      self.inline.serve()
+    return self.workers.check() if self.workers else ""
+
+  @property
+  def restarts(self) -> int | None:
+    return self.workers.restarts if self.workers else None
+
+  def close(self) -> None:
+    if self.workers:
+      self.workers.stop()
+    inline.close(self.inline)
+
+
+def open_rollouts(cfg, ex, url: str, setup, watch) -> Rollouts:
+  """The run's rollout side before its workers start: the exchange and the inline worker (a stop
+  asked mid-request abandons its request)."""
+  own = inline_worker(cfg, ex, url, setup.path, setup.model_cfg)
+  if own is not None and dist.is_primary():
+    own.interrupt = watch.check
+  return Rollouts(ex, None, own, watch)
+
+
+def start_local_workers(cfg, rollouts: Rollouts, url: str) -> None:
+  """The primary's local workers of the layout (said on the console with its warnings), started
+  once the run's weights are published."""
+  if not dist.is_primary():
+    return
+  placed = layout(cfg, hosts=jax.process_count())
+  print(placed.describe(), flush=True)
+  for line in placed.warnings:
+    print(f"warning: {line}", file=sys.stderr, flush=True)
+  log_dir = os.path.join(cfg.run_dir, "workers")
+  rollouts.workers, _ = local_workers(
+    cfg, url, log_dir, rollouts.ex.queue.release, hosts=jax.process_count(), check=False
+  )

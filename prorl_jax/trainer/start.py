@@ -1,0 +1,174 @@
+"""A run's start: `start(cfg)` checks the config and the run directory, builds the `Setup` and the
+TrainState, resumes from the newest checkpoint, opens the metrics and the rollout side and
+publishes the run's weights, returning the `Run` that `loop.train` advances; below it nothing
+reads the ConfigDict (the steps read `setup.plan`). `Outcome` is how a run ended."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from prorl_jax import config as config_lib
+from prorl_jax.algo import dynamic_sampling
+from prorl_jax.parallel import dist
+from prorl_jax.trainer import preflight
+from prorl_jax.trainer import setup as setup_lib
+from prorl_jax.trainer import workers as workers_lib
+from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
+from prorl_jax.trainer.loop_state import LoopState
+from prorl_jax.trainer.metrics import MetricWriter, NullWriter
+from prorl_jax.trainer.plan import Plan
+from prorl_jax.trainer.preemption import Watch
+from prorl_jax.trainer.run_dir import (
+  exchange_url,
+  finished_line,
+  loop_json,
+  open_exchange,
+  resume_loop,
+  summarized_step,
+)
+from prorl_jax.trainer.run_record import record_run
+from prorl_jax.trainer.versions import Pins, on_primary, prune, publish, validate_and_log
+from prorl_jax.trainer.workers import Rollouts
+
+log = logging.getLogger("prorl_jax.trainer.loop")
+
+
+@dataclasses.dataclass
+class Run:
+  """A started run: what it was built from and what the steps advance (the TrainState, the loop
+  state, the data cursor, the carry-over buffer), its checkpoints, metrics and rollout side."""
+
+  setup: setup_lib.Setup
+  state: Any  # TrainState
+  source: Any  # the training source (its cursor is in every checkpoint)
+  buffer: dynamic_sampling.GroupBuffer
+  loop: LoopState
+  ckpt: Checkpointer
+  writer: Any  # MetricWriter on the primary, NullWriter elsewhere
+  rollouts: Rollouts
+  pins: Pins
+  watch: Watch
+  t_start: float
+  stopped: dict | None = None  # how the run stopped to be requeued (a signal)
+  last_val: tuple[int, dict] | None = None  # (step, validation) of the newest in-loop validation
+  first: int = 0  # the step the session started after
+
+  @property
+  def plan(self) -> Plan:
+    return self.setup.plan
+
+  def validate(self, *, step: int, version: int, event: str) -> dict:
+    r = self.rollouts
+    return validate_and_log(
+      self.setup,
+      r.ex,
+      r.on_idle,
+      self.writer,
+      step=step,
+      version=version,
+      event=event,
+      inline=r.inline,
+    )
+
+  def host_state(self, loop: LoopState | None = None) -> dict:
+    """The loop state (this one's by default) as a checkpoint stores it."""
+    return loop_json(loop or self.loop, self.source, self.buffer)
+
+  def close(self) -> None:
+    self.rollouts.close()
+    self.ckpt.close()
+    self.writer.end_session()
+    self.writer.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """How `run` ended: `finished` (summary.json holds `summary`), `stopped` on a signal with a
+  checkpoint (stopped.json holds it; the same command resumes), or `done` before (a run already
+  finished: nothing loaded)."""
+
+  kind: str  # finished | stopped | done
+  summary: dict
+
+
+def start(cfg, accept_config_changes: bool, watch: Watch) -> Run | Outcome:
+  """The run's checks, its `Setup` and TrainState, resumed from its newest checkpoint when it
+  has one, its metrics and its rollout side with the run's weights published; or the
+  `Outcome` of a run that finished before (nothing loaded). The one reader of the ConfigDict
+  below `main`."""
+  t_start = time.time()  # wall_seconds counts everything, the demo's base model build too
+  built = _checked_and_built(cfg, accept_config_changes)
+  if isinstance(built, Outcome):
+    return built
+  setup, state, source = built
+  plan, primary = setup.plan, dist.is_primary()
+  c = plan.checkpoint
+  ckpt = Checkpointer(c.dir, c.keep, c.async_save)
+  loop = LoopState(length_penalty=setup.schedule.init_state())
+  buffer, pins = dynamic_sampling.GroupBuffer(), Pins()
+  restored = ckpt.restore_latest(abstract_like(state, setup.state_shardings))
+  m = plan.metrics
+  writer = (
+    MetricWriter(cfg.run_dir, m.tensorboard, m.wandb_project, plan.total_steps, cfg.to_dict())
+    if primary
+    else NullWriter()
+  )
+  if not restored:  # a run cut before its first checkpoint starts over: so do its metrics
+    writer.truncate_after(-1)
+    writer.start_session(0, resumed=False, started=t_start)
+  else:
+    step0, state, saved = restored
+    loop, buffer = resume_loop(saved, source)
+    pins.saved(step0, loop)
+    writer.truncate_after(step0, tail=loop.pending_tail)
+    writer.start_session(step0, resumed=True, started=t_start)
+    log.info("resumed from checkpoint step %d (policy version %d)", step0, loop.version)
+    summarized = on_primary(lambda: summarized_step(cfg) == step0)
+    if step0 >= plan.total_steps and not loop.pending_tail and summarized:
+      ckpt.close()
+      writer.close()
+      if primary:
+        print(finished_line(cfg, step0), flush=True)
+      return Outcome("done", {"finished": True, "steps": step0})
+  ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
+  url = exchange_url(cfg)
+  rollouts = workers_lib.open_rollouts(cfg, ex, url, setup, watch)
+  publish(setup, state, ex, loop.version, rollouts.inline)
+  prune(ex, pins)
+  workers_lib.start_local_workers(cfg, rollouts, url)
+  return Run(setup, state, source, buffer, loop, ckpt, writer, rollouts, pins, watch, t_start)
+
+
+def _checked_and_built(cfg, accept_config_changes: bool):
+  """The pre-flight checks (config, packages, inert flags, the run directory) and the build:
+  (setup, TrainState, training source), or the `Outcome` of a run that finished before."""
+  config_lib.validate(cfg)
+  preflight.check_installed(cfg)
+  dist.initialize(**cfg.dist)
+  primary = dist.is_primary()
+  if primary:
+    for line in preflight.inert_flags(cfg):
+      print(f"warning: {line}", file=sys.stderr, flush=True)
+  created = not os.path.isdir(cfg.run_dir)
+  os.makedirs(cfg.run_dir, exist_ok=True)
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+  changes = []
+  try:
+    if primary:
+      finished, changes = preflight.before_loading(cfg, accept_config_changes)
+      if finished:
+        return Outcome("done", finished)
+    dist.barrier("base_model")
+    setup, state, source = setup_lib.build(cfg)
+  except BaseException:  # a start that fails before writing anything leaves no empty run dir
+    if created and primary and not os.listdir(cfg.run_dir):
+      os.rmdir(cfg.run_dir)
+    raise
+  if primary:
+    record_run(cfg, setup.path, changes)
+  return setup, state, source
