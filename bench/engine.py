@@ -137,9 +137,9 @@ def main():
   times = interleaved({"static": static, "continuous": continuous}, reps=args.reps)
   tokens = int(caps.sum())
   for name in got:
-    assert int(got[name]["lengths"].sum()) == tokens, name  # the same work in both
+    assert int(got[name].lengths.sum()) == tokens, name  # the same work in both
   med = {k: statistics.median(v) for k, v in times.items()}
-  decode_steps = engine.stats["decode_steps"]
+  decode_steps = engine.stats.decode_steps
 
   # The decode step where attention is small: bench/sampler.py's 8 rows x 128 new tokens.
   short = np.random.RandomState(0).randint(3, cfg.vocab_size, (B, PROMPT)).tolist()
@@ -154,13 +154,13 @@ def main():
     reps=max(args.reps, 3),
   )
   short_med = {k: statistics.median(v) for k, v in short_times.items()}
-  assert small.stats["decode_steps"] == NEW  # the first token comes from the prefill
+  assert small.stats.decode_steps == NEW  # the first token comes from the prefill
   vllm = None if args.novllm else vllm_tokens_per_s(path, expanded, caps)
   tmp.cleanup()
   bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
   static_kv = len(expanded) * (-(-max(p_len) // 32) * 32 + CAP) * bytes_per_token
-  paged_kv = engine.stats["peak_pages"] * engine.stats["page_bytes"]
-  paged_alloc = len(engine.pool.refs) * engine.stats["page_bytes"]  # the pool as allocated
+  paged_kv = engine.stats.peak_kv_bytes
+  paged_alloc = len(engine.pool.refs) * engine.stats.page_bytes  # the pool as allocated
   out = {
     "bench": "engine",
     "date": time.strftime("%Y-%m-%d"),

@@ -233,7 +233,7 @@ def stage_sampler_jax(args, batch=None):
     "prompt": p,
     "new_tokens": n,
     "first_call_s": round(first_s, 1),
-    "tokens_per_s": round(int(out["lengths"].sum()) / jt),
+    "tokens_per_s": round(int(out.lengths.sum()) / jt),
   }
 
 

@@ -238,7 +238,7 @@ def stage_decode(args):
     moved = _param_bytes(weights) + live_kv
     out[f"batch_{batch}"] = {
       "first_call_s": round(first, 1),
-      "tokens_per_s": round(int(got["lengths"].sum()) / min(times)),
+      "tokens_per_s": round(int(got.lengths.sum()) / min(times)),
       "step_ms": round(step * 1e3, 3),
       "bytes_per_step_gb": round(moved / 1e9, 3),
       "roofline_fraction": round(moved / step / hbm, 3) if hbm else None,
@@ -282,9 +282,8 @@ def stage_engine(args):
   steps = {}
 
   def continuous():
-    engine.stats["decode_steps"] = 0
-    engine.generate(prompts, samples, sp, seed=0, max_new=caps)
-    steps["decode"] = engine.stats["decode_steps"]
+    gen = engine.generate(prompts, samples, sp, seed=0, max_new=caps)
+    steps["decode"] = gen.stats.decode_steps
 
   def static():
     jax_sampler.generate(cfg, params, expanded, sp, seed=0, weights=weights, max_new=caps)

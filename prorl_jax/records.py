@@ -195,6 +195,60 @@ class Request:
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineStats:
+  """An engine's counts of one generate call; None: this engine does not count it (the static
+  sampler and vLLM count none; continuous batching counts all four)."""
+
+  peak_pages: int | None = None  # the most KV-cache pages in use at once
+  page_bytes: int | None = None  # the bytes of one page, all layers, keys and values
+  decode_steps: int | None = None  # decode steps of the continuous batch
+  weight_swaps: int | None = None  # newer weights swapped in mid-generation (in-flight updates)
+
+  def to_json(self) -> dict:
+    return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+  @classmethod
+  def from_json(cls, d: dict) -> EngineStats:
+    """From a result's `engine_stats` (checked by the exchange: finite numbers >= 0); names this
+    version does not know are left out."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: int(v) for k, v in d.items() if k in names})
+
+  @property
+  def peak_kv_bytes(self) -> float | None:
+    """The KV cache the call needed at its peak (None unless both counts are known)."""
+    if self.peak_pages is None or self.page_bytes is None:
+      return None
+    return float(self.peak_pages) * float(self.page_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+  """What every engine's `generate` returns (`rollout/engines`): R = len(prompts)·n rows,
+  prompt-major (all n of prompt 0 first), right-padded to Tr columns."""
+
+  tokens: np.ndarray  # [R, Tr] int32 response tokens
+  logprobs: np.ndarray  # [R, Tr] float32 the engine's log-probs of them
+  lengths: np.ndarray  # [R] int32
+  stopped: np.ndarray  # [R] bool: ended on a stop token (else at the length limit)
+  # [R, Tr] int32 the weights version that drew each token (in-flight updates), or None
+  versions: np.ndarray | None = None
+  stats: EngineStats = EngineStats()
+
+  @classmethod
+  def of(cls, tokens, logprobs, lengths, stopped, versions=None, stats=None) -> Generation:
+    """From any array-likes, in the dtypes above."""
+    return cls(
+      np.asarray(tokens, np.int32),
+      np.asarray(logprobs, np.float32),
+      np.asarray(lengths, np.int32),
+      np.asarray(stopped, bool),
+      None if versions is None else np.asarray(versions, np.int32),
+      stats or EngineStats(),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class Result:
   """A request's scored responses as a worker committed them (checked by the exchange): R =
   len(prompts)·n rows, prompt-major, right-padded to Tr columns."""
@@ -212,8 +266,8 @@ class Result:
   verifier_stats: dict = dataclasses.field(default_factory=dict)  # {"math/scored": count, ...}
   weights_wait_s: float | None = None  # how long the worker waited for these weights
   # the engine's counts of this request (continuous batching: peak KV pages, page bytes, decode
-  # steps); empty for engines that report none
-  engine_stats: dict = dataclasses.field(default_factory=dict)
+  # steps, weight swaps); None each for engines that count none
+  engine_stats: EngineStats = EngineStats()
   # [R, Tr] the weights version that drew each token (in-flight updates; >= policy_version), or
   # None: every token is policy_version's
   versions: np.ndarray | None = None
@@ -232,7 +286,7 @@ class Result:
       probe_mismatch=manifest.get("probe_mismatch") or None,
       verifier_stats=dict(manifest.get("verifier_stats", {})),
       weights_wait_s=float(wait) if is_num(wait) and wait >= 0 else None,
-      engine_stats=dict(manifest.get("engine_stats", {})),
+      engine_stats=EngineStats.from_json(manifest.get("engine_stats", {})),
       versions=arrays.get("versions"),
     )
 

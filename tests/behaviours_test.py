@@ -194,14 +194,14 @@ def test_sampler_top_k_1_is_greedy():
     top1 = generate(
       cfg, params, prompts, SamplingParams(max_new_tokens=6, temperature=1.0, top_k=1), seed=seed
     )
-    assert np.array_equal(top1["tokens"], greedy["tokens"])
+    assert np.array_equal(top1.tokens, greedy.tokens)
   wide = [
     generate(
       cfg, params, prompts, SamplingParams(max_new_tokens=6, temperature=1.0, top_k=0), seed=s
-    )["tokens"]
+    ).tokens
     for s in range(3)
   ]
-  assert any(not np.array_equal(w, greedy["tokens"]) for w in wide)  # top-k off does sample
+  assert any(not np.array_equal(w, greedy.tokens) for w in wide)  # top-k off does sample
 
 
 def test_attention_implementation_choice():

@@ -692,3 +692,24 @@ def test_a_result_manifest_carries_the_engines_numeric_stats_only():
   for bad in ({"peak_pages": -1}, {"peak_pages": "12"}, {"x": float("nan")}, [1]):
     with pytest.raises(InvalidEntry, match="engine_stats must map names to finite numbers"):
       check_result_manifest(dict(doc, engine_stats=bad), "r1")
+
+
+def test_an_engines_counts_are_typed_and_read_back_as_written():
+  from prorl_jax.records import EngineStats, Generation
+
+  stats = EngineStats(peak_pages=12, page_bytes=4096, decode_steps=7, weight_swaps=0)
+  assert EngineStats.from_json(stats.to_json()) == stats
+  assert stats.peak_kv_bytes == 12 * 4096.0
+  assert EngineStats().to_json() == {} and EngineStats().peak_kv_bytes is None
+  # a name from a newer writer is left out, never mistaken for another count
+  assert EngineStats.from_json({"peak_pages": 3.0, "prefill_steps": 9}) == EngineStats(3)
+  with pytest.raises(TypeError):
+    EngineStats(decode_step=1)  # a misspelt count fails where it is written
+  gen = Generation.of([[5, 6]], [[-0.5, -1.0]], [2], [True])
+  assert (gen.tokens.dtype, gen.logprobs.dtype, gen.lengths.dtype, gen.stopped.dtype) == (
+    np.int32,
+    np.float32,
+    np.int32,
+    np.bool_,
+  )
+  assert gen.versions is None and gen.stats == EngineStats()

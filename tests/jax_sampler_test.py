@@ -39,8 +39,8 @@ def test_greedy_equals_stepwise_argmax(params):
     seq = list(prompt)
     for _ in range(8):
       seq.append(int(np.argmax(_full_logits(params, seq))))
-    assert list(out["tokens"][i]) == seq[len(prompt) :]
-  assert out["finish_reason"] == ["length"] * 4 and list(out["lengths"]) == [8] * 4
+    assert list(out.tokens[i]) == seq[len(prompt) :]
+  assert out.stopped.tolist() == [False] * 4 and list(out.lengths) == [8] * 4
 
 
 def test_logprobs_equal_log_softmax_of_forward_over_t(params):
@@ -49,8 +49,8 @@ def test_logprobs_equal_log_softmax_of_forward_over_t(params):
     seq = list(prompt)
     for t in range(6):
       lsm = jax.nn.log_softmax(_full_logits(params, seq) / 0.7)
-      tok = int(out["tokens"][i, t])
-      assert abs(float(lsm[tok]) - float(out["logprobs"][i, t])) <= 1e-5
+      tok = int(out.tokens[i, t])
+      assert abs(float(lsm[tok]) - float(out.logprobs[i, t])) <= 1e-5
       seq.append(tok)
 
 
@@ -66,11 +66,11 @@ def test_top_p_never_samples_outside_the_nucleus(params):
       order = np.argsort(-probs)
       before = np.cumsum(probs[order]) - probs[order]
       nucleus = set(order[before < 0.6].tolist())
-      tok = int(out["tokens"][i, t])
+      tok = int(out.tokens[i, t])
       assert tok in nucleus
       # the log-prob is under the renormalised nucleus distribution
       expect = np.log(probs[tok] / probs[list(nucleus)].sum())
-      assert abs(expect - out["logprobs"][i, t]) < 1e-4
+      assert abs(expect - out.logprobs[i, t]) < 1e-4
       seen.add((t, tok))
       seq.append(tok)
   assert len(seen) > 3  # it does sample, not just argmax
@@ -78,7 +78,7 @@ def test_top_p_never_samples_outside_the_nucleus(params):
 
 def test_eos_stops_a_row_and_pads_the_rest(params):
   greedy = generate(CFG, params, PROMPTS, SamplingParams(max_new_tokens=8, temperature=0.0), seed=0)
-  stop = int(greedy["tokens"][0, 2])
+  stop = int(greedy.tokens[0, 2])
   out = generate(
     CFG,
     params,
@@ -87,12 +87,12 @@ def test_eos_stops_a_row_and_pads_the_rest(params):
     seed=0,
     pad_id=0,
   )
-  first = int(np.argmax(greedy["tokens"][0] == stop))
-  assert out["finish_reason"][0] == "stop" and out["lengths"][0] == first + 1
-  assert (out["tokens"][0, first + 1 :] == 0).all() and (out["logprobs"][0, first + 1 :] == 0).all()
+  first = int(np.argmax(greedy.tokens[0] == stop))
+  assert out.stopped[0] and out.lengths[0] == first + 1
+  assert (out.tokens[0, first + 1 :] == 0).all() and (out.logprobs[0, first + 1 :] == 0).all()
   for i in range(1, 4):
-    if stop not in greedy["tokens"][i]:
-      assert out["finish_reason"][i] == "length"
+    if stop not in greedy.tokens[i]:
+      assert not out.stopped[i]
 
 
 def test_seeded_and_compiled_once_per_bucket(params):
@@ -102,8 +102,8 @@ def test_seeded_and_compiled_once_per_bucket(params):
   b = generate(CFG, params, PROMPTS[:3], sp, seed=11)  # same buckets (batch 8, prompt 32)
   c = generate(CFG, params, [[1] * 20, [2]], sp, seed=11)
   assert jax_sampler._generate._cache_size() == before
-  np.testing.assert_array_equal(a["tokens"][:3], b["tokens"])
-  assert c["tokens"].shape == (2, 4)
+  np.testing.assert_array_equal(a.tokens[:3], b.tokens)
+  assert c.tokens.shape == (2, 4)
 
 
 def test_bad_input_is_a_clear_error(params):
@@ -155,8 +155,8 @@ def test_untied_head_and_decode_weights_passed_in():
       logits = _full_logits(p, seq, cfg)
       seq.append(int(np.argmax(logits)))
       lsm = np.asarray(jax.nn.log_softmax(logits))
-      assert abs(float(lsm[seq[-1]]) - float(out["logprobs"][i, t])) <= 1e-5
-    assert list(out["tokens"][i]) == seq[len(prompt) :]
+      assert abs(float(lsm[seq[-1]]) - float(out.logprobs[i, t])) <= 1e-5
+    assert list(out.tokens[i]) == seq[len(prompt) :]
 
 
 def test_bf16_compute_logprobs_track_the_bf16_forward(params):
@@ -171,8 +171,8 @@ def test_bf16_compute_logprobs_track_the_bf16_forward(params):
     seq = list(prompt)
     for t in range(4):
       lsm = np.asarray(jax.nn.log_softmax(_full_logits(params, seq, cfg)))
-      tok = int(out["tokens"][i, t])
-      errs.append(abs(float(lsm[tok]) - float(out["logprobs"][i, t])))
+      tok = int(out.tokens[i, t])
+      errs.append(abs(float(lsm[tok]) - float(out.logprobs[i, t])))
       seq.append(tok)
   # bf16 rounding of these peaked logits (x3 weights): the scan-based decode it replaced gave
   # max 0.060 / mean 0.020 here; a wrong cast or layout is off by whole nats.

@@ -47,11 +47,11 @@ def test_slot_reuse_and_shared_prompt_pages_by_hand(model):
   # own copy of page 2 (pages 3 and 4): 4 at the peak, then page 2 goes back. One slot: sample 1
   # waits for sample 0 to finish (3 tokens: the first at prefill, two decode steps), whose copy
   # is freed at once; its own decode then needs no new page (positions 5, 6 fit page 4).
-  assert eng.stats["peak_pages"] == 4
-  assert eng.stats["decode_steps"] == 4  # 2 per sample, one after the other in the one slot
+  assert eng.stats.peak_pages == 4
+  assert eng.stats.decode_steps == 4  # 2 per sample, one after the other in the one slot
   assert eng.pool.in_use == 0  # every page back in the pool
-  assert out["lengths"].tolist() == [3, 3]
-  np.testing.assert_array_equal(out["tokens"][0], out["tokens"][1])  # greedy: the same twice
+  assert out.lengths.tolist() == [3, 3]
+  np.testing.assert_array_equal(out.tokens[0], out.tokens[1])  # greedy: the same twice
 
 
 def test_greedy_equals_the_static_sampler_over_ragged_lengths(model):
@@ -59,17 +59,17 @@ def test_greedy_equals_the_static_sampler_over_ragged_lengths(model):
   prompts = _prompts(6)
   rows = [p for p in prompts for _ in range(2)]
   base = SamplingParams(max_new_tokens=20, temperature=0.0)
-  first = jax_sampler.generate(cfg, params, rows, base, seed=0)["tokens"][:, 0]
+  first = jax_sampler.generate(cfg, params, rows, base, seed=0).tokens[:, 0]
   # stop on a token some rows emit first and others never: ragged lengths
   sp = SamplingParams(max_new_tokens=20, temperature=0.0, stop_token_ids=(int(first[0]),))
   want = jax_sampler.generate(cfg, params, rows, sp, seed=0)
   eng = PagedEngine(cfg, params, PagedConfig(slots=3, page_size=8, steps_per_sync=4))
   got = eng.generate(prompts, 2, sp, seed=0)
-  assert len(set(want["lengths"].tolist())) > 1  # ragged
-  np.testing.assert_array_equal(got["lengths"], want["lengths"])
-  np.testing.assert_array_equal(got["tokens"], want["tokens"])
-  np.testing.assert_allclose(got["logprobs"], want["logprobs"], atol=2e-5)
-  assert got["finish_reason"] == want["finish_reason"]
+  assert len(set(want.lengths.tolist())) > 1  # ragged
+  np.testing.assert_array_equal(got.lengths, want.lengths)
+  np.testing.assert_array_equal(got.tokens, want.tokens)
+  np.testing.assert_allclose(got.logprobs, want.logprobs, atol=2e-5)
+  assert got.stopped.tolist() == want.stopped.tolist()
 
 
 SAMPLED = SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.95, stop_token_ids=(3,))
@@ -82,12 +82,12 @@ def test_a_sequences_tokens_do_not_depend_on_its_batching(model):
   b = PagedEngine(cfg, params, PagedConfig(slots=2, page_size=4, steps_per_sync=3))
   got_a = a.generate(prompts, 3, SAMPLED, seed=7)
   got_b = b.generate(prompts, 3, SAMPLED, seed=7)
-  assert len(set(map(tuple, got_a["tokens"].tolist()))) > 5  # varied samples, not one repeated
-  np.testing.assert_array_equal(got_a["tokens"], got_b["tokens"])
-  np.testing.assert_array_equal(got_a["lengths"], got_b["lengths"])
-  np.testing.assert_allclose(got_a["logprobs"], got_b["logprobs"], atol=2e-5)
+  assert len(set(map(tuple, got_a.tokens.tolist()))) > 5  # varied samples, not one repeated
+  np.testing.assert_array_equal(got_a.tokens, got_b.tokens)
+  np.testing.assert_array_equal(got_a.lengths, got_b.lengths)
+  np.testing.assert_allclose(got_a.logprobs, got_b.logprobs, atol=2e-5)
   other = a.generate(prompts, 3, SAMPLED, seed=8)
-  assert not np.array_equal(other["tokens"], got_a["tokens"])  # the seed matters
+  assert not np.array_equal(other.tokens, got_a.tokens)  # the seed matters
 
 
 def test_sampled_outputs_equal_the_static_samplers_for_the_same_seed(model):
@@ -97,12 +97,12 @@ def test_sampled_outputs_equal_the_static_samplers_for_the_same_seed(model):
   want = jax_sampler.generate(cfg, params, rows, SAMPLED, seed=11)
   eng = PagedEngine(cfg, params, PagedConfig(slots=4, page_size=8, steps_per_sync=4))
   got = eng.generate(prompts, 3, SAMPLED, seed=11)
-  assert len(set(map(tuple, want["tokens"].tolist()))) > 10  # sampled, varied
-  assert len(set(want["lengths"].tolist())) > 1  # some stop early: ragged
-  np.testing.assert_array_equal(got["tokens"], want["tokens"])
-  np.testing.assert_array_equal(got["lengths"], want["lengths"])
-  np.testing.assert_allclose(got["logprobs"], want["logprobs"], atol=2e-5)
-  assert got["finish_reason"] == want["finish_reason"]
+  assert len(set(map(tuple, want.tokens.tolist()))) > 10  # sampled, varied
+  assert len(set(want.lengths.tolist())) > 1  # some stop early: ragged
+  np.testing.assert_array_equal(got.tokens, want.tokens)
+  np.testing.assert_array_equal(got.lengths, want.lengths)
+  np.testing.assert_allclose(got.logprobs, want.logprobs, atol=2e-5)
+  assert got.stopped.tolist() == want.stopped.tolist()
 
 
 def test_shared_prompt_pages_equal_separate_prefills(model):
@@ -110,11 +110,11 @@ def test_shared_prompt_pages_equal_separate_prefills(model):
   (p,) = _prompts(1, seed=2, lo=13, hi=14)  # 13 tokens: a partial last page of 8
   eng = PagedEngine(cfg, params, PagedConfig(slots=3, page_size=8, steps_per_sync=2))
   shared = eng.generate([p], 3, SAMPLED, seed=3)  # one prefill, its pages shared
-  peak_shared = eng.stats["peak_pages"]
+  peak_shared = eng.stats.peak_pages
   separate = eng.generate([p, p, p], 1, SAMPLED, seed=3)  # three prefills, same sequence ids
-  np.testing.assert_array_equal(shared["tokens"], separate["tokens"])
-  np.testing.assert_allclose(shared["logprobs"], separate["logprobs"], atol=2e-5)
-  assert peak_shared < eng.stats["peak_pages"]  # and fewer pages
+  np.testing.assert_array_equal(shared.tokens, separate.tokens)
+  np.testing.assert_allclose(shared.logprobs, separate.logprobs, atol=2e-5)
+  assert peak_shared < eng.stats.peak_pages  # and fewer pages
 
 
 def test_per_row_token_limits_agree_with_the_static_sampler(model):
@@ -126,10 +126,10 @@ def test_per_row_token_limits_agree_with_the_static_sampler(model):
   want = jax_sampler.generate(cfg, params, rows, sp, seed=0, max_new=caps)
   eng = PagedEngine(cfg, params, PagedConfig(slots=2, page_size=8, steps_per_sync=4))
   got = eng.generate(prompts, 2, sp, seed=0, max_new=caps)
-  assert want["lengths"].tolist() == [1, 5, 10, 2, 7, 3]  # a cap past max_new_tokens: that
-  np.testing.assert_array_equal(got["lengths"], want["lengths"])
-  np.testing.assert_array_equal(got["tokens"], want["tokens"])
-  assert got["finish_reason"] == ["length"] * 6
+  assert want.lengths.tolist() == [1, 5, 10, 2, 7, 3]  # a cap past max_new_tokens: that
+  np.testing.assert_array_equal(got.lengths, want.lengths)
+  np.testing.assert_array_equal(got.tokens, want.tokens)
+  assert got.stopped.tolist() == [False] * 6
 
 
 def test_an_in_flight_weight_update_keeps_live_sequences_and_records_each_tokens_version(model):
@@ -148,22 +148,22 @@ def test_an_in_flight_weight_update_keeps_live_sequences_and_records_each_tokens
 
   eng = PagedEngine(cfg, params_a, pc)
   got = eng.generate(prompts, 2, sp, seed=0, between_chunks=between_chunks)
-  assert eng.stats["weight_swaps"] == 1 and eng.params is params_b
+  assert eng.stats.weight_swaps == 1 and eng.params is params_b
   kinds = set()
-  for r, n in enumerate(got["lengths"]):
-    v = got["versions"][r, :n]
+  for r, n in enumerate(got.lengths):
+    v = got.versions[r, :n]
     assert set(v.tolist()) <= {0, 1} and np.all(np.diff(v) >= 0)  # old tokens, then new
-    assert np.all(got["versions"][r, n:] == -1)
+    assert np.all(got.versions[r, n:] == -1)
     old = int(np.sum(v == 0))
     # the tokens drawn before the update are the old weights' own
-    np.testing.assert_array_equal(got["tokens"][r, :old], ref_a["tokens"][r, :old])
+    np.testing.assert_array_equal(got.tokens[r, :old], ref_a.tokens[r, :old])
     if old == n:
       kinds.add("old")
-      np.testing.assert_array_equal(got["tokens"][r, :n], ref_a["tokens"][r, :n])
+      np.testing.assert_array_equal(got.tokens[r, :n], ref_a.tokens[r, :n])
     elif old == 0:  # admitted after the update: the new weights' sequence, token for token
       kinds.add("new")
-      np.testing.assert_array_equal(got["tokens"][r], ref_b["tokens"][r])
-      np.testing.assert_allclose(got["logprobs"][r], ref_b["logprobs"][r], atol=2e-5)
+      np.testing.assert_array_equal(got.tokens[r], ref_b.tokens[r])
+      np.testing.assert_allclose(got.logprobs[r], ref_b.logprobs[r], atol=2e-5)
     else:
       kinds.add("spans the update")
   assert kinds == {"old", "new", "spans the update"} or kinds == {"new", "spans the update"}
@@ -181,11 +181,11 @@ def test_the_pallas_paged_attention_kernel_returns_the_xla_paths_rows(model):
   want = PagedEngine(cfg, params, PagedConfig(**shape)).generate(prompts, 3, SAMPLED, seed=11)
   eng = PagedEngine(cfg, params, PagedConfig(**shape, attention="pallas_interpret"))
   got = eng.generate(prompts, 3, SAMPLED, seed=11)
-  assert len(set(want["lengths"].tolist())) > 1  # ragged
-  assert eng.stats["peak_pages"] > 0 and eng.pool.in_use == 0
-  np.testing.assert_array_equal(got["tokens"], want["tokens"])
-  np.testing.assert_array_equal(got["lengths"], want["lengths"])
-  np.testing.assert_allclose(got["logprobs"], want["logprobs"], atol=2e-5)
+  assert len(set(want.lengths.tolist())) > 1  # ragged
+  assert eng.stats.peak_pages > 0 and eng.pool.in_use == 0
+  np.testing.assert_array_equal(got.tokens, want.tokens)
+  np.testing.assert_array_equal(got.lengths, want.lengths)
+  np.testing.assert_allclose(got.logprobs, want.logprobs, atol=2e-5)
 
 
 def test_auto_attention_takes_the_pallas_kernel_only_on_an_accelerator_where_it_fits():

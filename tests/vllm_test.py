@@ -52,10 +52,10 @@ def _max_logprob_error(engine, cfg, params):
   worst = 0.0
   for r in range(4):
     seq = list(prompts[r // 2])
-    for t in range(int(out["lengths"][r])):
+    for t in range(int(out.lengths[r])):
       lsm = np.asarray(jax.nn.log_softmax(forward(cfg, params, np.asarray([seq]))[0, -1]))
-      tok = int(out["tokens"][r, t])
-      worst = max(worst, abs(float(lsm[tok]) - float(out["logprobs"][r, t])))
+      tok = int(out.tokens[r, t])
+      worst = max(worst, abs(float(lsm[tok]) - float(out.logprobs[r, t])))
       seq.append(tok)
   return worst
 

@@ -14,7 +14,7 @@ import pytest
 from prorl_jax.demo import chain_sum, tiny_base
 from prorl_jax.model import load_tokenizer
 from prorl_jax.model.tokenizer import prompt_ids
-from prorl_jax.records import Request
+from prorl_jax.records import EngineStats, Request
 from prorl_jax.rewards import ifeval
 from prorl_jax.rollout import worker
 from prorl_jax.rollout.exchange import Exchange
@@ -165,8 +165,8 @@ def test_a_continuous_batching_worker_returns_the_static_workers_rows(tmp_path, 
     got[name] = ex.results.read(rid)
   # the continuous engine ran (its page and step counts come back with the result)
   stats = got["continuous"].engine_stats
-  assert stats["decode_steps"] > 0 and stats["peak_pages"] > 0 and stats["page_bytes"] > 0
-  assert got["static"].engine_stats == {}
+  assert stats.decode_steps > 0 and stats.peak_pages > 0 and stats.page_bytes > 0
+  assert got["static"].engine_stats == EngineStats()  # the static sampler counts none
   a, b = got["static"].arrays(), got["continuous"].arrays()
   assert len(set(a["lengths"].tolist())) > 1  # ragged rows: slots were refilled
   for key in ("tokens", "lengths", "scores"):
@@ -282,7 +282,7 @@ def test_an_in_flight_update_mid_request_is_loaded_and_recorded_per_token(tmp_pa
     pool.close()
   res = ex.results.read(rid)
   assert res.policy_version == 0 and worker.version == 1  # admitted as v0's; the worker moved on
-  assert res.engine_stats["weight_swaps"] == 1
+  assert res.engine_stats.weight_swaps == 1
   live = np.arange(res.tokens.shape[1])[None, :] < res.lengths[:, None]
   v = res.versions
   assert set(v[live].tolist()) == {0, 1} and (v[~live] == -1).all()

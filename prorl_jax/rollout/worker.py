@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from prorl_jax.model.tokenizer import load_tokenizer
-from prorl_jax.records import PromptMeta
+from prorl_jax.records import Generation, PromptMeta
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout.engines import Engine
 from prorl_jax.rollout.exchange import Exchange
@@ -72,7 +72,7 @@ def response_text(tokenizer, tokens, length: int, ends: frozenset[int], specials
 
 def score_rows(
   tokenizer,
-  out: dict,
+  gen: Generation,
   n: int,
   meta: list[PromptMeta],
   pool: VerifierPool,
@@ -87,9 +87,9 @@ def score_rows(
   texts = [tokenizer.decode(p, skip_special_tokens=True) for p in prompts] if prompts else None
   ends, specials = end_token_ids(tokenizer, stop_token_ids), special_texts(tokenizer)
   jobs = []
-  for r in range(len(out["lengths"])):
+  for r in range(len(gen.lengths)):
     m = meta[r // n]
-    text = response_text(tokenizer, out["tokens"][r], int(out["lengths"][r]), ends, specials)
+    text = response_text(tokenizer, gen.tokens[r], int(gen.lengths[r]), ends, specials)
     extra = m.extra if texts is None else {**m.extra, "prompt_text": texts[r // n]}
     jobs.append((m.data_source, text, m.reference, extra))
   res = pool.score_many(jobs, routing)
@@ -218,12 +218,12 @@ class Worker:
       if self.inflight_updates or (self.interrupt is not None and self.engine.inflight_updates):
         inflight["between_chunks"] = functools.partial(self._newer_weights, req.max_version)
         inflight["version"] = start_version  # what the tokens drawn before any swap record
-      out = self.engine.generate(req.prompts, req.n, sampling, req.seed, **inflight)
+      gen = self.engine.generate(req.prompts, req.n, sampling, req.seed, **inflight)
       t1 = time.time()
       before = dict(self.pool.stats)
       scores, failed, reasons = score_rows(
         self.tokenizer,
-        out,
+        gen,
         req.n,
         req.meta,
         self.pool,
@@ -239,27 +239,27 @@ class Worker:
       log.warning("worker %s: lost the lease of %s; dropping the work", self.id, claim.request_id)
       return False
     arrays = {
-      "tokens": np.asarray(out["tokens"], np.int32),
-      "logprobs": np.asarray(out["logprobs"], np.float32),
-      "lengths": np.asarray(out["lengths"], np.int32),
-      "stopped": np.asarray([f == "stop" for f in out["finish_reason"]]),
+      "tokens": gen.tokens,
+      "logprobs": gen.logprobs,
+      "lengths": gen.lengths,
+      "stopped": gen.stopped,
       "scores": scores,
       "verifier_failed": failed,
     }
-    if "versions" in out:
-      arrays["versions"] = np.asarray(out["versions"], np.int32)
+    if gen.versions is not None:
+      arrays["versions"] = gen.versions
     meta = {
       "policy_version": start_version,
       "generate_s": t1 - t0,
       "weights_wait_s": self.weights_wait_s,  # claimed, waiting for the request's weights
       "score_s": t2 - t1,
       "reasons": reasons,
-      "tokens_generated": int(np.sum(out["lengths"])),
+      "tokens_generated": int(np.sum(gen.lengths)),
       "verifier_stats": {
         k: v - before.get(k, 0) for k, v in self.pool.stats.items() if v - before.get(k, 0)
       },  # this request's counts
       "probe_mismatch": self.mismatch,
-      "engine_stats": dict(out.get("stats", {})),
+      "engine_stats": gen.stats.to_json(),
     }
     committed = self.ex.queue.commit(claim, arrays, meta)
     log.info(

@@ -140,11 +140,10 @@ def _receive(
     got.probe(probe.reported_mismatch(result, p.max_probe_mismatch))
     got.workers_wait_s += result.weights_wait_s or 0.0
     es = result.engine_stats
-    if "weight_swaps" in es:
-      got.weight_swaps = (got.weight_swaps or 0) + int(es["weight_swaps"])
-    if "peak_pages" in es and "page_bytes" in es:
-      kv = float(es["peak_pages"]) * float(es["page_bytes"])
-      got.peak_kv_bytes = max(got.peak_kv_bytes or 0.0, kv)
+    if es.weight_swaps is not None:
+      got.weight_swaps = (got.weight_swaps or 0) + es.weight_swaps
+    if es.peak_kv_bytes is not None:
+      got.peak_kv_bytes = max(got.peak_kv_bytes or 0.0, es.peak_kv_bytes)
     if result.versions is not None:
       live = np.arange(result.tokens.shape[1])[None, :] < result.lengths[:, None]
       got.inflight_tokens += int(np.sum(live & (result.versions > result.policy_version)))

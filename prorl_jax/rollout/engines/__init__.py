@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from prorl_jax.records import SamplingParams
+from prorl_jax.records import Generation, SamplingParams
 
 
 class Engine(Protocol):
@@ -27,12 +27,11 @@ class Engine(Protocol):
 
   def generate(
     self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, **inflight
-  ) -> dict:
-    """Prompt-major rows (all n of prompt 0 first): tokens [R, N], logprobs [R, N], lengths [R],
-    finish_reason list; optionally stats, {name: number >= 0} of this call (the result's
-    engine_stats), and versions [R, N] (the weights version of each token, with in-flight
-    updates: `between_chunks=` a function that loads a newer version and returns its number,
-    or None, and `version=` the loaded one's)."""
+  ) -> Generation:
+    """The `records.Generation` of n samples of each prompt: prompt-major rows, the engine's
+    counts of the call in its typed `stats`, and with in-flight updates (`between_chunks=` a
+    function that loads a newer version and returns its number, or None, and `version=` the
+    loaded one's) the version of each token."""
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the probe's check)."""

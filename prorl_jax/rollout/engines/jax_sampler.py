@@ -21,7 +21,7 @@ from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
-from prorl_jax.records import SamplingParams
+from prorl_jax.records import Generation, SamplingParams
 
 
 def _bucket(x: int, multiple: int) -> int:
@@ -289,13 +289,11 @@ def generate(
   prompt_multiple: int = 32,
   weights=None,
   max_new=None,
-):
-  """Samples one response per prompt. Returns a dict of numpy arrays:
-
-  tokens [B, N] (pad after the end), logprobs [B, N] (0 after the end), lengths [B],
-  finish_reason list of "stop" | "length". `weights`: `prepare(cfg, params)`, made here if None.
-  `max_new`: each row's own token limit (at most sp.max_new_tokens; default that).
-  """
+) -> Generation:
+  """Samples one response per prompt, a `records.Generation` of B rows: tokens [B, N] (pad after
+  the end), logprobs [B, N] (0 after the end), lengths [B], stopped [B]. `weights`:
+  `prepare(cfg, params)`, made here if None. `max_new`: each row's own token limit (at most
+  sp.max_new_tokens; default that)."""
   if not prompts:
     raise ValueError("generate() needs at least one prompt")
   if any(len(x) == 0 for x in prompts):
@@ -327,9 +325,4 @@ def generate(
     )
   )
   k = len(prompts)
-  return {
-    "tokens": tokens[:k],
-    "logprobs": logps[:k],
-    "lengths": length[:k],
-    "finish_reason": ["stop" if d else "length" for d in done[:k]],
-  }
+  return Generation.of(tokens[:k], logps[:k], length[:k], done[:k])

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax.model.presets import Qwen2Config
-from prorl_jax.records import SamplingParams
+from prorl_jax.records import EngineStats, Generation, SamplingParams
 from prorl_jax.rollout.engines import paged_kernels as kernels
 from prorl_jax.rollout.engines.jax_sampler import prepare
 
@@ -88,7 +88,7 @@ class PagedEngine:
   def __init__(self, cfg: Qwen2Config, params, pc: PagedConfig = PagedConfig(), weights=None):
     self.cfg, self.params, self.pc = cfg, params, pc
     self.weights = prepare(cfg, params) if weights is None else weights
-    self.stats: dict = {}
+    self.stats = EngineStats()
     self.pool: PagePool | None = None  # the last call's
 
   def _pool(self, max_len: int):
@@ -115,10 +115,10 @@ class PagedEngine:
     version: int = 0,
     between_chunks=None,
   ):
-    """n responses per prompt, rows prompt-major: tokens [R, N] (pad_id after the end), logprobs
-    [R, N], lengths [R], finish_reason per row, versions [R, N] (the weights version that drew
-    each token; -1 after the end), stats. `max_new`: each row's own token limit (at most
-    sp.max_new_tokens; default that).
+    """n responses per prompt as a `records.Generation`, rows prompt-major: tokens (pad_id after
+    the end), log-probs, lengths, stopped, versions (the weights version that drew each token;
+    -1 after the end) and the call's page and step counts. `max_new`: each row's own token
+    limit (at most sp.max_new_tokens; default that).
 
     In-flight weight updates: `between_chunks()` runs before every device call and returns None
     or `(version, params[, prepared weights])`, the weights to continue with; live sequences
@@ -287,17 +287,10 @@ class PagedEngine:
         for p in held[slot]:
           pool.release(p)
         held[slot] = []
-    self.stats = {
-      "peak_pages": pool.peak,
-      "page_bytes": 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * page * kp[0].itemsize,
-      "decode_steps": steps,
-      "weight_swaps": swaps,
-    }
-    return {
-      "stats": dict(self.stats),
-      "tokens": out_tok,
-      "logprobs": out_lp,
-      "lengths": lengths,
-      "versions": out_ver,
-      "finish_reason": ["stop" if x else "length" for x in stopped],
-    }
+    self.stats = EngineStats(
+      peak_pages=int(pool.peak),
+      page_bytes=int(2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * page * kp[0].itemsize),
+      decode_steps=int(steps),
+      weight_swaps=int(swaps),
+    )
+    return Generation.of(out_tok, out_lp, lengths, stopped, out_ver, self.stats)

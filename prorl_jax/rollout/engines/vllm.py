@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from prorl_jax.records import Generation
 from prorl_jax.rollout.probe import RELOAD_TOLERANCE, check_probe
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,8 @@ class VllmEngine:
 
   def generate(self, prompts, n, sampling, seed):
     """n samples of each prompt with vLLM, prompt-major: tokens [R, N] (padded), log-probs [R, N]
-    of the sampled tokens, lengths [R], finish reasons; the request's `seed` seeds the sampler."""
+    of the sampled tokens, lengths [R], stopped [R] (a `records.Generation`); the request's `seed`
+    seeds the sampler."""
     from vllm import SamplingParams  # lazy: see _on_cpu
     from vllm.inputs import TokensPrompt
 
@@ -141,7 +143,7 @@ class VllmEngine:
     tokens = np.zeros((rows, max_new), np.int32)
     logps = np.zeros((rows, max_new), np.float32)
     lengths = np.zeros((rows,), np.int32)
-    finish = []
+    stopped = np.zeros((rows,), bool)
     r = 0
     for o in outs:  # prompt-major: all n completions of prompt 0 first
       for c in o.outputs:
@@ -149,9 +151,9 @@ class VllmEngine:
         tokens[r, : len(ids)] = ids
         logps[r, : len(ids)] = [c.logprobs[t][tok].logprob for t, tok in enumerate(ids)]
         lengths[r] = len(ids)
-        finish.append("stop" if c.finish_reason == "stop" else "length")
+        stopped[r] = c.finish_reason == "stop"
         r += 1
-    return {"tokens": tokens, "logprobs": logps, "lengths": lengths, "finish_reason": finish}
+    return Generation.of(tokens, logps, lengths, stopped)
 
   def close(self):
     if self.llm is not None:
