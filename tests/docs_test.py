@@ -5,7 +5,7 @@ import dataclasses
 import os
 import re
 
-from prorl_jax.records import Group, Prefetch, PromptItem, Request, Result
+from prorl_jax.records import EngineStats, Generation, Group, Prefetch, PromptItem, Request, Result
 from prorl_jax.trainer.batch import TrainBatch
 from prorl_jax.trainer.loop_state import LoopState
 from prorl_jax.trainer.plan import Plan
@@ -19,6 +19,8 @@ RECORDS = {
   "Request": Request,
   "Prefetch": Prefetch,
   "Result": Result,
+  "Generation": Generation,
+  "EngineStats": EngineStats,
   "PromptItem": PromptItem,
   "Plan": Plan,
   "TrainBatch": TrainBatch,

@@ -598,7 +598,7 @@ def test_the_worker_cache_keeps_the_newest_two_versions(tmp_path):
     _publish_one(ex, tmp_path, v, payload=f"weights {v}".encode())
     ex.weights.fetch(v, str(cache / f"v{v:08d}"))
   (cache / "v00000005.tmp-abcd1234").mkdir()  # an interrupted fetch
-  w.prune_cache(keep={4, 3})
+  w.weights.prune(keep={4, 3})
   assert sorted(os.listdir(cache)) == ["v00000003", "v00000004"]
 
 

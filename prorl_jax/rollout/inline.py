@@ -64,6 +64,14 @@ def _as_published(params, *, published: str, engine: str):
   return jax.tree.map(lambda x: x.astype(published).astype(engine), params)
 
 
+class OfferedWeights:
+  """The inline worker's weight source: the trainer offers each version (`InlineWorker.offer`)
+  as its own parameters, so nothing is fetched and there is no transfer to check."""
+
+  def reload(self, worker, min_version: int = 0, max_version: int | None = None) -> bool:
+    return False
+
+
 class InlineWorker(Worker):
   """The trainer's own rollout worker (see the module docstring). `engine`: a `JaxEngine`;
   `tokenizer_dir`: the base model's directory (its tokenizer decodes responses for scoring)."""
@@ -82,7 +90,9 @@ class InlineWorker(Worker):
   ):
     """`local_shardings`: where a version given as host arrays goes (a multi-host run's
     replica on this host's devices); `session`: this run's name for its wait markers."""
-    super().__init__(exchange, engine, cache_dir="", worker_id=worker_id, pool=pool)
+    super().__init__(
+      exchange, engine, cache_dir="", worker_id=worker_id, pool=pool, weights=OfferedWeights()
+    )
     self.local_shardings, self.session, self.waits = local_shardings, session, 0
     self.tokenizer = load_tokenizer(tokenizer_dir)
     self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -106,12 +116,6 @@ class InlineWorker(Worker):
     self.engine.set_params(self.model_cfg, params, self.pad)
     self.version = version
     log.info("inline engine: generating with weights v%d", version)
-
-  def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
-    return False  # the trainer offers each version; nothing is fetched
-
-  def check_probe(self, path: str) -> dict | None:
-    return None  # the trainer's own parameters: there is no transfer to check
 
   def _fits(self, request: Request) -> bool:
     hi = request.max_version

@@ -100,6 +100,60 @@ def score_rows(
   )
 
 
+class FetchedWeights:
+  """A worker's weight source on the exchange: the newest committed version in a request's
+  range, fetched (verified) into `cache_dir`, loaded into the worker's engine and checked
+  against the version's probe (the engine/trainer mismatch its results report)."""
+
+  def __init__(self, cache_dir: str):
+    self.cache_dir = cache_dir
+
+  def reload(self, w: Worker, min_version: int = 0, max_version: int | None = None) -> bool:
+    """Loads the newest committed version in [min_version, max_version] into `w` if it is not
+    loaded; whether it did."""
+    versions = [
+      v
+      for v in w.ex.weights.versions()
+      if v >= min_version and (max_version is None or v <= max_version)
+    ]
+    if not versions or versions[-1] == w.version:
+      return False
+    if max_version is None and versions[-1] < w.version:
+      return False
+    version = versions[-1]
+    path = w.ex.weights.fetch(version, os.path.join(self.cache_dir, f"v{version:08d}"))
+    if path is None:
+      return False
+    self.prune(keep={version, w.version})
+    t0 = time.time()
+    w.engine.load(path)
+    w.tokenizer = load_tokenizer(path)
+    w.version = version
+    w.mismatch = self.check_probe(w.engine, path)
+    log.info("worker %s: loaded weights v%d in %.2fs", w.id, version, time.time() - t0)
+    return True
+
+  def prune(self, keep: set[int]):
+    """Removes cached weight versions other than `keep` (the newest and the loaded one) and
+    leftovers of interrupted fetches."""
+    for name in os.listdir(self.cache_dir) if os.path.isdir(self.cache_dir) else []:
+      path = os.path.join(self.cache_dir, name)
+      is_version = name[:1] == "v" and name[1:].isdigit()
+      if (is_version and int(name[1:]) not in keep) or (name[:1] == "v" and ".tmp-" in name):
+        if os.path.islink(path) or not os.path.isdir(path):
+          os.remove(path)
+        else:
+          shutil.rmtree(path, ignore_errors=True)
+
+  @staticmethod
+  def check_probe(engine: Engine, path: str) -> dict | None:
+    """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
+    cached = engine.last_mismatch  # the vLLM engine checks on load
+    if cached is not None:
+      return cached
+    return check_probe(engine.score_tokens, path)
+
+
 class Worker:
   """The loop of one rollout worker on an exchange: load the newest weights the exchange has
   committed, claim a request, generate with `engine`, score in `pool`, commit the result (data
@@ -115,15 +169,18 @@ class Worker:
     poll_s: float = 0.2,
     pool: VerifierPool | None = None,
     inflight_updates: bool = False,
+    weights=None,
   ):
     """`inflight_updates`: load a newer committed version between the engine's device calls
     (within the request's max_version) and generate on with it; every token records the
-    version that drew it (the result's `versions`)."""
+    version that drew it (the result's `versions`). `weights`: where its weights come from
+    (`reload(worker, min_version, max_version)`); by default `FetchedWeights(cache_dir)`."""
     if inflight_updates and not engine.inflight_updates:
       raise ValueError(INFLIGHT_NEEDS)
     self.inflight_updates = inflight_updates
     self._last_look = 0.0
-    self.ex, self.engine, self.cache_dir, self.id = exchange, engine, cache_dir, worker_id
+    self.ex, self.engine, self.id = exchange, engine, worker_id
+    self.weights = weights if weights is not None else FetchedWeights(cache_dir)
     self.pool = pool or VerifierPool(processes=1)
     self.poll_s = poll_s
     self.version = -1
@@ -138,28 +195,9 @@ class Worker:
     self.interrupt = None
 
   def maybe_reload(self, min_version: int = 0, max_version: int | None = None) -> bool:
-    """Loads the newest committed version in [min_version, max_version] if it is not loaded."""
-    versions = [
-      v
-      for v in self.ex.weights.versions()
-      if v >= min_version and (max_version is None or v <= max_version)
-    ]
-    if not versions or versions[-1] == self.version:
-      return False
-    if max_version is None and versions[-1] < self.version:
-      return False
-    version = versions[-1]
-    path = self.ex.weights.fetch(version, os.path.join(self.cache_dir, f"v{version:08d}"))
-    if path is None:
-      return False
-    self.prune_cache(keep={version, self.version})
-    t0 = time.time()
-    self.engine.load(path)
-    self.tokenizer = load_tokenizer(path)
-    self.version = version
-    self.mismatch = self.check_probe(path)
-    log.info("worker %s: loaded weights v%d in %.2fs", self.id, version, time.time() - t0)
-    return True
+    """Loads the newest version in [min_version, max_version] its weight source has, if it is
+    not loaded; whether it did."""
+    return self.weights.reload(self, min_version, max_version)
 
   def _newer_weights(self, max_version: int | None) -> int | None:
     """Between decode chunks: first `interrupt()` (when set; it may raise), then with in-flight
@@ -174,26 +212,6 @@ class Worker:
       return None
     self._last_look = now
     return self.version if self.maybe_reload(self.version + 1, max_version) else None
-
-  def prune_cache(self, keep: set[int]):
-    """Removes cached weight versions other than `keep` (the newest and the loaded one) and
-    leftovers of interrupted fetches."""
-    for name in os.listdir(self.cache_dir) if os.path.isdir(self.cache_dir) else []:
-      path = os.path.join(self.cache_dir, name)
-      is_version = name[:1] == "v" and name[1:].isdigit()
-      if (is_version and int(name[1:]) not in keep) or (name[:1] == "v" and ".tmp-" in name):
-        if os.path.islink(path) or not os.path.isdir(path):
-          os.remove(path)
-        else:
-          shutil.rmtree(path, ignore_errors=True)
-
-  def check_probe(self, path: str) -> dict | None:
-    """|engine − trainer| log-prob on the version's probe sequences (the mismatch guard)."""
-
-    cached = self.engine.last_mismatch  # the vLLM engine checks on load
-    if cached is not None:
-      return cached
-    return check_probe(self.engine.score_tokens, path)
 
   def _heartbeat(self, claim: Claim, lost: threading.Event, finished: threading.Event):
     while not finished.wait(self.ex.queue.lease_seconds / 3):
