@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import time
 
 import jax
@@ -213,6 +214,8 @@ def train(run: Run) -> None:
     for step in range(run.first + 1, plan.total_steps + 1):
       if not _step_and_save(run, step):
         break
+    if dist.is_primary() and sys.stdout.isatty():
+      print(flush=True)  # past the progress bar
   except Preempted:  # asked to stop before the first step: nothing trained, nothing to save
     run.stopped = _stopped_unsaved(run)
 
