@@ -102,7 +102,8 @@ def jit_reset_reference(
 ):
   """`reset_reference` jitted once on the state's `shardings` (computed when not given): the
   state donated but for its params, which the inline engine may be generating with (it is
-  offered the trainer's own arrays); the reset leaves them valid."""
+  offered the trainer's own arrays); the reset leaves them valid, at the cost of writing the
+  new state's params as a copy (one params-sized buffer more while the reset runs)."""
   st_sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
 
   def reset(params, rest: TrainState) -> TrainState:

@@ -21,7 +21,6 @@ from prorl_jax.trainer import placement, run_dir
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer.plan import data_spec
 from prorl_jax.trainer.run_record import check_resume_config, latest_local_step
-from prorl_jax.trainer.setup import resolve_model_path
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
@@ -149,5 +148,5 @@ def before_loading(cfg, accept_config_changes: bool):
   if placement.worker_count(cfg):  # can the workers run at all?
     engine = placement.worker_engine(cfg)
     check_worker_python(worker_python(engine, cfg.rollout.worker_python), engine)
-  resolve_model_path(cfg)  # the demo's base model is built once, by the primary
+  setup_lib.resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   return None, changes
