@@ -271,13 +271,18 @@ class Result:
   # [R, Tr] the weights version that drew each token (in-flight updates; >= policy_version), or
   # None: every token is policy_version's
   versions: np.ndarray | None = None
+  generate_s: float | None = None  # the worker's seconds generating the request
+  score_s: float | None = None  # and scoring it
+  reasons: tuple[str, ...] = ()  # [R] each verdict's reason, when the worker gave them
 
   ARRAYS = ("tokens", "logprobs", "lengths", "stopped", "scores", "verifier_failed")
+  FIELDS = ("policy_version", "worker", "attempt", "probe_mismatch", "verifier_stats")
 
   @classmethod
   def of(cls, manifest: dict, arrays: dict[str, np.ndarray]) -> Result:
     """From a checked result manifest and its checked arrays."""
-    wait = manifest.get("weights_wait_s")
+    seconds = {k: manifest.get(k) for k in ("weights_wait_s", "generate_s", "score_s")}
+    reasons = manifest.get("reasons")
     return cls(
       **{k: arrays[k] for k in cls.ARRAYS},
       policy_version=int(manifest["policy_version"]),
@@ -285,9 +290,21 @@ class Result:
       attempt=int(manifest.get("attempt", 0)),
       probe_mismatch=manifest.get("probe_mismatch") or None,
       verifier_stats=dict(manifest.get("verifier_stats", {})),
-      weights_wait_s=float(wait) if is_num(wait) and wait >= 0 else None,
       engine_stats=EngineStats.from_json(manifest.get("engine_stats", {})),
       versions=arrays.get("versions"),
+      **{k: float(v) if is_num(v) and v >= 0 else None for k, v in seconds.items()},
+      reasons=tuple(map(str, reasons)) if isinstance(reasons, list) else (),
+    )
+
+  def stored(self) -> tuple[dict[str, np.ndarray], dict]:
+    """The stored form, which `of` reads back: the arrays (`versions` with them when set) and
+    the manifest's fields of the result itself; the store adds where it keeps them (request
+    id, data key, size, sha256, commit time)."""
+    arrays = dict(self.arrays(), **({} if self.versions is None else {"versions": self.versions}))
+    seconds = {k: getattr(self, k) for k in ("weights_wait_s", "generate_s", "score_s")}
+    fields = {k: getattr(self, k) for k in self.FIELDS}
+    return arrays, dict(
+      fields, **seconds, reasons=list(self.reasons), engine_stats=self.engine_stats.to_json()
     )
 
   def arrays(self) -> dict[str, np.ndarray]:

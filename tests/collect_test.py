@@ -7,7 +7,7 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
-from prorl_jax.records import PromptItem, Request
+from prorl_jax.records import EngineStats, PromptItem, Request, Result
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import collect as collect_lib
 from prorl_jax.trainer.plan import rollout_plan
@@ -49,10 +49,9 @@ def _answer(ex, stop, served, version_of, inflight=False, bodies=None):
       arrays["versions"] = np.asarray([[v, v, v + 1]] * rows, np.int32)
       arrays["lengths"][0] = 2
     served.append(claim.request_id)
-    meta = {"policy_version": v}
-    if inflight:  # what the continuous engine reports with each result
-      meta["engine_stats"] = {"peak_pages": 3, "page_bytes": 2**19, "weight_swaps": 1}
-    ex.queue.commit(claim, arrays, meta)
+    # with in-flight updates, what the continuous engine reports with each result
+    stats = EngineStats(peak_pages=3, page_bytes=2**19, weight_swaps=1) if inflight else None
+    ex.queue.commit(claim, Result(**arrays, policy_version=v, engine_stats=stats or EngineStats()))
 
 
 def _collect(tmp_path, version_of, inflight=False, bodies=None, **rollout):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from prorl_jax.records import InvalidEntry, Request
+from prorl_jax.records import InvalidEntry, Request, Result
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.store import NO_VALUE, InvalidExchange, KvStore, LocalStore, open_store
 
@@ -223,7 +223,7 @@ def test_results_commit_and_each_corruption_is_skipped(ex):
   assert sorted(c.request_id for c in claims) == ["r000", "r001", "r002", "r003"]
   arrays = dict(_arrays(scores=[1.0, 0.0]), tokens=np.arange(6, dtype=np.int32).reshape(2, 3))
   for c in claims[:3]:
-    assert ex.queue.commit(c, arrays, {"policy_version": 1})
+    assert ex.queue.commit(c, Result(**arrays, policy_version=1))
   got = ex.results.read("r000")
   np.testing.assert_array_equal(got.tokens, arrays["tokens"])
   assert got.policy_version == 1
@@ -262,14 +262,15 @@ def test_expired_lease_is_reclaimed_and_only_one_commit_wins(ex):
   assert b is not None and b.attempt == 1 and ex.stats["reclaimed"] == 1
   assert not ex.queue.heartbeat(a)  # a lost its lease
   assert ex.queue.heartbeat(b)
-  assert ex.queue.commit(b, _arrays(fill=1), {"policy_version": 0})
-  assert not ex.queue.commit(a, _arrays(fill=2), {"policy_version": 0})  # too late: never both
+  assert ex.queue.commit(b, Result(**_arrays(fill=1), policy_version=0))
+  assert not ex.queue.commit(a, Result(**_arrays(fill=2), policy_version=0))  # too late: never both
   np.testing.assert_array_equal(ex.results.read("r000").tokens, np.ones((2, 3)))
 
 
 WORKER = textwrap.dedent("""
     import sys, time, numpy as np
     sys.path.insert(0, {root!r})
+    from prorl_jax.records import Result
     from prorl_jax.rollout.exchange import Exchange
     ex = Exchange({url!r}, lease_seconds=30)
     done = []
@@ -282,7 +283,7 @@ WORKER = textwrap.dedent("""
       arrays = {{"tokens": np.zeros((2, 1), np.int32), "logprobs": np.zeros((2, 1), np.float32),
                 "lengths": np.ones(2, np.int32), "stopped": np.ones(2, bool),
                 "scores": np.ones(2, np.float32), "verifier_failed": np.zeros(2, bool)}}
-      if ex.queue.commit(c, arrays, {{"policy_version": 0}}):
+      if ex.queue.commit(c, Result(**arrays, policy_version=0)):
         done.append(c.request_id)
       idle = time.time()
     print(" ".join(done))
@@ -536,22 +537,33 @@ def test_a_request_of_the_wrong_structure_is_quarantined_and_claims_go_on(ex):
     {"tokens": None},
   ],
 )
-def test_a_result_with_bad_arrays_is_quarantined(ex, change):
+def test_a_result_with_bad_arrays_is_quarantined(ex, change, monkeypatch):
   _req(ex, 0)
   arrays = {k: v for k, v in dict(_arrays(), **change).items() if v is not None}
-  assert ex.queue.commit(ex.queue.claim("w"), arrays, {"policy_version": 0})
+  missing = {k for k, v in change.items() if v is None}  # a writer that leaves them out
+  stored = Result.stored
+  monkeypatch.setattr(
+    Result,
+    "stored",
+    lambda r: tuple(
+      {k: v for k, v in part.items() if k not in missing} if i == 0 else part
+      for i, part in enumerate(stored(r))
+    ),
+  )
+  arrays.update({k: _arrays()[k] for k in missing})
+  assert ex.queue.commit(ex.queue.claim("w"), Result(**arrays, policy_version=0))
   assert ex.results.read("r000", rows=2) is None
   assert ex.stats["quarantined_result"] == 1 and not ex.results.committed("r000")
 
 
 def test_a_result_of_the_wrong_row_count_or_manifest_is_rejected(ex):
   _req(ex, 0)
-  assert ex.queue.commit(ex.queue.claim("w"), _arrays(rows=2), {"policy_version": 0})
+  assert ex.queue.commit(ex.queue.claim("w"), Result(**_arrays(rows=2), policy_version=0))
   assert ex.results.read("r000", rows=2) is not None
   assert ex.results.read("r000", rows=4) is None  # the request asked for 4 rows
   ex.queue.retire("r000")
   _req(ex, 1)
-  assert ex.queue.commit(ex.queue.claim("w"), _arrays(), {"policy_version": 0})
+  assert ex.queue.commit(ex.queue.claim("w"), Result(**_arrays(), policy_version=0))
   m = json.loads(ex.store.read("results/r001/manifest.json")[0])
   for forged in (
     dict(m, data_key="../../weights/v00000001/model.safetensors"),
@@ -569,7 +581,7 @@ def test_a_commit_after_retire_is_ignored_and_counted(ex):
   _req(ex, 0)
   c = ex.queue.claim("w")
   ex.queue.retire("r000")  # the trainer gave up on it
-  assert not ex.queue.commit(c, _arrays(), {"policy_version": 0})
+  assert not ex.queue.commit(c, Result(**_arrays(), policy_version=0))
   assert ex.store.list("results/") == [] and ex.stats["commit_after_retire"] == 1
 
 
@@ -713,3 +725,51 @@ def test_an_engines_counts_are_typed_and_read_back_as_written():
     np.bool_,
   )
   assert gen.versions is None and gen.stats == EngineStats()
+
+
+def test_a_result_is_stored_by_itself_and_read_back_field_for_field(tmp_path):
+  """`Result.stored` is the one writer of a result's stored form and `Result.of` its one reader:
+  every field, none at its default, comes back from the exchange as it was committed (the
+  claim's worker and attempt in place of the result's own)."""
+  import dataclasses
+
+  from prorl_jax.records import EngineStats
+
+  ex = Exchange(f"file://{tmp_path}/ex")
+  _req(ex)
+  claim = ex.queue.claim("w7")
+  arrays = dict(_arrays(scores=[1.0, 0.25]), versions=np.asarray([[3, 3, 4]] * 2, np.int32))
+  sent = Result(
+    **arrays,
+    policy_version=3,
+    worker="ignored",
+    attempt=9,
+    probe_mismatch={"max": 0.5, "mean": 0.125},
+    verifier_stats={"math/scored": 2},
+    weights_wait_s=1.5,
+    engine_stats=EngineStats(peak_pages=4, page_bytes=64, decode_steps=3, weight_swaps=1),
+    generate_s=2.5,
+    score_s=0.75,
+    reasons=("ok", "wrong answer"),
+  )
+  defaults = Result(**_arrays(), policy_version=0)
+  for f in dataclasses.fields(Result):
+    if f.name == "versions":
+      assert defaults.versions is None and sent.versions is not None
+    elif f.name not in Result.ARRAYS:
+      assert getattr(sent, f.name) != getattr(defaults, f.name), f"{f.name} left at its default"
+  assert ex.queue.commit(claim, sent)
+  got = ex.results.read(claim.request_id)
+  assert (got.worker, got.attempt) == ("w7", claim.attempt)
+  for f in dataclasses.fields(Result):
+    want = getattr(sent, f.name) if f.name not in ("worker", "attempt") else getattr(got, f.name)
+    if isinstance(want, np.ndarray):
+      np.testing.assert_array_equal(getattr(got, f.name), want, err_msg=f.name)
+      assert getattr(got, f.name).dtype == want.dtype, f.name
+    else:
+      assert getattr(got, f.name) == want, f.name
+  # a manifest of an older writer (no seconds, no reasons) still reads, each at its default
+  m = json.loads(ex.store.read(f"results/{claim.request_id}/manifest.json")[0])
+  old = {k: v for k, v in m.items() if k not in ("generate_s", "score_s", "reasons")}
+  again = Result.of(old, {k: getattr(sent, k) for k in Result.ARRAYS})
+  assert (again.generate_s, again.score_s, again.reasons) == (None, None, ())

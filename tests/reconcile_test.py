@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from prorl_jax import config as config_lib
-from prorl_jax.records import Prefetch, Request
+from prorl_jax.records import Prefetch, Request, Result
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LostRequest, wait_for_results
 from prorl_jax.trainer import run_dir
@@ -46,7 +46,7 @@ def _serve(ex: Exchange, mark: float = 1.0) -> list[str]:
   """A worker serving every open request once (synchronously); the ids it served."""
   served = []
   while (claim := ex.queue.claim("w0")) is not None:
-    ex.queue.commit(claim, _arrays(mark), {"policy_version": 0})
+    ex.queue.commit(claim, Result(**_arrays(mark), policy_version=0))
     served.append(claim.request_id)
   return served
 
@@ -104,7 +104,7 @@ def test_reconcile_leaves_exactly_the_checkpoints_requests(
       claim = ex.queue.claim("old", skip=set(ex.queue.ids()) - {rid})
       assert claim is not None and claim.request_id == rid
       if committed:
-        assert ex.queue.commit(claim, _arrays(1.0), {"policy_version": 0})
+        assert ex.queue.commit(claim, Result(**_arrays(1.0), policy_version=0))
     if retired:
       ex.queue.retire(rid)
   before = ex.queue.known_ids()
@@ -127,7 +127,7 @@ def test_a_request_of_another_body_under_the_same_id_is_replaced(tmp_path):
   ex = Exchange(url)
   ex.queue.put(_body(5), request_id="s0000004-p-c00000")
   claim = ex.queue.claim("old")
-  ex.queue.commit(claim, _arrays(1.0), {"policy_version": 0})
+  ex.queue.commit(claim, Result(**_arrays(1.0), policy_version=0))
   counts = ex.queue.reconcile({"s0000004-p-c00000": _body(0)})
   assert counts["put"] == 1 and counts["pending"] == 1
   assert ex.queue.load("s0000004-p-c00000").seed == 1000
@@ -140,7 +140,7 @@ def test_torn_request_and_torn_result_are_made_again(tmp_path):
   for rid, i in ((a, 0), (b, 1)):
     ex.queue.put(_body(i), request_id=rid)
   claim = ex.queue.claim("old", skip={a})
-  ex.queue.commit(claim, _arrays(1.0), {"policy_version": 0})
+  ex.queue.commit(claim, Result(**_arrays(1.0), policy_version=0))
   raw, _ = ex.store.read(f"requests/{a}.json")
   ex.store.write(f"requests/{a}.json", raw[: len(raw) // 2])  # torn request
   (data_key,) = [k for k in ex.store.list(f"results/{b}/") if k.endswith(".npz")]
@@ -228,7 +228,7 @@ def test_a_cut_between_any_two_storage_writes_resumes(tmp_path, op, in_record):
       if op == "put":
         ex.queue.put(_body(0), request_id=rid)
       elif op == "commit":
-        ex.queue.commit(claim, _arrays(1.0), {"policy_version": 0})
+        ex.queue.commit(claim, Result(**_arrays(1.0), policy_version=0))
       else:
         ex.queue.retire(rid)
       finished = True

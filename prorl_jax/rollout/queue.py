@@ -17,8 +17,6 @@ import time
 import uuid
 from typing import Callable
 
-import numpy as np
-
 from prorl_jax.records import Request, Result
 from prorl_jax.rollout.entries import (
   InvalidEntry,
@@ -162,10 +160,12 @@ class RequestQueue:
     claim.generation = gen
     return True
 
-  def commit(self, claim: Claim, arrays: dict[str, np.ndarray], meta: dict) -> bool:
-    """Commits the claimed request's result; False (and nothing left behind) if another worker
-    committed, the lease was lost, or the request was retired meanwhile."""
+  def commit(self, claim: Claim, result: Result) -> bool:
+    """Commits the claimed request's result, as the claim's worker and attempt; False (and
+    nothing left behind) if another worker committed, the lease was lost, or the request was
+    retired meanwhile."""
     rid = claim.request_id
+    result = dataclasses.replace(result, worker=claim.worker, attempt=claim.attempt)
     if not self.heartbeat(claim) or not self.has(rid):
       self.store.stats["commit_after_retire"] += 1  # retired, or taken over after expiry
       log.warning(
@@ -174,7 +174,7 @@ class RequestQueue:
         rid,
       )
       return False
-    if not self.results.commit(rid, claim.attempt, claim.worker, arrays, meta):
+    if not self.results.commit(rid, result):
       return False
     if not self.has(rid):  # retired between our check and the commit: orphaned
       self.results.delete(rid)

@@ -44,22 +44,19 @@ class ResultStore:
   def committed(self, rid: str) -> bool:
     return self.store.read(f"results/{rid}/manifest.json")[0] is not None
 
-  def commit(
-    self, rid: str, attempt: int, worker: str, arrays: dict[str, np.ndarray], meta: dict
-  ) -> bool:
-    """Data first, then the manifest only if none exists; False (and the data removed) when
-    another attempt committed first."""
+  def commit(self, rid: str, result: Result) -> bool:
+    """`result` in its stored form (`Result.stored`): data first, then the manifest only if none
+    exists; False (and the data removed) when another attempt committed first."""
+    arrays, fields = result.stored()
     data = encode_arrays(arrays)
-    data_key = f"results/{rid}/data-{attempt}-{worker}.npz"
+    data_key = f"results/{rid}/data-{result.attempt}-{result.worker}.npz"
     self.store.write(data_key, data)
     manifest = dict(
-      meta,
+      fields,
       request_id=rid,
       data_key=data_key,
       size=len(data),
       sha256=sha(data),
-      worker=worker,
-      attempt=attempt,
       committed=time.time(),
     )
     created = self.store.write(

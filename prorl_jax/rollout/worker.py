@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from prorl_jax.model.tokenizer import load_tokenizer
-from prorl_jax.records import Generation, PromptMeta
+from prorl_jax.records import Generation, PromptMeta, Result
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout.engines import Engine
 from prorl_jax.rollout.exchange import Exchange
@@ -256,37 +256,33 @@ class Worker:
     if lost.is_set():
       log.warning("worker %s: lost the lease of %s; dropping the work", self.id, claim.request_id)
       return False
-    arrays = {
-      "tokens": gen.tokens,
-      "logprobs": gen.logprobs,
-      "lengths": gen.lengths,
-      "stopped": gen.stopped,
-      "scores": scores,
-      "verifier_failed": failed,
-    }
-    if gen.versions is not None:
-      arrays["versions"] = gen.versions
-    meta = {
-      "policy_version": start_version,
-      "generate_s": t1 - t0,
-      "weights_wait_s": self.weights_wait_s,  # claimed, waiting for the request's weights
-      "score_s": t2 - t1,
-      "reasons": reasons,
-      "tokens_generated": int(np.sum(gen.lengths)),
-      "verifier_stats": {
+    result = Result(
+      tokens=gen.tokens,
+      logprobs=gen.logprobs,
+      lengths=gen.lengths,
+      stopped=gen.stopped,
+      scores=scores,
+      verifier_failed=failed,
+      policy_version=start_version,
+      probe_mismatch=self.mismatch,
+      verifier_stats={
         k: v - before.get(k, 0) for k, v in self.pool.stats.items() if v - before.get(k, 0)
       },  # this request's counts
-      "probe_mismatch": self.mismatch,
-      "engine_stats": gen.stats.to_json(),
-    }
-    committed = self.ex.queue.commit(claim, arrays, meta)
+      weights_wait_s=self.weights_wait_s,  # claimed, waiting for the request's weights
+      engine_stats=gen.stats,
+      versions=gen.versions,
+      generate_s=t1 - t0,
+      score_s=t2 - t1,
+      reasons=tuple(reasons),
+    )
+    committed = self.ex.queue.commit(claim, result)
     log.info(
       "worker %s served %s: %d prompts x %d, %d tokens in %.2fs (weights v%d)",
       self.id,
       claim.request_id,
       len(req.prompts),
       req.n,
-      meta["tokens_generated"],
+      int(np.sum(gen.lengths)),
       t2 - t0,
       self.version,
     )
