@@ -23,7 +23,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from prorl_jax import rewards  # noqa: E402
-from prorl_jax.rewards import confinement, pool, puzzles  # noqa: E402
+from prorl_jax.rewards import pool, puzzles  # noqa: E402
+from prorl_jax.sandbox import confinement  # noqa: E402
 
 
 def jobs(items: int) -> dict[str, list[tuple]]:

@@ -26,7 +26,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from prorl_jax.rewards import code, sandbox  # noqa: E402
+from prorl_jax import sandbox  # noqa: E402
+from prorl_jax.rewards import code  # noqa: E402
 
 PROGRAMS = {
   "sum_stdin": ("import sys\nprint(sum(map(int, sys.stdin.read().split())))", b"1 2 3\n"),

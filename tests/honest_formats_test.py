@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from prorl_jax import sandbox
 from prorl_jax.cli import prepare
 from prorl_jax.data import honest, suite
 from prorl_jax.data.hub import load_source
-from prorl_jax.rewards import sandbox
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout import worker
 

@@ -10,11 +10,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 
 # Each unit (a folder of prorl_jax, or a module at its top) stands on a floor. An import from one
 # unit into another goes strictly down; inside a unit any import is allowed as long as no circle
-# forms (test_no_import_circles). Data flows one way: records and the numerical parts at the bottom,
-# then the model and the config (pure data and its checks), the demo task, the exchange and its
-# workers, the data that a config selects, evaluation, the trainer, and the command lines on top.
+# forms (test_no_import_circles). Data flows one way: records, the code sandbox and the numerical
+# parts at the bottom, then the model and the config (pure data and its checks), the demo task, the
+# exchange and its workers, the data that a config selects, evaluation, the trainer, and the
+# command lines on top.
 FLOORS = {
-  0: ["__init__", "records"],
+  0: ["__init__", "records", "sandbox"],
   1: ["parallel", "algo", "rewards"],
   2: ["model", "config"],
   3: ["demo"],
@@ -28,6 +29,7 @@ FLOORS = {
 # These run in worker processes and in vLLM's own environment, which has no jax.
 NO_JAX = (  # a name ending in ".*": the package and everything in it
   "rewards.*",
+  "sandbox.*",
   "records",
   "demo.chain_sum",
   "rollout.probe",

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prorl_jax import rewards
-from prorl_jax.rewards import code, puzzles, sandbox
+from prorl_jax import rewards, sandbox
+from prorl_jax.rewards import code, puzzles
 
 PIECES = st.sampled_from(
   [

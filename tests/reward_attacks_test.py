@@ -8,9 +8,11 @@ import time
 
 import pytest
 
+from prorl_jax import sandbox
 from prorl_jax.data import attacks
-from prorl_jax.rewards import code, confinement, detectors, reading, sandbox
+from prorl_jax.rewards import code, detectors, reading
 from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.sandbox import confinement
 from prorl_jax.trainer import hacks
 
 PROMPT = (

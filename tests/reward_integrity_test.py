@@ -12,11 +12,12 @@ import time
 import pytest
 import reasoning_gym
 
-from prorl_jax import rewards
+from prorl_jax import rewards, sandbox
 from prorl_jax.cli import prepare
 from prorl_jax.data import suite
-from prorl_jax.rewards import code, confinement, ifeval, isolate, puzzles, sandbox
+from prorl_jax.rewards import code, ifeval, isolate, puzzles
 from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.sandbox import confinement
 from prorl_jax.trainer import batch
 from tests import loop_helpers
 

@@ -16,8 +16,10 @@ import uuid
 
 import pytest
 
-from prorl_jax.rewards import bwrap, code, confinement, sandbox
+from prorl_jax import sandbox
+from prorl_jax.rewards import code
 from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.sandbox import bwrap, confinement
 from tests import socket_helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,7 +186,7 @@ def test_live_sandboxes_never_share_a_host_uid():
       "-c",
       (
         "import sys, time; sys.path.insert(0, sys.argv[1])\n"
-        "from prorl_jax.rewards import sandbox\n"
+        "from prorl_jax import sandbox\n"
         "sandbox.UID_COUNT = 1\n"
         "with sandbox._host_uid() as u:\n  print(u, flush=True); time.sleep(30)\n"
       ),
@@ -256,26 +258,24 @@ def test_the_program_sees_no_host_process_path_or_file(tmp_path):
 
 def _as_nobody_env() -> tuple[str, dict]:
   """A world-readable copy of the sandbox modules (stdlib + pyseccomp) for a non-root process:
-  `import sandbox` there is prorl_jax.rewards.sandbox."""
+  `import sandbox` there is prorl_jax.sandbox."""
   import pyseccomp
 
   d = tempfile.mkdtemp(prefix="prorl-nobody-")
   for rel in (
     "prorl_jax/__init__.py",
-    "prorl_jax/rewards/__init__.py",
-    "prorl_jax/rewards/common.py",
-    "prorl_jax/rewards/sandbox.py",
-    "prorl_jax/rewards/bwrap.py",
-    "prorl_jax/rewards/sandbox_runner.py",
-    "prorl_jax/rewards/confinement.py",
+    "prorl_jax/sandbox/__init__.py",
+    "prorl_jax/sandbox/bwrap.py",
+    "prorl_jax/sandbox/runner.py",
+    "prorl_jax/sandbox/confinement.py",
   ):
     os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
     shutil.copy(os.path.join(ROOT, rel), os.path.join(d, rel))
   shutil.copy(pyseccomp.__file__, d)
   with open(os.path.join(d, "sandbox.py"), "w") as f:
     f.write(
-      "from prorl_jax.rewards.sandbox import *  # noqa\n"
-      "from prorl_jax.rewards.sandbox import allow_unsandboxed, check, run  # noqa\n"
+      "from prorl_jax.sandbox import *  # noqa\n"
+      "from prorl_jax.sandbox import allow_unsandboxed, check, run  # noqa\n"
     )
   for root, dirs, files in os.walk(d):
     os.chmod(root, 0o755)

@@ -9,11 +9,10 @@ import zlib
 
 import pytest
 
-from prorl_jax import rewards
+from prorl_jax import rewards, sandbox
 from prorl_jax.cli import prepare
 from prorl_jax.data import suite, suite_rows
 from prorl_jax.data.prompts import parse_row
-from prorl_jax.rewards import sandbox
 
 HEP_TEST = """
 import numpy as np

@@ -16,15 +16,16 @@ import tempfile
 
 from absl import flags
 
+from prorl_jax import sandbox
 from prorl_jax.cli.flags import USAGE_EXIT, parse
 from prorl_jax.records import InvalidEntry
-from prorl_jax.rewards import confinement, sandbox
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.engines import make_engine
 from prorl_jax.rollout.entries import safe_name
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.queue import LEASE_SECONDS
 from prorl_jax.rollout.worker import INFLIGHT_NEEDS, Worker
+from prorl_jax.sandbox import confinement
 
 log = logging.getLogger("prorl_jax.worker")
 

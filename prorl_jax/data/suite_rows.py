@@ -121,7 +121,8 @@ def reference_outputs(program: str, entry: str, inputs: list) -> list:
   """The values `entry` returns on each argument list, run in the code sandbox (a row whose
   `test` computes its expected results with a reference function); `Malformed` naming the
   column when the reference solution does not return plain data on every input."""
-  from prorl_jax.rewards import bwrap, sandbox  # lazy: only rows without a results table
+  from prorl_jax import sandbox  # lazy: only rows without a results table
+  from prorl_jax.sandbox import bwrap  # lazy: only rows without a results table
 
   cases = [{"args": list(i)} for i in inputs]
   try:

@@ -23,7 +23,7 @@ Score = fraction of tests passed beyond what the best constant program passes
 0, a correct one 1); all tests share one wall-clock budget (5 s by default). A run
 that writes more stdout than the cap (the larger of 1 MiB and twice the expected output) fails
 that test with a reason; output is never compared on a prefix. When the sandbox cannot run here
-the item is a marked verifier failure naming the fix (`rewards/sandbox.py`), never a 0.
+the item is a marked verifier failure naming the fix (`prorl_jax/sandbox/`), never a 0.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import math
 
 import markdown_it
 
-from prorl_jax.rewards import bwrap, confinement, sandbox
+from prorl_jax import sandbox
 from prorl_jax.rewards.common import Score, blank, close, load_json, same_token
+from prorl_jax.sandbox import bwrap, confinement
 
 PYTHON_FENCES = ("python", "py", "python3", "py3", "python2")
 # What LiveCodeBench's harness imports before a function-call (starter code) solution: LeetCode

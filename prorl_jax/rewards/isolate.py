@@ -35,7 +35,7 @@ import time
 
 from prorl_jax.rewards import detectors
 from prorl_jax.rewards.common import Score
-from prorl_jax.rewards.confinement import DENIED_SYSCALLS
+from prorl_jax.sandbox.confinement import DENIED_SYSCALLS
 
 VERDICT_BYTES = 64 << 10  # the most a child may send back
 STARVED_CPU_SHARE = 0.5  # a timed-out child that used less CPU than this share was starved

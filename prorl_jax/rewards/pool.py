@@ -26,7 +26,8 @@ import queue
 import threading
 
 from prorl_jax import rewards
-from prorl_jax.rewards import confinement, detectors, isolate, reading
+from prorl_jax.rewards import detectors, isolate, reading
+from prorl_jax.sandbox import confinement
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class VerifierPool:
     sandbox_pids: int | None = None,
   ):
     """`sandbox_memory_bytes`/`sandbox_pids`: ceilings on all code sandboxes of this pool
-    together (defaults in `rewards/confinement.py`: RUN_MEMORY_BYTES, RUN_PIDS)."""
+    together (defaults in `sandbox/confinement.py`: RUN_MEMORY_BYTES, RUN_PIDS)."""
     ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
     cfg = {
       "memory_bytes": sandbox_memory_bytes or confinement.RUN_MEMORY_BYTES,

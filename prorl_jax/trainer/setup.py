@@ -17,12 +17,12 @@ import jax
 import numpy as np
 
 from prorl_jax import config as config_lib
+from prorl_jax import sandbox
 from prorl_jax.algo import shaping
 from prorl_jax.data.sources import sources_for
 from prorl_jax.demo import warm_start
 from prorl_jax.model import hf_weights, load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
-from prorl_jax.rewards import sandbox
 from prorl_jax.trainer import compiled, placement
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.plan import Plan, data_spec

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 
-from prorl_jax.rewards.confinement import DENIED_SYSCALLS
+from prorl_jax.sandbox.confinement import DENIED_SYSCALLS
 
 INNER_UID = 1000  # the uid the program sees
 

@@ -31,7 +31,9 @@ was starved by other load (`RunResult.starved`), not slow; one that slept or blo
 `check()` probes once per process that the sandbox works and isolates (only loopback, only its
 own processes, not root, host paths invisible); `run()` raises `SandboxUnavailable` with one
 line naming the fix when it does not. `allow_unsandboxed()` is the explicit opt-out for trusted
-data: programs then run as plain subprocesses with the same rlimits and no isolation.
+data: programs then run as plain subprocesses with the same rlimits and no isolation. The package
+knows nothing of verifiers: `bwrap.py` builds the command line, `confinement.py` holds the
+seccomp list, the run's cgroup and the rlimits, `runner.py` is the program that runs first inside.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ import subprocess
 import tempfile
 import time
 
-from prorl_jax.rewards.bwrap import SandboxUnavailable, bwrap_argv, data_fd, python, seccomp_filter
-from prorl_jax.rewards.confinement import (  # allow_unsandboxed: the opt-out is sandbox API too
+from prorl_jax.sandbox.bwrap import SandboxUnavailable, bwrap_argv, data_fd, python, seccomp_filter
+from prorl_jax.sandbox.confinement import (  # allow_unsandboxed: the opt-out is sandbox API too
   LIMITS,
   RLIMITS,
   RUN_LIMITS,
@@ -63,7 +65,7 @@ from prorl_jax.rewards.confinement import (  # allow_unsandboxed: the opt-out is
   enter_sandbox,
   unsandboxed,
 )
-from prorl_jax.rewards.sandbox_runner import RUNNER
+from prorl_jax.sandbox.runner import RUNNER
 
 log = logging.getLogger(__name__)
 

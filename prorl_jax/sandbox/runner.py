@@ -1,4 +1,4 @@
-"""The program that runs first inside every code sandbox (`rewards/sandbox.py` starts it).
+"""The program that runs first inside every code sandbox (`sandbox/__init__.py` starts it).
 
 Reads the job (marshal, from the host) from an inherited fd,
 sets the rlimits, compiles the program once, then runs each test case in a forked child:

@@ -2,7 +2,7 @@
 run's cgroup (memory and process ceilings for all sandboxes together), the per-sandbox rlimits
 (`LIMITS`) and the run's share of them (`set_run_limits`), the explicit opt-out for trusted data
 (`allow_unsandboxed`), and the steps a sandbox's process takes between fork and exec. Used by
-`rewards/sandbox.py`, `rewards/bwrap.py` and `rewards/isolate.py`."""
+`sandbox/__init__.py`, `sandbox/bwrap.py` and the verifier pool's `rewards/isolate.py`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 
-log = logging.getLogger("prorl_jax.rewards.sandbox")
+log = logging.getLogger("prorl_jax.sandbox")
 
 _CGROUP_ROOT = "/sys/fs/cgroup"
 
