@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from prorl_jax.demo import tiny_base
-from prorl_jax.evaluation.scoring import pass_at_k
+from prorl_jax.trainer.scoring import pass_at_k
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ from prorl_jax.cli import prepare
 from prorl_jax.data import suite as suite_lib
 from prorl_jax.demo import tiny_base
 from prorl_jax.evaluation import runner, suite_report
-from prorl_jax.evaluation.scoring import summarize
+from prorl_jax.trainer.scoring import summarize
 from tests.suite_test import FIXTURES, _write_sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,8 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "prorl_jax"
 # unit into another goes strictly down; inside a unit any import is allowed as long as no circle
 # forms (test_no_import_circles). Data flows one way: records, the code sandbox and the numerical
 # parts at the bottom, then the model and the config (pure data and its checks), the demo task, the
-# exchange and its workers, the data that a config selects, evaluation, the trainer, and the
-# command lines on top.
+# exchange and its workers, the data that a config selects, the trainer, the evaluation of what it
+# trained (its checkpoints and its run record), and the command lines on top.
 FLOORS = {
   0: ["__init__", "records", "sandbox"],
   1: ["parallel", "algo", "rewards"],
@@ -21,8 +21,8 @@ FLOORS = {
   3: ["demo"],
   4: ["rollout"],
   5: ["data"],
-  6: ["evaluation"],
-  7: ["trainer"],
+  6: ["trainer"],
+  7: ["evaluation"],
   8: ["cli"],
   9: ["main"],
 }
@@ -155,7 +155,7 @@ def test_imports_point_down(path):
 
 
 def test_layering_check_can_fail():
-  assert _floor("main") > _floor("trainer.loop") > _floor("evaluation.scoring") > _floor("model")
+  assert _floor("main") > _floor("evaluation.runner") > _floor("trainer.loop") > _floor("model")
   assert _floor("rollout.worker") == _floor("rollout.local")  # one unit: any import inside
   with pytest.raises(AssertionError):
     _floor("not_a_module")

@@ -23,13 +23,13 @@ from prorl_jax.data.sources import sources_for
 from prorl_jax.evaluation import export, runner, suite_report
 from prorl_jax.evaluation.export import ExportError
 from prorl_jax.evaluation.runner import DEFAULT_SAMPLES
-from prorl_jax.evaluation.scoring import evaluate
 from prorl_jax.evaluation.serving import ServedModel
 from prorl_jax.evaluation.suite_report import SuiteError
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.rollout.local import WorkerFailure
 from prorl_jax.trainer import placement
 from prorl_jax.trainer.plan import data_spec
+from prorl_jax.trainer.scoring import evaluate
 from prorl_jax.trainer.workers import eval_workers
 
 

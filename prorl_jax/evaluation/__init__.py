@@ -1,4 +1,4 @@
-"""Scoring a model: pass@1 over k samples and unbiased pass@k through the exchange and its
-workers (`scoring`, also the trainer's in-loop validation), the paper's evaluation suite with its
-cache and report (`runner`), and an Orbax checkpoint step as a Hugging Face directory (`export`).
-Nothing here reads a training config's trainer keys; the command line is `cli/eval.py`."""
+"""Evaluating what a run trained: the paper's evaluation suite with its cache and report
+(`runner`, `suite_report`), and an Orbax checkpoint step as a Hugging Face directory (`export`;
+the base model from the run record, `trainer.run_record`). Scoring is the trainer's
+(`trainer.scoring`: pass@k through the exchange and its workers); the command is `cli/eval.py`."""

@@ -15,8 +15,7 @@ import os
 
 from prorl_jax.model import hf_weights
 from prorl_jax.rollout.exchange import Exchange
-
-RUN_RECORD = "config.json"  # written by the trainer into its run directory
+from prorl_jax.trainer import run_record
 
 
 class ExportError(ValueError):
@@ -48,15 +47,13 @@ def base_model_dir(step_dir: str, base: str | None) -> str:
       )
     return base
   run_dir = os.path.dirname(os.path.dirname(step_dir))  # RUN_DIR/checkpoints/<step>
-  record = os.path.join(run_dir, RUN_RECORD)
-  try:
-    with open(record) as f:
-      path = json.load(f)["model_path"]
-  except (OSError, ValueError, KeyError, TypeError):
+  record = os.path.join(run_dir, run_record.RUN_RECORD)
+  path = (run_record.read(run_dir) or {}).get("model_path")
+  if not isinstance(path, str):
     raise ExportError(
       f"no record of the base model in {record}; pass --base=HF_DIR (the "
       "model the run started from)"
-    ) from None
+    )
   if not os.path.isfile(os.path.join(path, "config.json")):
     raise ExportError(f"the run's base model {path!r} (from {record}) is gone; pass --base=HF_DIR")
   return path

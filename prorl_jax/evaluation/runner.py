@@ -23,7 +23,7 @@ import time
 from prorl_jax import rewards
 from prorl_jax.data import prompts
 from prorl_jax.data import suite as suite_lib
-from prorl_jax.evaluation import export, scoring
+from prorl_jax.evaluation import export
 from prorl_jax.evaluation.serving import ServedModel
 from prorl_jax.evaluation.suite_report import (
   REFERENCES,
@@ -38,6 +38,7 @@ from prorl_jax.evaluation.suite_report import (
 from prorl_jax.model import hf_weights
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
+from prorl_jax.trainer import scoring
 
 # How the paper samples its evaluation (prorl-eval's defaults; DEFAULT_SAMPLES per domain).
 PAPER = {"temperature": 0.6, "top_p": 0.95, "max_response_len": 32768, "max_prompt_len": 4096}

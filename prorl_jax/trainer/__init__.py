@@ -1,4 +1,5 @@
-"""The RL trainer: what a run fixes once (`setup`), the loop and its checkpointed state (`loop`,
-`loop_state`, `checkpoint`, `run_record`), one step's collection and update (`update`: requests,
-results, dynamic sampling; `batch`: results to the padded train batch and its advantages), the
-jitted update itself (`train_step`), metrics, pre-flight checks and preemption handling."""
+"""The RL trainer: what a run fixes once (`setup`), its start, loop and end (`start`, `loop`),
+its checkpointed state and record (`loop_state`, `checkpoint`, `run_record`), one step's
+collection (`collect`: requests, results, dynamic sampling) and update (`update`; `batch`: results
+to the padded train batch and its advantages; the jitted `train_step`), pass@k scoring and
+in-loop validation (`scoring`, `versions`), metrics, pre-flight checks and preemption handling."""

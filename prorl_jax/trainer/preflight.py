@@ -14,13 +14,12 @@ import jax
 
 from prorl_jax import config as config_lib
 from prorl_jax.data.sources import precheck
-from prorl_jax.evaluation.export import RUN_RECORD
 from prorl_jax.rollout.local import check_worker_python, worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.trainer import placement, run_dir
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer.plan import data_spec
-from prorl_jax.trainer.run_record import check_resume_config, latest_local_step
+from prorl_jax.trainer.run_record import RUN_RECORD, check_resume_config, latest_local_step
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 

@@ -9,9 +9,10 @@ import os
 import time
 
 from prorl_jax import config as config_lib
-from prorl_jax.evaluation.export import RUN_RECORD
 
 log = logging.getLogger("prorl_jax.trainer.loop")
+
+RUN_RECORD = "config.json"  # RUN_DIR's record of itself: `record_run` writes it, `read` reads it
 
 # Keys a resumed run may change without --accept_config_changes: how long and where it runs,
 # not what it learns (a run directory moved or copied elsewhere resumes there).
@@ -36,12 +37,18 @@ OPERATIONAL_KEYS = (
 )
 
 
-def _recorded(cfg) -> dict | None:
+def read(run_dir: str) -> dict | None:
+  """The record of the run in `run_dir` (None: none there, or not a JSON object)."""
   try:
-    with open(os.path.join(cfg.run_dir, RUN_RECORD)) as f:
-      return json.load(f)
+    with open(os.path.join(run_dir, RUN_RECORD)) as f:
+      rec = json.load(f)
   except (OSError, ValueError):
     return None
+  return rec if isinstance(rec, dict) else None
+
+
+def _recorded(cfg) -> dict | None:
+  return read(cfg.run_dir)
 
 
 def config_changes(cfg) -> list[str]:

@@ -8,12 +8,12 @@ import tempfile
 import jax
 import jax.numpy as jnp
 
-from prorl_jax.evaluation import scoring
 from prorl_jax.model import log_probs, save_hf
 from prorl_jax.parallel import dist
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.weights import shard_bytes
+from prorl_jax.trainer import scoring
 from prorl_jax.trainer.preemption import PREEMPTED, Preempted
 from prorl_jax.trainer.setup import Setup
 
