@@ -57,10 +57,12 @@ def spread(seconds: list[float], work: float = 1.0, digits: int = 1) -> dict:
   }
 
 
-def model_flops_per_token(cfg, seq: int) -> int:
+def model_flops_per_token(model_cfg, seq: int) -> int:
   """6·N for the matmul weights (embedding lookup excluded) + attention scores/values."""
-  n = cfg.num_params - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
-  return 6 * n + 12 * cfg.num_layers * seq * cfg.num_heads * cfg.head_dim
+  n = model_cfg.num_params - (
+    0 if model_cfg.tie_word_embeddings else model_cfg.vocab_size * model_cfg.hidden_size
+  )
+  return 6 * n + 12 * model_cfg.num_layers * seq * model_cfg.num_heads * model_cfg.head_dim
 
 
 def small_cfg(impl):
@@ -105,8 +107,8 @@ def build_random_base(path: str, smoke: bool) -> str:
   tmp = path.rstrip("/") + ".tmp"
   tok = tiny_base.build_tokenizer(tmp)
   ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
-  cfg = small_cfg("xla").replace(**ids) if smoke else presets.r1_distill_qwen_1p5b(**ids)
-  params = init_params(cfg, jax.random.PRNGKey(0))
-  save_hf(cfg, params, tmp, tokenizer_dir=tmp, dtype="bfloat16")
+  model_cfg = small_cfg("xla").replace(**ids) if smoke else presets.r1_distill_qwen_1p5b(**ids)
+  params = init_params(model_cfg, jax.random.PRNGKey(0))
+  save_hf(model_cfg, params, tmp, tokenizer_dir=tmp, dtype="bfloat16")
   os.replace(tmp, path)
   return path

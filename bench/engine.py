@@ -108,17 +108,17 @@ def main():
 
   tmp = tempfile.TemporaryDirectory()
   path = os.path.join(tmp.name, "model")
-  cfg, params = make_model(path)  # the HF directory vLLM and torch read
+  model_cfg, params = make_model(path)  # the HF directory vLLM and torch read
   rng = np.random.RandomState(0)
   rows = args.prompts * args.samples
   p_len, _ = lengths(rng, args.prompts)
   _, r_len = lengths(rng, rows)
-  prompts = [[int(t) for t in rng.randint(1, cfg.vocab_size, size=n)] for n in p_len]
+  prompts = [[int(t) for t in rng.randint(1, model_cfg.vocab_size, size=n)] for n in p_len]
   caps = np.minimum(r_len, CAP).astype(np.int32)
   sp = SamplingParams(max_new_tokens=CAP, temperature=1.0)
-  weights = jax_sampler.prepare(cfg, params)
+  weights = jax_sampler.prepare(model_cfg, params)
   engine = PagedEngine(
-    cfg,
+    model_cfg,
     params,
     PagedConfig(slots=args.slots, page_size=args.page_size, steps_per_sync=args.steps_per_sync),
     weights=weights,
@@ -128,7 +128,7 @@ def main():
 
   def static():
     got["static"] = jax_sampler.generate(
-      cfg, params, expanded, sp, seed=0, weights=weights, max_new=caps
+      model_cfg, params, expanded, sp, seed=0, weights=weights, max_new=caps
     )
 
   def continuous():
@@ -142,12 +142,14 @@ def main():
   decode_steps = engine.stats.decode_steps
 
   # The decode step where attention is small: bench/sampler.py's 8 rows x 128 new tokens.
-  short = np.random.RandomState(0).randint(3, cfg.vocab_size, (B, PROMPT)).tolist()
+  short = np.random.RandomState(0).randint(3, model_cfg.vocab_size, (B, PROMPT)).tolist()
   short_sp = SamplingParams(max_new_tokens=NEW, temperature=1.0)
-  small = PagedEngine(cfg, params, PagedConfig(slots=B, steps_per_sync=16), weights=weights)
+  small = PagedEngine(model_cfg, params, PagedConfig(slots=B, steps_per_sync=16), weights=weights)
   short_times = interleaved(
     {
-      "static": lambda: jax_sampler.generate(cfg, params, short, short_sp, seed=0, weights=weights),
+      "static": lambda: jax_sampler.generate(
+        model_cfg, params, short, short_sp, seed=0, weights=weights
+      ),
       "continuous": lambda: small.generate(short, 1, short_sp, seed=0),
       "torch_matmuls": torch_matmuls(path),
     },
@@ -157,14 +159,14 @@ def main():
   assert small.stats.decode_steps == NEW  # the first token comes from the prefill
   vllm = None if args.novllm else vllm_tokens_per_s(path, expanded, caps)
   tmp.cleanup()
-  bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+  bytes_per_token = 2 * model_cfg.num_layers * model_cfg.num_kv_heads * model_cfg.head_dim * 4
   static_kv = len(expanded) * (-(-max(p_len) // 32) * 32 + CAP) * bytes_per_token
   paged_kv = engine.stats.peak_kv_bytes
   paged_alloc = len(engine.pool.refs) * engine.stats.page_bytes  # the pool as allocated
   out = {
     "bench": "engine",
     "date": time.strftime("%Y-%m-%d"),
-    "model_params": cfg.num_params,
+    "model_params": model_cfg.num_params,
     "workload": {
       "prompts": args.prompts,
       "samples": args.samples,

@@ -89,26 +89,26 @@ def stage_train(args, impl, remat="full"):
   from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
-  cfg = big_cfg(impl, args, remat)
+  model_cfg = big_cfg(impl, args, remat)
   b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-6)
   lc = ts.LossConfig(micro_batches=micro, logit_chunk=min(t, 1024))
-  state = ts.create_train_state(cfg, tx, mesh, jax.random.PRNGKey(0))
+  state = ts.create_train_state(model_cfg, tx, mesh, jax.random.PRNGKey(0))
   rng = np.random.RandomState(0)
   mask = np.ones((b, t), np.int32)
   loss_mask = mask.copy()
   loss_mask[:, : t // 4] = 0  # a prompt, then the response
   batch = {
-    "tokens": rng.randint(0, cfg.vocab_size, (b, t)).astype(np.int32),
+    "tokens": rng.randint(0, model_cfg.vocab_size, (b, t)).astype(np.int32),
     "attn_mask": mask,
     "loss_mask": loss_mask,
     "adv": rng.randn(b, t).astype(np.float32),
   }
   for k in ("old_logp", "ref_logp", "gen_logp"):
-    batch[k] = np.full((b, t), -np.log(cfg.vocab_size), np.float32)
+    batch[k] = np.full((b, t), -np.log(model_cfg.vocab_size), np.float32)
   batch = jax.device_put(batch)
-  step = compiled.jit_train_step(cfg, tx, lc, mesh, (b, t))
+  step = compiled.jit_train_step(model_cfg, tx, lc, mesh, (b, t))
   t0 = time.perf_counter()
   compiled = step.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0
@@ -120,7 +120,7 @@ def stage_train(args, impl, remat="full"):
     metrics.update(jax.device_get(m))
 
   dt = median_time(run, args.steps)
-  flops = model_flops_per_token(cfg, t) * b * t
+  flops = model_flops_per_token(model_cfg, t) * b * t
   mem = {}
   try:
     stats = jax.devices()[0].memory_stats() or {}
@@ -130,7 +130,7 @@ def stage_train(args, impl, remat="full"):
   return {
     "attention_impl": impl,
     "remat": remat,
-    "params": cfg.num_params,
+    "params": model_cfg.num_params,
     "batch": [b, t],
     "micro_batches": micro,
     "compile_s": round(compile_s, 1),
@@ -145,19 +145,19 @@ def stage_train(args, impl, remat="full"):
   }
 
 
-def _hf_config(cfg):
+def _hf_config(model_cfg):
   import transformers
 
   return transformers.Qwen2Config(
-    vocab_size=cfg.vocab_size,
-    hidden_size=cfg.hidden_size,
-    intermediate_size=cfg.intermediate_size,
-    num_hidden_layers=cfg.num_layers,
-    num_attention_heads=cfg.num_heads,
-    num_key_value_heads=cfg.num_kv_heads,
-    head_dim=cfg.head_dim,
-    tie_word_embeddings=cfg.tie_word_embeddings,
-    rope_theta=cfg.rope_theta,
+    vocab_size=model_cfg.vocab_size,
+    hidden_size=model_cfg.hidden_size,
+    intermediate_size=model_cfg.intermediate_size,
+    num_hidden_layers=model_cfg.num_layers,
+    num_attention_heads=model_cfg.num_heads,
+    num_key_value_heads=model_cfg.num_kv_heads,
+    head_dim=model_cfg.head_dim,
+    tie_word_embeddings=model_cfg.tie_word_embeddings,
+    rope_theta=model_cfg.rope_theta,
     attn_implementation="sdpa",
   )
 
@@ -166,14 +166,14 @@ def stage_torch(args):
   import torch
   import transformers
 
-  cfg = big_cfg("xla", args)
+  model_cfg = big_cfg("xla", args)
   b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
   dev = "cuda" if torch.cuda.is_available() else "cpu"
   with torch.device(dev):
-    model = transformers.Qwen2ForCausalLM(_hf_config(cfg)).train()
+    model = transformers.Qwen2ForCausalLM(_hf_config(model_cfg)).train()
   model.gradient_checkpointing_enable()
   opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=dev == "cuda")
-  ids = torch.randint(0, cfg.vocab_size, (b, t), device=dev)
+  ids = torch.randint(0, model_cfg.vocab_size, (b, t), device=dev)
   mb = b // micro
 
   def run():
@@ -188,7 +188,7 @@ def stage_torch(args):
       torch.cuda.synchronize()
 
   dt = median_time(run, args.steps)
-  flops = model_flops_per_token(cfg, t) * b * t
+  flops = model_flops_per_token(model_cfg, t) * b * t
   return {
     "torch": torch.__version__,
     "step_s": round(dt, 3),
@@ -208,16 +208,16 @@ def stage_sampler_jax(args, batch=None):
   from prorl_jax.model import init_params
   from prorl_jax.rollout.engines import jax_sampler
 
-  cfg = big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
+  model_cfg = big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
   b, p, n = _sampler_shape(args, batch)
-  params = init_params(cfg, jax.random.PRNGKey(0))
+  params = init_params(model_cfg, jax.random.PRNGKey(0))
   rng = np.random.RandomState(0)
-  prompts = [list(rng.randint(1, cfg.vocab_size, p)) for _ in range(b)]
+  prompts = [list(rng.randint(1, model_cfg.vocab_size, p)) for _ in range(b)]
   sp = jax_sampler.SamplingParams(max_new_tokens=n, temperature=1.0)
   t0 = time.perf_counter()
-  weights = jax_sampler.prepare(cfg, params)  # once per weight version, as the worker does
+  weights = jax_sampler.prepare(model_cfg, params)  # once per weight version, as the worker does
   gen = lambda seed: jax_sampler.generate(
-    cfg,
+    model_cfg,
     params,
     prompts,
     sp,
@@ -241,12 +241,12 @@ def stage_sampler_hf(args, batch=None):
   import torch
   import transformers
 
-  cfg = big_cfg("xla", args)
+  model_cfg = big_cfg("xla", args)
   b, p, n = _sampler_shape(args, batch)
   dev = "cuda" if torch.cuda.is_available() else "cpu"
   with torch.device(dev):
-    model = transformers.Qwen2ForCausalLM(_hf_config(cfg)).to(torch.bfloat16).eval()
-  ids = torch.randint(1, cfg.vocab_size, (b, p), device=dev)
+    model = transformers.Qwen2ForCausalLM(_hf_config(model_cfg)).to(torch.bfloat16).eval()
+  ids = torch.randint(1, model_cfg.vocab_size, (b, p), device=dev)
 
   def hf():
     with torch.no_grad():

@@ -166,20 +166,20 @@ def stage_decode_ops(args):
 
   out = {}
   for layers in (1, 2):  # one layer's share, and the fixed part (embedding, head, sampler)
-    cfg = _cfg(args, param_dtype="bfloat16", remat="none", num_layers=layers)
+    model_cfg = _cfg(args, param_dtype="bfloat16", remat="none", num_layers=layers)
     if not args.smoke:  # the 1.5B layer on the device; compiled with abstract weights
-      cfg = cfg.replace(num_layers=layers)
-    params = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
-    w = jax.eval_shape(lambda p: jax_sampler.prepare(cfg, p), params)
+      model_cfg = model_cfg.replace(num_layers=layers)
+    params = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
+    w = jax.eval_shape(lambda p: jax_sampler.prepare(model_cfg, p), params)
     b, t = 8, 64
     ones = jax.ShapeDtypeStruct((b, t), jnp.int32)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     limit = jax.ShapeDtypeStruct((b,), jnp.int32)
     sp = SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.95)
     lowered = jax_sampler._generate.lower(
-      params, w, ones, ones, key, limit, cfg=cfg, sp=sp, pad_id=0
+      params, w, ones, ones, key, limit, model_cfg=model_cfg, sp=sp, pad_id=0
     )
-    out[f"layers_{layers}"] = _loop_body_ops(lowered.compile().as_text(), cfg.vocab_size)
+    out[f"layers_{layers}"] = _loop_body_ops(lowered.compile().as_text(), model_cfg.vocab_size)
   one, two = out["layers_1"], out["layers_2"]
   per_layer = {k: two[k] - one[k] for k in one}
   fixed = {k: one[k] - per_layer[k] for k in one}
@@ -197,8 +197,8 @@ def stage_decode_ops(args):
 # --------------------------------------------------------------------------------------- decode
 
 
-def _kv_bytes_per_token(cfg, itemsize=2) -> int:
-  return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * itemsize
+def _kv_bytes_per_token(model_cfg, itemsize=2) -> int:
+  return 2 * model_cfg.num_layers * model_cfg.num_kv_heads * model_cfg.head_dim * itemsize
 
 
 def _param_bytes(params) -> int:
@@ -214,17 +214,19 @@ def stage_decode(args):
   from prorl_jax.records import SamplingParams
   from prorl_jax.rollout.engines import jax_sampler
 
-  cfg = _cfg(args, param_dtype="bfloat16", remat="none")
-  params = init_params(cfg, jax.random.PRNGKey(0))
-  weights = jax_sampler.prepare(cfg, params)
+  model_cfg = _cfg(args, param_dtype="bfloat16", remat="none")
+  params = init_params(model_cfg, jax.random.PRNGKey(0))
+  weights = jax_sampler.prepare(model_cfg, params)
   prompt, new = (32, 32) if args.smoke else (256, 512)
   hbm = hbm_bytes_per_s()
   rng = np.random.RandomState(0)
   out = {"hbm_bytes_per_s": hbm, "prompt": prompt, "new_tokens": new}
   for batch in (8, 16) if args.smoke else (64, 256):
-    prompts = [list(rng.randint(1, cfg.vocab_size, prompt)) for _ in range(batch)]
+    prompts = [list(rng.randint(1, model_cfg.vocab_size, prompt)) for _ in range(batch)]
     sp = SamplingParams(max_new_tokens=new, temperature=1.0)
-    run = lambda seed: jax_sampler.generate(cfg, params, prompts, sp, seed=seed, weights=weights)  # noqa: E731,B023
+    run = lambda seed: jax_sampler.generate(
+      model_cfg, params, prompts, sp, seed=seed, weights=weights
+    )  # noqa: E731,B023
     t0 = time.perf_counter()
     run(0)
     first = time.perf_counter() - t0
@@ -234,7 +236,7 @@ def stage_decode(args):
       got = run(seed)
       times.append(time.perf_counter() - t0)
     step = min(times) / new  # the prefill is in it: an upper bound on the step
-    live_kv = batch * (prompt + new / 2) * _kv_bytes_per_token(cfg)
+    live_kv = batch * (prompt + new / 2) * _kv_bytes_per_token(model_cfg)
     moved = _param_bytes(weights) + live_kv
     out[f"batch_{batch}"] = {
       "first_call_s": round(first, 1),
@@ -260,25 +262,27 @@ def stage_engine(args):
   from prorl_jax.rollout.engines import jax_sampler
   from prorl_jax.rollout.engines.paged import PagedConfig, PagedEngine
 
-  cfg = _cfg(args, param_dtype="bfloat16", remat="none")
-  params = init_params(cfg, jax.random.PRNGKey(0))
-  weights = jax_sampler.prepare(cfg, params)
+  model_cfg = _cfg(args, param_dtype="bfloat16", remat="none")
+  params = init_params(model_cfg, jax.random.PRNGKey(0))
+  weights = jax_sampler.prepare(model_cfg, params)
   n_prompts, samples, cap, median = (8, 4, 128, 40) if args.smoke else (64, 8, 2048, 540)
   rng = np.random.RandomState(0)
   p_len, _ = prorl_lengths(rng, n_prompts, scale=16 if args.smoke else 1)
   _, r_len = prorl_lengths(rng, n_prompts * samples, median=median, cap=cap)
-  prompts = [[int(t) for t in rng.randint(1, cfg.vocab_size, size=n)] for n in p_len]
+  prompts = [[int(t) for t in rng.randint(1, model_cfg.vocab_size, size=n)] for n in p_len]
   caps = np.minimum(r_len, cap).astype(np.int32)
   sp = SamplingParams(max_new_tokens=cap, temperature=1.0)
   slots = 32 if args.smoke else 256
   t0 = time.perf_counter()
   engine = PagedEngine(
-    cfg, params, PagedConfig(slots=slots, page_size=16, steps_per_sync=16), weights=weights
+    model_cfg, params, PagedConfig(slots=slots, page_size=16, steps_per_sync=16), weights=weights
   )
   engine.generate(prompts[:2], samples, sp, seed=0, max_new=caps[: 2 * samples])
   first = time.perf_counter() - t0
   expanded = [p for p in prompts for _ in range(samples)]
-  jax_sampler.generate(cfg, params, expanded[:2], sp, seed=0, weights=weights, max_new=caps[:2])
+  jax_sampler.generate(
+    model_cfg, params, expanded[:2], sp, seed=0, weights=weights, max_new=caps[:2]
+  )
   steps = {}
 
   def continuous():
@@ -286,7 +290,7 @@ def stage_engine(args):
     steps["decode"] = gen.stats.decode_steps
 
   def static():
-    jax_sampler.generate(cfg, params, expanded, sp, seed=0, weights=weights, max_new=caps)
+    jax_sampler.generate(model_cfg, params, expanded, sp, seed=0, weights=weights, max_new=caps)
 
   times = interleaved({"static": static, "continuous": continuous}, reps=2)
   tokens = int(caps.sum())
@@ -294,7 +298,7 @@ def stage_engine(args):
   hbm = hbm_bytes_per_s()
   step = med["continuous"] / max(steps["decode"], 1)
   live = min(slots, len(expanded)) * (float(np.mean(p_len)) + float(np.mean(caps)) / 2)
-  moved = _param_bytes(weights) + live * _kv_bytes_per_token(cfg)
+  moved = _param_bytes(weights) + live * _kv_bytes_per_token(model_cfg)
   return {
     "rows": len(expanded),
     "tokens": tokens,
@@ -324,7 +328,7 @@ def stage_packed(args):
   from benchutil import interleaved
 
   impl = args.packed_impl if jax.default_backend() == "gpu" else "xla"  # cuDNN: NVIDIA only
-  cfg = _cfg(args, impl=impl, remat="full" if not args.smoke else "dots")
+  model_cfg = _cfg(args, impl=impl, remat="full" if not args.smoke else "dots")
   scale = 16 if args.smoke else 1
   rows, micro, row_len = 64, 8, (args.packed_row_len or 16384) // scale
   rng = np.random.RandomState(0)
@@ -336,7 +340,9 @@ def stage_packed(args):
   f = lambda s: (rng.randn(*attn.shape) * s).astype(np.float32) * loss  # noqa: E731
   old = f(0.3) - 3.0
   batch = {
-    "tokens": np.where(attn > 0, rng.randint(3, cfg.vocab_size, attn.shape), 0).astype(np.int32),
+    "tokens": np.where(attn > 0, rng.randint(3, model_cfg.vocab_size, attn.shape), 0).astype(
+      np.int32
+    ),
     "attn_mask": attn,
     "loss_mask": loss,
     "old_logp": old,
@@ -347,11 +353,13 @@ def stage_packed(args):
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-6)
   # two states: each step donates its own
-  state = {k: ts.create_train_state(cfg, tx, mesh, jax.random.PRNGKey(0)) for k in ("pad", "pack")}
+  state = {
+    k: ts.create_train_state(model_cfg, tx, mesh, jax.random.PRNGKey(0)) for k in ("pad", "pack")
+  }
   lc = ts.LossConfig(micro_batches=rows // micro, logit_chunk=1024 // scale)
-  padded = compiled.jit_train_step(cfg, tx, lc, mesh, attn.shape)
+  padded = compiled.jit_train_step(model_cfg, tx, lc, mesh, attn.shape)
   packed = ts.PackedTrainStep(
-    cfg.replace(attention_window=int((p + r).max())),
+    model_cfg.replace(attention_window=int((p + r).max())),
     tx,
     ts.LossConfig(logit_chunk=1024 // scale),
     mesh,

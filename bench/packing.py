@@ -91,21 +91,24 @@ def throughput(reps: int) -> dict:
   from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
-  cfg = presets.Qwen2Config(**MODEL, remat="dots")
+  model_cfg = presets.Qwen2Config(**MODEL, remat="dots")
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-5)
-  params = init_params(cfg, jax.random.PRNGKey(0))
+  params = init_params(model_cfg, jax.random.PRNGKey(0))
   rng = np.random.RandomState(0)
-  batches = [padded_batch(rng, cfg.vocab_size) for _ in range(reps + 1)]
-  padded_steps, packed = {}, ts.PackedTrainStep(cfg, tx, ts.LossConfig(logit_chunk=512), mesh, SLAB)
+  batches = [padded_batch(rng, model_cfg.vocab_size) for _ in range(reps + 1)]
+  padded_steps, packed = (
+    {},
+    ts.PackedTrainStep(model_cfg, tx, ts.LossConfig(logit_chunk=512), mesh, SLAB),
+  )
   state = {"pad": None, "pack": None}
-  fresh = lambda: ts.create_train_state(cfg, tx, mesh, jax.random.PRNGKey(1), params=params)  # noqa: E731
+  fresh = lambda: ts.create_train_state(model_cfg, tx, mesh, jax.random.PRNGKey(1), params=params)  # noqa: E731
 
   def run_padded(b):
     shape = b["tokens"].shape
     if shape not in padded_steps:
       lc = ts.LossConfig(micro_batches=ROWS // MICRO, logit_chunk=512)
-      padded_steps[shape] = compiled.jit_train_step(cfg, tx, lc, mesh, shape)
+      padded_steps[shape] = compiled.jit_train_step(model_cfg, tx, lc, mesh, shape)
     state["pad"] = state["pad"] or fresh()
     t0 = time.perf_counter()
     state["pad"], m = padded_steps[shape](state["pad"], b)
@@ -154,7 +157,7 @@ def throughput(reps: int) -> dict:
     rows.append(row)
   ratios = [r["ratio"] for r in rows]
   return {
-    "params": cfg.num_params,
+    "params": model_cfg.num_params,
     "packed_vs_padded": round(statistics.median(ratios), 3),
     "packed_vs_padded_min": min(ratios),
     "reps": len(rows),
@@ -235,11 +238,13 @@ def aot_report():
   gib = lambda x: round(x / 2**30, 2)  # noqa: E731
   out = {}
   for chunk in (512, 1024, 0):
-    cfg = presets.r1_distill_qwen_1p5b(
+    model_cfg = presets.r1_distill_qwen_1p5b(
       param_dtype="float32", compute_dtype="bfloat16", remat="full", attention_chunk=chunk
     )
-    st_sh = ts.state_shardings(cfg, tx, mesh)
-    abstract = jax.eval_shape(lambda: ts._new_state(ts.init_params(cfg, jax.random.PRNGKey(0)), tx))
+    st_sh = ts.state_shardings(model_cfg, tx, mesh)
+    abstract = jax.eval_shape(
+      lambda: ts._new_state(ts.init_params(model_cfg, jax.random.PRNGKey(0)), tx)
+    )
     abstract = jax.tree.map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh
     )
@@ -252,12 +257,12 @@ def aot_report():
       k: jax.ShapeDtypeStruct((seqs, t), np.float32 if k in ts.FLOAT_KEYS else np.int32)
       for k in ts.BATCH_KEYS
     }
-    m = compiled.jit_train_step(cfg, tx, lc, mesh, (seqs, t)).lower(abstract, batch).compile()
+    m = compiled.jit_train_step(model_cfg, tx, lc, mesh, (seqs, t)).lower(abstract, batch).compile()
     m = m.memory_analysis()
     # the padded step's arguments are the whole state (params, reference, Adam) and the batch
     padded = m.argument_size_in_bytes + m.temp_size_in_bytes
     slab = (8, 16384)
-    step = ts.PackedTrainStep(cfg, tx, lc, mesh, slab)
+    step = ts.PackedTrainStep(model_cfg, tx, lc, mesh, slab)
     slab_args = {
       k: jax.ShapeDtypeStruct(slab, np.float32 if k in ts.FLOAT_KEYS else np.int32)
       for k in ts.PACKED_KEYS

@@ -47,20 +47,20 @@ def make_model(path):
   from prorl_jax.model import init_params, presets, save_hf
   from prorl_jax.rollout.weights import shard_bytes
 
-  cfg = presets.Qwen2Config(**KW, eos_token_id=None)
-  params = init_params(cfg, jax.random.PRNGKey(0))
+  model_cfg = presets.Qwen2Config(**KW, eos_token_id=None)
+  params = init_params(model_cfg, jax.random.PRNGKey(0))
   # Sharded as the trainer publishes it (one shard per core), so the raw copy copies the same files.
-  save_hf(cfg, params, path, max_shard_bytes=shard_bytes(4 * cfg.num_params))
-  return cfg, params
+  save_hf(model_cfg, params, path, max_shard_bytes=shard_bytes(4 * model_cfg.num_params))
+  return model_cfg, params
 
 
-def jax_generate(cfg, params, prompts):
+def jax_generate(model_cfg, params, prompts):
   """One call: the JAX sampler's B x NEW tokens."""
   from prorl_jax.rollout.engines.jax_sampler import SamplingParams, generate, prepare
 
   sp = SamplingParams(max_new_tokens=NEW, temperature=1.0)
-  weights = prepare(cfg, params)  # as the worker does once per weight version
-  return lambda: generate(cfg, params, prompts, sp, seed=0, weights=weights)
+  weights = prepare(model_cfg, params)  # as the worker does once per weight version
+  return lambda: generate(model_cfg, params, prompts, sp, seed=0, weights=weights)
 
 
 def hf_generate(path, prompts):
@@ -216,13 +216,13 @@ def main():
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "model")
-    cfg, params = make_model(path)
+    model_cfg, params = make_model(path)
     prompts = np.random.RandomState(0).randint(3, KW["vocab_size"], (B, PROMPT)).tolist()
-    out = {"model_params": cfg.num_params, "batch": B, "new_tokens": NEW, "reps": reps}
+    out = {"model_params": model_cfg.num_params, "batch": B, "new_tokens": NEW, "reps": reps}
     # The in-process arms timed in turns; vLLM runs in its own environment, after them.
     times = interleaved(
       {
-        "jax": jax_generate(cfg, params, prompts),
+        "jax": jax_generate(model_cfg, params, prompts),
         "hf": hf_generate(path, prompts),
         "torch_matmuls": torch_matmuls(path),
       },

@@ -89,34 +89,34 @@ def jax_step(kw, b, t, remat):
   from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
-  cfg = presets.Qwen2Config(**kw, remat=remat)
+  model_cfg = presets.Qwen2Config(**kw, remat=remat)
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-5)
   lc = ts.LossConfig(micro_batches=1, logit_chunk=t, is_correction="none")
   state = ts.create_train_state(
-    cfg, tx, mesh, jax.random.PRNGKey(0), params=init_params(cfg, jax.random.PRNGKey(0))
+    model_cfg, tx, mesh, jax.random.PRNGKey(0), params=init_params(model_cfg, jax.random.PRNGKey(0))
   )
   rng = np.random.RandomState(0)
   mask = np.ones((b, t), np.int32)
   loss_mask = mask.copy()
   loss_mask[:, 0] = 0
   batch = {
-    "tokens": rng.randint(0, cfg.vocab_size, (b, t)).astype(np.int32),
+    "tokens": rng.randint(0, model_cfg.vocab_size, (b, t)).astype(np.int32),
     "attn_mask": mask,
     "loss_mask": loss_mask,
     "adv": rng.randn(b, t).astype(np.float32),
   }
   for k in ("old_logp", "ref_logp", "gen_logp"):
-    batch[k] = np.full((b, t), -np.log(cfg.vocab_size), np.float32)
+    batch[k] = np.full((b, t), -np.log(model_cfg.vocab_size), np.float32)
   batch = jax.device_put(batch)
-  step = compiled.jit_train_step(cfg, tx, lc, mesh, (b, t))
+  step = compiled.jit_train_step(model_cfg, tx, lc, mesh, (b, t))
   holder = {"state": state}
 
   def run():
     holder["state"], m = step(holder["state"], batch)
     jax.block_until_ready(m)
 
-  return cfg, run
+  return model_cfg, run
 
 
 def torch_step(kw, b, t):
@@ -161,20 +161,22 @@ def aot_report():
   from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
-  cfg = presets.r1_distill_qwen_1p5b(param_dtype="float32", compute_dtype="bfloat16", remat="full")
+  model_cfg = presets.r1_distill_qwen_1p5b(
+    param_dtype="float32", compute_dtype="bfloat16", remat="full"
+  )
   tx = ts.make_optimizer(1e-6)
   seqs, t, micro = 64, 9216, 8  # a slice of a mini-batch: 8 micro-batches of 8 sequences
   out = {}
   for name, shape in (("fsdp8", (1, 8, 1)), ("fsdp4_tensor2", (1, 4, 2))):
     mesh = make_mesh(*shape)
-    st_sh = ts.state_shardings(cfg, tx, mesh)
-    abstract_params = jax.eval_shape(lambda: ts.init_params(cfg, jax.random.PRNGKey(0)))
+    st_sh = ts.state_shardings(model_cfg, tx, mesh)
+    abstract_params = jax.eval_shape(lambda: ts.init_params(model_cfg, jax.random.PRNGKey(0)))
     abstract = jax.eval_shape(lambda p: ts._new_state(p, tx), abstract_params)
     abstract = jax.tree.map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, st_sh
     )
     lc = ts.LossConfig(micro_batches=seqs // micro, logit_chunk=1024)
-    fn = compiled.jit_train_step(cfg, tx, lc, mesh, (seqs, t))
+    fn = compiled.jit_train_step(model_cfg, tx, lc, mesh, (seqs, t))
     batch = {
       k: jax.ShapeDtypeStruct(
         (seqs, t), np.int32 if k in ("tokens", "attn_mask", "loss_mask") else np.float32
@@ -192,7 +194,7 @@ def aot_report():
       "temp_gib_per_device": gib(mem.temp_size_in_bytes),
       "alias_gib_per_device": gib(mem.alias_size_in_bytes),
     }
-  out["shape"] = {"micro_batch_seqs": micro, "seq_len": t, "params": cfg.num_params}
+  out["shape"] = {"micro_batch_seqs": micro, "seq_len": t, "params": model_cfg.num_params}
   print(json.dumps(out))
 
 
@@ -210,13 +212,13 @@ def main():
   print(json.dumps({"matmul_f32_gflops": round(peak / 1e9, 1)}), flush=True)
   summary = {"matmul_f32_gflops": round(peak / 1e9, 1)}
   for name, (kw, b, t) in CONFIGS.items():
-    cfg, jax_run = jax_step(kw, b, t, args.remat)
+    model_cfg, jax_run = jax_step(kw, b, t, args.remat)
     times = interleaved({"jax": jax_run, "torch": torch_step(kw, b, t)}, args.reps)
     jt, tt = (statistics.median(times[k]) for k in ("jax", "torch"))
-    flops = model_flops_per_token(cfg, t) * b * t
+    flops = model_flops_per_token(model_cfg, t) * b * t
     row = {
       "config": name,
-      "params": cfg.num_params,
+      "params": model_cfg.num_params,
       "batch": [b, t],
       "jax_remat": args.remat,
       "reps": args.reps,

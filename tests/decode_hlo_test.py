@@ -52,7 +52,9 @@ def test_the_static_decode_loop_never_copies_a_weight(weights):
   params, w = weights
   ones = jnp.ones((2, 8), jnp.int32)
   key, limit = jax.random.PRNGKey(1), jnp.full((2,), 8, jnp.int32)
-  lowered = jax_sampler._generate.lower(params, w, ones, ones, key, limit, cfg=CFG, sp=SP, pad_id=0)
+  lowered = jax_sampler._generate.lower(
+    params, w, ones, ones, key, limit, model_cfg=CFG, sp=SP, pad_id=0
+  )
   assert _weight_copies(lowered.compile().as_text()) == []
 
 
@@ -65,7 +67,7 @@ def test_the_paged_decode_loop_never_copies_a_weight(weights):
   state["active"] = jnp.ones(s, bool)
   table = jnp.asarray(np.arange(1, 9).reshape(s, 2) % pages, jnp.int32)
   lowered = paged_kernels.decode.lower(
-    w, kp, vp, table, state, jax.random.PRNGKey(1), cfg=CFG, sp=SP, steps=4, groups=2
+    w, kp, vp, table, state, jax.random.PRNGKey(1), model_cfg=CFG, sp=SP, steps=4, groups=2
   )
   hlo = lowered.compile().as_text()
   assert _weight_copies(hlo) == []

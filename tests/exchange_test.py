@@ -176,7 +176,7 @@ def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path)
   from prorl_jax.rollout.weights import shard_bytes
 
   assert shard_bytes(10) == 8 << 20 and shard_bytes(1 << 40) == -(-(1 << 40) // os.cpu_count())
-  cfg = presets.Qwen2Config(
+  model_cfg = presets.Qwen2Config(
     vocab_size=64,
     hidden_size=32,
     intermediate_size=64,
@@ -187,9 +187,9 @@ def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path)
     tie_word_embeddings=False,
     eos_token_id=None,
   )
-  params = init_params(cfg, jax.random.PRNGKey(0))
+  params = init_params(model_cfg, jax.random.PRNGKey(0))
   src = str(tmp_path / "w")
-  files = save_hf(cfg, params, src, max_shard_bytes=20_000)
+  files = save_hf(model_cfg, params, src, max_shard_bytes=20_000)
   shards = [f for f in files if f.endswith(".safetensors")]
   assert len(shards) >= 3
   ex.weights.publish(1, step=1, src_dir=src)

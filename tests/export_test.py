@@ -23,25 +23,27 @@ def run_dir(tmp_path_factory):
   """A run directory with two checkpoints of a tiny model whose params moved off the base."""
   root = tmp_path_factory.mktemp("run")
   base = tiny_base.build(str(root / "base"))
-  cfg, params = load_hf(base)
+  model_cfg, params = load_hf(base)
   tx = optax.adamw(1e-3)
   ck = Checkpointer(str(root / "checkpoints"), keep=3, async_save=False)
   states = {}
   for step in (3, 5):
     moved = jax.tree.map(lambda p, s=step: p + 0.01 * s, params)
-    states[step] = ts.create_train_state(cfg, tx, make_mesh(), jax.random.PRNGKey(0), params=moved)
+    states[step] = ts.create_train_state(
+      model_cfg, tx, make_mesh(), jax.random.PRNGKey(0), params=moved
+    )
     ck.save(step, states[step], {"step": step})
   ck.close()
   with open(root / "config.json", "w") as f:
     json.dump({"model_path": base, "config": {}}, f)
-  return root, cfg, states
+  return root, model_cfg, states
 
 
 def test_export_writes_the_newest_policy_that_transformers_loads(run_dir, tmp_path):
   import torch
   import transformers
 
-  root, cfg, states = run_dir
+  root, model_cfg, states = run_dir
   out = str(tmp_path / "hf")
   assert export_cli.main([str(root), out, "--dtype=float32"]) == 0
   cfg2, got = load_hf(out)
@@ -60,7 +62,7 @@ def test_export_of_a_named_step_in_bf16(run_dir, tmp_path):
   root, _, states = run_dir
   out = str(tmp_path / "hf")
   assert export_cli.main([str(root / "checkpoints" / "3"), out]) == 0
-  cfg, got = load_hf(out, dtype="float32")
+  model_cfg, got = load_hf(out, dtype="float32")
   want = jax.tree.map(
     lambda p: np.asarray(p.astype(jax.numpy.bfloat16), np.float32), states[3].params
   )

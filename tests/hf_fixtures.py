@@ -24,7 +24,7 @@ def make_hf_qwen2(
   import transformers
 
   torch.manual_seed(seed)
-  cfg = transformers.Qwen2Config(
+  model_cfg = transformers.Qwen2Config(
     vocab_size=vocab,
     hidden_size=hidden,
     intermediate_size=inter,
@@ -39,7 +39,7 @@ def make_hf_qwen2(
     bos_token_id=1,
     eos_token_id=2,
   )
-  model = transformers.Qwen2ForCausalLM(cfg).eval()
+  model = transformers.Qwen2ForCausalLM(model_cfg).eval()
   gen = torch.Generator().manual_seed(seed)
   with torch.no_grad():
     for name, p in model.named_parameters():

@@ -360,6 +360,45 @@ def test_the_config_read_check_can_fail():
   assert _config_readers("loop", "def run(cfg):\n  pass\n") == []
 
 
+# Where the run's ConfigDict is handled; everywhere else a `cfg` would be some other config.
+CONFIG_UNITS = ("config", "trainer", "cli", "main")
+
+
+def _config_names(module: str, source: str) -> list[str]:
+  """One name per kind of config in `source` (the module `module`): `cfg` is the run's ConfigDict
+  only, so outside CONFIG_UNITS nothing is named `cfg` (an argument, a variable, an attribute),
+  and the model's config (annotated `Qwen2Config`) is `model_cfg` everywhere."""
+  out = []
+  for n in ast.walk(ast.parse(source)):
+    if isinstance(n, ast.arg):
+      hint = ast.unparse(n.annotation) if n.annotation is not None else ""
+      if "Qwen2Config" in hint and n.arg != "model_cfg":
+        out.append(f"{module}: the model's config named {n.arg!r}")
+    if _unit(module) in CONFIG_UNITS:
+      continue
+    name = {ast.arg: "arg", ast.Name: "id", ast.Attribute: "attr"}.get(type(n))
+    if name and getattr(n, name) == "cfg":
+      out.append(f"{module}:{n.lineno} names something other than the run's config `cfg`")
+  return out
+
+
+def test_one_name_per_kind_of_config():
+  found = []
+  for path in sorted(ROOT.rglob("*.py")):
+    found += _config_names(_module_name(path), path.read_text())
+  assert found == []
+
+
+def test_the_config_name_check_can_fail():
+  src = "def prepare(cfg, params):\n  return cfg.hidden\n\ndef f(c: Qwen2Config):\n  pass\n"
+  assert sorted(_config_names("rollout.engines.jax_sampler", src)) == [
+    "rollout.engines.jax_sampler: the model's config named 'c'",
+    "rollout.engines.jax_sampler:1 names something other than the run's config `cfg`",
+    "rollout.engines.jax_sampler:2 names something other than the run's config `cfg`",
+  ]
+  assert _config_names("trainer.start", "def start(cfg):\n  return cfg.seed\n") == []
+
+
 def _long_functions(source: str, limit: int) -> list[str]:
   return [
     f"{n.name}: {n.end_lineno - n.lineno + 1} lines"

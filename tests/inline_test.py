@@ -33,9 +33,9 @@ def pool():
 
 def _trainer_params(base, devices=4):
   """The trainer's view: float32 master params sharded over an fsdp mesh of `devices`."""
-  cfg, params = load_hf(base, "float32", compute_dtype="bfloat16")
+  model_cfg, params = load_hf(base, "float32", compute_dtype="bfloat16")
   mesh = make_mesh(1, devices, 1, jax.devices()[:devices])
-  return cfg, jax.tree.map(jax.device_put, params, param_shardings(cfg, mesh))
+  return model_cfg, jax.tree.map(jax.device_put, params, param_shardings(model_cfg, mesh))
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def _trainer_params(base, devices=4):
 def test_inline_rows_equal_a_workers_rows_for_the_same_request(
   tmp_path, base, pool, batching, dtype, devices
 ):
-  cfg, params = _trainer_params(base, devices)
+  model_cfg, params = _trainer_params(base, devices)
   assert (
     len(jax.tree.leaves(params)[0].sharding.device_set) == devices
   )  # sharded, not on one device
@@ -59,7 +59,7 @@ def test_inline_rows_equal_a_workers_rows_for_the_same_request(
   assert not all(map(np.array_equal, leaves, rounded))  # bfloat16 files differ from the params
   ex = Exchange(f"file://{tmp_path}/ex")
   # the version as the trainer publishes it for workers: bfloat16 files
-  save_hf(cfg, params, str(tmp_path / "v0"), tokenizer_dir=base, dtype="bfloat16")
+  save_hf(model_cfg, params, str(tmp_path / "v0"), tokenizer_dir=base, dtype="bfloat16")
   ex.weights.publish(0, step=0, src_dir=str(tmp_path / "v0"))
   tok = load_tokenizer(base)
   worker_rid, _ = _request(ex, tok, "a-worker")
@@ -68,9 +68,11 @@ def test_inline_rows_equal_a_workers_rows_for_the_same_request(
 
   worker = Worker(ex, JaxEngine(**opts), str(tmp_path / "cache"), "w", 0.0, pool)
   worker.run(max_requests=1)  # claims the first request by id
-  assert worker.engine.cfg == inline.worker_config(cfg, dtype)  # the model a worker reads back
+  assert worker.engine.model_cfg == inline.worker_config(
+    model_cfg, dtype
+  )  # the model a worker reads back
 
-  own = inline.InlineWorker(ex, JaxEngine(**opts), base, cfg, "bfloat16", pool)
+  own = inline.InlineWorker(ex, JaxEngine(**opts), base, model_cfg, "bfloat16", pool)
   assert not own.serve()  # no version offered yet: nothing claimed
   own.offer(0, params)
   assert own.serve() and not own.serve()  # one request left for it, then none
@@ -85,7 +87,7 @@ def test_inline_rows_equal_a_workers_rows_for_the_same_request(
 
 
 def test_the_inline_worker_takes_only_requests_its_version_may_serve(tmp_path, base, pool):
-  cfg, params = _trainer_params(base, devices=1)
+  model_cfg, params = _trainer_params(base, devices=1)
   ex = Exchange(f"file://{tmp_path}/ex")
   tok = load_tokenizer(base)
   later, _ = _request(ex, tok, "a-needs-v1", min_version=1)
@@ -103,7 +105,7 @@ def test_the_inline_worker_takes_only_requests_its_version_may_serve(tmp_path, b
     ),
     request_id="b-only-v0",
   )
-  own = inline.InlineWorker(ex, JaxEngine(), base, cfg, "float32", pool)
+  own = inline.InlineWorker(ex, JaxEngine(), base, model_cfg, "float32", pool)
   own.offer(0, params)
   assert own.serve()  # the v0 request, past the one it cannot serve
   assert ex.results.committed(old) and not ex.results.committed(later)
@@ -116,12 +118,12 @@ def test_the_inline_worker_takes_only_requests_its_version_may_serve(tmp_path, b
 def test_the_inline_worker_samples_with_the_newest_version_offered(tmp_path, base, pool):
   """Offered v0, then v1 with other weights, the same request is answered as v1 alone answers
   it: an engine stuck on its first weights gives v0's rows again (and fails here)."""
-  cfg, p0 = _trainer_params(base, devices=1)
+  model_cfg, p0 = _trainer_params(base, devices=1)
   p1 = jax.tree.map(lambda x: x * 1.5, p0)  # another policy: other tokens, other log-probs
   ex = Exchange(f"file://{tmp_path}/ex")
   tok = load_tokenizer(base)
   first, _ = _request(ex, tok, "a-first")
-  own = inline.InlineWorker(ex, JaxEngine(), base, cfg, "float32", pool)
+  own = inline.InlineWorker(ex, JaxEngine(), base, model_cfg, "float32", pool)
   own.offer(0, p0)
   assert own.serve()
   second, _ = _request(ex, tok, "b-second", min_version=1)  # the same prompts and seed
@@ -129,7 +131,7 @@ def test_the_inline_worker_samples_with_the_newest_version_offered(tmp_path, bas
   assert own.serve()
   alone_ex = Exchange(f"file://{tmp_path}/alone")
   alone_rid, _ = _request(alone_ex, tok, "c-alone")
-  alone = inline.InlineWorker(alone_ex, JaxEngine(), base, cfg, "float32", pool)
+  alone = inline.InlineWorker(alone_ex, JaxEngine(), base, model_cfg, "float32", pool)
   alone.offer(1, p1)
   assert alone.serve()
   v0, v1 = ex.results.read(first).arrays(), ex.results.read(second).arrays()
@@ -143,11 +145,11 @@ def test_the_inline_worker_samples_with_the_newest_version_offered(tmp_path, bas
 def test_a_stop_asked_mid_request_abandons_it_between_chunks(tmp_path, base, pool):
   # The trainer's stop check runs between the continuous engine's device calls: a stop asked
   # while a request generates abandons it there (no result), not after the whole request.
-  cfg, params = _trainer_params(base, devices=1)
+  model_cfg, params = _trainer_params(base, devices=1)
   ex = Exchange(f"file://{tmp_path}/ex")
   rid, _ = _request(ex, load_tokenizer(base), "r")
   engine = JaxEngine(batching="continuous", slots=2, page_size=4, steps_per_sync=2)
-  own = inline.InlineWorker(ex, engine, base, cfg, "float32", pool)
+  own = inline.InlineWorker(ex, engine, base, model_cfg, "float32", pool)
   own.offer(0, params)
   calls = []
 

@@ -25,12 +25,12 @@ PROMPTS = [[1, 5, 6, 7], [1, 9], [1, 3, 3, 3, 3, 3, 3], [2]]
 _forward = jax.jit(forward, static_argnums=0)
 
 
-def _full_logits(params, seq, cfg=CFG):
+def _full_logits(params, seq, model_cfg=CFG):
   """Logits after `seq` from the full forward pass (right-padded: causal, so padding after the
   last token changes nothing, and one compiled shape serves every length)."""
   padded = np.zeros((1, 24), np.int32)
   padded[0, : len(seq)] = seq
-  return np.asarray(_forward(cfg, params, jnp.asarray(padded))[0, len(seq) - 1])
+  return np.asarray(_forward(model_cfg, params, jnp.asarray(padded))[0, len(seq) - 1])
 
 
 def test_greedy_equals_stepwise_argmax(params):
@@ -145,14 +145,14 @@ def test_stream_uniforms_are_the_split_then_uniform_draws_of_any_batch_and_lengt
 
 
 def test_untied_head_and_decode_weights_passed_in():
-  cfg = CFG.replace(tie_word_embeddings=False)
-  p = jax.tree.map(lambda x: x * 3.0, init_params(cfg, jax.random.PRNGKey(1)))
+  model_cfg = CFG.replace(tie_word_embeddings=False)
+  p = jax.tree.map(lambda x: x * 3.0, init_params(model_cfg, jax.random.PRNGKey(1)))
   sp = SamplingParams(max_new_tokens=5, temperature=0.0)
-  out = generate(cfg, p, PROMPTS, sp, seed=0, weights=jax_sampler.prepare(cfg, p))
+  out = generate(model_cfg, p, PROMPTS, sp, seed=0, weights=jax_sampler.prepare(model_cfg, p))
   for i, prompt in enumerate(PROMPTS):
     seq = list(prompt)
     for t in range(5):
-      logits = _full_logits(p, seq, cfg)
+      logits = _full_logits(p, seq, model_cfg)
       seq.append(int(np.argmax(logits)))
       lsm = np.asarray(jax.nn.log_softmax(logits))
       assert abs(float(lsm[seq[-1]]) - float(out.logprobs[i, t])) <= 1e-5
@@ -160,17 +160,22 @@ def test_untied_head_and_decode_weights_passed_in():
 
 
 def test_bf16_compute_logprobs_track_the_bf16_forward(params):
-  cfg = CFG.replace(compute_dtype="bfloat16")
-  weights = jax_sampler.prepare(cfg, params)
+  model_cfg = CFG.replace(compute_dtype="bfloat16")
+  weights = jax_sampler.prepare(model_cfg, params)
   assert {x.dtype for x in jax.tree.leaves(weights)} == {jnp.dtype(jnp.bfloat16)}
   out = generate(
-    cfg, params, PROMPTS, SamplingParams(max_new_tokens=4, temperature=1.0), seed=5, weights=weights
+    model_cfg,
+    params,
+    PROMPTS,
+    SamplingParams(max_new_tokens=4, temperature=1.0),
+    seed=5,
+    weights=weights,
   )
   errs = []
   for i, prompt in enumerate(PROMPTS):
     seq = list(prompt)
     for t in range(4):
-      lsm = np.asarray(jax.nn.log_softmax(_full_logits(params, seq, cfg)))
+      lsm = np.asarray(jax.nn.log_softmax(_full_logits(params, seq, model_cfg)))
       tok = int(out.tokens[i, t])
       errs.append(abs(float(lsm[tok]) - float(out.logprobs[i, t])))
       seq.append(tok)

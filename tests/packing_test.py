@@ -109,14 +109,14 @@ def _windowed(batch):
   return CFG.replace(attention_chunk=8, attention_window=longest)
 
 
-def _packed(mesh, lc, tx, params, batch, length, cfg=CFG):
+def _packed(mesh, lc, tx, params, batch, length, model_cfg=CFG):
   rows = mesh.shape["data"] * mesh.shape["fsdp"]
   p = packing.plan(batch["attn_mask"], batch["loss_mask"], length=length, rows=rows)
   slabs = packing.slabs(p, batch, ts.PER_TOKEN_KEYS)
   m = batch["loss_mask"]
   counts = (m.sum(), (m.sum(1) > 0).sum())
   state = ts.create_train_state(CFG, tx, mesh, jax.random.PRNGKey(1), params=params)
-  step = ts.PackedTrainStep(cfg, tx, lc, mesh, (rows, length))
+  step = ts.PackedTrainStep(model_cfg, tx, lc, mesh, (rows, length))
   state, metrics = step(state, slabs, counts)
   return state, jax.device_get(metrics), p
 
@@ -143,8 +143,8 @@ def test_packed_step_equals_padded_step(mesh_shape, agg):
   batch = _batch(3)
   s_pad, m_pad = _padded(mesh, lc, tx, params, batch)
   # The single-device meshes also run the windowed attention blocks of the trainer's packed steps.
-  cfg = _windowed(batch) if mesh_shape == (1, 1, 1) else CFG
-  s_pack, m_pack, p = _packed(mesh, lc, tx, params, batch, length=64, cfg=cfg)
+  model_cfg = _windowed(batch) if mesh_shape == (1, 1, 1) else CFG
+  s_pack, m_pack, p = _packed(mesh, lc, tx, params, batch, length=64, model_cfg=model_cfg)
   assert p.slabs > 1 or p.rows > 1  # one device: several micro-batches
   for k in ("actor/loss", "actor/pg_loss", "actor/kl_ref", "actor/entropy", "actor/clipfrac"):
     np.testing.assert_allclose(m_pack[k], m_pad[k], rtol=1e-5, atol=1e-6, err_msg=k)
@@ -159,13 +159,13 @@ def test_packed_logprobs_equal_padded_logprobs(windowed):
   mesh = make_mesh(1, 2, 1, devices=jax.devices()[:2])
   params = init_params(CFG, jax.random.PRNGKey(0))
   batch = _batch(4)
-  cfg = _windowed(batch) if windowed else CFG
+  model_cfg = _windowed(batch) if windowed else CFG
   pad_fn = compiled.jit_logprob_step(
     CFG, mesh, batch["tokens"].shape, temperature=0.7, logit_chunk=16
   )
   lp_pad, ent_pad = pad_fn(params, {k: batch[k] for k in ("tokens", "attn_mask")})
   p = packing.plan(batch["attn_mask"], batch["loss_mask"], length=64, rows=2)
-  fn = compiled.jit_packed_logprob_step(cfg, mesh, (2, 64), temperature=0.7, logit_chunk=16)
+  fn = compiled.jit_packed_logprob_step(model_cfg, mesh, (2, 64), temperature=0.7, logit_chunk=16)
   outs = [
     fn(params, {k: s[k] for k in ts.PACKED_MODEL_KEYS})
     for s in packing.slabs(p, batch, ("tokens",))

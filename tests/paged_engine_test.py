@@ -14,8 +14,8 @@ from prorl_jax.rollout.engines.paged import PagedConfig, PagedEngine, PagePool
 
 @pytest.fixture(scope="module")
 def model():
-  cfg = presets.tiny(vocab_size=64)
-  return cfg, init_params(cfg, jax.random.PRNGKey(0))
+  model_cfg = presets.tiny(vocab_size=64)
+  return model_cfg, init_params(model_cfg, jax.random.PRNGKey(0))
 
 
 def _prompts(k, seed=0, lo=3, hi=40):
@@ -39,8 +39,8 @@ def test_page_pool_by_hand():
 
 
 def test_slot_reuse_and_shared_prompt_pages_by_hand(model):
-  cfg, params = model
-  eng = PagedEngine(cfg, params, PagedConfig(slots=1, page_size=4, steps_per_sync=1))
+  model_cfg, params = model
+  eng = PagedEngine(model_cfg, params, PagedConfig(slots=1, page_size=4, steps_per_sync=1))
   sp = SamplingParams(max_new_tokens=3, temperature=0.0)
   out = eng.generate([[5, 6, 7, 8, 9]], 2, sp, seed=0)
   # prompt of 5 tokens: pages 1 (full) and 2 (partial); each sample shares page 1 and gets its
@@ -55,15 +55,15 @@ def test_slot_reuse_and_shared_prompt_pages_by_hand(model):
 
 
 def test_greedy_equals_the_static_sampler_over_ragged_lengths(model):
-  cfg, params = model
+  model_cfg, params = model
   prompts = _prompts(6)
   rows = [p for p in prompts for _ in range(2)]
   base = SamplingParams(max_new_tokens=20, temperature=0.0)
-  first = jax_sampler.generate(cfg, params, rows, base, seed=0).tokens[:, 0]
+  first = jax_sampler.generate(model_cfg, params, rows, base, seed=0).tokens[:, 0]
   # stop on a token some rows emit first and others never: ragged lengths
   sp = SamplingParams(max_new_tokens=20, temperature=0.0, stop_token_ids=(int(first[0]),))
-  want = jax_sampler.generate(cfg, params, rows, sp, seed=0)
-  eng = PagedEngine(cfg, params, PagedConfig(slots=3, page_size=8, steps_per_sync=4))
+  want = jax_sampler.generate(model_cfg, params, rows, sp, seed=0)
+  eng = PagedEngine(model_cfg, params, PagedConfig(slots=3, page_size=8, steps_per_sync=4))
   got = eng.generate(prompts, 2, sp, seed=0)
   assert len(set(want.lengths.tolist())) > 1  # ragged
   np.testing.assert_array_equal(got.lengths, want.lengths)
@@ -76,10 +76,10 @@ SAMPLED = SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.95, stop_to
 
 
 def test_a_sequences_tokens_do_not_depend_on_its_batching(model):
-  cfg, params = model
+  model_cfg, params = model
   prompts = _prompts(5, seed=1)
-  a = PagedEngine(cfg, params, PagedConfig(slots=4, page_size=8, steps_per_sync=4))
-  b = PagedEngine(cfg, params, PagedConfig(slots=2, page_size=4, steps_per_sync=3))
+  a = PagedEngine(model_cfg, params, PagedConfig(slots=4, page_size=8, steps_per_sync=4))
+  b = PagedEngine(model_cfg, params, PagedConfig(slots=2, page_size=4, steps_per_sync=3))
   got_a = a.generate(prompts, 3, SAMPLED, seed=7)
   got_b = b.generate(prompts, 3, SAMPLED, seed=7)
   assert len(set(map(tuple, got_a.tokens.tolist()))) > 5  # varied samples, not one repeated
@@ -91,11 +91,11 @@ def test_a_sequences_tokens_do_not_depend_on_its_batching(model):
 
 
 def test_sampled_outputs_equal_the_static_samplers_for_the_same_seed(model):
-  cfg, params = model
+  model_cfg, params = model
   prompts = _prompts(5, seed=5)
   rows = [p for p in prompts for _ in range(3)]
-  want = jax_sampler.generate(cfg, params, rows, SAMPLED, seed=11)
-  eng = PagedEngine(cfg, params, PagedConfig(slots=4, page_size=8, steps_per_sync=4))
+  want = jax_sampler.generate(model_cfg, params, rows, SAMPLED, seed=11)
+  eng = PagedEngine(model_cfg, params, PagedConfig(slots=4, page_size=8, steps_per_sync=4))
   got = eng.generate(prompts, 3, SAMPLED, seed=11)
   assert len(set(map(tuple, want.tokens.tolist()))) > 10  # sampled, varied
   assert len(set(want.lengths.tolist())) > 1  # some stop early: ragged
@@ -106,9 +106,9 @@ def test_sampled_outputs_equal_the_static_samplers_for_the_same_seed(model):
 
 
 def test_shared_prompt_pages_equal_separate_prefills(model):
-  cfg, params = model
+  model_cfg, params = model
   (p,) = _prompts(1, seed=2, lo=13, hi=14)  # 13 tokens: a partial last page of 8
-  eng = PagedEngine(cfg, params, PagedConfig(slots=3, page_size=8, steps_per_sync=2))
+  eng = PagedEngine(model_cfg, params, PagedConfig(slots=3, page_size=8, steps_per_sync=2))
   shared = eng.generate([p], 3, SAMPLED, seed=3)  # one prefill, its pages shared
   peak_shared = eng.stats.peak_pages
   separate = eng.generate([p, p, p], 1, SAMPLED, seed=3)  # three prefills, same sequence ids
@@ -118,13 +118,13 @@ def test_shared_prompt_pages_equal_separate_prefills(model):
 
 
 def test_per_row_token_limits_agree_with_the_static_sampler(model):
-  cfg, params = model
+  model_cfg, params = model
   prompts = _prompts(3, seed=4)
   caps = np.array([1, 5, 12, 2, 7, 3])  # per row, prompt-major (n = 2)
   sp = SamplingParams(max_new_tokens=10, temperature=0.0)
   rows = [p for p in prompts for _ in range(2)]
-  want = jax_sampler.generate(cfg, params, rows, sp, seed=0, max_new=caps)
-  eng = PagedEngine(cfg, params, PagedConfig(slots=2, page_size=8, steps_per_sync=4))
+  want = jax_sampler.generate(model_cfg, params, rows, sp, seed=0, max_new=caps)
+  eng = PagedEngine(model_cfg, params, PagedConfig(slots=2, page_size=8, steps_per_sync=4))
   got = eng.generate(prompts, 2, sp, seed=0, max_new=caps)
   assert want.lengths.tolist() == [1, 5, 10, 2, 7, 3]  # a cap past max_new_tokens: that
   np.testing.assert_array_equal(got.lengths, want.lengths)
@@ -133,20 +133,20 @@ def test_per_row_token_limits_agree_with_the_static_sampler(model):
 
 
 def test_an_in_flight_weight_update_keeps_live_sequences_and_records_each_tokens_version(model):
-  cfg, params_a = model
-  params_b = jax.tree.map(lambda x: x * 1.5, init_params(cfg, jax.random.PRNGKey(9)))
+  model_cfg, params_a = model
+  params_b = jax.tree.map(lambda x: x * 1.5, init_params(model_cfg, jax.random.PRNGKey(9)))
   prompts = _prompts(4, seed=6)
   sp = SamplingParams(max_new_tokens=12, temperature=0.0)
   pc = PagedConfig(slots=3, page_size=4, steps_per_sync=3)
-  ref_a = PagedEngine(cfg, params_a, pc).generate(prompts, 2, sp, seed=0)
-  ref_b = PagedEngine(cfg, params_b, pc).generate(prompts, 2, sp, seed=0)
+  ref_a = PagedEngine(model_cfg, params_a, pc).generate(prompts, 2, sp, seed=0)
+  ref_b = PagedEngine(model_cfg, params_b, pc).generate(prompts, 2, sp, seed=0)
   calls = []
 
   def between_chunks():  # version 1 arrives after the first device call
     calls.append(1)
     return (1, params_b) if len(calls) == 2 else None
 
-  eng = PagedEngine(cfg, params_a, pc)
+  eng = PagedEngine(model_cfg, params_a, pc)
   got = eng.generate(prompts, 2, sp, seed=0, between_chunks=between_chunks)
   assert eng.stats.weight_swaps == 1 and eng.params is params_b
   kinds = set()
@@ -175,11 +175,11 @@ def test_the_pallas_paged_attention_kernel_returns_the_xla_paths_rows(model):
   # JAX's Pallas paged-attention kernel (the GPU one, in Pallas' interpreter on the CPU) behind
   # the same engine, its pages in the kernels' [K, P, page, Dh] layout: the same sampled rows
   # as the XLA path, over ragged lengths, shared prompt pages and slot reuse.
-  cfg, params = model
+  model_cfg, params = model
   prompts = _prompts(5, seed=5)
   shape = dict(slots=4, page_size=4, steps_per_sync=4)
-  want = PagedEngine(cfg, params, PagedConfig(**shape)).generate(prompts, 3, SAMPLED, seed=11)
-  eng = PagedEngine(cfg, params, PagedConfig(**shape, attention="pallas_interpret"))
+  want = PagedEngine(model_cfg, params, PagedConfig(**shape)).generate(prompts, 3, SAMPLED, seed=11)
+  eng = PagedEngine(model_cfg, params, PagedConfig(**shape, attention="pallas_interpret"))
   got = eng.generate(prompts, 3, SAMPLED, seed=11)
   assert len(set(want.lengths.tolist())) > 1  # ragged
   assert eng.stats.peak_pages > 0 and eng.pool.in_use == 0

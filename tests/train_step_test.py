@@ -185,14 +185,14 @@ def test_sharding_says_what_it_does(caplog):
   with pytest.raises(ValueError, match="a batch of 4 rows cannot be split"):
     ts.split_micro(jnp.zeros((8, 4)), 2, mesh)
   # 2 kv heads on tensor=4: those dims stay whole, said once in the log per parameter
-  cfg = presets.tiny(
+  model_cfg = presets.tiny(
     vocab_size=64, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
     num_kv_heads=2, head_dim=16,
   )  # fmt: skip
   mesh = make_mesh(1, 2, 4)
   with caplog.at_level("INFO", logger="prorl_jax.parallel.sharding"):
-    sh = param_shardings(cfg, mesh)
-    param_shardings(cfg, mesh)
+    sh = param_shardings(model_cfg, mesh)
+    param_shardings(model_cfg, mesh)
   k_spec = sh["layers"]["attn"]["k_proj"]["kernel"].spec
   assert "tensor" not in jax.tree.leaves(tuple(k_spec))
   lines = [r.getMessage() for r in caplog.records if "k_proj/kernel" in r.getMessage()]

@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _model(tie, seed, scale=3.0):
   # head_dim 32: vLLM's CPU attention kernels do not take 16
-  cfg = presets.tiny(
+  model_cfg = presets.tiny(
     vocab_size=64,
     hidden_size=128,
     intermediate_size=256,
@@ -36,24 +36,24 @@ def _model(tie, seed, scale=3.0):
     eos_token_id=2,
     bos_token_id=1,
   )
-  params = jax.tree.map(lambda x: x * scale, init_params(cfg, jax.random.PRNGKey(seed)))
-  return cfg, params
+  params = jax.tree.map(lambda x: x * scale, init_params(model_cfg, jax.random.PRNGKey(seed)))
+  return model_cfg, params
 
 
-def _save(cfg, params, path, max_shard_bytes=0):
-  save_hf(cfg, params, path, max_shard_bytes=max_shard_bytes)
-  write_probe(cfg, params, [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21]], path)
+def _save(model_cfg, params, path, max_shard_bytes=0):
+  save_hf(model_cfg, params, path, max_shard_bytes=max_shard_bytes)
+  write_probe(model_cfg, params, [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21]], path)
   return path
 
 
-def _max_logprob_error(engine, cfg, params):
+def _max_logprob_error(engine, model_cfg, params):
   prompts = [[1, 5, 6], [1, 9, 10, 11]]
   out = engine.generate(prompts, 2, SamplingParams(max_new_tokens=6, temperature=1.0), seed=3)
   worst = 0.0
   for r in range(4):
     seq = list(prompts[r // 2])
     for t in range(int(out.lengths[r])):
-      lsm = np.asarray(jax.nn.log_softmax(forward(cfg, params, np.asarray([seq]))[0, -1]))
+      lsm = np.asarray(jax.nn.log_softmax(forward(model_cfg, params, np.asarray([seq]))[0, -1]))
       tok = int(out.tokens[r, t])
       worst = max(worst, abs(float(lsm[tok]) - float(out.logprobs[r, t])))
       seq.append(tok)
@@ -62,17 +62,17 @@ def _max_logprob_error(engine, cfg, params):
 
 @pytest.mark.parametrize("tie", [False, True])
 def test_vllm_logprobs_match_jax_before_and_after_a_weight_update(tmp_path, tie):
-  cfg, p0 = _model(tie, 0)
+  model_cfg, p0 = _model(tie, 0)
   _, p1 = _model(tie, 1)
   engine = VllmEngine(dtype="float32", max_model_len=64)
   try:
-    engine.load(_save(cfg, p0, str(tmp_path / "v0")))
-    assert _max_logprob_error(engine, cfg, p0) < 2e-3
+    engine.load(_save(model_cfg, p0, str(tmp_path / "v0")))
+    assert _max_logprob_error(engine, model_cfg, p0) < 2e-3
     # v1 in several safetensors shards + index, as the trainer publishes larger models
-    v1 = _save(cfg, p1, str(tmp_path / "v1"), max_shard_bytes=100_000)
+    v1 = _save(model_cfg, p1, str(tmp_path / "v1"), max_shard_bytes=100_000)
     assert os.path.isfile(os.path.join(v1, "model.safetensors.index.json"))
     engine.load(v1)
-    assert _max_logprob_error(engine, cfg, p1) < 2e-3
+    assert _max_logprob_error(engine, model_cfg, p1) < 2e-3
     assert engine.last_mismatch["max"] < 2e-3
     if not tie:
       assert engine.recreated == 0  # swapped in place

@@ -258,8 +258,8 @@ def test_an_in_flight_update_mid_request_is_loaded_and_recorded_per_token(tmp_pa
 
   newer = str(tmp_path / "v1")
   shutil.copytree(base, newer)  # the tokenizer's files; the weights are replaced below
-  cfg, params = load_hf(base)
-  save_hf(cfg, jax.tree.map(lambda x: x * 1.25, params), newer)
+  model_cfg, params = load_hf(base)
+  save_hf(model_cfg, jax.tree.map(lambda x: x * 1.25, params), newer)
   ex = Exchange(f"file://{tmp_path}/ex")
   ex.weights.publish(0, step=0, src_dir=base)
   rid, _ = _request(ex, load_tokenizer(base), "req0")

@@ -48,9 +48,9 @@ def build(path: str, seed: int = 0) -> str:
     return path
   tmp = path.rstrip("/") + ".tmp"
   tok = build_tokenizer(tmp)
-  cfg = presets.tiny(
+  model_cfg = presets.tiny(
     vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id
   )
-  save_hf(cfg, init_params(cfg, jax.random.PRNGKey(seed)), tmp, tokenizer_dir=tmp)
+  save_hf(model_cfg, init_params(model_cfg, jax.random.PRNGKey(seed)), tmp, tokenizer_dir=tmp)
   os.replace(tmp, path)  # readers never see a half-built directory
   return path

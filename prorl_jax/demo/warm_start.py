@@ -71,7 +71,7 @@ def build(
   scratch = path.rstrip("/") + ".scratch"
   shutil.rmtree(scratch, ignore_errors=True)
   tiny_base.build(scratch, seed=seed)
-  cfg, params = load_hf(scratch)
+  model_cfg, params = load_hf(scratch)
   tok = load_tokenizer(scratch)
   heldout = {it.prompt for it in chain_sum.chain_sum_heldout(tok, 1000)}
   src = chain_sum.ChainSumSource(tok, seed=seed * 7919 + 1, exclude=heldout)
@@ -82,7 +82,7 @@ def build(
   @jax.jit
   def step(params, opt, toks, mask):
     def loss_fn(p):
-      logits = forward(cfg, p, toks)
+      logits = forward(model_cfg, p, toks)
       lp = jax.nn.log_softmax(logits[:, :-1], -1)
       nll = -jnp.take_along_axis(lp, toks[:, 1:, None], -1)[..., 0]
       return jnp.sum(nll * mask[:, 1:]) / jnp.sum(mask[:, 1:])
@@ -98,6 +98,6 @@ def build(
     if i % 50 == 0 or i == steps - 1:
       log.info("warm start step %d/%d loss %.3f", i + 1, steps, float(loss))
   log.info("warm start: %d steps in %.1fs", steps, time.time() - t0)
-  save_hf(cfg, params, scratch, tokenizer_dir=scratch)
+  save_hf(model_cfg, params, scratch, tokenizer_dir=scratch)
   os.replace(scratch, path)
   return path

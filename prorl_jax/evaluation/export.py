@@ -72,8 +72,8 @@ def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfl
     raise ExportError(f"--dtype must be bfloat16, float16 or float32, got {dtype!r}")
   step_dir = find_step(checkpoint)
   base = base_model_dir(step_dir, base)
-  cfg = presets.Qwen2Config.from_hf_dict(hf_weights.read_hf_config(base))
-  abstract = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
+  model_cfg = presets.Qwen2Config.from_hf_dict(hf_weights.read_hf_config(base))
+  abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
   target = {"params": jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)}
   args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
   try:
@@ -88,7 +88,7 @@ def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfl
     ) from None
   if os.path.exists(out) and os.listdir(out):
     raise ExportError(f"{out} exists and is not empty; give a new directory")
-  save_hf(cfg, restored["params"], out, tokenizer_dir=base, dtype=dtype)
+  save_hf(model_cfg, restored["params"], out, tokenizer_dir=base, dtype=dtype)
   return step_dir
 
 

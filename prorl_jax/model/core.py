@@ -27,7 +27,7 @@ def causal_mask(mask_BxT):
 
 
 def hidden_states(
-  cfg: Qwen2Config,
+  model_cfg: Qwen2Config,
   params,
   tokens_BxT,
   attention_mask_BxT=None,
@@ -50,39 +50,39 @@ def hidden_states(
     positions_BxT = positions_from_mask(attention_mask_BxT)
   elif positions_BxT is None:
     raise ValueError("a packed batch (segment_ids_BxT) needs positions_BxT")
-  h, _ = Qwen2(cfg, mesh).apply(
+  h, _ = Qwen2(model_cfg, mesh).apply(
     {"params": params}, tokens_BxT, positions_BxT, segment_ids_BxT.astype(jnp.int32)
   )
   return h
 
 
-def forward(cfg: Qwen2Config, params, tokens_BxT, attention_mask_BxT=None, mesh=None):
+def forward(model_cfg: Qwen2Config, params, tokens_BxT, attention_mask_BxT=None, mesh=None):
   """Logits, float32 [B, T, V]. For training use `losses.token_logprobs` on hidden states."""
-  h = hidden_states(cfg, params, tokens_BxT, attention_mask_BxT, mesh)
-  w = head_weight(cfg, params).astype(h.dtype)
+  h = hidden_states(model_cfg, params, tokens_BxT, attention_mask_BxT, mesh)
+  w = head_weight(model_cfg, params).astype(h.dtype)
   return jnp.einsum("btd,dv->btv", h, w).astype(jnp.float32)
 
 
-def log_probs(cfg: Qwen2Config, params, tokens_BxT):
+def log_probs(model_cfg: Qwen2Config, params, tokens_BxT):
   """log-softmax of the logits, float32 [B, T, V]: the log-probs a rollout engine is checked
   against (the probe), on short sequences where the full vocabulary fits."""
-  return jax.nn.log_softmax(forward(cfg, params, tokens_BxT), -1)
+  return jax.nn.log_softmax(forward(model_cfg, params, tokens_BxT), -1)
 
 
-def _abstract_boxed(cfg: Qwen2Config):
+def _abstract_boxed(model_cfg: Qwen2Config):
   tokens = jnp.zeros((1, 1), jnp.int32)
   mask = jnp.ones((1, 1, 1), bool)
-  return jax.eval_shape(lambda: Qwen2(cfg).init(jax.random.PRNGKey(0), tokens, tokens, mask))
+  return jax.eval_shape(lambda: Qwen2(model_cfg).init(jax.random.PRNGKey(0), tokens, tokens, mask))
 
 
-def param_logical_axes(cfg: Qwen2Config):
+def param_logical_axes(model_cfg: Qwen2Config):
   """The params pytree with a PartitionSpec of logical names at each leaf."""
-  return nn.get_partition_spec(_abstract_boxed(cfg))["params"]
+  return nn.get_partition_spec(_abstract_boxed(model_cfg))["params"]
 
 
-def param_shardings(cfg: Qwen2Config, mesh):
+def param_shardings(model_cfg: Qwen2Config, mesh):
   """NamedShardings for the params on `mesh` (dims a mesh axis does not divide stay whole)."""
-  abstract = nn.meta.unbox(_abstract_boxed(cfg))["params"]
+  abstract = nn.meta.unbox(_abstract_boxed(model_cfg))["params"]
 
   def one(path, spec, a):
     name = "param " + "/".join(str(getattr(k, "key", k)) for k in path)
@@ -92,20 +92,20 @@ def param_shardings(cfg: Qwen2Config, mesh):
 
   return jax.tree_util.tree_map_with_path(
     one,
-    param_logical_axes(cfg),
+    param_logical_axes(model_cfg),
     abstract,
     is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec),
   )
 
 
-def init_params(cfg: Qwen2Config, rng, mesh=None):
+def init_params(model_cfg: Qwen2Config, rng, mesh=None):
   """Random params (std 0.02), created directly in their shardings when a mesh is given."""
   tokens = jnp.zeros((1, 1), jnp.int32)
   mask = jnp.ones((1, 1, 1), bool)
-  init = lambda r: nn.meta.unbox(Qwen2(cfg).init(r, tokens, tokens, mask))["params"]  # noqa: E731
+  init = lambda r: nn.meta.unbox(Qwen2(model_cfg).init(r, tokens, tokens, mask))["params"]  # noqa: E731
   if mesh is None:
     return jax.jit(init)(rng)
-  return jax.jit(init, out_shardings=param_shardings(cfg, mesh))(rng)
+  return jax.jit(init, out_shardings=param_shardings(model_cfg, mesh))(rng)
 
 
 def load_hf(
@@ -117,8 +117,8 @@ def load_hf(
   attention_impl: str = "xla",
   attention_chunk: int = 1024,
 ):
-  """(cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
-  cfg = Qwen2Config.from_hf_dict(
+  """(model_cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
+  model_cfg = Qwen2Config.from_hf_dict(
     hf_weights.read_hf_config(path),
     param_dtype=dtype,
     compute_dtype=compute_dtype or dtype,
@@ -126,15 +126,15 @@ def load_hf(
     attention_impl=attention_impl,
     attention_chunk=attention_chunk,
   )
-  host = hf_weights.hf_to_params(cfg, hf_weights.read_tensors(path), jnp.dtype(dtype))
+  host = hf_weights.hf_to_params(model_cfg, hf_weights.read_tensors(path), jnp.dtype(dtype))
   if mesh is None:
-    return cfg, jax.tree.map(jnp.asarray, host)
-  shardings = param_shardings(cfg, mesh)
-  return cfg, jax.tree.map(lambda x, s: jax.device_put(x, s), host, shardings)
+    return model_cfg, jax.tree.map(jnp.asarray, host)
+  shardings = param_shardings(model_cfg, mesh)
+  return model_cfg, jax.tree.map(lambda x, s: jax.device_put(x, s), host, shardings)
 
 
 def save_hf(
-  cfg: Qwen2Config,
+  model_cfg: Qwen2Config,
   params,
   path: str,
   tokenizer_dir: str | None = None,
@@ -143,6 +143,6 @@ def save_hf(
 ) -> list[str]:
   """Writes HF-named safetensors + config.json (+ tokenizer files) that transformers loads."""
   tensors = hf_weights.params_to_hf(
-    cfg, jax.device_get(params), None if dtype is None else np.dtype(jnp.dtype(dtype))
+    model_cfg, jax.device_get(params), None if dtype is None else np.dtype(jnp.dtype(dtype))
   )
-  return hf_weights.write_hf_dir(cfg, tensors, path, tokenizer_dir, max_shard_bytes)
+  return hf_weights.write_hf_dir(model_cfg, tensors, path, tokenizer_dir, max_shard_bytes)

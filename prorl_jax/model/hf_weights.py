@@ -74,9 +74,9 @@ TOKENIZER_FILES = (
 _BF16_NAMES = {"bfloat16", "bf16"}
 
 
-def _rows(cfg: Qwen2Config):
+def _rows(model_cfg: Qwen2Config):
   for hf, path, rule in TABLE:
-    if path == ("lm_head",) and cfg.tie_word_embeddings:
+    if path == ("lm_head",) and model_cfg.tie_word_embeddings:
       continue
     if "{i}" in hf:
       yield hf, path, rule, True
@@ -140,30 +140,30 @@ def read_tensors(path: str) -> dict[str, np.ndarray]:
   return out
 
 
-def hf_to_params(cfg: Qwen2Config, tensors: dict[str, np.ndarray], dtype) -> dict:
+def hf_to_params(model_cfg: Qwen2Config, tensors: dict[str, np.ndarray], dtype) -> dict:
   """HF tensors -> nested param dict (numpy, `dtype`); missing or unused tensors are errors."""
   params: dict = {}
   used = set()
-  for hf, path, rule, per_layer in _rows(cfg):
+  for hf, path, rule, per_layer in _rows(model_cfg):
     to_ours = _RULES[rule][0]
     if per_layer:
-      names = [hf.format(i=i) for i in range(cfg.num_layers)]
+      names = [hf.format(i=i) for i in range(model_cfg.num_layers)]
       missing = [n for n in names if n not in tensors]
       if missing:
         raise KeyError(f"checkpoint lacks {missing[0]} (and {len(missing) - 1} more)")
-      arr = np.stack([to_ours(np.asarray(tensors[n]), cfg) for n in names])
+      arr = np.stack([to_ours(np.asarray(tensors[n]), model_cfg) for n in names])
       used.update(names)
     else:
       if hf not in tensors:
         raise KeyError(f"checkpoint lacks {hf}")
-      arr = to_ours(np.asarray(tensors[hf]), cfg)
+      arr = to_ours(np.asarray(tensors[hf]), model_cfg)
       used.add(hf)
     node = params
     for key in path[:-1]:
       node = node.setdefault(key, {})
     node[path[-1]] = np.ascontiguousarray(arr.astype(dtype))
   extra = [n for n in tensors if n not in used and not re.search(r"rotary_emb", n)]
-  if cfg.tie_word_embeddings:
+  if model_cfg.tie_word_embeddings:
     extra = [n for n in extra if n != "lm_head.weight"]
   if extra:
     raise KeyError(
@@ -173,10 +173,10 @@ def hf_to_params(cfg: Qwen2Config, tensors: dict[str, np.ndarray], dtype) -> dic
   return params
 
 
-def params_to_hf(cfg: Qwen2Config, params, dtype=None) -> dict[str, np.ndarray]:
+def params_to_hf(model_cfg: Qwen2Config, params, dtype=None) -> dict[str, np.ndarray]:
   """Nested params -> {HF name: numpy array} (host copies)."""
   out = {}
-  for hf, path, rule, per_layer in _rows(cfg):
+  for hf, path, rule, per_layer in _rows(model_cfg):
     to_hf = _RULES[rule][1]
     node = params
     for key in path:
@@ -185,10 +185,10 @@ def params_to_hf(cfg: Qwen2Config, params, dtype=None) -> dict[str, np.ndarray]:
     if dtype is not None:
       arr = arr.astype(dtype)
     if per_layer:
-      for i in range(cfg.num_layers):
-        out[hf.format(i=i)] = np.ascontiguousarray(to_hf(arr[i], cfg))
+      for i in range(model_cfg.num_layers):
+        out[hf.format(i=i)] = np.ascontiguousarray(to_hf(arr[i], model_cfg))
     else:
-      out[hf] = np.ascontiguousarray(to_hf(arr, cfg))
+      out[hf] = np.ascontiguousarray(to_hf(arr, model_cfg))
   return out
 
 
@@ -205,7 +205,7 @@ def _umask() -> int:
 
 
 def write_hf_dir(
-  cfg: Qwen2Config,
+  model_cfg: Qwen2Config,
   tensors: dict[str, np.ndarray],
   path: str,
   tokenizer_dir: str | None = None,
@@ -247,7 +247,7 @@ def write_hf_dir(
   for name in written:  # safetensors writes 0600; a model directory is read by others too
     if name.endswith(".safetensors"):
       os.chmod(os.path.join(path, name), 0o666 & ~umask)
-  hf_cfg = cfg.to_hf_dict()
+  hf_cfg = model_cfg.to_hf_dict()
   first = next(iter(tensors.values()))
   hf_cfg["torch_dtype"] = "bfloat16" if first.dtype.name in _BF16_NAMES else "float32"
   with open(os.path.join(path, "config.json"), "w") as f:

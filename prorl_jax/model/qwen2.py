@@ -111,12 +111,12 @@ class Attention(nn.Module):
   """Grouped-query self-attention with RoPE over [B, T, D]: q/k/v projections (biased, as Qwen2),
   `attention.attend` over segment ids, the output projection."""
 
-  cfg: Qwen2Config
+  model_cfg: Qwen2Config
   mesh: Any = None
 
   @nn.compact
   def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None, layer=None):
-    c = self.cfg
+    c = self.model_cfg
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
     h, k, dh = c.num_heads, c.num_kv_heads, c.head_dim
 
@@ -170,12 +170,12 @@ class Attention(nn.Module):
 class MLP(nn.Module):
   """The SwiGLU feed-forward block: down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]."""
 
-  cfg: Qwen2Config
+  model_cfg: Qwen2Config
   mesh: Any = None
 
   @nn.compact
   def __call__(self, x_BxTxD):
-    c = self.cfg
+    c = self.model_cfg
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
 
     def dense(name, feat, names):
@@ -191,13 +191,13 @@ class Block(nn.Module):
   """One decoder layer; signature shaped for nn.scan: ((x, cache of all layers), layer index,
   broadcast args...)."""
 
-  cfg: Qwen2Config
+  model_cfg: Qwen2Config
   mesh: Any = None
 
   @nn.compact
   def __call__(self, carry, layer, cos, sin, mask_BxTxS, cache_index):
     x_BxTxD, kv = carry
-    c = self.cfg
+    c = self.model_cfg
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
     norm = lambda name: RMSNorm(c.rms_norm_eps, pd, dt, name=name)  # noqa: E731
     attn_out, new_kv = Attention(c, self.mesh, name="attn")(
@@ -218,14 +218,14 @@ _REMAT_POLICIES = {
 class Qwen2(nn.Module):
   """tokens -> final hidden states [B, T, D] (compute dtype), and the updated KV cache."""
 
-  cfg: Qwen2Config
+  model_cfg: Qwen2Config
   mesh: Any = None
 
   @nn.compact
   def __call__(
     self, tokens_BxT, positions_BxT, mask_BxTxS, kv: KVCache | None = None, cache_index=None
   ):
-    c = self.cfg
+    c = self.model_cfg
     pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
     embed = nn.Embed(
       c.vocab_size,
@@ -260,8 +260,8 @@ class Qwen2(nn.Module):
     return x_BxTxD, new_kv
 
 
-def head_weight(cfg: Qwen2Config, params) -> jax.Array:
+def head_weight(model_cfg: Qwen2Config, params) -> jax.Array:
   """The [D, V] output projection (the transposed embedding when tied)."""
-  if cfg.tie_word_embeddings:
+  if model_cfg.tie_word_embeddings:
     return params["embed"]["embedding"].T
   return params["lm_head"]

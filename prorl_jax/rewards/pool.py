@@ -63,11 +63,11 @@ def score_one(domain: str, response: str, reference, meta: dict, table, timeout_
   return rewards.checked(got)
 
 
-def _serve(conn, unsandboxed_code: bool = False, child_timeout_s: float = 20.0, sandbox_cfg=None):
+def _serve(conn, unsandboxed_code: bool = False, child_timeout_s: float = 20.0, run_limits=None):
   """Receives a chunk of jobs, sends one result per job as soon as it is scored."""
   confinement.allow_unsandboxed(unsandboxed_code)
-  if sandbox_cfg:
-    confinement.set_run_limits(**sandbox_cfg)
+  if run_limits:
+    confinement.set_run_limits(**run_limits)
   reading.warm()  # the detectors' and verifiers' word lists and ICU, before any child forks
   while True:
     chunk = conn.recv()
@@ -142,12 +142,12 @@ class VerifierPool:
     """`sandbox_memory_bytes`/`sandbox_pids`: ceilings on all code sandboxes of this pool
     together (defaults in `sandbox/confinement.py`: RUN_MEMORY_BYTES, RUN_PIDS)."""
     ctx = mp.get_context("spawn")  # never fork a process that holds JAX/threads
-    cfg = {
+    run_limits = {
       "memory_bytes": sandbox_memory_bytes or confinement.RUN_MEMORY_BYTES,
       "pids": sandbox_pids or confinement.RUN_PIDS,
       "concurrent": processes,
     }
-    args = (unsandboxed_code, CHILD_SHARE * timeout_s, cfg)
+    args = (unsandboxed_code, CHILD_SHARE * timeout_s, run_limits)
     self.slots = [_Slot(ctx, args) for _ in range(processes)]
     self.timeout_s, self.routing = timeout_s, routing
     self.stats: collections.Counter = collections.Counter()

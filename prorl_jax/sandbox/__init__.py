@@ -171,7 +171,7 @@ def run_cases(
   ]
   job = {"code": code, "fn_name": fn_name, "cases": job_cases, "prelude": prelude}
   fd = data_fd(marshal.dumps(job), "job")
-  cfg = marshal.dumps(
+  opts = marshal.dumps(
     {
       "fd": fd,
       "mark": RESULT_MARK,
@@ -181,7 +181,7 @@ def run_cases(
       "rlimits": [(name, int(lim[key])) for name, key in RLIMITS],
     }
   ).hex()
-  cmd = [python(), "-I", "-S", "-c", RUNNER, cfg]
+  cmd = [python(), "-I", "-S", "-c", RUNNER, opts]
   # The runner's report: every case's output and stderr in base64, one line per case.
   report_cap = sum(4 * (c["stdout_cap"] + lim["stderr_bytes"]) // 3 + 1024 for c in job_cases)
   host_lim = dict(lim, stdout_bytes=report_cap)

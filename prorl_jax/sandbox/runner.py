@@ -18,10 +18,10 @@ modules are imported here (json, re and friends would double the start-up time).
 RUNNER = r"""
 import binascii, marshal, os, resource, select, sys, time
 SIGKILL = 9  # the signal module imports enum and collections: 3-10 ms
-cfg = marshal.loads(binascii.a2b_hex(sys.argv[1]))
-with open(cfg["fd"], "rb") as f:
+opts = marshal.loads(binascii.a2b_hex(sys.argv[1]))
+with open(opts["fd"], "rb") as f:
     job = marshal.loads(f.read())
-for name, val in cfg["rlimits"]:
+for name, val in opts["rlimits"]:
     resource.setrlimit(getattr(resource, name), (val, val))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 out_fd = os.dup(1)
@@ -29,8 +29,8 @@ null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1):
     os.dup2(null, fd)
 sys.argv = ["solution.py"]
-deadline = time.monotonic() + cfg["timeout_s"]
-fn_name, mark = job["fn_name"], cfg["mark"]
+deadline = time.monotonic() + opts["timeout_s"]
+fn_name, mark = job["fn_name"], opts["mark"]
 
 class Quitter:  # the `exit` and `quit` of an interactive Python (`-S` skips site, which adds them)
     def __init__(self, name):
@@ -114,7 +114,7 @@ def sandbox_cpu():
     return total / TICK
 
 def run_case(case):
-    before = sandbox_cpu() if cfg["isolated"] else 0.0
+    before = sandbox_cpu() if opts["isolated"] else 0.0
     pipes = [os.pipe() for _ in range(3)]
     pid = os.fork()
     if pid == 0:
@@ -128,7 +128,7 @@ def run_case(case):
     stdin_w, out_r, err_r = pipes[0][1], pipes[1][0], pipes[2][0]
     data = memoryview(case["stdin"])
     bufs = {out_r: bytearray(), err_r: bytearray()}
-    caps = {out_r: case["stdout_cap"], err_r: cfg["stderr_cap"]}
+    caps = {out_r: case["stdout_cap"], err_r: opts["stderr_cap"]}
     poll = select.poll()
     open_fds = {out_r, err_r}
     for fd in (out_r, err_r):
@@ -185,12 +185,12 @@ def run_case(case):
                 pass
     for fd in open_fds | {pidfd}:
         os.close(fd)
-    spent = sandbox_cpu() - before if cfg["isolated"] else 0.0
+    spent = sandbox_cpu() - before if opts["isolated"] else 0.0
     try:
         os.killpg(pid, SIGKILL)
     except OSError:
         pass
-    if cfg["isolated"]:  # every process of this sandbox but us and its init
+    if opts["isolated"]:  # every process of this sandbox but us and its init
         try:
             os.kill(-1, SIGKILL)
         except OSError:

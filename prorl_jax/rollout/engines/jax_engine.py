@@ -43,26 +43,28 @@ class JaxEngine:
       raise ValueError(f"JaxEngine dtype must be float32 or bfloat16, got {dtype!r}")
     self.batching, self.attention, self.dtype = batching, attention, dtype
     self.paged = dict(slots=slots, page_size=page_size, pages=pages, steps_per_sync=steps_per_sync)
-    self.cfg = self.params = self.weights = self._score = None
+    self.model_cfg = self.params = self.weights = self._score = None
     self.pad = 0
     self.last_mismatch = None  # the worker checks the probe
 
   def load(self, path: str) -> None:
-    cfg, params = load_hf(path, dtype=self.dtype)
+    model_cfg, params = load_hf(path, dtype=self.dtype)
     tok = load_tokenizer(path)
-    self.set_params(cfg, params, tok.pad_token_id if tok.pad_token_id is not None else 0)
+    self.set_params(model_cfg, params, tok.pad_token_id if tok.pad_token_id is not None else 0)
 
-  def set_params(self, cfg, params, pad_id: int) -> None:
+  def set_params(self, model_cfg, params, pad_id: int) -> None:
     """Generates with `params` (already on their devices, in any sharding) from now on: what
     `load` does with a published directory, and the trainer's own engine with its params."""
-    if self.cfg != cfg:
+    if self.model_cfg != model_cfg:
       self._score = None  # jitted for one model config
-    self.cfg, self.params, self.pad = cfg, params, pad_id
-    self.weights = jax_sampler.prepare(self.cfg, self.params)  # the decode layout, once per version
+    self.model_cfg, self.params, self.pad = model_cfg, params, pad_id
+    self.weights = jax_sampler.prepare(
+      self.model_cfg, self.params
+    )  # the decode layout, once per version
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     if self._score is None:  # jitted once: the probe is checked after every weight reload
-      self._score = jax.jit(functools.partial(log_probs, self.cfg))
+      self._score = jax.jit(functools.partial(log_probs, self.model_cfg))
     lp = np.asarray(self._score(self.params, np.asarray([tokens], np.int32)))[0, :-1]
     return lp[np.arange(len(tokens) - 1), tokens[1:]]
 
@@ -79,10 +81,10 @@ class JaxEngine:
       raise ValueError("in-flight weight updates need the JAX engine's continuous batching")
     if self.batching == "continuous":
       attention = paged_kernels.choose_attention(
-        self.attention, self.cfg.head_dim, self.paged["page_size"], jax.default_backend()
+        self.attention, self.model_cfg.head_dim, self.paged["page_size"], jax.default_backend()
       )
       pc = paged.PagedConfig(**self.paged, attention=attention)
-      engine = paged.PagedEngine(self.cfg, self.params, pc, weights=self.weights)
+      engine = paged.PagedEngine(self.model_cfg, self.params, pc, weights=self.weights)
       swap = None
       if between_chunks is not None:
 
@@ -95,5 +97,5 @@ class JaxEngine:
       )
     rows = [p for p in prompts for _ in range(n)]
     return jax_sampler.generate(
-      self.cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
+      self.model_cfg, self.params, rows, sampling, seed=seed, pad_id=self.pad, weights=self.weights
     )

@@ -121,19 +121,19 @@ def sample_rows(logits_BxV, seed_key, seq_B, t_B, sp: SamplingParams):
   return tok.astype(jnp.int32), lp
 
 
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def prepare(cfg: Qwen2Config, params):
+@functools.partial(jax.jit, static_argnames=("model_cfg",))
+def prepare(model_cfg: Qwen2Config, params):
   """The weights laid out for decoding: one entry per layer (no per-step slice of the stacked
   layer params), q/k/v fused into one projection, everything in the compute dtype.
 
   `generate` makes this itself when not given one; a worker makes it once per weight version.
   """
-  dt = jnp.dtype(cfg.compute_dtype)
-  d = cfg.hidden_size
+  dt = jnp.dtype(model_cfg.compute_dtype)
+  d = model_cfg.hidden_size
   lp = params["layers"]
   a, m = lp["attn"], lp["mlp"]
   layers = []
-  for i in range(cfg.num_layers):
+  for i in range(model_cfg.num_layers):
     layers.append(
       {
         "input_norm": lp["input_norm"]["scale"][i].astype(dt),
@@ -154,18 +154,20 @@ def prepare(cfg: Qwen2Config, params):
     "layers": tuple(layers),
     "embed": params["embed"]["embedding"].astype(dt),
     "final_norm": params["final_norm"]["scale"].astype(dt),
-    "head": head_weight(cfg, params).astype(dt),
+    "head": head_weight(model_cfg, params).astype(dt),
   }
 
 
-def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS):
+def _decode_layer(
+  model_cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS
+):
   """One layer for one new token per row, the same math as `Qwen2` (parity-tested against the
   full forward). Keys are cached transposed so the scores are a plain [G, Dh] x [Dh, S] matmul
   per (row, kv head); the new key/value is written in place at `slot`."""
   b = x_BxD.shape[0]
-  h, k, dh, dt = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x_BxD.dtype
+  h, k, dh, dt = model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim, x_BxD.dtype
   g = h // k
-  qkv = rms_norm(x_BxD, w["input_norm"], cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
+  qkv = rms_norm(x_BxD, w["input_norm"], model_cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
   q = apply_rope(qkv[:, : h * dh].reshape(b, 1, h, dh), cos, sin)
   q_BxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(b, k, g, dh)
   new_k = apply_rope(qkv[:, h * dh : (h + k) * dh].reshape(b, 1, k, dh), cos, sin)
@@ -182,12 +184,12 @@ def _decode_layer(cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, 
   probs = jax.nn.softmax(scores, axis=-1).astype(dt)
   out_BxHDh = jnp.einsum("bkgs,bksd->bkgd", probs, v_BxKxSxDh.astype(dt)).reshape(b, h * dh)
   x_BxD = x_BxD + out_BxHDh @ w["o"]
-  y = rms_norm(x_BxD, w["post_attn_norm"], cfg.rms_norm_eps, dt)
+  y = rms_norm(x_BxD, w["post_attn_norm"], model_cfg.rms_norm_eps, dt)
   x_BxD = x_BxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
   return x_BxD, k_BxKxDhxS, v_BxKxSxDh
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sp", "pad_id"))
+@functools.partial(jax.jit, static_argnames=("model_cfg", "sp", "pad_id"))
 def _generate(
   params,
   weights,
@@ -196,16 +198,18 @@ def _generate(
   rng,
   limit_B,
   *,
-  cfg: Qwen2Config,
+  model_cfg: Qwen2Config,
   sp: SamplingParams,
   pad_id: int,
 ):
   b, p = prompt_BxTp.shape
   n = sp.max_new_tokens
-  dt = jnp.dtype(cfg.compute_dtype)
+  dt = jnp.dtype(model_cfg.compute_dtype)
   # Prefill: the model itself, over a cache of the prompt's P slots.
-  cache = (jnp.zeros((cfg.num_layers, b, p, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
-  h, (k_all, v_all) = Qwen2(cfg).apply(
+  cache = (
+    jnp.zeros((model_cfg.num_layers, b, p, model_cfg.num_kv_heads, model_cfg.head_dim), dt),
+  ) * 2
+  h, (k_all, v_all) = Qwen2(model_cfg).apply(
     {"params": params},
     prompt_BxTp,
     positions_from_mask(prompt_mask_BxTp),
@@ -216,11 +220,11 @@ def _generate(
   # Decode: one cache per layer, keys [B, K, Dh, S], values [B, K, S, Dh].
   ks = tuple(
     jnp.pad(k_all[i].transpose(0, 2, 3, 1), ((0, 0), (0, 0), (0, 0), (0, n)))
-    for i in range(cfg.num_layers)
+    for i in range(model_cfg.num_layers)
   )
   vs = tuple(
     jnp.pad(v_all[i].transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, n), (0, 0)))
-    for i in range(cfg.num_layers)
+    for i in range(model_cfg.num_layers)
   )
   key_valid_BxS = jnp.pad(prompt_mask_BxTp.astype(bool), ((0, 0), (0, n)))
   next_pos_B = jnp.sum(prompt_mask_BxTp, axis=-1).astype(jnp.int32)
@@ -257,16 +261,16 @@ def _generate(
     i, ks, vs, key_valid, out, tok = carry
     slot = p + i - 1  # the slot of the token sampled at step i-1
     key_valid = key_valid.at[:, slot].set(True)
-    cos, sin = rope_tables((next_pos_B + i - 1)[:, None], cfg.head_dim, cfg.rope_theta)
+    cos, sin = rope_tables((next_pos_B + i - 1)[:, None], model_cfg.head_dim, model_cfg.rope_theta)
     x_BxD = weights["embed"][tok]
     new_ks, new_vs = [], []
-    for layer in range(cfg.num_layers):  # unrolled: per-layer weights and caches, no slicing
+    for layer in range(model_cfg.num_layers):  # unrolled: per-layer weights and caches, no slicing
       x_BxD, kc, vc = _decode_layer(
-        cfg, weights["layers"][layer], x_BxD, cos, sin, ks[layer], vs[layer], slot, key_valid
+        model_cfg, weights["layers"][layer], x_BxD, cos, sin, ks[layer], vs[layer], slot, key_valid
       )
       new_ks.append(kc)
       new_vs.append(vc)
-    x_BxD = rms_norm(x_BxD, weights["final_norm"], cfg.rms_norm_eps, dt)
+    x_BxD = rms_norm(x_BxD, weights["final_norm"], model_cfg.rms_norm_eps, dt)
     out, tok = emit(out, x_BxD @ weights["head"], i)
     return i + 1, tuple(new_ks), tuple(new_vs), key_valid, out, tok
 
@@ -278,7 +282,7 @@ def _generate(
 
 
 def generate(
-  cfg: Qwen2Config,
+  model_cfg: Qwen2Config,
   params,
   prompts: list[list[int]],
   sp: SamplingParams,
@@ -292,7 +296,7 @@ def generate(
 ) -> Generation:
   """Samples one response per prompt, a `records.Generation` of B rows: tokens [B, N] (pad after
   the end), logprobs [B, N] (0 after the end), lengths [B], stopped [B]. `weights`:
-  `prepare(cfg, params)`, made here if None. `max_new`: each row's own token limit (at most
+  `prepare(model_cfg, params)`, made here if None. `max_new`: each row's own token limit (at most
   sp.max_new_tokens; default that)."""
   if not prompts:
     raise ValueError("generate() needs at least one prompt")
@@ -310,7 +314,7 @@ def generate(
   if max_new is not None:
     limit[: len(prompts)] = np.minimum(max_new, sp.max_new_tokens)
   if weights is None:
-    weights = prepare(cfg, params)
+    weights = prepare(model_cfg, params)
   tokens, logps, done, length = jax.device_get(
     _generate(
       params,
@@ -319,7 +323,7 @@ def generate(
       jnp.asarray(mask),
       jax.random.PRNGKey(seed),
       jnp.asarray(limit),
-      cfg=cfg,
+      model_cfg=model_cfg,
       sp=sp,
       pad_id=pad_id,
     )

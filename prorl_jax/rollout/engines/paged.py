@@ -85,22 +85,22 @@ class PagedEngine:
   `generate(prompts, n, sampling, seed)` returns what `jax_sampler.generate` returns for the
   prompt-major rows (n per prompt); `stats` holds the last call's page and step counts."""
 
-  def __init__(self, cfg: Qwen2Config, params, pc: PagedConfig = PagedConfig(), weights=None):
-    self.cfg, self.params, self.pc = cfg, params, pc
-    self.weights = prepare(cfg, params) if weights is None else weights
+  def __init__(self, model_cfg: Qwen2Config, params, pc: PagedConfig = PagedConfig(), weights=None):
+    self.model_cfg, self.params, self.pc = model_cfg, params, pc
+    self.weights = prepare(model_cfg, params) if weights is None else weights
     self.stats = EngineStats()
     self.pool: PagePool | None = None  # the last call's
 
   def _pool(self, max_len: int):
-    pc, cfg = self.pc, self.cfg
+    pc, model_cfg = self.pc, self.model_cfg
     per_seq = -(-max_len // pc.page_size)
     pages = pc.pages or pc.slots * (per_seq + 1) + 1
-    dt = jnp.dtype(cfg.compute_dtype)
+    dt = jnp.dtype(model_cfg.compute_dtype)
     kshape, vshape = kernels.pool_shapes(
-      pc.attention, pages, cfg.num_kv_heads, cfg.head_dim, pc.page_size
+      pc.attention, pages, model_cfg.num_kv_heads, model_cfg.head_dim, pc.page_size
     )
-    kp = tuple(jnp.zeros(kshape, dt) for _ in range(cfg.num_layers))
-    vp = tuple(jnp.zeros(vshape, dt) for _ in range(cfg.num_layers))
+    kp = tuple(jnp.zeros(kshape, dt) for _ in range(model_cfg.num_layers))
+    vp = tuple(jnp.zeros(vshape, dt) for _ in range(model_cfg.num_layers))
     return PagePool(pages), kp, vp, per_seq
 
   def generate(
@@ -127,7 +127,7 @@ class PagedEngine:
     version."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("generate() needs prompts of at least one token")
-    cfg, pc, page = self.cfg, self.pc, self.pc.page_size
+    model_cfg, pc, page = self.model_cfg, self.pc, self.pc.page_size
     n_new = sp.max_new_tokens
     rows = len(prompts) * n
     max_len = max(len(p) for p in prompts) + n_new + pc.steps_per_sync
@@ -186,7 +186,7 @@ class PagedEngine:
         jnp.asarray(ids),
         seed_key,
         jnp.asarray(seq_ids),
-        cfg=cfg,
+        model_cfg=model_cfg,
         sp=sp,
         attention=pc.attention,
       )
@@ -218,7 +218,7 @@ class PagedEngine:
       if newer is not None:  # an in-flight update: later tokens come from these weights
         version, params, *prepared = newer
         self.params = params
-        self.weights = prepared[0] if prepared else prepare(cfg, params)
+        self.weights = prepared[0] if prepared else prepare(model_cfg, params)
         swaps += 1
       free = np.flatnonzero(~active)
       if len(free) > len(ready) and waiting:  # enough groups for every free slot, in one call
@@ -270,7 +270,7 @@ class PagedEngine:
         jnp.asarray(table[:, :m]),
         state,
         seed_key,
-        cfg=cfg,
+        model_cfg=model_cfg,
         sp=sp,
         steps=pc.steps_per_sync,
         groups=min(pc.slot_groups, s),
@@ -289,7 +289,14 @@ class PagedEngine:
         held[slot] = []
     self.stats = EngineStats(
       peak_pages=int(pool.peak),
-      page_bytes=int(2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * page * kp[0].itemsize),
+      page_bytes=int(
+        2
+        * model_cfg.num_layers
+        * model_cfg.num_kv_heads
+        * model_cfg.head_dim
+        * page
+        * kp[0].itemsize
+      ),
       decode_steps=int(steps),
       weight_swaps=int(swaps),
     )

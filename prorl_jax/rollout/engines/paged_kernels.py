@@ -57,7 +57,7 @@ def _pallas(attention: str) -> bool:
   return attention != "xla"
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "sp", "attention"), donate_argnums=(2, 3))
+@functools.partial(jax.jit, static_argnames=("model_cfg", "sp", "attention"), donate_argnums=(2, 3))
 def admit(
   params,
   head,
@@ -69,7 +69,7 @@ def admit(
   seed_key,
   seq_BxR,
   *,
-  cfg: Qwen2Config,
+  model_cfg: Qwen2Config,
   sp: SamplingParams,
   attention: str = "xla",
 ):
@@ -79,14 +79,16 @@ def admit(
   and the first tokens and their log-probs [B, R]."""
   b, t = tokens_BxT.shape
   mask = (jnp.arange(t)[None, :] < lengths_B[:, None]).astype(jnp.int32)
-  dt = jnp.dtype(cfg.compute_dtype)
-  cache = (jnp.zeros((cfg.num_layers, b, t, cfg.num_kv_heads, cfg.head_dim), dt),) * 2
-  h, (k_all, v_all) = Qwen2(cfg).apply(
+  dt = jnp.dtype(model_cfg.compute_dtype)
+  cache = (
+    jnp.zeros((model_cfg.num_layers, b, t, model_cfg.num_kv_heads, model_cfg.head_dim), dt),
+  ) * 2
+  h, (k_all, v_all) = Qwen2(model_cfg).apply(
     {"params": params}, tokens_BxT, positions_from_mask(mask), causal_mask(mask), cache, 0
   )
   n_pages, ids = page_ids_BxN.shape[1], page_ids_BxN.reshape(-1)
   out_k, out_v = [], []
-  kh, dh = cfg.num_kv_heads, cfg.head_dim
+  kh, dh = model_cfg.num_kv_heads, model_cfg.head_dim
   for layer, (kp, vp) in enumerate(zip(kpages, vpages)):
     if _pallas(attention):  # [K, P, page, Dh]
       page = kp.shape[2]
@@ -190,7 +192,7 @@ def flash_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S):
 
 
 def attend_paged(
-  cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, active_S, groups, attention="xla"
+  model_cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, active_S, groups, attention="xla"
 ):
   """One layer for one new token per slot: its key/value written at (its page, pos % page),
   then attention over the slot's pages up to and including pos: with `xla`, in `groups` runs of
@@ -198,9 +200,9 @@ def attend_paged(
   length, so a few long sequences do not make every slot read that far); with a Pallas kernel,
   every slot as long as its own."""
   s = x_SxD.shape[0]
-  h, k, dh, dt = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, x_SxD.dtype
+  h, k, dh, dt = model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim, x_SxD.dtype
   g, page = h // k, kp.shape[2] if _pallas(attention) else kp.shape[-1]
-  qkv = rms_norm(x_SxD, w["input_norm"], cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
+  qkv = rms_norm(x_SxD, w["input_norm"], model_cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
   q = apply_rope(qkv[:, : h * dh].reshape(s, 1, h, dh), cos, sin)
   q_SxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(s, k, g, dh)
   new_k = apply_rope(qkv[:, h * dh : (h + k) * dh].reshape(s, 1, k, dh), cos, sin).reshape(s, k, dh)
@@ -226,16 +228,29 @@ def attend_paged(
       ]
     )
   x_SxD = x_SxD + out.astype(dt).reshape(s, h * dh) @ w["o"]
-  y = rms_norm(x_SxD, w["post_attn_norm"], cfg.rms_norm_eps, dt)
+  y = rms_norm(x_SxD, w["post_attn_norm"], model_cfg.rms_norm_eps, dt)
   x_SxD = x_SxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
   return x_SxD, kp, vp
 
 
 @functools.partial(
-  jax.jit, static_argnames=("cfg", "sp", "steps", "groups", "attention"), donate_argnums=(1, 2)
+  jax.jit,
+  static_argnames=("model_cfg", "sp", "steps", "groups", "attention"),
+  donate_argnums=(1, 2),
 )
 def decode(
-  weights, kpages, vpages, table_SxM, state, seed_key, *, cfg, sp, steps, groups=1, attention="xla"
+  weights,
+  kpages,
+  vpages,
+  table_SxM,
+  state,
+  seed_key,
+  *,
+  model_cfg,
+  sp,
+  steps,
+  groups=1,
+  attention="xla",
 ):
   """`steps` decode steps of every active slot. `state`: pos [S] (the next cache position), tok
   [S] (the last token), ngen [S] (tokens drawn so far), cap [S] (the sequence's token limit),
@@ -243,19 +258,19 @@ def decode(
   their own longest (`attend_paged`); `attention`: one of `ATTENTION`.
   Returns the pages, the new state and, per step, the tokens, log-probs and which slots
   emitted [steps, S]."""
-  dt = jnp.dtype(cfg.compute_dtype)
+  dt = jnp.dtype(model_cfg.compute_dtype)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   n_max = sp.max_new_tokens
 
   def step(carry, _):
     kps, vps, st = carry
     pos, tok, ngen, active, seq = st["pos"], st["tok"], st["ngen"], st["active"], st["seq"]
-    cos, sin = rope_tables(pos[:, None], cfg.head_dim, cfg.rope_theta)
+    cos, sin = rope_tables(pos[:, None], model_cfg.head_dim, model_cfg.rope_theta)
     x = weights["embed"][tok]
     new_k, new_v = [], []
-    for layer in range(cfg.num_layers):
+    for layer in range(model_cfg.num_layers):
       x, kp, vp = attend_paged(
-        cfg,
+        model_cfg,
         weights["layers"][layer],
         x,
         cos,
@@ -270,7 +285,7 @@ def decode(
       )
       new_k.append(kp)
       new_v.append(vp)
-    x = rms_norm(x, weights["final_norm"], cfg.rms_norm_eps, dt)
+    x = rms_norm(x, weights["final_norm"], model_cfg.rms_norm_eps, dt)
     nxt, lp = sample_rows(x @ weights["head"], seed_key, seq, ngen, sp)
     emitted = active
     ngen = ngen + active.astype(jnp.int32)
