@@ -10,6 +10,7 @@ from prorl_jax.algo import dynamic_sampling
 from prorl_jax.records import EngineStats, PromptItem, Request, Result
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import collect as collect_lib
+from prorl_jax.trainer import placement
 from prorl_jax.trainer.plan import rollout_plan
 
 
@@ -69,7 +70,7 @@ def _collect(tmp_path, version_of, inflight=False, bodies=None, **rollout):
   t = threading.Thread(target=_answer, args=args, daemon=True)
   t.start()
   try:
-    plan = rollout_plan(cfg)
+    plan = rollout_plan(cfg, placement.worker_count(cfg))
     groups, info = collect_lib.collect(plan, Items(), buffer, ex, None, step=7, version=3)
   finally:
     stop.set()

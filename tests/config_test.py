@@ -257,7 +257,9 @@ def test_the_inline_engine_starts_no_worker_and_counts_as_one(engine, local, ext
 
   c = base_config()
   c.rollout.engine, c.rollout.local_workers, c.rollout.external_workers = engine, local, external
-  plan = rollout_plan(c)
-  got = (placement.worker_count(c), plan.requests_per_round, plan.publish_files)
+  wp = placement.workers_plan(c)
+  plan = rollout_plan(c, wp.count)
+  got = (wp.count, plan.requests_per_round, plan.publish_files)
+  assert placement.worker_count(c) == wp.count
   assert got == want
   assert placement.worker_engine(c) == "jax"  # what local (and evaluation) workers run

@@ -111,6 +111,7 @@ def test_every_command_starts_its_local_workers_pinned_by_the_layout(
   evaluation with no local workers configured still gets one."""
   import stat
 
+  from prorl_jax.trainer.placement import workers_plan
   from prorl_jax.trainer.workers import local_workers
 
   py = tmp_path / "python"
@@ -120,8 +121,9 @@ def test_every_command_starts_its_local_workers_pinned_by_the_layout(
   cfg = config_lib.base_config()
   cfg.rollout.engine, cfg.rollout.worker_python = "vllm", str(py)
   cfg.rollout.local_workers, cfg.vllm.tensor_parallel = workers_asked, 2
-  workers, placed = local_workers(
-    cfg, "file:///x", str(tmp_path / "logs"), at_least_one=True, check=False
+  placed = workers_plan(cfg).layout
+  workers = local_workers(
+    workers_plan(cfg), "file:///x", str(tmp_path / "logs"), at_least_one=True, check=False
   )
   for p in workers.procs:
     p.wait()

@@ -4,8 +4,56 @@ options. Imports no JAX: `main` reads the memory fraction here before JAX starts
 
 from __future__ import annotations
 
-from prorl_jax.config import ConfigError
+import dataclasses
+import types
+from collections.abc import Mapping
+
+from prorl_jax.config import ConfigError, sandbox_limits
 from prorl_jax.rollout import layout as layout_lib
+from prorl_jax.rollout.local import worker_python
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkersPlan:
+  """A config's rollout workers on this host, placed once (`workers_plan`): where each local
+  worker runs (the layout), the engine and options they run, their Python, and how they score
+  (verifier processes, the code sandboxes' limits). The trainer's inline worker runs the same
+  engine options and scores the same way."""
+
+  layout: layout_lib.Layout
+  engine: str  # of the local worker processes (`worker_engine`)
+  options: Mapping  # the engine's options (`engine_options`)
+  python: str  # the local workers' interpreter
+  inflight_updates: bool
+  verifier_processes: int
+  unsandboxed_code: bool
+  sandbox_limits: Mapping  # {"memory_bytes", "pids"}: all code sandboxes of a process together
+
+  @property
+  def count(self) -> int:
+    """The local worker processes this host starts."""
+    return len(self.layout.workers)
+
+
+def workers_plan(cfg, hosts: int = 1, gpus: int | None = None) -> WorkersPlan:
+  """The config's `WorkersPlan` on this host (`hosts`: the trainer's; `gpus`: this host's
+  count, default the visible GPUs)."""
+  try:
+    placed = layout(cfg, gpus, hosts)
+  except layout_lib.LayoutError as e:
+    raise ConfigError(str(e)) from None
+  engine = worker_engine(cfg)
+  r = cfg.rollout
+  return WorkersPlan(
+    layout=placed,
+    engine=engine,
+    options=types.MappingProxyType(engine_options(cfg)),
+    python=worker_python(engine, r.worker_python),
+    inflight_updates=bool(r.inflight_updates),
+    verifier_processes=int(r.verifier_processes),
+    unsandboxed_code=bool(r.unsandboxed_code),
+    sandbox_limits=types.MappingProxyType(sandbox_limits(cfg)),
+  )
 
 
 def worker_engine(cfg) -> str:

@@ -1,6 +1,7 @@
 """The run's config unpacked once: `Plan.from_config(cfg)` turns the ConfigDict into the small
 frozen records the trainer's steps read (what to ask the workers for, how scores are shaped,
-which advantages, the loss, the optimizer, when to validate and to reset the reference). Below
+which advantages, the loss, the optimizer, when to validate and to reset the reference, where
+the local workers go and what they run). Below
 the loop's entry nothing reads the ConfigDict; a test or a tool builds these records directly.
 
 The fields keep the config's key names (`rollout.max_staleness` is `RolloutPlan.max_staleness`),
@@ -170,10 +171,11 @@ def loss_config(cfg) -> ts.LossConfig:
   )
 
 
-def rollout_plan(cfg) -> RolloutPlan:
-  """What a step asks the workers for (the local workers counted on this host's layout)."""
+def rollout_plan(cfg, local_workers: int) -> RolloutPlan:
+  """What a step asks the workers for (`local_workers`: the worker processes this host starts,
+  `WorkersPlan.count`)."""
   r, a = cfg.rollout, cfg.algo
-  processes = placement.worker_count(cfg) + r.external_workers
+  processes = local_workers + r.external_workers
   inline = r.engine == "inline"  # every trainer process serves requests
   return _pick(
     RolloutPlan,
@@ -226,16 +228,18 @@ class Plan:
   reset: ResetPlan
   checkpoint: CheckpointPlan
   metrics: MetricsPlan
+  workers: placement.WorkersPlan  # the local workers placed once, and how every worker scores
 
   @classmethod
   def from_config(cls, cfg) -> Plan:
     r, a = cfg.rollout, cfg.algo
     routing = types.MappingProxyType(config_lib.routing_table(cfg))
+    workers = placement.workers_plan(cfg, hosts=jax.process_count())
     return cls(
       run_dir=cfg.run_dir,
       total_steps=cfg.total_steps,
       compute_dtype=cfg.model.compute_dtype,
-      rollout=rollout_plan(cfg),
+      rollout=rollout_plan(cfg, workers.count),
       shaping=Shaping(
         max_len=r.max_response_len,
         truncation_penalty=a.truncation_penalty,
@@ -265,4 +269,5 @@ class Plan:
         async_save=cfg.checkpoint.async_save,
       ),
       metrics=_pick(MetricsPlan, cfg.metrics),
+      workers=workers,
     )

@@ -14,7 +14,7 @@ import jax
 
 from prorl_jax import config as config_lib
 from prorl_jax.data.sources import precheck
-from prorl_jax.rollout.local import check_worker_python, worker_python
+from prorl_jax.rollout.local import check_worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.trainer import placement, run_dir
 from prorl_jax.trainer import setup as setup_lib
@@ -144,8 +144,8 @@ def before_loading(cfg, accept_config_changes: bool):
     open_store(run_dir.exchange_url(cfg))
   except InvalidExchange as e:
     raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
-  if placement.worker_count(cfg):  # can the workers run at all?
-    engine = placement.worker_engine(cfg)
-    check_worker_python(worker_python(engine, cfg.rollout.worker_python), engine)
+  wp = placement.workers_plan(cfg)
+  if wp.count:  # can the workers run at all?
+    check_worker_python(wp.python, wp.engine)
   setup_lib.resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   return None, changes

@@ -72,12 +72,12 @@ def packed_row_len(r) -> int:
   return r.pack_row_len or r.token_budget
 
 
-def check_code_sandbox(cfg, verifiers: set[str]):
+def check_code_sandbox(wp: placement.WorkersPlan, verifiers: set[str]):
   """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
   run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
-  if "code" not in verifiers or not placement.worker_count(cfg):
+  if "code" not in verifiers or not wp.count:
     return
-  if cfg.rollout.unsandboxed_code:
+  if wp.unsandboxed_code:
     log.warning(
       "!!! rollout.unsandboxed_code=True: local workers run code rewards WITHOUT a "
       "sandbox; use only with trusted data"
@@ -125,9 +125,9 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
   tok = _tokenizer(path)
   # The data and the mesh before the weights: their errors come before any heavy work.
   source, heldout, dropped = _training_data(c, tok)
-  check_code_sandbox(c, source.verifiers)
-  mesh, model_cfg, params = _mesh_and_model(c, path)
   plan = Plan.from_config(c)
+  check_code_sandbox(plan.workers, source.verifiers)
+  mesh, model_cfg, params = _mesh_and_model(c, path)
   tx = plan.optimizer.make()
   state_sh = ts.state_shardings(model_cfg, tx, mesh)  # computed once, given to every jit below
   state = ts.create_train_state(

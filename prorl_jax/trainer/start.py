@@ -137,10 +137,10 @@ def start(cfg, accept_config_changes: bool, watch: Watch) -> Run | Outcome:
       return Outcome("done", {"finished": True, "steps": step0})
   ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
   url = exchange_url(cfg)
-  rollouts = workers_lib.open_rollouts(cfg, ex, url, setup, watch)
+  rollouts = workers_lib.open_rollouts(ex, url, setup, watch)
   publish(setup, state, ex, loop.version, rollouts.inline)
   prune(ex, pins)
-  workers_lib.start_local_workers(cfg, rollouts, url)
+  workers_lib.start_local_workers(setup.plan, rollouts, url)
   return Run(setup, state, source, buffer, loop, ckpt, writer, rollouts, pins, watch, t_start)
 
 
