@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: median wall time, interleaved A/B timing, model FLOPs per
-token, and the AOT child process on a fake 8-device CPU mesh."""
+token, the models they run, ProRL-shaped lengths, and the AOT child process on a fake 8-device
+CPU mesh."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import statistics
 import subprocess
 import sys
 import time
+
+import numpy as np
+
+H200_BF16_DENSE = 989e12  # the datasheet's dense bf16 FLOP/s, the MFU's denominator
 
 
 def aot_child(script: str) -> dict:
@@ -90,6 +95,25 @@ def big_cfg(impl, args, remat="full"):
   return presets.r1_distill_qwen_1p5b(
     param_dtype="float32", compute_dtype="bfloat16", remat=remat, attention_impl=impl
   )
+
+
+def sampler_shape(args, batch=None):
+  """(batch, prompt, new tokens) of the sampler stages."""
+  return (batch or 8, 32, 32) if args.smoke else (batch or args.gen_batch, 256, args.gen_tokens)
+
+
+def rl_cfg(args, **kw):
+  """`big_cfg` of attention `impl` (a keyword, default xla) with the other keywords replaced."""
+  return big_cfg(kw.pop("impl", "xla"), args).replace(**kw)
+
+
+def prorl_lengths(rng, n: int, median: float = 2000.0, cap: int = 8192, scale: int = 1):
+  """(prompt, response) token counts: prompts 50-400, responses log-normal around `median`
+  (sigma 0.6), 7% cut at `cap`; all divided by `scale`."""
+  prompt = rng.randint(50, 401, size=n)
+  resp = rng.lognormal(mean=np.log(median), sigma=0.6, size=n)
+  resp = np.where(rng.rand(n) < 0.07, cap, np.minimum(resp, cap))
+  return np.maximum(prompt // scale, 1), np.maximum(resp // scale, 1).astype(int)
 
 
 def build_random_base(path: str, smoke: bool) -> str:

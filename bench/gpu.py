@@ -13,10 +13,12 @@ the next one runs):
   torch    the same work in transformers/torch (Qwen2ForCausalLM, bf16 autocast, fp32 params,
            gradient checkpointing, SDPA, fused AdamW) as a ratio
   sampler  the JAX sampler vs transformers `generate` on the same 1.5B shape and batch
+           (the peers `torch` and `sampler_hf`: bench/gpu_peers.py)
   pipeline serial vs pipelined RL steps, trainer and JAX-sampler worker as two processes sharing
            the GPU (random 1.5B-shape weights); in its own invocation: `--stages=pipeline`
   pairs, decode_ops, decode, engine, packed, e2e: where an RL step's hardware time goes
-           (bench/gpu_rl.py says what each measures); `--stages=rl` runs them all in order
+           (bench/gpu_counts.py and bench/gpu_rl.py say what each measures); `--stages=rl`
+           runs them all in order
 `--stages` picks and orders them; `train_cudnn@dots` sets the remat policy, `sampler_jax@256` the
 batch. A deadline (`--budget-s`) skips the stages that would start after it.
 """
@@ -33,10 +35,16 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import gpu_peers  # noqa: E402
 import gpu_rl  # noqa: E402
-from benchutil import big_cfg, median_time, model_flops_per_token, small_cfg  # noqa: E402
-
-H200_BF16_DENSE = 989e12
+from benchutil import (  # noqa: E402
+  H200_BF16_DENSE,
+  big_cfg,
+  median_time,
+  model_flops_per_token,
+  sampler_shape,
+  small_cfg,
+)
 
 
 def stage_matmul(args):
@@ -145,62 +153,6 @@ def stage_train(args, impl, remat="full"):
   }
 
 
-def _hf_config(model_cfg):
-  import transformers
-
-  return transformers.Qwen2Config(
-    vocab_size=model_cfg.vocab_size,
-    hidden_size=model_cfg.hidden_size,
-    intermediate_size=model_cfg.intermediate_size,
-    num_hidden_layers=model_cfg.num_layers,
-    num_attention_heads=model_cfg.num_heads,
-    num_key_value_heads=model_cfg.num_kv_heads,
-    head_dim=model_cfg.head_dim,
-    tie_word_embeddings=model_cfg.tie_word_embeddings,
-    rope_theta=model_cfg.rope_theta,
-    attn_implementation="sdpa",
-  )
-
-
-def stage_torch(args):
-  import torch
-  import transformers
-
-  model_cfg = big_cfg("xla", args)
-  b, t, micro = (4, 128, 2) if args.smoke else (args.seqs, args.seq_len, args.micro_batches)
-  dev = "cuda" if torch.cuda.is_available() else "cpu"
-  with torch.device(dev):
-    model = transformers.Qwen2ForCausalLM(_hf_config(model_cfg)).train()
-  model.gradient_checkpointing_enable()
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01, fused=dev == "cuda")
-  ids = torch.randint(0, model_cfg.vocab_size, (b, t), device=dev)
-  mb = b // micro
-
-  def run():
-    opt.zero_grad(set_to_none=True)
-    for i in range(micro):
-      with torch.autocast(dev, dtype=torch.bfloat16):
-        loss = model(input_ids=ids[i * mb : (i + 1) * mb], labels=ids[i * mb : (i + 1) * mb]).loss
-      (loss / micro).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    if dev == "cuda":
-      torch.cuda.synchronize()
-
-  dt = median_time(run, args.steps)
-  flops = model_flops_per_token(model_cfg, t) * b * t
-  return {
-    "torch": torch.__version__,
-    "step_s": round(dt, 3),
-    "tokens_per_s": round(b * t / dt),
-    "mfu_vs_989": round(flops / dt / H200_BF16_DENSE, 3),
-  }
-
-
-def _sampler_shape(args, batch=None):
-  return (batch or 8, 32, 32) if args.smoke else (batch or args.gen_batch, 256, args.gen_tokens)
-
-
 def stage_sampler_jax(args, batch=None):
   import jax
   import numpy as np
@@ -209,7 +161,7 @@ def stage_sampler_jax(args, batch=None):
   from prorl_jax.rollout.engines import jax_sampler
 
   model_cfg = big_cfg("xla", args).replace(param_dtype="bfloat16", remat="none")
-  b, p, n = _sampler_shape(args, batch)
+  b, p, n = sampler_shape(args, batch)
   params = init_params(model_cfg, jax.random.PRNGKey(0))
   rng = np.random.RandomState(0)
   prompts = [list(rng.randint(1, model_cfg.vocab_size, p)) for _ in range(b)]
@@ -234,43 +186,6 @@ def stage_sampler_jax(args, batch=None):
     "new_tokens": n,
     "first_call_s": round(first_s, 1),
     "tokens_per_s": round(int(out.lengths.sum()) / jt),
-  }
-
-
-def stage_sampler_hf(args, batch=None):
-  import torch
-  import transformers
-
-  model_cfg = big_cfg("xla", args)
-  b, p, n = _sampler_shape(args, batch)
-  dev = "cuda" if torch.cuda.is_available() else "cpu"
-  with torch.device(dev):
-    model = transformers.Qwen2ForCausalLM(_hf_config(model_cfg)).to(torch.bfloat16).eval()
-  ids = torch.randint(1, model_cfg.vocab_size, (b, p), device=dev)
-
-  def hf():
-    with torch.no_grad():
-      model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        do_sample=True,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        pad_token_id=0,
-      )
-    if dev == "cuda":
-      torch.cuda.synchronize()
-
-  ht = median_time(hf, 1)
-  return {
-    "torch": torch.__version__,
-    "batch": b,
-    "prompt": p,
-    "new_tokens": n,
-    "tokens_per_s": round(b * n / ht),
   }
 
 
@@ -385,9 +300,9 @@ def main():
     "parity": stage_parity,
     "train_cudnn": lambda a: stage_train(a, "cudnn"),
     "train_xla": lambda a: stage_train(a, "xla"),
-    "torch": stage_torch,
+    "torch": gpu_peers.stage_torch,
     "sampler_jax": stage_sampler_jax,
-    "sampler_hf": stage_sampler_hf,
+    "sampler_hf": gpu_peers.stage_sampler_hf,
     "pipeline": stage_pipeline,
     **gpu_rl.STAGES,
   }
