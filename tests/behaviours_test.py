@@ -128,6 +128,47 @@ def test_entropy_bonus_by_hand():
   assert float(m["actor/entropy"]) == pytest.approx(2.0)
 
 
+def _groups(k: int = 2):
+  """`k` groups of one prompt [1, 2] and responses [3, 4] + i and [5, 6, 7] + i (5 trained
+  tokens each), one right and one wrong."""
+  return [
+    loop_helpers.group(
+      [1.0, 0.0], prompt_ids=[1, 2], lengths=[2, 3], tokens=np.array([[3, 4, 0], [5, 6, 7]]) + i
+    )
+    for i in range(k)
+  ]
+
+
+def _update(groups, train_step, logprobs, packed_train_step=None, *, epochs=1, packed=False):
+  """`update.update` over `groups` with the model's functions given (a fake setup around the
+  real update: its plan from the base config)."""
+  cfg = config_lib.base_config()
+  cfg.rollout.n, cfg.rollout.mini_batch_prompts = 2, 1
+  cfg.rollout.max_prompt_len, cfg.rollout.max_response_len = 16, 16
+  cfg.algo.epochs = epochs
+  run = types.SimpleNamespace(
+    plan=Plan.from_config(cfg),
+    pad_id=0,
+    rows=2,
+    batch_shardings=None,
+    train_step=train_step,
+    logprobs=logprobs,
+    slab_shape=(2, 8) if packed else None,
+    slab_shardings=None,
+    packed_train_step=packed_train_step,
+    packed_logprobs=logprobs,
+  )
+  state = types.SimpleNamespace(params="policy", ref_params="reference")
+  import prorl_jax.parallel.dist as dist  # the fake setup's arrays stay on the host
+
+  orig = dist.global_batch
+  dist.global_batch = lambda tree, shardings: tree
+  try:
+    return update.update(run, state, groups, step=1, length_penalty_on=False)
+  finally:
+    dist.global_batch = orig
+
+
 @pytest.mark.parametrize("packed", [False, True])
 def test_epochs_repeat_every_mini_batch_update(packed):
   calls = []
@@ -145,44 +186,33 @@ def test_epochs_repeat_every_mini_batch_update(packed):
     t = np.asarray(inputs["tokens"])
     return np.full(t.shape, -1.0, np.float32), np.ones(t.shape, np.float32)
 
-  cfg = config_lib.base_config()
-  cfg.rollout.n, cfg.rollout.mini_batch_prompts = 2, 1
-  cfg.rollout.max_prompt_len, cfg.rollout.max_response_len = 16, 16
-  cfg.algo.epochs = 3
-  groups = [
-    loop_helpers.group(
-      [1.0, 0.0], prompt_ids=[1, 2], lengths=[2, 3], tokens=np.array([[3, 4, 0], [5, 6, 7]]) + i
-    )
-    for i in range(2)
-  ]
-
-  run = types.SimpleNamespace(
-    plan=Plan.from_config(cfg),
-    pad_id=0,
-    rows=2,
-    batch_shardings=None,
-    train_step=train_step,
-    logprobs=logprobs,
-    slab_shape=(2, 8) if packed else None,
-    slab_shardings=None,
-    packed_train_step=packed_train_step,
-    packed_logprobs=logprobs,
-  )
-  state = types.SimpleNamespace(params=None, ref_params=None)
-  import prorl_jax.parallel.dist as dist
-
-  orig = dist.global_batch
-  dist.global_batch = lambda tree, shardings: tree
-  try:
-    _, metrics = update.update(run, state, groups, step=1, length_penalty_on=False)
-  finally:
-    dist.global_batch = orig
+  metrics = _update(_groups(), train_step, logprobs, packed_train_step, epochs=3, packed=packed)
+  metrics = metrics.metrics
   assert len(calls) == 3 * 2 and metrics["actor/updates"] == 6
   assert calls[:2] == calls[2:4] == calls[4:]  # each epoch sees the same mini-batches
   # group i: prompt [1, 2] before responses [3, 4] + i and [5, 6, 7] + i, nothing else
   assert sorted(calls[:2]) == [2 * 3 + 3 + 4 + 5 + 6 + 7, 2 * 3 + 4 + 5 + 6 + 7 + 8]
   if packed:
     assert metrics["packing/slabs"] == 2 and metrics["packing/fill"] == 9 / 16
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_update_returns_the_kl_to_the_reference_that_steers_the_loop(packed):
+  """The old policy's k2 KL to the reference per trained token, a typed field of the update (the
+  KL-spike reset reads it): here the policy gives each token log-prob -1 and the reference
+  -1.5 to tokens 3 and 8 (one trained token in each group), so 0.5 * 0.5^2 on 2 of the 10."""
+
+  def logprobs(params, inputs):
+    t = np.asarray(inputs["tokens"])
+    old = np.full(t.shape, -1.0, np.float32)
+    if params == "reference":
+      old = np.where((t == 3) | (t == 8), -1.5, old)
+    return old, np.ones(t.shape, np.float32)
+
+  step = lambda state, *a: (state, {"actor/loss": 0.0})  # noqa: E731
+  got = _update(_groups(), step, logprobs, step, packed=packed)
+  assert got.kl_ref == pytest.approx(0.5 * 0.25 * 2 / 10)
+  assert got.metrics["actor/kl_ref_old"] == got.kl_ref
 
 
 def test_sampler_top_k_1_is_greedy():

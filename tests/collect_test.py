@@ -7,6 +7,7 @@ import numpy as np
 
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
+from prorl_jax.parallel import dist
 from prorl_jax.records import EngineStats, PromptItem, Request, Result
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import collect as collect_lib
@@ -71,17 +72,23 @@ def _collect(tmp_path, version_of, inflight=False, bodies=None, **rollout):
   t.start()
   try:
     plan = rollout_plan(cfg, placement.worker_count(cfg))
-    groups, info = collect_lib.collect(plan, Items(), buffer, ex, None, step=7, version=3)
+    got = collect_lib.collect(plan, Items(), buffer, ex, None, step=7, version=3)
   finally:
     stop.set()
     t.join()
-  return buffer, groups, info, served
+  return buffer, got, served
 
 
 def test_collect_refills_until_enough_informative_groups(tmp_path):
-  buffer, groups, info, served = _collect(tmp_path, lambda rid: 3)
+  buffer, got, served = _collect(tmp_path, lambda rid: 3)
+  groups, info = got.groups, got.metrics
   # each round of 4 prompts has 2 informative ones (even first token): 2 rounds give 4
   assert info["sampling/rounds"] == 2 and info["sampling/keep_rate"] == 0.5
+  assert got.keep_rate == 4 / 8  # the typed value that sizes the next prefetch
+  # it crosses the hosts' broadcast as plain data and comes back as it was
+  back = collect_lib.Collected(*dist.unpack(dist.pack(got)))
+  assert back.keep_rate == got.keep_rate and back.metrics == info
+  assert [g.uid for g in back.groups] == [g.uid for g in groups]
   assert sorted(int(g.uid) for g in groups) == [0, 2, 4, 6]
   assert all(g.raw_scores.tolist() == [1.0, 0.0] for g in groups)
   assert info["staleness/0"] == 4 and info["sampling/stale_dropped"] == 0
@@ -91,10 +98,10 @@ def test_collect_refills_until_enough_informative_groups(tmp_path):
 
 def test_collect_never_trains_on_results_beyond_the_staleness_bound(tmp_path):
   # the first round comes back from weights v1 while the trainer is at v3 (bound 1): dropped
-  _, groups, info, served = _collect(
-    tmp_path, lambda rid: 1 if "-g00-" in rid else 3, max_staleness=1
-  )
+  _, got, served = _collect(tmp_path, lambda rid: 1 if "-g00-" in rid else 3, max_staleness=1)
+  groups, info = got.groups, got.metrics
   assert info["sampling/stale_dropped"] == 1
+  assert got.keep_rate == 4 / 8  # the dropped round generated no group
   assert sorted(int(g.uid) for g in groups) == [4, 6, 8, 10]
   assert info["sampling/rounds"] == 3 and served[0] == "s0000007-g00-c00000"
 
@@ -171,16 +178,16 @@ def test_tokens_from_an_in_flight_update_are_counted_and_the_result_keeps_its_ol
   tmp_path,
 ):
   bodies = []
-  _, groups, info, _ = _collect(
+  info = _collect(
     tmp_path, lambda rid: 3, inflight=True, bodies=bodies, max_staleness=1, inflight_updates=True
-  )
+  )[1].metrics
   assert bodies and all(b.max_version is None for b in bodies)  # any newer version may come
   # 2 rounds x 8 rows, each row's third token from v4 except row 0 of each request (2 tokens)
   assert info["sampling/inflight_tokens"] == 2 * (8 - 1)
   assert info["staleness/0"] == 4  # admitted by the oldest version, v3
   assert info["engine/weight_swaps"] == 2 and info["engine/peak_kv_mib"] == 1.5  # 2 results
   bodies = []
-  _, _, plain, _ = _collect(tmp_path / "plain", lambda rid: 3, bodies=bodies)
+  plain = _collect(tmp_path / "plain", lambda rid: 3, bodies=bodies)[1].metrics
   assert plain["sampling/inflight_tokens"] == 0
   assert "engine/weight_swaps" not in plain and "engine/peak_kv_mib" not in plain
   assert bodies and all(b.max_version == 3 for b in bodies)  # pinned to the trainer's version

@@ -1,7 +1,7 @@
 """The step's batch from the exchange (`loop.run` drives it): `collect` fills the step's batch of
 informative groups (dynamic sampling with refill and carry-over, within `rollout.max_staleness`),
 `prefetch` puts the next step's requests ahead (the pipelined loop); `Received` is what came
-back."""
+back, `Collected` what `collect` returns."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import logging
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -192,6 +193,17 @@ def _take_prefetched(ex: Exchange, pf: Prefetch | None, step: int) -> Prefetch |
   return pf
 
 
+class Collected(NamedTuple):
+  """A step's batch: its informative `groups`, the `metrics` of their gathering, and the value
+  that steers the loop, `keep_rate`: the share of this step's newly generated groups (prefetched
+  ones too) that were kept, which sizes the next prefetches (None when none were generated). A
+  tuple, so that it crosses `dist.broadcast` as plain data."""
+
+  groups: list[Group]
+  metrics: dict
+  keep_rate: float | None
+
+
 def collect(
   p: RolloutPlan,
   source,
@@ -202,11 +214,11 @@ def collect(
   step: int,
   version: int,
   prefetched: Prefetch | None = None,
-) -> tuple[list[Group], dict]:
+) -> Collected:
   """Fills step `step`'s batch of informative groups (dynamic sampling with refill): prompts
   from `source`, groups carried over in `buffer` (both advance), the results of the prefetch
   record `prefetched` first; `on_idle` is called while it waits (checks the workers, and raises
-  to abandon the wait). Returns (groups, metrics)."""
+  to abandon the wait)."""
   rounds, got = itertools.count(), Received()
 
   def generate():
@@ -230,6 +242,8 @@ def collect(
     max_rounds=p.max_gen_rounds,
     dynamic_sampling=p.dynamic_sampling,
   )
+  generated = got_prefetched + stats.groups_generated
+  keep_rate = (kept_prefetched + stats.groups_kept) / generated if generated else None
   info = {
     "sampling/rounds": stats.rounds,
     "sampling/keep_rate": stats.keep_rate,
@@ -240,14 +254,20 @@ def collect(
     "sampling/carry_over_expired": expired,
     **got.info(),
   }
-  generated = got_prefetched + stats.groups_generated
-  if generated:  # the share of this step's new groups kept: sizes the next prefetches
-    info["sampling/keep_rate_all"] = (kept_prefetched + stats.groups_kept) / generated
+  if keep_rate is not None:
+    info["sampling/keep_rate_all"] = keep_rate
   if p.pipeline:
     info["pipeline/prefetched_kept"] = kept_prefetched
-  if groups:
-    lag = [version - g.policy_version for g in groups]
-    info["sampling/staleness"] = float(np.mean(lag))
-    for d in range(max(lag) + 1):
-      info[f"staleness/{d}"] = lag.count(d)
-  return groups, info
+  info.update(_staleness(groups, version))
+  return Collected(groups, info, keep_rate)
+
+
+def _staleness(groups: list[Group], version: int) -> dict:
+  """How many versions behind `version` the groups were sampled: the mean, and the count at
+  each lag."""
+  if not groups:
+    return {}
+  lag = [version - g.policy_version for g in groups]
+  return {"sampling/staleness": float(np.mean(lag))} | {
+    f"staleness/{d}": lag.count(d) for d in range(max(lag) + 1)
+  }

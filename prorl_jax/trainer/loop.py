@@ -22,7 +22,7 @@ import jax
 
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.parallel import dist
-from prorl_jax.trainer.collect import collect, prefetch
+from prorl_jax.trainer.collect import Collected, collect, prefetch
 from prorl_jax.trainer.loop_state import LoopState, reset_reason
 from prorl_jax.trainer.metrics import wall_seconds_total
 from prorl_jax.trainer.preemption import Preempted, Watch
@@ -37,10 +37,15 @@ log = logging.getLogger("prorl_jax.trainer.loop")
 @dataclasses.dataclass(frozen=True)
 class Step:
   """What one step returns besides the new TrainState and loop state: its metrics, the length
-  penalty's phase change (None or "on"/"off")."""
+  penalty's phase change (None or "on"/"off") and the values that steer the loop, which the
+  step has put into the loop state: the dynamic-sampling keep rate that sizes the next prefetch
+  (None when no group was generated) and the KL to the reference that a KL-spike reset reads
+  (0 when nothing was trained)."""
 
   metrics: dict
   lp_event: str | None
+  keep_rate: float | None
+  kl_ref: float
 
 
 def run_step(run: Run, step: int) -> Step:
@@ -56,27 +61,17 @@ def run_step(run: Run, step: int) -> Step:
   if plan.rollout.pipeline and dist.is_primary() and step < plan.total_steps:
     loop, sent = _prefetch_next(run, loop, prefetched, step)
   ex = run.rollouts.ex
-  groups, info = on_primary(
-    lambda: collect(
-      plan.rollout,
-      run.source,
-      run.buffer,
-      ex,
-      run.rollouts.on_idle,
-      step=step,
-      version=loop.version,
-      prefetched=prefetched,
-    ),
-    run.rollouts.inline,
-  )
-  if "sampling/keep_rate_all" in info:  # sizes the next prefetches
-    loop = dataclasses.replace(loop, keep_rate=info["sampling/keep_rate_all"])
+  got = _collected(run, step, loop.version, prefetched)
+  if got.keep_rate is not None:  # sizes the next prefetches
+    loop = dataclasses.replace(loop, keep_rate=got.keep_rate)
   t1 = time.time()
-  metrics = dict(info, **sent, **{"data/dropped_too_long": run.setup.dropped_too_long})
-  if groups:
+  metrics = dict(got.metrics, **sent, **{"data/dropped_too_long": run.setup.dropped_too_long})
+  kl_ref = 0.0
+  if got.groups:
     lp_on = run.setup.schedule.is_on(loop.length_penalty)
-    run.state, m = update(run.setup, run.state, groups, step=step, length_penalty_on=lp_on)
-    metrics.update(m)
+    u = update(run.setup, run.state, got.groups, step=step, length_penalty_on=lp_on)
+    run.state, kl_ref = u.state, u.kl_ref
+    metrics.update(u.metrics)
   t2 = time.time()
   publish(run.setup, run.state, ex, loop.version + 1, run.rollouts.inline)
   t3 = time.time()
@@ -86,7 +81,7 @@ def run_step(run: Run, step: int) -> Step:
     step=step,
     version=loop.version + 1,
     length_penalty=length_penalty,
-    kl_history=(loop.kl_history + [metrics.get("actor/kl_ref_old", 0.0)])[-50:],
+    kl_history=(loop.kl_history + [kl_ref])[-50:],
   )
   metrics.update(_timing(t0, t1, t2, t3, metrics.get("response/tokens", 0)))
   metrics["policy_version"] = run.loop.version
@@ -94,7 +89,28 @@ def run_step(run: Run, step: int) -> Step:
     metrics["workers/restarts"] = run.rollouts.restarts
   if ex is not None:
     metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
-  return Step(metrics, lp_event)
+  return Step(metrics, lp_event, got.keep_rate, kl_ref)
+
+
+def _collected(run: Run, step: int, version: int, prefetched) -> Collected:
+  """`collect` on the primary (the other processes serve requests meanwhile), its `Collected`
+  on every process."""
+  r = run.rollouts
+  return Collected(
+    *on_primary(
+      lambda: collect(
+        run.plan.rollout,
+        run.source,
+        run.buffer,
+        r.ex,
+        r.on_idle,
+        step=step,
+        version=version,
+        prefetched=prefetched,
+      ),
+      r.inline,
+    )
+  )
 
 
 def _prefetch_next(run: Run, loop: LoopState, prefetched, step: int) -> tuple[LoopState, dict]:

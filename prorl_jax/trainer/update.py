@@ -1,10 +1,12 @@
 """One RL step's update (`loop.run` drives it, after `collect`): `update` shapes the scores,
-computes advantages and the old/reference log-probs and runs the mini-batch updates."""
+computes advantages and the old/reference log-probs and runs the mini-batch updates; `Updated`
+is what it returns."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,9 +61,18 @@ def _reduce(pending: list[dict]) -> dict:
   return out
 
 
-def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: bool):
-  """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step:
-  (the new TrainState, metrics)."""
+class Updated(NamedTuple):
+  """One step's update: the new TrainState, its metrics, and the value that steers the loop,
+  `kl_ref`: the old policy's k2 KL to the reference per trained token, before any update (the
+  KL-spike reference reset reads it; the metric actor/kl_ref_old reports it)."""
+
+  state: Any  # TrainState
+  metrics: dict
+  kl_ref: float
+
+
+def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: bool) -> Updated:
+  """Shaping, advantages, old/ref log-probs and the mini-batch updates of one RL step."""
   r = setup.plan.batching
   metrics = {"length_penalty/on": float(length_penalty_on)}
   order = np.random.RandomState((r.seed, step)).permutation(len(groups))
@@ -71,7 +82,8 @@ def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: b
   )
   metrics.update(batch.group_metrics(groups, shaped))
   batches, plans = _mini_batches(setup, state, groups)
-  batches, tok_total = _with_advantages(setup.plan.advantages, batches, groups, shaped, metrics)
+  a = setup.plan.advantages
+  batches, tok_total, kl_ref = _with_advantages(a, batches, groups, shaped, metrics)
   inputs = []  # per mini-batch, made once and trained on every epoch
   if setup.slab_shape:
     metrics["packing/fill"] = float(np.mean([p.fill_fraction for p in plans]))
@@ -89,7 +101,7 @@ def update(setup, state, groups: list[Group], *, step: int, length_penalty_on: b
       pending.append(m)  # fetched once after all updates: no host sync between them
   metrics.update(_reduce(pending))
   metrics["response/tokens"] = tok_total
-  return state, metrics
+  return Updated(state, metrics, kl_ref)
 
 
 def _mini_batches(setup, state, groups: list[Group]):
@@ -120,7 +132,7 @@ def _mini_batches(setup, state, groups: list[Group]):
 def _with_advantages(a, batches, groups: list[Group], shaped, metrics: dict):
   """The mini-batches with their per-token advantages (`a`: the run's AdvantagePlan), which use
   statistics over the whole post-filter batch; the old policy's entropy and KL to the reference
-  added to `metrics`. Returns (batches, trained tokens)."""
+  added to `metrics`. Returns (batches, trained tokens, that KL)."""
   real = [(b, slice(0, b.real_rows)) for b in batches]
   loss_mask = np.concatenate([b.loss_mask_BxT[rows] for b, rows in real])
   kl = None
@@ -138,16 +150,17 @@ def _with_advantages(a, batches, groups: list[Group], shaped, metrics: dict):
   )
   tok_total = max(float(loss_mask.sum()), 1.0)
   metrics["actor/entropy_old"] = float(sum(b.entropy_BxT.sum() for b in batches) / tok_total)
-  metrics["actor/kl_ref_old"] = float(
+  kl_ref = float(
     sum((0.5 * np.square(b.old_logp_BxT - b.ref_logp_BxT)).sum() for b in batches) / tok_total
   )
+  metrics["actor/kl_ref_old"] = kl_ref
   offsets = np.cumsum([0] + [b.real_rows for b in batches])
   out = []
   for i, b in enumerate(batches):
     adv = np.zeros_like(b.old_logp_BxT)
     adv[: b.real_rows] = adv_all[offsets[i] : offsets[i + 1]]
     out.append(b.replace(adv_BxT=adv))
-  return out, tok_total
+  return out, tok_total, kl_ref
 
 
 def _slab_inputs(setup, b: batch.TrainBatch, plan: packing.Plan):
