@@ -525,7 +525,7 @@ def test_unsandboxed_is_an_explicit_opt_in(caplog):
 
 def test_the_trainer_stops_before_training_when_code_data_cannot_be_sandboxed(monkeypatch, caplog):
   from prorl_jax.config import ConfigError, base_config
-  from prorl_jax.trainer import setup
+  from prorl_jax.trainer import preflight
   from prorl_jax.trainer.placement import workers_plan
 
   cfg = base_config()
@@ -535,14 +535,14 @@ def test_the_trainer_stops_before_training_when_code_data_cannot_be_sandboxed(mo
     lambda: "code rewards need the bubblewrap sandbox (`bwrap` not found): install bubblewrap",
   )
   with pytest.raises(ConfigError, match="install bubblewrap .*rollout.unsandboxed_code=True"):
-    setup.check_code_sandbox(workers_plan(cfg), {"math", "code"})
-  setup.check_code_sandbox(
+    preflight.check_code_sandbox(workers_plan(cfg), {"math", "code"})
+  preflight.check_code_sandbox(
     workers_plan(cfg), {"math", "chain_sum"}
   )  # no code data: nothing to check
   cfg.rollout.local_workers = "0"
-  setup.check_code_sandbox(
+  preflight.check_code_sandbox(
     workers_plan(cfg), {"code"}
   )  # external workers check (and log) for themselves
   cfg.rollout.local_workers, cfg.rollout.unsandboxed_code = "1", True
-  setup.check_code_sandbox(workers_plan(cfg), {"code"})
+  preflight.check_code_sandbox(workers_plan(cfg), {"code"})
   assert "WITHOUT a sandbox" in caplog.text

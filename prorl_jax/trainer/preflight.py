@@ -1,7 +1,8 @@
 """What a run checks before it loads anything: the optional packages its config asks for (a
 one-line error that says how to install them), the flags that cannot act in the configured run
-(a warning each: an ablation that changes nothing should say so before it costs a day), and
-(`before_loading`) its run directory, model, data, exchange and worker Python."""
+(a warning each: an ablation that changes nothing should say so before it costs a day),
+(`before_loading`) its run directory, model, data, exchange and worker Python, and the code
+sandbox once the data says it needs one (`check_code_sandbox`, from `setup.build`)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import os
 import jax
 
 from prorl_jax import config as config_lib
+from prorl_jax import sandbox
 from prorl_jax.data.sources import precheck
+from prorl_jax.model import hf_weights
 from prorl_jax.rollout.local import check_worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.trainer import placement, run_dir
-from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer.plan import data_spec
 from prorl_jax.trainer.run_record import RUN_RECORD, check_resume_config, latest_local_step
 
@@ -138,7 +140,7 @@ def before_loading(cfg, accept_config_changes: bool):
   if done and jax.process_count() == 1 and not pending:
     print(run_dir.finished_line(cfg, last), flush=True)
     return {"finished": True, "steps": last}, changes
-  setup_lib.check_model_path(cfg)  # is the model there, and are the data files and rows?
+  check_model_path(cfg)  # is the model there, and are the data files and rows?
   precheck(data_spec(cfg))
   try:  # ... and can the exchange be opened?
     open_store(run_dir.exchange_url(cfg))
@@ -147,5 +149,30 @@ def before_loading(cfg, accept_config_changes: bool):
   wp = placement.workers_plan(cfg)
   if wp.count:  # can the workers run at all?
     check_worker_python(wp.python, wp.engine)
-  setup_lib.resolve_model_path(cfg)  # the demo's base model is built once, by the primary
   return None, changes
+
+
+def check_model_path(cfg) -> None:
+  """One line naming what `model.path` lacks (config.json, weights, tokenizer), before a model
+  is loaded or a worker started."""
+  missing = cfg.model.path and hf_weights.missing_files(cfg.model.path)
+  if missing:
+    raise config_lib.ConfigError(
+      f"model.path={cfg.model.path!r} has {missing}; point it at a Hugging Face model directory"
+    )
+
+
+def check_code_sandbox(wp: placement.WorkersPlan, verifiers: set[str]):
+  """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
+  run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
+  if "code" not in verifiers or not wp.count:
+    return
+  if wp.unsandboxed_code:
+    log.warning(
+      "!!! rollout.unsandboxed_code=True: local workers run code rewards WITHOUT a "
+      "sandbox; use only with trusted data"
+    )
+    return
+  err = sandbox.check()
+  if err:
+    raise config_lib.ConfigError(f"{err} (or set rollout.unsandboxed_code=True for trusted data)")

@@ -17,13 +17,12 @@ import jax
 import numpy as np
 
 from prorl_jax import config as config_lib
-from prorl_jax import sandbox
 from prorl_jax.algo import shaping
 from prorl_jax.data.sources import sources_for
 from prorl_jax.demo import warm_start
-from prorl_jax.model import hf_weights, load_hf, load_tokenizer
+from prorl_jax.model import load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
-from prorl_jax.trainer import compiled, placement
+from prorl_jax.trainer import compiled, preflight
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.plan import Plan, data_spec
 
@@ -36,19 +35,9 @@ R1_DISTILL_HINT = (
 )
 
 
-def check_model_path(cfg) -> None:
-  """One line naming what `model.path` lacks (config.json, weights, tokenizer), before a model
-  is loaded or a worker started."""
-  missing = cfg.model.path and hf_weights.missing_files(cfg.model.path)
-  if missing:
-    raise config_lib.ConfigError(
-      f"model.path={cfg.model.path!r} has {missing}; point it at a Hugging Face model directory"
-    )
-
-
 def resolve_model_path(cfg) -> str:
   """The HF directory to start from; the demo builds its tiny base model when none is given."""
-  check_model_path(cfg)
+  preflight.check_model_path(cfg)
   if cfg.model.path:
     return cfg.model.path
   if cfg.model.build_tiny:
@@ -70,22 +59,6 @@ def attention_impl(model_cfg) -> str:
 def packed_row_len(r) -> int:
   """Tokens per packed row: rollout.pack_row_len, or the whole per-device budget when 0."""
   return r.pack_row_len or r.token_budget
-
-
-def check_code_sandbox(wp: placement.WorkersPlan, verifiers: set[str]):
-  """Local workers score code in the bubblewrap sandbox: when the data needs it and it cannot
-  run here, stop now with its one-line fix (or run unsandboxed on explicit request, logged)."""
-  if "code" not in verifiers or not wp.count:
-    return
-  if wp.unsandboxed_code:
-    log.warning(
-      "!!! rollout.unsandboxed_code=True: local workers run code rewards WITHOUT a "
-      "sandbox; use only with trusted data"
-    )
-    return
-  err = sandbox.check()
-  if err:
-    raise config_lib.ConfigError(f"{err} (or set rollout.unsandboxed_code=True for trusted data)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +99,7 @@ def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
   # The data and the mesh before the weights: their errors come before any heavy work.
   source, heldout, dropped = _training_data(c, tok)
   plan = Plan.from_config(c)
-  check_code_sandbox(plan.workers, source.verifiers)
+  preflight.check_code_sandbox(plan.workers, source.verifiers)
   mesh, model_cfg, params = _mesh_and_model(c, path)
   tx = plan.optimizer.make()
   state_sh = ts.state_shardings(model_cfg, tx, mesh)  # computed once, given to every jit below

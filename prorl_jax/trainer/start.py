@@ -163,6 +163,7 @@ def _checked_and_built(cfg, accept_config_changes: bool):
       finished, changes = preflight.before_loading(cfg, accept_config_changes)
       if finished:
         return Outcome("done", finished)
+      setup_lib.resolve_model_path(cfg)  # the demo's base model is built once, by the primary
     dist.barrier("base_model")
     setup, state, source = setup_lib.build(cfg)
   except BaseException:  # a start that fails before writing anything leaves no empty run dir
