@@ -10,7 +10,7 @@ from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.records import Group, Prefetch, PromptMeta, Request, SamplingParams
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.trainer import run_dir, versions
+from prorl_jax.trainer import loop_state, preflight, run_dir, versions
 from prorl_jax.trainer.loop_state import LoopState
 from prorl_jax.trainer.plan import Plan
 from tests import loop_helpers
@@ -44,10 +44,10 @@ def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
   source.take(12)
   buffer = dynamic_sampling.GroupBuffer([_group(1, 4), _group(2, 5)])
   live = LoopState(step=5, version=5, resets=[{"step": 3, "why": "schedule"}], pass1_start=0.25)
-  saved = json.loads(json.dumps(run_dir.loop_json(live, source, buffer)))  # as a checkpoint does
+  saved = json.loads(json.dumps(loop_state.loop_json(live, source, buffer)))  # as a checkpoint does
   assert live.data == {} and live.buffer == []  # the live loop state is not changed
   fresh = Counter()
-  got, got_buffer = run_dir.resume_loop(saved, fresh)
+  got, got_buffer = loop_state.resume_loop(saved, fresh)
   assert fresh.k == 12 and fresh.take(2) == [12, 13]  # the cursor continues where it stood
   assert (got.step, got.version, got.resets, got.pass1_start) == (5, 5, live.resets, 0.25)
   taken = got_buffer.take(2)
@@ -147,12 +147,12 @@ def test_a_checkpoints_prefetch_keeps_its_weights_until_a_newer_checkpoint_is_fi
 
 def test_advice_names_tis_for_the_pipeline_with_icepop():
   cfg = config_lib.base_config()
-  assert run_dir.advice(cfg) == []  # the defaults: on-policy, ICE-POP
+  assert preflight.advice(cfg) == []  # the defaults: on-policy, ICE-POP
   cfg.rollout.pipeline, cfg.rollout.max_staleness = True, 1
-  (line,) = run_dir.advice(cfg)
+  (line,) = preflight.advice(cfg)
   assert "algo.is_correction=tis" in line
   cfg.algo.is_correction = "tis"
-  assert run_dir.advice(cfg) == []
+  assert preflight.advice(cfg) == []
 
 
 def test_a_carry_over_group_checkpointed_as_plain_lists_reads_back_as_a_group():

@@ -1,11 +1,13 @@
 """The RL loop's state between steps, apart from the model's: what a checkpoint stores beside the
-TrainState (as JSON), and all a resumed run needs to continue exactly."""
+TrainState (as JSON: `loop_json`, read back by `resume_loop`), and all a resumed run needs to
+continue exactly."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 
+from prorl_jax.algo import dynamic_sampling
 from prorl_jax.records import Prefetch
 
 # checkpoints written before these fields had their present names
@@ -43,6 +45,18 @@ class LoopState:
     if d.get("prefetch") is not None:
       d["prefetch"] = Prefetch.from_json(d["prefetch"])
     return cls(**d)
+
+
+def loop_json(loop: LoopState, source, buffer) -> dict:
+  """The loop state with the data cursor and carry-over buffer, as a checkpoint stores it."""
+  return dataclasses.replace(loop, data=source.state(), buffer=buffer.state()).to_json()
+
+
+def resume_loop(d: dict, source) -> tuple[LoopState, dynamic_sampling.GroupBuffer]:
+  """The loop state of a checkpoint; `source` is moved to its cursor."""
+  loop = LoopState.from_json(d)
+  source.load_state(loop.data)
+  return loop, dynamic_sampling.GroupBuffer.from_state(loop.buffer)
 
 
 def reset_reason(algo, step: int, kl_history: list, val_history: list) -> str | None:

@@ -1,6 +1,7 @@
 """What a run checks before it loads anything: the optional packages its config asks for (a
 one-line error that says how to install them), the flags that cannot act in the configured run
-(a warning each: an ablation that changes nothing should say so before it costs a day),
+(a warning each: an ablation that changes nothing should say so before it costs a day), the
+settings that learn less than a close alternative (`advice`, logged),
 (`before_loading`) its run directory, model, data, exchange and worker Python, and the code
 sandbox once the data says it needs one (`check_code_sandbox`, from `setup.build`)."""
 
@@ -130,7 +131,7 @@ def before_loading(cfg, accept_config_changes: bool):
   """The primary's checks of the run directory and of what the run needs, before any heavy work:
   (summary of a finished run or None, the config changes a resumed run accepts)."""
   log.info("run %s: its config goes to %s", cfg.run_dir, os.path.join(cfg.run_dir, RUN_RECORD))
-  for line in run_dir.advice(cfg):
+  for line in advice(cfg):
     log.warning(line)
   changes = check_resume_config(cfg, accept_config_changes)
   last = latest_local_step(cfg)
@@ -176,3 +177,16 @@ def check_code_sandbox(wp: placement.WorkersPlan, verifiers: set[str]):
   err = sandbox.check()
   if err:
     raise config_lib.ConfigError(f"{err} (or set rollout.unsandboxed_code=True for trusted data)")
+
+
+def advice(cfg) -> list[str]:
+  """Settings that run but learn less than a close alternative, each with that alternative."""
+  out = []
+  if cfg.rollout.pipeline and cfg.algo.is_correction == "icepop":
+    out.append(
+      "rollout.pipeline=True with algo.is_correction=icepop: ICE-POP's band also drops the tokens "
+      "the policy moved most between the sampling version and the trained one; "
+      "algo.is_correction=tis keeps them with a capped weight and learns more with the pipeline "
+      "(docs/algorithm.md, section 8)"
+    )
+  return out

@@ -19,18 +19,11 @@ from prorl_jax.trainer import preflight
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer import workers as workers_lib
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
-from prorl_jax.trainer.loop_state import LoopState
+from prorl_jax.trainer.loop_state import LoopState, loop_json, resume_loop
 from prorl_jax.trainer.metrics import MetricWriter, NullWriter
 from prorl_jax.trainer.plan import Plan
 from prorl_jax.trainer.preemption import Watch
-from prorl_jax.trainer.run_dir import (
-  exchange_url,
-  finished_line,
-  loop_json,
-  open_exchange,
-  resume_loop,
-  summarized_step,
-)
+from prorl_jax.trainer.run_dir import exchange_url, finished_line, open_exchange, summarized_step
 from prorl_jax.trainer.run_record import record_run
 from prorl_jax.trainer.versions import Pins, on_primary, prune, publish, validate_and_log
 from prorl_jax.trainer.workers import Rollouts
