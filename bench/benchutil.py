@@ -116,6 +116,25 @@ def prorl_lengths(rng, n: int, median: float = 2000.0, cap: int = 8192, scale: i
   return np.maximum(prompt // scale, 1), np.maximum(resp // scale, 1).astype(int)
 
 
+def hf_sample(model, ids, new_tokens: int) -> None:
+  """transformers `generate` of exactly `new_tokens` tokens after each row of `ids`, sampled at
+  temperature 1 with neither top-k nor top-p: the work the JAX sampler is timed on."""
+  import torch
+
+  with torch.no_grad():
+    model.generate(
+      ids,
+      attention_mask=torch.ones_like(ids),
+      do_sample=True,
+      temperature=1.0,
+      top_p=1.0,
+      top_k=0,
+      max_new_tokens=new_tokens,
+      min_new_tokens=new_tokens,
+      pad_token_id=0,
+    )
+
+
 def build_random_base(path: str, smoke: bool) -> str:
   """An HF directory: the demo's character tokenizer and random weights of the 1.5B shape (or
   `small_cfg` with --smoke). Its vocabulary (151,936 rows; 1,024 small) dwarfs the tokenizer's 23

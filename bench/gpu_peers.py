@@ -7,24 +7,21 @@ each hold on to the GPU memory they used):
 
 from __future__ import annotations
 
-from benchutil import H200_BF16_DENSE, big_cfg, median_time, model_flops_per_token, sampler_shape
+from benchutil import (
+  H200_BF16_DENSE,
+  big_cfg,
+  hf_sample,
+  median_time,
+  model_flops_per_token,
+  sampler_shape,
+)
 
 
 def _hf_config(model_cfg):
+  """The transformers config of `model_cfg` (the one its config.json holds), on SDPA attention."""
   import transformers
 
-  return transformers.Qwen2Config(
-    vocab_size=model_cfg.vocab_size,
-    hidden_size=model_cfg.hidden_size,
-    intermediate_size=model_cfg.intermediate_size,
-    num_hidden_layers=model_cfg.num_layers,
-    num_attention_heads=model_cfg.num_heads,
-    num_key_value_heads=model_cfg.num_kv_heads,
-    head_dim=model_cfg.head_dim,
-    tie_word_embeddings=model_cfg.tie_word_embeddings,
-    rope_theta=model_cfg.rope_theta,
-    attn_implementation="sdpa",
-  )
+  return transformers.Qwen2Config(**model_cfg.to_hf_dict(), attn_implementation="sdpa")
 
 
 def stage_torch(args):
@@ -74,18 +71,7 @@ def stage_sampler_hf(args, batch=None):
   ids = torch.randint(1, model_cfg.vocab_size, (b, p), device=dev)
 
   def hf():
-    with torch.no_grad():
-      model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        do_sample=True,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        pad_token_id=0,
-      )
+    hf_sample(model, ids, n)
     if dev == "cuda":
       torch.cuda.synchronize()
 

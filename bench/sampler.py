@@ -26,7 +26,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchutil import interleaved, spread  # noqa: E402
+from benchutil import hf_sample, interleaved, spread  # noqa: E402
 
 B, PROMPT, NEW = 8, 32, 128
 KW = dict(
@@ -72,21 +72,7 @@ def hf_generate(path, prompts):
   model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
   ids = torch.tensor(prompts)
 
-  def run():
-    with torch.no_grad():
-      model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=NEW,
-        min_new_tokens=NEW,
-        pad_token_id=0,
-      )
-
-  return run
+  return lambda: hf_sample(model, ids, NEW)
 
 
 def torch_matmuls(path):
