@@ -128,14 +128,14 @@ def test_entropy_bonus_by_hand():
   assert float(m["actor/entropy"]) == pytest.approx(2.0)
 
 
-def _groups(k: int = 2):
-  """`k` groups of one prompt [1, 2] and responses [3, 4] + i and [5, 6, 7] + i (5 trained
-  tokens each), one right and one wrong."""
+def _groups():
+  """Two groups i = 0, 1 of one prompt [1, 2] and responses [3, 4] + i and [5, 6, 7] + i (5
+  trained tokens each), one right and one wrong."""
   return [
     loop_helpers.group(
       [1.0, 0.0], prompt_ids=[1, 2], lengths=[2, 3], tokens=np.array([[3, 4, 0], [5, 6, 7]]) + i
     )
-    for i in range(k)
+    for i in range(2)
   ]
 
 
@@ -186,8 +186,8 @@ def test_epochs_repeat_every_mini_batch_update(packed):
     t = np.asarray(inputs["tokens"])
     return np.full(t.shape, -1.0, np.float32), np.ones(t.shape, np.float32)
 
-  metrics = _update(_groups(), train_step, logprobs, packed_train_step, epochs=3, packed=packed)
-  metrics = metrics.metrics
+  got = _update(_groups(), train_step, logprobs, packed_train_step, epochs=3, packed=packed)
+  metrics = got.metrics
   assert len(calls) == 3 * 2 and metrics["actor/updates"] == 6
   assert calls[:2] == calls[2:4] == calls[4:]  # each epoch sees the same mini-batches
   # group i: prompt [1, 2] before responses [3, 4] + i and [5, 6, 7] + i, nothing else

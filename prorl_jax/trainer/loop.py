@@ -37,15 +37,12 @@ log = logging.getLogger("prorl_jax.trainer.loop")
 @dataclasses.dataclass(frozen=True)
 class Step:
   """What one step returns besides the new TrainState and loop state: its metrics, the length
-  penalty's phase change (None or "on"/"off") and the values that steer the loop, which the
-  step has put into the loop state: the dynamic-sampling keep rate that sizes the next prefetch
-  (None when no group was generated) and the KL to the reference that a KL-spike reset reads
-  (0 when nothing was trained)."""
+  penalty's phase change (None or "on"/"off"). The values that steer the loop (the keep rate
+  that sizes the next prefetch, the KL to the reference a KL-spike reset reads) go from the
+  typed fields of `Collected` and `Updated` into the loop state."""
 
   metrics: dict
   lp_event: str | None
-  keep_rate: float | None
-  kl_ref: float
 
 
 def run_step(run: Run, step: int) -> Step:
@@ -89,7 +86,7 @@ def run_step(run: Run, step: int) -> Step:
     metrics["workers/restarts"] = run.rollouts.restarts
   if ex is not None:
     metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
-  return Step(metrics, lp_event, got.keep_rate, kl_ref)
+  return Step(metrics, lp_event)
 
 
 def _collected(run: Run, step: int, version: int, prefetched) -> Collected:
