@@ -24,6 +24,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from prorl_jax.parallel import sharding
+
 NEG_SCORE = -1e30  # masked score: finite so a fully masked (padding) query row stays finite
 
 
@@ -134,7 +136,7 @@ def splash_segment_attention(
   # lazy: as in _splash_kernel
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
-  if interpret is None:
+  if interpret is None:  # the mesh's TPUs pass False (`sharded_splash`); else the default backend
     interpret = jax.default_backend() != "tpu"
   b, t, h, dh = q_BxTxHxDh.shape
   k = k_BxTxKxDh.shape[2]
@@ -157,9 +159,30 @@ def splash_segment_attention(
   return out_BxKxGxTxDh.transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
 
 
-def segment_attention(impl: str, q, k, v, seg_BxT, chunk: int = 1024, window: int = 0):
+def sharded_splash(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, mesh):
+  """Splash attention on a mesh: a Mosaic kernel is not partitioned by XLA, so each device runs
+  it on its own rows (split over data x fsdp) and heads (split over tensor where both the query
+  and the kv heads divide, so each shard keeps whole GQA groups)."""
+  rows = sharding.fit_spec(sharding.logical_to_spec(("act_batch",)), seg_BxT.shape[:1], mesh)[0]
+  heads = sharding.logical_to_spec(("act_heads",))[0]
+  h, k = q_BxTxHxDh.shape[2], k_BxTxKxDh.shape[2]
+  size = sharding.axes_size(heads, mesh)
+  heads = heads if h % size == 0 and k % size == 0 else None
+  qkv = jax.sharding.PartitionSpec(rows, None, heads, None)
+  seg = jax.sharding.PartitionSpec(rows, None)
+  fn = functools.partial(splash_segment_attention, interpret=False)
+  return jax.shard_map(
+    fn, mesh=mesh, in_specs=(qkv, qkv, qkv, seg), out_specs=qkv, check_vma=False
+  )(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT)
+
+
+def segment_attention(impl: str, q, k, v, seg_BxT, chunk: int = 1024, window: int = 0, mesh=None):
+  """The full pass's attention by `impl`; splash on a mesh of TPUs runs per device
+  (`sharded_splash`), in Pallas' interpreter elsewhere."""
   if impl == "cudnn":
     return cudnn_segment_attention(q, k, v, seg_BxT)
   if impl == "splash":
+    if mesh is not None and mesh.devices.flat[0].platform == "tpu":
+      return sharded_splash(q, k, v, seg_BxT, mesh)
     return splash_segment_attention(q, k, v, seg_BxT)
   return xla_segment_attention(q, k, v, seg_BxT, chunk, window)

@@ -158,6 +158,40 @@ def r1_distill_qwen_1p5b(**kw) -> Qwen2Config:
   )
 
 
+def r1_distill_qwen_7b(**kw) -> Qwen2Config:
+  """DeepSeek-R1-Distill-Qwen-7B's architecture (its config.json on the Hugging Face Hub)."""
+  return Qwen2Config(
+    vocab_size=152064,
+    hidden_size=3584,
+    intermediate_size=18944,
+    num_layers=28,
+    num_heads=28,
+    num_kv_heads=4,
+    head_dim=128,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+    max_position_embeddings=131072,
+    bos_token_id=151646,
+    eos_token_id=151643,
+    **kw,
+  )
+
+
+# Architectures by name, for what needs a model's shapes but not its weights (the compile tool's
+# model.path): the Hub names, with or without their organisation.
+PRESETS = {
+  "deepseek-r1-distill-qwen-1.5b": r1_distill_qwen_1p5b,
+  "deepseek-r1-distill-qwen-7b": r1_distill_qwen_7b,
+}
+
+
+def preset(name: str):
+  """The architecture function named `name` ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"), or
+  None."""
+  return PRESETS.get(name.lower().removeprefix("deepseek-ai/"))
+
+
 def tiny(vocab_size: int = 32, **kw) -> Qwen2Config:
   """The CPU demo's ~1M-parameter model."""
   base = dict(

@@ -156,6 +156,7 @@ class Attention(nn.Module):
         mask_BxTxS,
         c.attention_chunk,
         c.attention_window,
+        self.mesh,
       )
     else:
       out_BxTxHxDh = attn_lib.dense_attention(

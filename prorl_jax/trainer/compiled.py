@@ -104,15 +104,20 @@ def jit_reset_reference(
   state donated but for its params, which the inline engine may be generating with (it is
   offered the trainer's own arrays); the reset leaves them valid, at the cost of writing the
   new state's params as a copy (one params-sized buffer more while the reset runs)."""
+  jitted = reset_reference_jit(model_cfg, tx, mesh, reinit_optimizer, shardings=shardings)
+  return lambda state: jitted(state.params, state.replace(params=None))
+
+
+def reset_reference_jit(model_cfg, tx, mesh, reinit_optimizer: bool, *, shardings=None):
+  """The jitted program of `jit_reset_reference`: (params, the state without them) -> state."""
   st_sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
 
   def reset(params, rest: TrainState) -> TrainState:
     return reset_reference(rest.replace(params=params), tx, reinit_optimizer)
 
-  jitted = jax.jit(
+  return jax.jit(
     reset,
     in_shardings=(st_sh.params, st_sh.replace(params=None)),
     out_shardings=st_sh,
     donate_argnums=(1,),
   )
-  return lambda state: jitted(state.params, state.replace(params=None))

@@ -45,14 +45,16 @@ def resolve_model_path(cfg) -> str:
   raise config_lib.ConfigError(R1_DISTILL_HINT)
 
 
-def attention_impl(model_cfg) -> str:
+def attention_impl(model_cfg, platform: str | None = None) -> str:
   """`model.attention_impl`, with auto = cuDNN fused attention on NVIDIA GPUs in 16-bit compute,
-  splash attention on TPUs, XLA otherwise."""
+  splash attention on TPUs, XLA otherwise; for `platform` (tpu | gpu | cuda | cpu), the default
+  backend's when None."""
   if model_cfg.attention_impl != "auto":
     return model_cfg.attention_impl
-  if jax.default_backend() == "tpu":
+  platform = platform or jax.default_backend()
+  if platform == "tpu":
     return "splash"
-  fused = jax.default_backend() == "gpu" and model_cfg.compute_dtype in ("bfloat16", "float16")
+  fused = platform in ("gpu", "cuda") and model_cfg.compute_dtype in ("bfloat16", "float16")
   return "cudnn" if fused else "xla"
 
 
@@ -151,16 +153,20 @@ def _mesh_and_model(c, path: str):
     mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
   except ValueError as e:  # the mesh does not fit the devices
     raise config_lib.ConfigError(str(e)) from None
-  model_cfg, params = load_hf(
-    path,
-    dtype=c.model.param_dtype,
-    mesh=mesh,
-    compute_dtype=c.model.compute_dtype,
-    remat=c.model.remat,
-    attention_impl=attention_impl(c.model),
-    attention_chunk=c.model.attention_chunk,
-  )
+  model_cfg, params = load_hf(path, mesh=mesh, **model_options(c.model))
   return mesh, model_cfg, params
+
+
+def model_options(m, platform: str | None = None) -> dict:
+  """How the run runs its model (`model.*`): dtypes, rematerialisation, attention (`auto`
+  resolved for `platform`, the default backend's when None)."""
+  return dict(
+    dtype=m.param_dtype,
+    compute_dtype=m.compute_dtype,
+    remat=m.remat,
+    attention_impl=attention_impl(m, platform),
+    attention_chunk=m.attention_chunk,
+  )
 
 
 def _tokenizer(path: str):
@@ -190,11 +196,7 @@ def _packed_steps(r, plan: Plan, model_cfg, tx, mesh, state_sh) -> dict:
   row_len], a budget per device); all None when the run trains on padded micro-batches."""
   if not r.token_budget:
     return dict(slab_shape=None, slab_shardings=None, packed_train_step=None, packed_logprobs=None)
-  shards = mesh.shape["data"] * mesh.shape["fsdp"]
-  row_len = packed_row_len(r)
-  slab_shape = (shards * (r.token_budget // row_len), row_len)
-  # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
-  packed_cfg = model_cfg.replace(attention_window=r.max_prompt_len + r.max_response_len)
+  slab_shape, packed_cfg = packed_shapes(r, mesh, model_cfg)
   return dict(
     slab_shape=slab_shape,
     slab_shardings=compiled.packed_shardings(mesh, slab_shape),
@@ -205,6 +207,23 @@ def _packed_steps(r, plan: Plan, model_cfg, tx, mesh, state_sh) -> dict:
       packed_cfg, mesh, slab_shape, temperature=plan.loss.temperature
     ),
   )
+
+
+def packed_shapes(r, mesh, model_cfg):
+  """(slab shape [rows, row_len], the packed passes' model config) of `rollout.*` on `mesh`."""
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  row_len = packed_row_len(r)
+  slab_shape = (shards * (r.token_budget // row_len), row_len)
+  # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
+  packed_cfg = model_cfg.replace(attention_window=r.max_prompt_len + r.max_response_len)
+  if packed_cfg.attention_impl == "cudnn":
+    # cuDNN's path takes the block-diagonal mask as a dense [T, T] array per row: on a packed
+    # row of 16K tokens that mask and its scores cost what packing saves; the XLA blocks
+    # attend only within the window and hold no [T, T] buffer.
+    packed_cfg = packed_cfg.replace(attention_impl="xla")
+  if packed_cfg.attention_impl == "splash" and row_len % 128:
+    packed_cfg = packed_cfg.replace(attention_impl="xla")  # splash's blocks are 128-lane
+  return slab_shape, packed_cfg
 
 
 def _probe_tokens(c, items, model_cfg) -> list[list[int]]:

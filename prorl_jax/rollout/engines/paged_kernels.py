@@ -17,6 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention as gpu_paged_attention
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_paged_attention
 
@@ -28,7 +29,9 @@ from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines.jax_sampler import sample_rows
 
 BLOCK_PAGES = 4  # pages of every slot per attention block (the table's width is a multiple)
-ATTENTION = ("xla", "pallas", "pallas_interpret")
+# pallas: the backend's kernel; pallas_tpu / pallas_gpu: that kernel whatever the default backend
+# (compiling for chips this host does not have)
+ATTENTION = ("xla", "pallas", "pallas_tpu", "pallas_gpu", "pallas_interpret")
 
 
 def pool_shapes(attention: str, pages: int, kv_heads: int, head_dim: int, page: int):
@@ -138,7 +141,15 @@ def pallas_pages(
   if kernel is None:
     kernel = "tpu" if jax.default_backend() == "tpu" and not interpret else "gpu"
   if kernel == "tpu":
-    out = tpu_paged_attention(q_SxHxDh, kp, vp, lengths, table_SxM, pages_per_compute_block=block)
+    attend = functools.partial(tpu_paged_attention, pages_per_compute_block=block)
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and mesh.size > 1:
+      # A Mosaic kernel is not partitioned by XLA: on a mesh (`jax.set_mesh`), every device
+      # runs it on the whole (replicated) slots and pages.
+      attend = jax.shard_map(
+        attend, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False
+      )
+    out = attend(q_SxHxDh, kp, vp, lengths, table_SxM)
   else:
     out = gpu_paged_attention(
       q_SxHxDh,
@@ -215,7 +226,8 @@ def attend_paged(
     kp = kp.at[:, write_S, off, :].set(new_k.transpose(1, 0, 2).astype(kp.dtype))
     vp = vp.at[:, write_S, off, :].set(new_v.transpose(1, 0, 2).astype(vp.dtype))
     interpret = attention == "pallas_interpret"
-    out = pallas_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S, interpret)
+    kernel = {"pallas_tpu": "tpu", "pallas_gpu": "gpu"}.get(attention)
+    out = pallas_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S, interpret, kernel)
   else:
     kp = kp.at[write_S, :, :, off].set(new_k.astype(kp.dtype))
     vp = vp.at[write_S, :, off, :].set(new_v.astype(vp.dtype))

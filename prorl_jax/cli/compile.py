@@ -1,0 +1,135 @@
+"""`prorl-compile` (= python -m prorl_jax.cli.compile): will the run fit, and how fast would it be?
+
+  python -m prorl_jax.cli.compile --config=configs/qwen15b.py --topology=v5p-8 \\
+      --config.model.path=deepseek-r1-distill-qwen-1.5b [--config.rollout.engine=inline] [--fit]
+
+Compiles every program of the run (the packed update, the log-prob pass, the reference reset
+and, with rollout.engine=inline, the JAX engine's weight layout, prefill and decode step) for
+a named TPU slice or GPU node on this host, without the chips (`parallel.chips`), and prints a
+JSON line per program on stdout (the compiler's per-device bytes, the chip's HBM, model-counted
+FLOPs and bytes, a roofline time), then a last line with the topology, whether everything fits
+and the step estimates; a table goes to stderr. Times are estimates from published peak
+numbers, never measurements. Exit status: 0 fits, 1 does not fit (one line says what does not
+and which settings change it; --fit tries them in order and prints the first that fits),
+2 a usage error.
+
+Needs libtpu and the CUDA compiler plugin (`make venv-chips`); run from another environment,
+it re-runs itself in .venv-chips when that exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+ENV = {
+  "JAX_PLATFORMS": "cpu",  # the host computes nothing; the chips are compile-only devices
+  "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",  # no TPU is held: several compiles may run at once
+  "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1",  # no CUDA runtime is needed to compile for one
+  "TPU_SKIP_MDS_QUERY": "1",  # no cloud metadata server to ask
+  "TF_CPP_MIN_LOG_LEVEL": "3",
+  "GRPC_VERBOSITY": "ERROR",
+}
+CHIPS_VENV = ".venv-chips"
+GB = 1e9
+
+
+def _reexec_if_needed() -> None:
+  """Runs this command in .venv-chips when this interpreter lacks libtpu or the CUDA plugin."""
+  import importlib.util
+
+  if importlib.util.find_spec("libtpu") and importlib.util.find_spec("jax_plugins"):
+    return
+  here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  python = os.path.join(here, CHIPS_VENV, "bin", "python")
+  if os.path.exists(python) and os.path.realpath(sys.executable) != os.path.realpath(python):
+    os.execv(python, [python, "-m", "prorl_jax.cli.compile", *sys.argv[1:]])
+  print(
+    "error: compiling for chips needs libtpu and the CUDA compiler plugin: run `make venv-chips` "
+    "(or pip install -r requirements-chips.txt)",
+    file=sys.stderr,
+  )
+  sys.exit(2)
+
+
+def table(lines: list[dict], last: dict) -> str:
+  """The terminal's view of the lines: a row per program, then the step estimate."""
+  rows = [f"{'program':<18} {'fits':>4} {'peak GB':>8} {'HBM GB':>7} {'temp GB':>8} "
+          f"{'compile s':>9} {'roofline ms (est.)':>18}"]  # fmt: skip
+  for ln in lines:
+    peak = "-" if ln["peak_bytes_per_chip"] is None else f"{ln['peak_bytes_per_chip'] / GB:.1f}"
+    rows.append(
+      f"{ln['program']:<18} {'yes' if ln['fits'] else 'NO':>4} {peak:>8} "
+      f"{ln['hbm_bytes_per_chip'] / GB:>7.1f} {ln['temp_bytes'] / GB:>8.2f} "
+      f"{ln['compile_s']:>9.1f} {ln['roofline_s_estimate'] * 1e3:>18.2f}"
+      + (f"  ({ln['error']})" if ln.get("error") else "")
+    )
+  est = last["estimate"]
+  fmt = lambda v, unit: "-" if v is None else f"{v:,.0f} {unit}"  # noqa: E731
+  rows.append(
+    f"{last['topology']}: {'fits' if last['fits'] else 'does NOT fit'}; estimates (roofline, "
+    f"not measured): train {fmt(est['train_tokens_per_s_per_chip'], 'tokens/s/chip')}, "
+    f"decode {fmt(est['decode_tokens_per_s_per_chip'], 'tokens/s/chip')}, "
+    f"{fmt(est['step_s'], 's/step')}, {fmt(est['steps_3000_h'], 'h for 3,000 steps')}"
+  )
+  return "\n".join(rows)
+
+
+def main(argv) -> int:
+  from absl import flags
+
+  from prorl_jax import config as config_lib
+  from prorl_jax.trainer import fit
+
+  fv = flags.FLAGS
+  cfg = fv.config
+  config_lib.validate(cfg)
+  try:
+    report = fit.report(
+      cfg, fv.topology, mean_prompt=fv.mean_prompt, mean_response=fv.mean_response,
+      keep_rate=fv.keep_rate, dump=fv.dump, save=fv.save,
+    )  # fmt: skip
+  except (ValueError, config_lib.ConfigError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  for ln in report.lines + [report.last]:
+    print(json.dumps(ln), flush=True)
+  print(table(report.lines, report.last), file=sys.stderr)
+  if report.last["fits"]:
+    return 0
+  print(report.last["why"], file=sys.stderr)
+  if fv.fit:
+    found = fit.find_fit(cfg, fv.topology)
+    print(json.dumps({"fit": found}))
+    print(
+      f"fits with: {' '.join(f'--config.{k}={v}' for k, v in found.items())}"
+      if found is not None else "no setting tried fits: use a larger topology",
+      file=sys.stderr,
+    )  # fmt: skip
+  return 1
+
+
+def run():
+  for k, v in ENV.items():
+    os.environ.setdefault(k, v)
+  _reexec_if_needed()
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  from prorl_jax.cli import errors as cli_lib
+
+  config_flags.DEFINE_config_file("config", None, "the run's config file", lock_config=False)
+  flags.DEFINE_string("topology", None, "v4-8, v5e-8/16/256, v5p-8/16/64/128, v6e-8/16/256, h100-8, h200-8, 2xh200-8")
+  flags.DEFINE_boolean("fit", False, "when it does not fit, try the settings that change it, in order")
+  flags.DEFINE_string("dump", "", "write each program's optimized HLO as text into this directory")
+  flags.DEFINE_string("save", "", "serialise the compiled executables into this directory")
+  flags.DEFINE_integer("mean_prompt", 0, "assumed mean prompt tokens (0: max_prompt_len / 4)")
+  flags.DEFINE_integer("mean_response", 0, "assumed mean response tokens (0: max_response_len / 2)")
+  flags.DEFINE_float("keep_rate", 1.0, "assumed share of generated groups dynamic sampling keeps")
+  flags.mark_flags_as_required(["config", "topology"])
+  app.run(lambda argv: sys.exit(main(argv)), flags_parser=cli_lib.parse_flags)
+
+
+if __name__ == "__main__":
+  run()

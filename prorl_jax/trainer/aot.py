@@ -1,0 +1,326 @@
+"""A run's programs compiled ahead of time for devices it may not have (`parallel.chips`: the
+compile-only devices of a TPU slice or a GPU node, or the host's own), with per-device memory.
+
+`programs(cfg, devices)` builds what `setup.build` builds — the model config, the mesh, the
+optimizer, the state's shardings, the packed (or padded) update, the log-prob pass, the reference
+reset and, with `rollout.engine=inline`, the JAX engine's weight layout, prefill and decode step —
+from shapes alone (`jax.eval_shape`: no weights are read) and returns each jitted function with
+its abstract arguments at the run's shapes. `compile_program` lowers and compiles one and reads
+the compiler's memory analysis and optimized HLO. The arithmetic of time (FLOPs, bytes, the
+roofline) is `trainer.estimate`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from prorl_jax import config as config_lib
+from prorl_jax.model import init_params, presets
+from prorl_jax.model.hf_weights import read_hf_config
+from prorl_jax.parallel import sharding
+from prorl_jax.records import SamplingParams
+from prorl_jax.trainer import compiled, setup
+from prorl_jax.trainer import train_step as ts
+from prorl_jax.trainer.plan import Plan
+
+
+@dataclasses.dataclass
+class Program:
+  """One jitted function of the run at its shapes: `args` abstract (with shardings); `calls` per
+  RL step are counted by `estimate`; `resident` bytes a device holds beside its arguments while
+  it runs (the rest of the train state, the inline engine's weights)."""
+
+  name: str
+  jitted: Any
+  args: tuple
+  kind: str  # accumulate | apply | update | logprob | reset | prefill | decode | layout
+  resident: int = 0
+  kwargs: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+  """What the programs were built for: the model, the mesh, and the run's token shapes."""
+
+  model_cfg: Any
+  mesh: Any
+  platform: str
+  rows: int  # padded mini-batch rows
+  seq: int  # prompt + response tokens at most
+  slab_shape: tuple[int, int] | None  # packed micro-batch [rows, row_len]
+  slots: int  # the inline engine's decode slots (0: no inline engine)
+  context: int  # the inline engine's KV pages per slot x page size
+  steps_per_sync: int
+  state_bytes: int  # the TrainState's bytes on one device
+  engine_bytes: int  # the inline engine's weights on one device
+
+
+def model_config(cfg, platform: str):
+  """The run's model config from `model.path` (a directory with at least config.json), a
+  preset name (`presets.PRESETS`), or the demo's tiny model (`model.build_tiny`)."""
+  m = cfg.model
+  opts = setup.model_options(m, platform)
+  opts["param_dtype"] = opts.pop("dtype")
+  arch = presets.preset(m.path) if m.path else None
+  if arch is not None:
+    return arch(**opts)
+  if not m.path and m.build_tiny:
+    from prorl_jax.demo import tiny_base  # builds the demo's tokenizer and model (small, fast)
+
+    path = tiny_base.build(tempfile.mkdtemp(prefix="prorl-tiny-") + "/base", seed=cfg.seed)
+  else:
+    path = setup.resolve_model_path(cfg) if m.path else ""
+    if not path:
+      raise config_lib.ConfigError(
+        "model.path is empty: give a Hugging Face directory (config.json is enough) or a "
+        f"preset name ({', '.join(presets.PRESETS)})"
+      )
+  return presets.Qwen2Config.from_hf_dict(read_hf_config(path), **opts)
+
+
+def per_device_bytes(tree) -> int:
+  """Bytes of an abstract pytree (with shardings) that one device holds."""
+  total = 0
+  for x in jax.tree.leaves(tree):
+    shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) else x.shape
+    total += int(jnp.dtype(x.dtype).itemsize) * int(jnp.prod(jnp.asarray(shape or (1,))))
+  return total
+
+
+def _abstract(tree, shardings):
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
+
+
+def abstract_state(model_cfg, tx, st_sh) -> ts.TrainState:
+  """The TrainState as shapes with their shardings: nothing allocated."""
+  shapes = jax.eval_shape(lambda: ts._new_state(init_params(model_cfg, jax.random.PRNGKey(0)), tx))
+  return _abstract(shapes, st_sh)
+
+
+def programs(cfg, devices) -> tuple[list[Program], Shapes]:
+  """Every program of the run on `devices` (see the module docstring), in the order a step
+  runs them."""
+  platform = devices[0].platform
+  model_cfg = model_config(cfg, platform)
+  try:
+    mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices=devices)
+  except ValueError as e:
+    raise config_lib.ConfigError(str(e)) from None
+  plan = Plan.from_config(cfg)
+  tx = plan.optimizer.make()
+  st_sh = ts.state_shardings(model_cfg, tx, mesh)
+  state = abstract_state(model_cfg, tx, st_sh)
+  state_bytes = per_device_bytes(state)
+  params_bytes = per_device_bytes(state.params)
+  r = cfg.rollout
+  rows, seq = r.mini_batch_prompts * r.n, r.max_prompt_len + r.max_response_len
+  train = _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state) if r.token_budget else None
+  slab_shape = train[1] if train else None
+  progs = train[0] if train else _padded(plan, model_cfg, tx, mesh, st_sh, state, (rows, seq))
+  reset = compiled.reset_reference_jit(
+    model_cfg, tx, mesh, plan.reset.ref_reset_optimizer, shardings=st_sh
+  )
+  progs.append(Program("reset_ref", reset, (state.params, state.replace(params=None)), "reset"))
+  for p in progs:  # the state not passed in stays in memory beside the program
+    if p.kind in ("accumulate", "logprob"):
+      p.resident = state_bytes - params_bytes
+  engine, engine_bytes, slots, context = [], 0, 0, 0
+  if r.engine == "inline":
+    engine, engine_bytes, slots, context = _inline(cfg, model_cfg, mesh, state)
+    for p in progs:
+      p.resident += engine_bytes
+    for p in engine:
+      p.resident += state_bytes
+  shapes = Shapes(
+    model_cfg, mesh, platform, rows, seq, slab_shape, slots, context,
+    cfg.jax_engine.steps_per_sync, state_bytes, engine_bytes,
+  )  # fmt: skip
+  return progs + engine, shapes
+
+
+def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
+  """The packed update's accumulation and apply, and the packed log-prob pass."""
+  r = cfg.rollout
+  slab_shape, packed_cfg = setup.packed_shapes(r, mesh, model_cfg)
+  step = ts.PackedTrainStep(packed_cfg, tx, plan.loss, mesh, slab_shape, shardings=st_sh)
+  slab_sh = step.slab_sh
+  slab = {
+    k: jax.ShapeDtypeStruct(slab_shape, jnp.float32 if k in ts.FLOAT_KEYS else jnp.int32, sharding=slab_sh[k])
+    for k in ts.PACKED_KEYS
+  }  # fmt: skip
+  rep = sharding.replicated(mesh)
+  counts = (jax.ShapeDtypeStruct((), jnp.float32, sharding=rep),) * 2
+  grads, metrics = jax.eval_shape(step._zeros, state.params, counts)
+  acc = (_abstract(grads, st_sh.params), jax.tree.map(lambda a: _abstract(a, rep), metrics))
+  logprobs = compiled.jit_packed_logprob_step(
+    packed_cfg, mesh, slab_shape, temperature=plan.loss.temperature
+  )
+  model_in = {k: slab[k] for k in ts.PACKED_MODEL_KEYS}
+  return [
+    Program("logprob", logprobs, (state.params, model_in), "logprob"),
+    Program("update/accumulate", step._add, (state.params, acc, slab, counts), "accumulate"),
+    Program("update/apply", step._apply, (state, acc, counts), "apply"),
+  ], slab_shape
+
+
+def _padded(plan, model_cfg, tx, mesh, st_sh, state, batch_shape):
+  """The padded update (micro-batches scanned in one program) and its log-prob pass."""
+  b_sh = compiled.batch_shardings(mesh, batch_shape)
+  batch = {
+    k: jax.ShapeDtypeStruct(batch_shape, jnp.float32 if k in ts.FLOAT_KEYS else jnp.int32, sharding=b_sh[k])
+    for k in ts.BATCH_KEYS
+  }  # fmt: skip
+  lc = plan.loss
+  update = compiled.jit_train_step(model_cfg, tx, lc, mesh, batch_shape, shardings=st_sh)
+  logprobs = compiled.jit_logprob_step(
+    model_cfg, mesh, batch_shape, temperature=lc.temperature, micro_batches=lc.micro_batches
+  )
+  inputs = {k: batch[k] for k in ("tokens", "attn_mask")}
+  return [
+    Program("logprob", logprobs, (state.params, inputs), "logprob"),
+    Program("update", update, (state, batch), "update"),
+  ]
+
+
+def _inline(cfg, model_cfg, mesh, state):
+  """The inline engine's programs: its weight layout from the trainer's params, the prefill of
+  a group's prompt and a chunk of decode steps, at the run's slots and pages."""
+  from prorl_jax.rollout.engines import jax_sampler, paged_kernels  # the engine room
+  from prorl_jax.rollout.inline import worker_config
+
+  e, r = cfg.jax_engine, cfg.rollout
+  wcfg = worker_config(model_cfg, e.dtype)
+  layout = jax.jit(lambda p: jax_sampler.prepare(wcfg, p))
+  weights = jax.eval_shape(layout, state.params)
+  rep = sharding.replicated(mesh)
+  weights = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), weights)
+  backend = "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda") else mesh.devices.flat[0].platform
+  attention = paged_kernels.choose_attention(e.attention, wcfg.head_dim, e.page_size, backend)
+  if attention == "pallas":  # the target's kernel, not this host's backend's
+    attention = f"pallas_{backend}"
+  per_seq = -(-(r.max_prompt_len + r.max_response_len + e.steps_per_sync) // e.page_size)
+  pages = e.pages or e.slots * (per_seq + 1) + 1
+  width = -(-(per_seq + 1) // paged_kernels.BLOCK_PAGES) * paged_kernels.BLOCK_PAGES
+  kshape, vshape = paged_kernels.pool_shapes(
+    attention, pages, wcfg.num_kv_heads, wcfg.head_dim, e.page_size
+  )
+  dt = jnp.dtype(wcfg.compute_dtype)
+  sds = lambda shape, dtype=jnp.int32: jax.ShapeDtypeStruct(shape, dtype, sharding=rep)  # noqa: E731
+  kp = tuple(sds(kshape, dt) for _ in range(wcfg.num_layers))
+  vp = tuple(sds(vshape, dt) for _ in range(wcfg.num_layers))
+  s = e.slots
+  st = {k: sds((s,)) for k in ("pos", "tok", "ngen", "cap", "seq")} | {"active": sds((s,), bool)}
+  sp = SamplingParams(
+    max_new_tokens=r.max_response_len, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+    stop_token_ids=(wcfg.eos_token_id,) if wcfg.eos_token_id is not None else (),
+  )  # fmt: skip
+  key = sds((2,), jnp.uint32)
+  params = jax.tree.map(
+    lambda a: jax.ShapeDtypeStruct(a.shape, jnp.dtype(e.dtype), sharding=a.sharding), state.params
+  )  # the trainer's arrays in the engine's dtype (`inline._as_published`)
+  decode = Program(
+    "engine/decode", paged_kernels.decode,
+    (weights, kp, vp, sds((s, width)), st, key), "decode",
+    kwargs=dict(model_cfg=wcfg, sp=sp, steps=e.steps_per_sync, groups=4, attention=attention),
+  )  # fmt: skip
+  t = -(-r.max_prompt_len // e.page_size) * e.page_size
+  prefill = Program(
+    "engine/prefill", paged_kernels.admit,
+    (params, weights["head"], kp, vp, sds((1, t)), sds((1,)), sds((1, t // e.page_size)), key,
+     sds((1, r.n))), "prefill",
+    kwargs=dict(model_cfg=wcfg, sp=sp, attention=attention),
+  )  # fmt: skip
+  engine_bytes = per_device_bytes(weights)
+  lay = Program("engine/layout", layout, (state.params,), "layout")
+  return [lay, prefill, decode], engine_bytes, s, width * e.page_size
+
+
+@dataclasses.dataclass
+class CompiledProgram:
+  """A compiled program's per-device bytes (the compiler's memory analysis) and what it runs."""
+
+  program: Program
+  compile_s: float
+  argument_bytes: int
+  output_bytes: int
+  alias_bytes: int
+  temp_bytes: int
+  code_bytes: int
+  hlo: str
+  executable: Any = None
+  error: str = ""
+
+  @property
+  def peak_bytes(self) -> int:
+    """Arguments, outputs not aliased to them, temporaries, code, and what stays resident."""
+    return (
+      self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+      + self.code_bytes + self.program.resident
+    )  # fmt: skip
+
+
+def compile_program(p: Program, mesh) -> CompiledProgram:
+  """Lowers and compiles `p` for its arguments' devices; the memory analysis and the optimized
+  HLO. A kernel this host cannot compile (cuDNN needs its library) is an `error`, not a crash."""
+  t0 = time.perf_counter()
+  try:
+    with jax.set_mesh(mesh):
+      exe = p.jitted.lower(*p.args, **p.kwargs).compile()
+  except Exception as e:  # noqa: BLE001 (reported per program; the rest still compile)
+    msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+    return CompiledProgram(p, time.perf_counter() - t0, 0, 0, 0, 0, 0, "", error=msg)
+  m = exe.memory_analysis()
+  return CompiledProgram(
+    p,
+    time.perf_counter() - t0,
+    int(m.argument_size_in_bytes),
+    int(m.output_size_in_bytes),
+    int(m.alias_size_in_bytes),
+    int(m.temp_size_in_bytes),
+    int(m.generated_code_size_in_bytes),
+    exe.as_text() or "",
+    executable=exe,
+  )
+
+
+_SHAPE = re.compile(r"\b(?:bf16|f16|f32|s32|u32|pred|s8|u8|f8e4m3fn)\[([0-9,]+)\]")
+
+
+def largest_buffer(hlo: str) -> int:
+  """The element count of the largest array in an HLO text."""
+  best = 0
+  for dims in _SHAPE.findall(hlo):
+    n = 1
+    for d in dims.split(","):
+      n *= int(d)
+    best = max(best, n)
+  return best
+
+
+def kernels(hlo: str) -> dict:
+  """What the program runs, from its optimized HLO: fusions, custom calls by target (Mosaic
+  kernels on TPUs, cuDNN and Triton on GPUs) and collectives."""
+  calls = re.findall(r'custom_call_target="([^"]+)"', hlo)
+  out = {"fusions": len(re.findall(r"\bfusion\(", hlo))}
+  for target in sorted(set(calls)):
+    out[f"custom_call:{target}"] = calls.count(target)
+  for op in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute"):
+    n = len(re.findall(rf"\b{op}(?:-start)?\(", hlo))
+    if n:
+      out[op] = n
+  return out
+
+
+def square_buffers(hlo: str, t: int) -> int:
+  """How many arrays of an HLO text hold a [t, t] block (two dimensions of `t`): the dense
+  attention scores or mask of a row of `t` tokens."""
+  return sum(1 for dims in _SHAPE.findall(hlo) if dims.split(",").count(str(t)) >= 2)

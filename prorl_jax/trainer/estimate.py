@@ -1,0 +1,117 @@
+"""Time estimates of a run's programs on a chip: FLOPs and HBM bytes counted from the model (the
+compiler's cost analysis counts a loop's body once: a scan over 28 layers as one layer), a
+roofline time per call (the larger of FLOPs / peak and bytes / bandwidth) and the step they add
+up to. Every figure here is an estimate from published peak numbers, never a measurement.
+
+Assumptions, each a parameter: the mean prompt and response lengths of a step's sequences,
+the share of generated groups dynamic sampling keeps, the packed rows' fill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """What one RL step holds (the run's config) and the assumed lengths."""
+
+  responses: int  # prompts_per_step x n
+  mean_prompt: int
+  mean_response: int
+  mini_batches: int
+  epochs: int = 1
+  keep_rate: float = 1.0  # kept groups / generated groups (dynamic sampling)
+  fill: float = 0.95  # real tokens / slab tokens
+
+  @property
+  def seq_len(self) -> int:
+    return self.mean_prompt + self.mean_response
+
+  @property
+  def tokens(self) -> int:
+    return self.responses * self.seq_len
+
+
+def matmul_params(model_cfg) -> tuple[int, int]:
+  """(weights of the layers' matmuls, of the output head): 2 FLOPs each per token forward."""
+  c = model_cfg
+  attn = c.hidden_size * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
+  attn += c.num_heads * c.head_dim * c.hidden_size
+  mlp = 3 * c.hidden_size * c.intermediate_size
+  return c.num_layers * (attn + mlp), c.hidden_size * c.vocab_size
+
+
+def forward_flops(model_cfg, tokens: int, context: float) -> float:
+  """Forward FLOPs of `tokens` tokens each attending to `context` keys on average."""
+  layers, head = matmul_params(model_cfg)
+  attn = 4 * model_cfg.num_layers * model_cfg.num_heads * model_cfg.head_dim * context
+  return tokens * (2 * (layers + head) + attn)
+
+
+def itemsize(dtype: str) -> int:
+  return 2 if dtype in ("bfloat16", "float16") else 4
+
+
+def program_cost(kind: str, shapes, work: Workload) -> tuple[float, float, int]:
+  """(FLOPs, HBM bytes, tokens) of one call of a program on one device (its share of the
+  mesh), counted from the model; see the module docstring."""
+  c, n = shapes.model_cfg, shapes.mesh.size
+  layers, head = matmul_params(c)
+  weights = (layers + head) * itemsize(c.compute_dtype)
+  if kind in ("accumulate", "logprob", "update"):
+    rows, length = shapes.slab_shape or (shapes.rows, shapes.seq)
+    tokens = rows * length // n
+    fwd = forward_flops(c, tokens, min(work.seq_len, length) / 2)
+    act = tokens * c.hidden_size * c.num_layers * itemsize(c.compute_dtype)
+    if kind == "logprob":
+      return fwd, weights + 4 * act, tokens
+    passes = 3 + (1 if c.remat == "full" else 0)  # forward, two backward, a recomputed forward
+    grads = 2 * 4 * (layers + head) / n  # the float32 accumulator read and written, its shard
+    return fwd * passes, weights * passes + grads + 12 * act, tokens
+  if kind == "decode":
+    steps, slots = shapes.steps_per_sync, shapes.slots
+    context = work.mean_prompt + work.mean_response / 2
+    kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * itemsize(c.compute_dtype)
+    flops = forward_flops(c, slots, context) * steps
+    return flops, steps * (weights + slots * context * kv), steps * slots
+  if kind == "prefill":
+    return forward_flops(c, work.mean_prompt, work.mean_prompt / 2), weights, work.mean_prompt
+  state = shapes.state_bytes
+  return 0.0, 2.0 * state, 0  # apply, reset, layout: one pass over the state
+
+
+def roofline_s(flops: float, nbytes: float, chip) -> float:
+  return max(flops / chip.peak_flops, nbytes / chip.hbm_bw)
+
+
+def step_estimate(times: dict, shapes, work: Workload, chip, hosts: int) -> dict:
+  """Seconds per RL step from per-call roofline times (`times`: program kind -> s), and the
+  throughputs they imply. The vLLM layout's generation is not a JAX program: its time is left
+  out (`generate_s` None) and said so."""
+  slab_tokens = (shapes.slab_shape[0] * shapes.slab_shape[1]) if shapes.slab_shape else None
+  per_batch = shapes.rows * shapes.seq
+  calls = math.ceil(work.tokens / (slab_tokens * work.fill)) if slab_tokens else math.ceil(
+    work.responses / shapes.rows
+  )
+  train_kind = "accumulate" if slab_tokens else "update"
+  train_s = work.epochs * calls * times.get(train_kind, 0.0)
+  train_s += work.epochs * work.mini_batches * times.get("apply", 0.0)
+  logprob_s = 2 * calls * times.get("logprob", 0.0)  # the old and the reference policy
+  tokens_per_call = (slab_tokens or per_batch) / shapes.mesh.size
+  out = {
+    "train_tokens_per_s_per_chip": tokens_per_call / times[train_kind] if times.get(train_kind) else None,
+    "train_s": train_s,
+    "logprob_s": logprob_s,
+    "generate_s": None,
+    "decode_tokens_per_s_per_chip": None,
+  }  # fmt: skip
+  if times.get("decode"):
+    per_call = shapes.slots * shapes.steps_per_sync
+    host_rate = per_call / times["decode"]  # every device of a host runs the host's slots
+    out["decode_tokens_per_s_per_chip"] = host_rate * hosts / shapes.mesh.size
+    generated = work.responses * work.mean_response / work.keep_rate
+    out["generate_s"] = generated / (host_rate * hosts)
+  out["step_s"] = train_s + logprob_s + (out["generate_s"] or 0.0)
+  return out

@@ -1,0 +1,223 @@
+"""Will the run fit on a topology: its programs compiled for the topology's devices (`aot`),
+each program's per-device peak against the chip's HBM (what vLLM workers on the same GPUs
+leave), the one line that says what does not fit and which settings change it, and the search
+for the first setting that fits (`find_fit`)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import pickle
+
+from prorl_jax.parallel import chips
+from prorl_jax.trainer import aot, estimate
+
+SETTINGS = (
+  "rollout.token_budget / rollout.pack_row_len (tokens a device packs per micro-batch)",
+  "model.remat=full",
+  "mesh.fsdp (a wider slice) or mesh.tensor",
+  "jax_engine.slots / jax_engine.pages (inline engine)",
+  "vllm.gpu_memory_utilization (what vLLM leaves the trainer)",
+)
+
+
+# JAX's device_kind of a TPU -> its row of chips.CHIPS
+DEVICE_KINDS = {"TPU v4": "v4", "TPU v5": "v5p", "TPU v5p": "v5p", "TPU v5 lite": "v5e",
+                "TPU v5e": "v5e", "TPU v6 lite": "v6e", "TPU v6e": "v6e"}  # fmt: skip
+
+
+@dataclasses.dataclass
+class Report:
+  lines: list  # a dict per program
+  last: dict  # the topology, whether all fit, the step estimates
+
+
+def program_line(res, shapes, work, chip, hbm: int) -> dict:
+  """The JSON line of one compiled program (see the module docstring)."""
+  p = res.program
+  flops, nbytes, tokens = estimate.program_cost(p.kind, shapes, work)
+  line = {
+    "program": p.name,
+    "fits": not res.error and res.peak_bytes <= hbm,
+    "peak_bytes_per_chip": res.peak_bytes if not res.error else None,
+    "hbm_bytes_per_chip": hbm,
+    "margin_bytes": hbm - res.peak_bytes if not res.error else None,
+    "compile_s": round(res.compile_s, 2),
+    "argument_bytes": res.argument_bytes,
+    "output_bytes": res.output_bytes,
+    "alias_bytes": res.alias_bytes,
+    "temp_bytes": res.temp_bytes,
+    "code_bytes": res.code_bytes,
+    "resident_bytes": p.resident,
+    "flops_per_chip_estimate": flops,
+    "bytes_per_chip_estimate": nbytes,
+    "roofline_s_estimate": estimate.roofline_s(flops, nbytes, chip),
+    "tokens_per_call": tokens,
+    "kernels": aot.kernels(res.hlo),
+    "largest_buffer_elements": aot.largest_buffer(res.hlo),
+  }
+  if shapes.slab_shape and p.kind in ("accumulate", "logprob"):
+    line["row_len"] = shapes.slab_shape[1]
+    line["tt_buffers"] = aot.square_buffers(res.hlo, shapes.slab_shape[1])
+  if res.error:
+    line["error"] = res.error
+  return line
+
+
+def trainer_hbm(cfg, chip: chips.Chip) -> int:
+  """The bytes a device gives the trainer's programs: all of it, or on GPUs shared with local
+  vLLM workers what they leave (model.memory_fraction when set, else 1 - vllm's share)."""
+  if cfg.model.memory_fraction:
+    return int(chip.hbm_bytes * cfg.model.memory_fraction)
+  if chip.platform == "cuda" and cfg.rollout.engine == "vllm":
+    return int(chip.hbm_bytes * (1.0 - cfg.vllm.gpu_memory_utilization))
+  return chip.hbm_bytes
+
+
+def workload(cfg, mean_prompt: int = 0, mean_response: int = 0, keep_rate: float = 1.0):
+  r = cfg.rollout
+  return estimate.Workload(
+    responses=r.prompts_per_step * r.n,
+    mean_prompt=mean_prompt or max(1, r.max_prompt_len // 4),
+    mean_response=mean_response or max(1, r.max_response_len // 2),
+    mini_batches=max(1, r.prompts_per_step // r.mini_batch_prompts),
+    epochs=cfg.algo.epochs,
+    keep_rate=keep_rate,
+  )
+
+
+def why(line: dict, topo_name: str) -> str:
+  """The one line of a program that does not fit: its bytes, the chip's, what changes them."""
+  if line.get("error"):
+    return f"{line['program']} does not compile for {topo_name}: {line['error']}"
+  return (
+    f"{line['program']} needs {line['peak_bytes_per_chip'] / 1e9:.1f} GB per chip; {topo_name} "
+    f"gives it {line['hbm_bytes_per_chip'] / 1e9:.1f} GB: lower {SETTINGS[0]}, set "
+    f"{SETTINGS[1]}, widen {SETTINGS[2]}, fewer {SETTINGS[3]}, or change {SETTINGS[4]}"
+  )
+
+
+def report(cfg, topology: str, *, mean_prompt=0, mean_response=0, keep_rate=1.0,
+           dump: str = "", save: str = "", devices=None) -> Report:  # fmt: skip
+  """Compiles every program of `cfg` for `topology` (or `devices`, the host's own) and reports
+  each with `program_line`; the last line sums up."""
+  topo = chips.parse(topology)
+  devices = devices or chips.compile_only_devices(topo)
+  progs, shapes = aot.programs(cfg, devices)
+  work = workload(cfg, mean_prompt, mean_response, keep_rate)
+  hbm = trainer_hbm(cfg, topo.chip)
+  lines, times = [], {}
+  for p in progs:
+    res = aot.compile_program(p, shapes.mesh)
+    ln = program_line(res, shapes, work, topo.chip, hbm)
+    lines.append(ln)
+    times[p.kind] = ln["roofline_s_estimate"]
+    _keep(res, dump, save)
+  est = estimate.step_estimate(times, shapes, work, topo.chip, topo.hosts)
+  est["steps_3000_h"] = est["step_s"] * 3000 / 3600
+  bad = [ln for ln in lines if not ln["fits"]]
+  last = {
+    "topology": topology, "fits": not bad, "chip": topo.chip.kind, "devices": topo.devices,
+    "hosts": topo.hosts, "mesh": dict(shapes.mesh.shape), "slab_shape": shapes.slab_shape,
+    "engine": cfg.rollout.engine, "assumed": dataclasses.asdict(work), "estimate": est,
+    "estimates_are": "roofline from published peak FLOP/s and HBM bandwidth, not measured",
+  }  # fmt: skip
+  if bad:
+    last["why"] = why(bad[0], topology)
+  return Report(lines, last)
+
+
+def _keep(res, dump: str, save: str) -> None:
+  name = res.program.name.replace("/", "-")
+  if dump and res.hlo:
+    os.makedirs(dump, exist_ok=True)
+    with open(os.path.join(dump, f"{name}.hlo.txt"), "w") as f:
+      f.write(res.hlo)
+  if save and res.executable is not None:
+    from jax.experimental import serialize_executable  # lazy: only --save serialises
+
+    os.makedirs(save, exist_ok=True)
+    payload = serialize_executable.serialize(res.executable)
+    with open(os.path.join(save, f"{name}.jaxexe"), "wb") as f:
+      pickle.dump(payload, f)
+
+
+def candidates(cfg):
+  """The settings `--fit` tries, in order, each on top of the ones before it: full
+  rematerialisation, smaller packed micro-batches (never shorter than one sequence), fewer
+  inline-engine slots, more of a shared GPU for the trainer, tensor parallelism."""
+  r, out = cfg.rollout, []
+  if cfg.model.remat != "full":
+    out.append({"model.remat": "full"})
+  seq = r.max_prompt_len + r.max_response_len
+  floor = -(-seq // 128) * 128
+  budget = r.token_budget
+  while r.token_budget and budget // 2 >= floor:
+    budget //= 2
+    out.append({"rollout.token_budget": budget, "rollout.pack_row_len": 0})
+  if r.token_budget and budget > floor:
+    out.append({"rollout.token_budget": floor, "rollout.pack_row_len": 0})
+  if r.engine == "inline":
+    slots = cfg.jax_engine.slots
+    while slots > 8:
+      slots //= 2
+      out.append({"jax_engine.slots": slots, "jax_engine.pages": 0})
+  if r.engine == "vllm":
+    out += [{"vllm.gpu_memory_utilization": u} for u in (0.4, 0.3)]
+  out += [{"mesh.tensor": t, "mesh.fsdp": -1} for t in (2, 4)]
+  return out
+
+
+def _with(cfg, changes: dict):
+  c = copy.deepcopy(cfg)
+  for key, value in changes.items():
+    node = c
+    *path, last = key.split(".")
+    for part in path:
+      node = node[part]
+    node[last] = value
+  return c
+
+
+def find_fit(cfg, topology: str) -> dict | None:
+  """The first cumulative setting of `candidates` under which every program fits (None when
+  none does); each try compiles the run again."""
+  changes: dict = {}
+  for step in candidates(cfg):
+    changes = {**changes, **step}
+    try:
+      rep = report(_with(cfg, changes), topology)
+    except ValueError:  # e.g. a mesh the devices do not divide: try the next setting
+      continue
+    if rep.last["fits"]:
+      return changes
+  return None
+
+
+def dumps(rep: Report) -> str:
+  return "\n".join(json.dumps(ln) for ln in rep.lines + [rep.last])
+
+
+def fits_on_this_host(cfg) -> str | None:
+  """On a TPU host, the run's programs compiled for its own chips before any weight loads:
+  None when every program fits the device's memory, else the one line that says what does
+  not. Elsewhere None (nothing to check: CPUs and GPUs shared with vLLM go their own way)."""
+  import jax
+
+  if jax.default_backend() != "tpu":
+    return None
+  dev = jax.devices()[0]
+  limit = (dev.memory_stats() or {}).get("bytes_limit")
+  chip = chips.CHIPS.get(DEVICE_KINDS.get(dev.device_kind, ""))
+  if chip is None or not limit:
+    return None
+  chip = dataclasses.replace(chip, hbm_bytes=int(limit))
+  progs, shapes = aot.programs(cfg, jax.devices())
+  work = workload(cfg)
+  for p in progs:
+    ln = program_line(aot.compile_program(p, shapes.mesh), shapes, work, chip, trainer_hbm(cfg, chip))
+    if not ln["fits"]:
+      return why(ln, f"this host's {dev.device_kind}")
+  return None
