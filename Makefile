@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)
 export JAX_PLATFORMS ?= cpu
 export HF_HUB_OFFLINE := 1
 
-.PHONY: demo test test-slow test-all test-faults test-vllm bench lint venv venv-dev venv-vllm venv-gpu venv-tpu sandbox clean
+.PHONY: demo test test-slow test-all test-faults test-vllm bench lint venv venv-dev venv-vllm venv-chips venv-gpu venv-tpu sandbox clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,12 +48,23 @@ sandbox:
 	  fi; }
 	@bwrap --version
 
+# The compile-only chips (prorl-compile): libtpu and the CUDA compiler plugin in an environment of
+# their own over .venv's packages, so a run in .venv starts exactly as before (no TPU or CUDA
+# backend is probed there).
+CVENV := .venv-chips
+$(CVENV)/.stamp: requirements-chips.txt $(VENV)/.runtime-stamp
+	rm -rf $(CVENV) && $(PY) -m venv $(CVENV)
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" > $$($(CVENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_prorl_base.pth
+	$(CVENV)/bin/pip install -q --no-deps -r requirements-chips.txt
+	touch $@
+
 # EXTRAS=wandb (comma-separated extras of pyproject.toml) adds optional packages to .venv.
 EXTRAS ?=
 venv: $(VENV)/.runtime-stamp
 	$(if $(EXTRAS),$(BIN)/pip install -q -e ".[$(EXTRAS)]")
 venv-dev: $(VENV)/.dev-stamp
 venv-vllm: $(VVENV)/.stamp
+venv-chips: $(CVENV)/.stamp
 
 # Accelerators: the CUDA (NVIDIA GPUs) or TPU build of the pinned jax, over the runtime venv.
 venv-gpu: $(VENV)/.runtime-stamp
@@ -71,11 +82,11 @@ TEST_WORKERS ?= 2
 # `make test` is the default suite; the end-to-end tests marked slow (whole runs killed and
 # resumed, the README's recipe, two trainer processes, the suite on a model: each over ~30 s)
 # are `make test-slow`. CI (.ci/run) runs both, the linter and the fault harness's short mode.
-test: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp
+test: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp $(CVENV)/.stamp
 	$(BIN)/python -m pytest -q tests -m "not vllm and not slow" -n $(TEST_WORKERS) $(ARGS)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 $(VVENV)/bin/python -m pytest -q tests -m vllm $(ARGS)
 
-test-slow: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp
+test-slow: sandbox $(VENV)/.dev-stamp $(VVENV)/.stamp $(CVENV)/.stamp
 	$(BIN)/python -m pytest -q tests -m "slow and not vllm" -n $(TEST_WORKERS) $(ARGS)
 
 test-all: test test-slow
@@ -96,4 +107,4 @@ lint: $(VENV)/.dev-stamp
 	$(BIN)/ruff format --check prorl_jax tests configs bench
 
 clean:
-	rm -rf $(VENV) $(VVENV) runs .pytest_cache
+	rm -rf $(VENV) $(VVENV) $(CVENV) runs .pytest_cache

@@ -29,9 +29,13 @@ ENV = {
   "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1",  # no CUDA runtime is needed to compile for one
   "TPU_SKIP_MDS_QUERY": "1",  # no cloud metadata server to ask
   "TF_CPP_MIN_LOG_LEVEL": "3",
+  # libtpu's start-up reads these; without them it logs errors about a TPU VM it is not on
+  "TPU_WORKER_HOSTNAMES": "localhost",
+  "TPU_ACCELERATOR_TYPE": "v5p-8",
   "GRPC_VERBOSITY": "ERROR",
 }
 CHIPS_VENV = ".venv-chips"
+FITS = {True: "yes", False: "NO", None: "?"}
 GB = 1e9
 
 
@@ -56,13 +60,13 @@ def _reexec_if_needed() -> None:
 def table(lines: list[dict], last: dict) -> str:
   """The terminal's view of the lines: a row per program, then the step estimate."""
   rows = [f"{'program':<18} {'fits':>4} {'peak GB':>8} {'HBM GB':>7} {'temp GB':>8} "
-          f"{'compile s':>9} {'roofline ms (est.)':>18}"]  # fmt: skip
+          f"{'compile s':>9} {'roofline ms (est.)':>18}  attention"]  # fmt: skip
   for ln in lines:
     peak = "-" if ln["peak_bytes_per_chip"] is None else f"{ln['peak_bytes_per_chip'] / GB:.1f}"
     rows.append(
-      f"{ln['program']:<18} {'yes' if ln['fits'] else 'NO':>4} {peak:>8} "
+      f"{ln['program']:<18} {FITS[ln['fits']]:>4} {peak:>8} "
       f"{ln['hbm_bytes_per_chip'] / GB:>7.1f} {ln['temp_bytes'] / GB:>8.2f} "
-      f"{ln['compile_s']:>9.1f} {ln['roofline_s_estimate'] * 1e3:>18.2f}"
+      f"{ln['compile_s']:>9.1f} {ln['roofline_s_estimate'] * 1e3:>18.2f}  {ln['attention'] or '-'}"
       + (f"  ({ln['error']})" if ln.get("error") else "")
     )
   est = last["estimate"]

@@ -19,6 +19,11 @@ FIELDS: dict = {
   "run_dir": ("runs/prorl", "where checkpoints, metrics, logs and the local exchange go"),
   "seed": (0, "seed of data order, sampling and initialisation"),
   "total_steps": (3000, "RL steps to train for (a resumed run continues to this count)"),
+  "compiled": (
+    "",
+    "a `prorl-compile --save` directory: its executables replace the run's update, log-prob "
+    "and reset programs where they match them and these chips (no compile at the first step)",
+  ),
   "model": {
     "path": ("", "HF directory of the base model: config.json, *.safetensors, tokenizer"),
     "param_dtype": ("float32", "dtype of the master weights: float32 | bfloat16"),

@@ -61,6 +61,10 @@ CHIPS: dict[str, Chip] = {
     "151397597184 B",
     8,
   ),
+  "host": Chip(
+    "host", "cpu", os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), 1e11, 2e10,
+    "this host: its memory (os.sysconf); FLOP/s and bandwidth nominal, not this CPU's", 1,
+  ),
 }  # fmt: skip
 
 # TPU v4 and v5p slices are named by TensorCores (two a chip), v5e and v6e by chips.
@@ -69,7 +73,7 @@ _SIDES = {1: (1, 1, 1), 2: (2, 1, 1), 4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4),
 _SIDES |= {64: (4, 4, 4), 128: (4, 4, 8), 256: (4, 8, 8), 512: (8, 8, 8)}
 _PLANE = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16)}
 _PLANE |= {256: (16, 16)}
-NAMES = "v4-8, v5e-8/16/256, v5p-8/16/64/128, v6e-8/16/256, h100-8, h200-8, 2xh200-8"
+NAMES = "v4-8, v5e-8/16/256, v5p-8/16/64/128, v6e-8/16/256, h100-8, h200-8, 2xh200-8, host"
 
 
 class TopologyError(ValueError):
@@ -92,8 +96,11 @@ class Topology:
 
 
 def parse(name: str) -> Topology:
-  """`v5p-8` -> its chip, device count, hosts and grid; a name outside the table is a
-  TopologyError naming the ones it knows."""
+  """`v5p-8` -> its chip, device count, hosts and grid (`host`: this host's own devices, for
+  executables a run here loads); a name outside the table is a TopologyError naming the ones
+  it knows."""
+  if name == "host":
+    return Topology(name, CHIPS["host"], 0, 1, ())
   m = re.fullmatch(r"(?:(\d+)x)?(h100|h200)-(\d+)", name)
   if m:
     hosts, per = int(m.group(1) or 1), int(m.group(3))
@@ -148,6 +155,10 @@ def compile_only_devices(topo: Topology) -> list:
   installed: `make venv-chips`)."""
   from jax.experimental import topologies  # lazy: only the compile tool asks for chips
 
+  if topo.platform == "cpu":
+    import jax
+
+    return jax.devices()
   if topo.platform == "cuda":
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     shape = f"1x{topo.hosts}x{topo.devices // topo.hosts}"

@@ -45,6 +45,7 @@ class Program:
   kind: str  # accumulate | apply | update | logprob | reset | prefill | decode | layout
   resident: int = 0
   kwargs: dict = dataclasses.field(default_factory=dict)
+  attention: str = ""  # splash | cudnn | xla (full passes); pallas_tpu | pallas_gpu | xla (decode)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,9 +166,13 @@ def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
     packed_cfg, mesh, slab_shape, temperature=plan.loss.temperature
   )
   model_in = {k: slab[k] for k in ts.PACKED_MODEL_KEYS}
+  attn = packed_cfg.attention_impl
   return [
-    Program("logprob", logprobs, (state.params, model_in), "logprob"),
-    Program("update/accumulate", step._add, (state.params, acc, slab, counts), "accumulate"),
+    Program("logprob", logprobs, (state.params, model_in), "logprob", attention=attn),
+    Program(
+      "update/accumulate", step._add, (state.params, acc, slab, counts), "accumulate",
+      attention=attn,
+    ),
     Program("update/apply", step._apply, (state, acc, counts), "apply"),
   ], slab_shape
 
@@ -185,9 +190,10 @@ def _padded(plan, model_cfg, tx, mesh, st_sh, state, batch_shape):
     model_cfg, mesh, batch_shape, temperature=lc.temperature, micro_batches=lc.micro_batches
   )
   inputs = {k: batch[k] for k in ("tokens", "attn_mask")}
+  attn = model_cfg.attention_impl
   return [
-    Program("logprob", logprobs, (state.params, inputs), "logprob"),
-    Program("update", update, (state, batch), "update"),
+    Program("logprob", logprobs, (state.params, inputs), "logprob", attention=attn),
+    Program("update", update, (state, batch), "update", attention=attn),
   ]
 
 
@@ -231,17 +237,24 @@ def _inline(cfg, model_cfg, mesh, state):
     "engine/decode", paged_kernels.decode,
     (weights, kp, vp, sds((s, width)), st, key), "decode",
     kwargs=dict(model_cfg=wcfg, sp=sp, steps=e.steps_per_sync, groups=4, attention=attention),
+    attention=attention,
   )  # fmt: skip
   t = -(-r.max_prompt_len // e.page_size) * e.page_size
   prefill = Program(
     "engine/prefill", paged_kernels.admit,
     (params, weights["head"], kp, vp, sds((1, t)), sds((1,)), sds((1, t // e.page_size)), key,
      sds((1, r.n))), "prefill",
-    kwargs=dict(model_cfg=wcfg, sp=sp, attention=attention),
+    kwargs=dict(model_cfg=wcfg, sp=sp, attention=attention), attention="dense (prompt)",
   )  # fmt: skip
   engine_bytes = per_device_bytes(weights)
   lay = Program("engine/layout", layout, (state.params,), "layout")
   return [lay, prefill, decode], engine_bytes, s, width * e.page_size
+
+
+NEEDS_CUDNN = (
+  "cuDNN attention cannot be compiled on a host without the cuDNN library (it is linked at "
+  "compile time); the other programs compiled"
+)
 
 
 @dataclasses.dataclass
@@ -277,6 +290,8 @@ def compile_program(p: Program, mesh) -> CompiledProgram:
       exe = p.jitted.lower(*p.args, **p.kwargs).compile()
   except Exception as e:  # noqa: BLE001 (reported per program; the rest still compile)
     msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+    if "cuDNN" in msg:
+      msg = f"{NEEDS_CUDNN} ({msg})"
     return CompiledProgram(p, time.perf_counter() - t0, 0, 0, 0, 0, 0, "", error=msg)
   m = exe.memory_analysis()
   return CompiledProgram(

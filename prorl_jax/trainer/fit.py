@@ -9,10 +9,9 @@ import copy
 import dataclasses
 import json
 import os
-import pickle
 
 from prorl_jax.parallel import chips
-from prorl_jax.trainer import aot, estimate
+from prorl_jax.trainer import aot, estimate, saved_programs
 
 SETTINGS = (
   "rollout.token_budget / rollout.pack_row_len (tokens a device packs per micro-batch)",
@@ -38,9 +37,11 @@ def program_line(res, shapes, work, chip, hbm: int) -> dict:
   """The JSON line of one compiled program (see the module docstring)."""
   p = res.program
   flops, nbytes, tokens = estimate.program_cost(p.kind, shapes, work)
+  unknown = res.error.startswith(aot.NEEDS_CUDNN)
   line = {
     "program": p.name,
-    "fits": not res.error and res.peak_bytes <= hbm,
+    "fits": None if unknown else (not res.error and res.peak_bytes <= hbm),
+    "attention": p.attention,
     "peak_bytes_per_chip": res.peak_bytes if not res.error else None,
     "hbm_bytes_per_chip": hbm,
     "margin_bytes": hbm - res.peak_bytes if not res.error else None,
@@ -105,43 +106,41 @@ def report(cfg, topology: str, *, mean_prompt=0, mean_response=0, keep_rate=1.0,
   each with `program_line`; the last line sums up."""
   topo = chips.parse(topology)
   devices = devices or chips.compile_only_devices(topo)
+  if topo.platform == "cpu":  # this host's own devices: as many as JAX was given
+    topo = dataclasses.replace(topo, devices=len(devices))
   progs, shapes = aot.programs(cfg, devices)
   work = workload(cfg, mean_prompt, mean_response, keep_rate)
   hbm = trainer_hbm(cfg, topo.chip)
-  lines, times = [], {}
+  lines, times, results = [], {}, []
   for p in progs:
     res = aot.compile_program(p, shapes.mesh)
     ln = program_line(res, shapes, work, topo.chip, hbm)
     lines.append(ln)
     times[p.kind] = ln["roofline_s_estimate"]
-    _keep(res, dump, save)
+    _dump(res, dump)
+    results.append(res)
+  if save:
+    saved_programs.save(results, save, devices)
   est = estimate.step_estimate(times, shapes, work, topo.chip, topo.hosts)
   est["steps_3000_h"] = est["step_s"] * 3000 / 3600
-  bad = [ln for ln in lines if not ln["fits"]]
+  bad = [ln for ln in lines if ln["fits"] is False]
   last = {
     "topology": topology, "fits": not bad, "chip": topo.chip.kind, "devices": topo.devices,
     "hosts": topo.hosts, "mesh": dict(shapes.mesh.shape), "slab_shape": shapes.slab_shape,
     "engine": cfg.rollout.engine, "assumed": dataclasses.asdict(work), "estimate": est,
     "estimates_are": "roofline from published peak FLOP/s and HBM bandwidth, not measured",
+    "not_compiled": [ln["program"] for ln in lines if ln["fits"] is None],
   }  # fmt: skip
   if bad:
     last["why"] = why(bad[0], topology)
   return Report(lines, last)
 
 
-def _keep(res, dump: str, save: str) -> None:
-  name = res.program.name.replace("/", "-")
+def _dump(res, dump: str) -> None:
   if dump and res.hlo:
     os.makedirs(dump, exist_ok=True)
-    with open(os.path.join(dump, f"{name}.hlo.txt"), "w") as f:
+    with open(os.path.join(dump, res.program.name.replace("/", "-") + ".hlo.txt"), "w") as f:
       f.write(res.hlo)
-  if save and res.executable is not None:
-    from jax.experimental import serialize_executable  # lazy: only --save serialises
-
-    os.makedirs(save, exist_ok=True)
-    payload = serialize_executable.serialize(res.executable)
-    with open(os.path.join(save, f"{name}.jaxexe"), "wb") as f:
-      pickle.dump(payload, f)
 
 
 def candidates(cfg):
@@ -218,6 +217,6 @@ def fits_on_this_host(cfg) -> str | None:
   work = workload(cfg)
   for p in progs:
     ln = program_line(aot.compile_program(p, shapes.mesh), shapes, work, chip, trainer_hbm(cfg, chip))
-    if not ln["fits"]:
+    if ln["fits"] is False:
       return why(ln, f"this host's {dev.device_kind}")
   return None

@@ -15,7 +15,7 @@ from typing import Any
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.parallel import dist
-from prorl_jax.trainer import preflight
+from prorl_jax.trainer import aot, fit, preflight, saved_programs
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer import workers as workers_lib
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
@@ -137,6 +137,17 @@ def start(cfg, accept_config_changes: bool, watch: Watch) -> Run | Outcome:
   return Run(setup, state, source, buffer, loop, ckpt, writer, rollouts, pins, watch, t_start)
 
 
+def _saved(cfg) -> dict:
+  """The executables of `cfg.compiled` that match this run's programs on these devices."""
+  import jax
+
+  try:
+    programs, _ = aot.programs(cfg, jax.devices())
+    return saved_programs.load(programs, cfg.compiled, jax.devices())
+  except FileNotFoundError as e:
+    raise config_lib.ConfigError(str(e)) from None
+
+
 def _checked_and_built(cfg, accept_config_changes: bool):
   """The pre-flight checks (config, packages, inert flags, the run directory) and the build:
   (setup, TrainState, training source), or the `Outcome` of a run that finished before."""
@@ -158,7 +169,12 @@ def _checked_and_built(cfg, accept_config_changes: bool):
         return Outcome("done", finished)
       setup_lib.resolve_model_path(cfg)  # the demo's base model is built once, by the primary
     dist.barrier("base_model")
+    too_big = fit.fits_on_this_host(cfg)  # TPUs: the step compiled for them before any weights
+    if too_big:
+      raise config_lib.ConfigError(too_big)
     setup, state, source = setup_lib.build(cfg)
+    if cfg.compiled:  # saved executables in place of compiling (`prorl-compile --save`)
+      setup = saved_programs.use(setup, _saved(cfg))
   except BaseException:  # a start that fails before writing anything leaves no empty run dir
     if created and primary and not os.listdir(cfg.run_dir):
       os.rmdir(cfg.run_dir)

@@ -1,0 +1,242 @@
+"""prorl-compile: the run's programs compiled for TPU slices and GPU nodes this host does not
+have (libtpu and the CUDA compiler plugin in .venv-chips), their memory checked against the chip,
+the one line of a program that does not fit, and the packed programs free of [T, T] buffers."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from prorl_jax.model import presets
+from prorl_jax.parallel import chips
+from prorl_jax.trainer import aot, estimate, fit
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHIPS_PY = ROOT / ".venv-chips" / "bin" / "python"
+TINY = ["--config=configs/tiny.py", "--config.rollout.pack_row_len=256"]
+
+
+def compile_cli(*args, timeout=600):
+  """(exit status, JSON lines, stderr) of prorl-compile run in .venv-chips."""
+  assert CHIPS_PY.exists(), ".venv-chips is missing: `make venv-chips` builds it"
+  env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS")}
+  p = subprocess.run(
+    [str(CHIPS_PY), "-m", "prorl_jax.cli.compile", *args],
+    cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+  )  # fmt: skip
+  lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+  return p.returncode, lines, p.stderr
+
+
+def by_program(lines):
+  return {ln["program"]: ln for ln in lines if "program" in ln}
+
+
+def test_topology_names_map_to_chips_hosts_and_grids():
+  t = chips.parse("v5p-8")  # four chips of two TensorCores, one host
+  assert (t.devices, t.hosts, t.shape, t.chip.kind) == (4, 1, (2, 2, 1), "v5p")
+  assert (chips.parse("v5p-16").devices, chips.parse("v5p-16").hosts) == (8, 2)
+  assert (chips.parse("v5p-64").devices, chips.parse("v5p-64").hosts) == (32, 8)
+  assert (chips.parse("v5e-8").devices, chips.parse("v5e-8").hosts) == (8, 1)
+  assert (chips.parse("v5e-16").devices, chips.parse("v5e-16").hosts) == (16, 4)
+  assert chips.parse("v6e-256").shape == (16, 16)
+  assert (chips.parse("2xh200-8").devices, chips.parse("2xh200-8").hosts) == (16, 2)
+  assert chips.parse("h100-8").chip.hbm_bytes == 84942979072
+  assert chips.parse("v5e-16").chip.hbm_bytes == 16 << 30
+  for bad in ("v5p-7", "v9-8", "h300-8", "v5e"):
+    with pytest.raises(chips.TopologyError, match="v5p-8"):
+      chips.parse(bad)
+
+
+def test_model_counted_flops_of_the_real_model_by_hand():
+  c = presets.r1_distill_qwen_1p5b()
+  layers, head = estimate.matmul_params(c)
+  # per layer: q, k, v (1536 x (12 + 2 + 2) x 128), o (1536 x 1536), gate, up, down (1536 x 8960)
+  assert layers == 28 * (1536 * 16 * 128 + 1536 * 1536 + 3 * 1536 * 8960) == 1_310_195_712
+  assert head == 1536 * 151936
+  # one token with no context: 2 FLOPs a weight
+  assert estimate.forward_flops(c, 1, 0) == 2 * (layers + head)
+
+
+def test_fit_candidates_never_pack_rows_shorter_than_a_sequence():
+  from configs import qwen15b
+
+  cfg = qwen15b.get_config()
+  got = fit.candidates(cfg)
+  budgets = [c["rollout.token_budget"] for c in got if "rollout.token_budget" in c]
+  assert budgets == [9216]  # 16384 halves below 9216 = 1024 + 8192 tokens: only the floor
+  assert {"vllm.gpu_memory_utilization": 0.4} in got
+  assert got[-1] == {"mesh.tensor": 4, "mesh.fsdp": -1}
+
+
+def test_square_buffer_detector():
+  hlo = "%a = f32[4,16384,16384]{2,1,0} x\n%b = bf16[16384,1536] y\n%c = pred[2,128,128] z"
+  assert aot.square_buffers(hlo, 16384) == 1
+  assert aot.square_buffers(hlo, 128) == 1
+  assert aot.square_buffers(hlo, 1536) == 0
+  assert aot.largest_buffer(hlo) == 4 * 16384 * 16384
+
+
+def test_tiny_run_compiles_for_a_v5p_8_with_its_kernels():
+  """Every program of the tiny config (inline engine too) compiles for four v5p chips: the
+  memory numbers positive, splash attention (a Mosaic kernel) in the packed programs, and no
+  [T, T] buffer in them."""
+  rc, lines, err = compile_cli(*TINY, "--topology=v5p-8", "--config.rollout.engine=inline")
+  assert rc == 0, err[-2000:]
+  progs = by_program(lines)
+  assert set(progs) == {
+    "logprob", "update/accumulate", "update/apply", "reset_ref",
+    "engine/layout", "engine/prefill", "engine/decode",
+  }  # fmt: skip
+  for ln in progs.values():
+    assert ln["fits"] and "error" not in ln, ln
+    assert ln["peak_bytes_per_chip"] > 0 and ln["argument_bytes"] > 0
+    assert ln["hbm_bytes_per_chip"] == 95 << 30
+  for name in ("logprob", "update/accumulate"):
+    assert progs[name]["kernels"].get("custom_call:tpu_custom_call", 0) >= 1, progs[name]
+    assert progs[name]["tt_buffers"] == 0 and progs[name]["row_len"] == 256
+  assert progs["update/accumulate"]["temp_bytes"] > 0
+  assert progs["update/accumulate"]["kernels"].get("all-gather", 0) > 0  # FSDP over 4 chips
+  last = lines[-1]
+  assert last["topology"] == "v5p-8" and last["fits"] and last["mesh"]["fsdp"] == 4
+  assert last["estimate"]["step_s"] > 0 and last["estimate"]["decode_tokens_per_s_per_chip"] > 0
+  assert "not measured" in last["estimates_are"]
+  assert "fits; estimates (roofline, not measured)" in err
+
+
+def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
+  """A chip share too small for the tiny model: exit 1, the program, its bytes and the chip's,
+  and the settings that change them; --dump writes the HLO of every program it compiled."""
+  rc, lines, err = compile_cli(
+    "--config=configs/tiny.py", "--topology=v5e-8", "--config.model.memory_fraction=0.0001",
+    f"--dump={tmp_path}",
+  )  # fmt: skip
+  assert rc == 1
+  assert not lines[-1]["fits"]
+  why = lines[-1]["why"]
+  first = next(ln for ln in lines[:-1] if not ln["fits"])
+  assert why.startswith(f"{first['program']} needs ")
+  assert f"{first['peak_bytes_per_chip'] / 1e9:.1f} GB per chip" in why
+  assert "gives it 0.0 GB" in why and "rollout.token_budget" in why and "model.remat" in why
+  assert why in err
+  assert len(list(tmp_path.glob("*.hlo.txt"))) == 4
+
+
+def test_gpu_node_compiles_and_a_dense_mask_is_caught():
+  """An H200 node without a GPU: the tiny run compiles (Triton paged attention in the decode
+  step); the same packed programs with one dense attention block hold [T, T] buffers, which the
+  line reports (the check can fail)."""
+  rc, lines, err = compile_cli(
+    *TINY, "--topology=h200-8", "--config.rollout.engine=inline", "--config.model.attention_chunk=128"
+  )
+  assert rc == 0, err[-2000:]
+  progs = by_program(lines)
+  assert progs["update/accumulate"]["tt_buffers"] == 0
+  assert progs["engine/decode"]["kernels"].get("custom_call:__gpu$xla.gpu.triton", 0) >= 1
+  assert lines[-1]["hosts"] == 1 and lines[-1]["devices"] == 8
+  rc, lines, err = compile_cli(
+    *TINY, "--topology=h200-8", "--config.model.attention_impl=xla",
+    "--config.model.attention_chunk=0",
+  )  # fmt: skip
+  assert rc == 0, err[-2000:]
+  assert by_program(lines)["update/accumulate"]["tt_buffers"] > 0
+
+
+def test_the_training_environment_has_no_tpu_or_cuda_backend():
+  """libtpu and the CUDA plugin live only in .venv-chips: a run in this environment probes no
+  accelerator backend."""
+  import importlib.util
+
+  assert importlib.util.find_spec("libtpu") is None
+  assert importlib.util.find_spec("jax_plugins.xla_cuda12") is None
+  assert sys.executable != str(CHIPS_PY)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  "model, topology",
+  [("deepseek-r1-distill-qwen-1.5b", "v5p-8"), ("deepseek-r1-distill-qwen-7b", "v5p-16")],
+)
+def test_the_real_run_compiles(model, topology):
+  rc, lines, err = compile_cli(
+    "--config=configs/qwen15b.py", f"--topology={topology}", f"--config.model.path={model}",
+    timeout=1800,
+  )  # fmt: skip
+  assert rc in (0, 1), err[-2000:]
+  progs = by_program(lines)
+  assert set(progs) == {"logprob", "update/accumulate", "update/apply", "reset_ref"}
+  assert all("error" not in ln for ln in progs.values())
+  assert progs["update/accumulate"]["tt_buffers"] == 0
+  assert progs["update/accumulate"]["row_len"] == 16384
+
+
+def _tiny_cfg(**changes):
+  from configs import tiny
+
+  cfg = tiny.get_config()
+  for key, value in changes.items():
+    section, leaf = key.split(".")
+    cfg[section][leaf] = value
+  return cfg
+
+
+def test_saved_executables_load_only_where_they_match(tmp_path):
+  """Saved programs of this host's devices load back and compute what the jitted programs
+  compute, bit for bit; another shape or another device count loads nothing."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from prorl_jax.model import init_params
+  from prorl_jax.trainer import saved_programs
+
+  devices = jax.devices()
+  progs, shapes = aot.programs(_tiny_cfg(), devices)
+  saved = saved_programs.save([aot.compile_program(p, shapes.mesh) for p in progs], str(tmp_path), devices)
+  assert saved == ["logprob", "update/accumulate", "update/apply", "reset_ref"]
+  loaded = saved_programs.load(progs, str(tmp_path), devices)
+  assert set(loaded) == set(saved)
+  lp = next(p for p in progs if p.name == "logprob")
+  params = init_params(shapes.model_cfg, jax.random.PRNGKey(3), shapes.mesh)
+  rows, length = shapes.slab_shape
+  rng = np.random.RandomState(0)
+  seg = np.repeat(np.arange(1, length // 16 + 1), 16)[None].repeat(rows, 0).astype(np.int32)
+  inputs = {
+    "tokens": rng.randint(0, shapes.model_cfg.vocab_size, (rows, length)).astype(np.int32),
+    "positions": np.tile(np.arange(16), length // 16)[None].repeat(rows, 0).astype(np.int32),
+    "segment_ids": seg,
+  }
+  inputs = {k: jax.device_put(jnp.asarray(v), lp.args[1][k].sharding) for k, v in inputs.items()}
+  want = lp.jitted(params, inputs)
+  got = loaded["logprob"](params, inputs)
+  for a, b in zip(want, got):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  other, _ = aot.programs(_tiny_cfg(**{"rollout.token_budget": 1024}), devices)
+  assert set(saved_programs.load(other, str(tmp_path), devices)) == {"update/apply", "reset_ref"}
+  fewer, _ = aot.programs(_tiny_cfg(**{"mesh.fsdp": 4}), devices[:4])
+  assert saved_programs.load(fewer, str(tmp_path), devices[:4]) == {}
+  with pytest.raises(FileNotFoundError, match="prorl-compile"):
+    saved_programs.load(progs, str(tmp_path / "none"), devices)
+
+
+@pytest.mark.slow
+def test_a_run_given_saved_programs_is_the_run_that_compiles_them(tmp_path, base):
+  """`prorl-compile --topology=host --save DIR`, then the same run with compiled=DIR: it says it
+  loaded the four programs, and its metrics and weights equal the run that compiled its own."""
+  from tests import loop_helpers as lh
+
+  saved = tmp_path / "compiled"
+  extra = lh.flags(str(tmp_path / "plain"), base, 2)[1:]  # the run's flags, but its run_dir
+  rc, _, err = compile_cli("--config=configs/tiny.py", "--topology=host", f"--save={saved}", *extra)
+  assert rc == 0, err[-2000:]
+  plain = lh.finish(lh.start(str(tmp_path / "plain"), base, 2))
+  loaded = lh.finish(lh.start(str(tmp_path / "loaded"), base, 2, compiled=str(saved)))
+  assert "compiling logprob" not in plain
+  assert "loaded logprob, update/accumulate, update/apply, reset_ref; compiling none" in loaded
+  assert lh.metrics(str(tmp_path / "plain")) == lh.metrics(str(tmp_path / "loaded"))
+  assert lh.params_hash(str(tmp_path / "plain"))[1] == lh.params_hash(str(tmp_path / "loaded"))[1]
