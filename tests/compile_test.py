@@ -67,11 +67,12 @@ def test_fit_candidates_never_pack_rows_shorter_than_a_sequence():
   from configs import qwen15b
 
   cfg = qwen15b.get_config()
-  got = fit.candidates(cfg)
+  got = fit.candidates(cfg, "cuda")
   budgets = [c["rollout.token_budget"] for c in got if "rollout.token_budget" in c]
   assert budgets == [9216]  # 16384 halves below 9216 = 1024 + 8192 tokens: only the floor
   assert {"vllm.gpu_memory_utilization": 0.4} in got
   assert got[-1] == {"mesh.tensor": 4, "mesh.fsdp": -1}
+  assert not any("vllm.gpu_memory_utilization" in c for c in fit.candidates(cfg, "tpu"))
 
 
 def test_square_buffer_detector():
@@ -132,7 +133,10 @@ def test_gpu_node_compiles_and_a_dense_mask_is_caught():
   step); the same packed programs with one dense attention block hold [T, T] buffers, which the
   line reports (the check can fail)."""
   rc, lines, err = compile_cli(
-    *TINY, "--topology=h200-8", "--config.rollout.engine=inline", "--config.model.attention_chunk=128"
+    *TINY,
+    "--topology=h200-8",
+    "--config.rollout.engine=inline",
+    "--config.model.attention_chunk=128",
   )
   assert rc == 0, err[-2000:]
   progs = by_program(lines)
@@ -197,7 +201,9 @@ def test_saved_executables_load_only_where_they_match(tmp_path):
 
   devices = jax.devices()
   progs, shapes = aot.programs(_tiny_cfg(), devices)
-  saved = saved_programs.save([aot.compile_program(p, shapes.mesh) for p in progs], str(tmp_path), devices)
+  saved = saved_programs.save(
+    [aot.compile_program(p, shapes.mesh) for p in progs], str(tmp_path), devices
+  )
   assert saved == ["logprob", "update/accumulate", "update/apply", "reset_ref"]
   loaded = saved_programs.load(progs, str(tmp_path), devices)
   assert set(loaded) == set(saved)
@@ -240,3 +246,21 @@ def test_a_run_given_saved_programs_is_the_run_that_compiles_them(tmp_path, base
   assert "loaded logprob, update/accumulate, update/apply, reset_ref; compiling none" in loaded
   assert lh.metrics(str(tmp_path / "plain")) == lh.metrics(str(tmp_path / "loaded"))
   assert lh.params_hash(str(tmp_path / "plain"))[1] == lh.params_hash(str(tmp_path / "loaded"))[1]
+
+
+def test_a_model_directory_with_only_its_config_compiles_with_the_tpu_decode_kernel(tmp_path):
+  """model.path holding nothing but config.json (a small Qwen2 of head_dim 128): the inline
+  engine's decode step runs JAX's Pallas paged-attention kernel for the TPU (a Mosaic custom
+  call) on four v5p chips; a path that is neither a directory nor a preset is refused."""
+  model_cfg = presets.tiny(vocab_size=512, head_dim=128, num_heads=2, num_kv_heads=1)
+  (tmp_path / "config.json").write_text(json.dumps(model_cfg.to_hf_dict()))
+  rc, lines, err = compile_cli(
+    *TINY, "--topology=v5p-8", f"--config.model.path={tmp_path}",
+    "--config.rollout.engine=inline", "--config.jax_engine.dtype=bfloat16",
+  )  # fmt: skip
+  assert rc == 0, err[-2000:]
+  decode = by_program(lines)["engine/decode"]
+  assert decode["attention"] == "pallas_tpu"
+  assert decode["kernels"].get("custom_call:tpu_custom_call", 0) == model_cfg.num_layers
+  rc, lines, err = compile_cli(*TINY, "--topology=v5p-8", "--config.model.path=/no/such/model")
+  assert rc == 2 and "neither a directory with a config.json nor a preset name" in err

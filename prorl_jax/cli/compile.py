@@ -41,7 +41,7 @@ GB = 1e9
 
 def _reexec_if_needed() -> None:
   """Runs this command in .venv-chips when this interpreter lacks libtpu or the CUDA plugin."""
-  import importlib.util
+  import importlib.util  # lazy: this runs before anything else is imported (see `run`)
 
   if importlib.util.find_spec("libtpu") and importlib.util.find_spec("jax_plugins"):
     return
@@ -59,8 +59,10 @@ def _reexec_if_needed() -> None:
 
 def table(lines: list[dict], last: dict) -> str:
   """The terminal's view of the lines: a row per program, then the step estimate."""
-  rows = [f"{'program':<18} {'fits':>4} {'peak GB':>8} {'HBM GB':>7} {'temp GB':>8} "
-          f"{'compile s':>9} {'roofline ms (est.)':>18}  attention"]  # fmt: skip
+  rows = [
+    f"{'program':<18} {'fits':>4} {'peak GB':>8} {'HBM GB':>7} {'temp GB':>8} "
+    f"{'compile s':>9} {'roofline ms (est.)':>18}  attention"
+  ]
   for ln in lines:
     peak = "-" if ln["peak_bytes_per_chip"] is None else f"{ln['peak_bytes_per_chip'] / GB:.1f}"
     rows.append(
@@ -81,6 +83,7 @@ def table(lines: list[dict], last: dict) -> str:
 
 
 def main(argv) -> int:
+  # lazy, as in `run`: JAX may be imported only after ENV is set
   from absl import flags
 
   from prorl_jax import config as config_lib
@@ -91,9 +94,14 @@ def main(argv) -> int:
   config_lib.validate(cfg)
   try:
     report = fit.report(
-      cfg, fv.topology, mean_prompt=fv.mean_prompt, mean_response=fv.mean_response,
-      keep_rate=fv.keep_rate, dump=fv.dump, save=fv.save,
-    )  # fmt: skip
+      cfg,
+      fv.topology,
+      mean_prompt=fv.mean_prompt,
+      mean_response=fv.mean_response,
+      keep_rate=fv.keep_rate,
+      dump=fv.dump,
+      save=fv.save,
+    )
   except (ValueError, config_lib.ConfigError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -108,9 +116,10 @@ def main(argv) -> int:
     print(json.dumps({"fit": found}))
     print(
       f"fits with: {' '.join(f'--config.{k}={v}' for k, v in found.items())}"
-      if found is not None else "no setting tried fits: use a larger topology",
+      if found is not None
+      else "no setting tried fits: use a larger topology",
       file=sys.stderr,
-    )  # fmt: skip
+    )
   return 1
 
 
@@ -118,14 +127,19 @@ def run():
   for k, v in ENV.items():
     os.environ.setdefault(k, v)
   _reexec_if_needed()
+  # lazy: JAX reads ENV when it is first imported, and a re-run in .venv-chips imports nothing here
   from absl import app, flags
   from ml_collections import config_flags
 
   from prorl_jax.cli import errors as cli_lib
 
   config_flags.DEFINE_config_file("config", None, "the run's config file", lock_config=False)
-  flags.DEFINE_string("topology", None, "v4-8, v5e-8/16/256, v5p-8/16/64/128, v6e-8/16/256, h100-8, h200-8, 2xh200-8")
-  flags.DEFINE_boolean("fit", False, "when it does not fit, try the settings that change it, in order")
+  flags.DEFINE_string(
+    "topology", None, "v4-8, v5e-8/16/256, v5p-8/16/64/128, v6e-8/16/256, h100-8, h200-8, 2xh200-8"
+  )
+  flags.DEFINE_boolean(
+    "fit", False, "when it does not fit, try the settings that change it, in order"
+  )
   flags.DEFINE_string("dump", "", "write each program's optimized HLO as text into this directory")
   flags.DEFINE_string("save", "", "serialise the compiled executables into this directory")
   flags.DEFINE_integer("mean_prompt", 0, "assumed mean prompt tokens (0: max_prompt_len / 4)")

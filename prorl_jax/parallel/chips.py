@@ -33,39 +33,71 @@ class Chip:
 
 CHIPS: dict[str, Chip] = {
   "v4": Chip(
-    "v4", "tpu", 16 * GiB, 137.5e12, 614e9,
+    "v4",
+    "tpu",
+    16 * GiB,
+    137.5e12,
+    614e9,
     "cloud.google.com/tpu/docs/v4: 32 GiB, 275 TFLOP/s bf16, 1228 GB/s a chip; halved per core",
     8,
   ),
   "v5e": Chip(
-    "v5e", "tpu", 16 * GiB, 197e12, 819e9,
-    "cloud.google.com/tpu/docs/v5e: 16 GiB HBM, 197 TFLOP/s bf16, 819 GB/s a chip", 4,
+    "v5e",
+    "tpu",
+    16 * GiB,
+    197e12,
+    819e9,
+    "cloud.google.com/tpu/docs/v5e: 16 GiB HBM, 197 TFLOP/s bf16, 819 GB/s a chip",
+    4,
   ),
   "v5p": Chip(
-    "v5p", "tpu", 95 * GiB, 459e12, 2765e9,
-    "cloud.google.com/tpu/docs/v5p: 95 GiB HBM, 459 TFLOP/s bf16, 2765 GB/s a chip", 4,
+    "v5p",
+    "tpu",
+    95 * GiB,
+    459e12,
+    2765e9,
+    "cloud.google.com/tpu/docs/v5p: 95 GiB HBM, 459 TFLOP/s bf16, 2765 GB/s a chip",
+    4,
   ),
   "v6e": Chip(
-    "v6e", "tpu", 32 * GiB, 918e12, 1640e9,
-    "cloud.google.com/tpu/docs/v6e: 32 GiB HBM, 918 TFLOP/s bf16, 1640 GB/s a chip", 4,
+    "v6e",
+    "tpu",
+    32 * GiB,
+    918e12,
+    1640e9,
+    "cloud.google.com/tpu/docs/v6e: 32 GiB HBM, 918 TFLOP/s bf16, 1640 GB/s a chip",
+    4,
   ),
   "h100": Chip(
-    "h100", "cuda", 84942979072, 989.4e12, 3.35232e12,
+    "h100",
+    "cuda",
+    84942979072,
+    989.4e12,
+    3.35232e12,
     "NVIDIA H100 SXM datasheet: 989.4 TFLOP/s dense bf16; XLA's specs/h100_sxm.txtpb: "
     "84942979072 B, 3.35 TB/s",
     8,
   ),
   "h200": Chip(
-    "h200", "cuda", 151397597184, 989.4e12, 4.8e12,
+    "h200",
+    "cuda",
+    151397597184,
+    989.4e12,
+    4.8e12,
     "NVIDIA H200 datasheet: 989.4 TFLOP/s dense bf16, 4.8 TB/s; XLA's specs/h200.txtpb: "
     "151397597184 B",
     8,
   ),
   "host": Chip(
-    "host", "cpu", os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), 1e11, 2e10,
-    "this host: its memory (os.sysconf); FLOP/s and bandwidth nominal, not this CPU's", 1,
+    "host",
+    "cpu",
+    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+    1e11,
+    2e10,
+    "this host: its memory (os.sysconf); FLOP/s and bandwidth nominal, not this CPU's",
+    1,
   ),
-}  # fmt: skip
+}
 
 # TPU v4 and v5p slices are named by TensorCores (two a chip), v5e and v6e by chips.
 _CORES_IN_NAME = {"v4", "v5p"}
@@ -107,13 +139,17 @@ def parse(name: str) -> Topology:
     return Topology(name, CHIPS[m.group(2)], hosts * per, hosts, (hosts, per))
   m = re.fullmatch(r"(v4|v5e|v5p|v6e)-(\d+)", name)
   if not m:
-    raise TopologyError(f"unknown topology {name!r}; use one of {NAMES} (a TPU name's number any size of the table)")
+    raise TopologyError(
+      f"unknown topology {name!r}; use one of {NAMES} (a TPU name's number any size of the table)"
+    )
   kind, n = m.group(1), int(m.group(2))
   chip = CHIPS[kind]
   chips = n // 2 if kind in _CORES_IN_NAME else n
   grid = _SIDES.get(chips) if kind in _CORES_IN_NAME else _PLANE.get(chips)
   if grid is None:
-    raise TopologyError(f"{name}: no {kind} slice of {chips} chips in the table; use one of {NAMES}")
+    raise TopologyError(
+      f"{name}: no {kind} slice of {chips} chips in the table; use one of {NAMES}"
+    )
   devices = n if kind == "v4" else chips  # v4: a device per TensorCore (see the module)
   single_host = kind in ("v5e", "v6e") and chips <= 8
   hosts = 1 if single_host else max(1, chips // 4)
@@ -156,7 +192,7 @@ def compile_only_devices(topo: Topology) -> list:
   from jax.experimental import topologies  # lazy: only the compile tool asks for chips
 
   if topo.platform == "cpu":
-    import jax
+    import jax  # lazy as topologies above
 
     return jax.devices()
   if topo.platform == "cuda":
@@ -167,8 +203,8 @@ def compile_only_devices(topo: Topology) -> list:
     )
     return list(desc.devices)
   grid = "x".join(map(str, topo.shape))
-  per_host = (2, 4, 1) if topo.hosts == 1 and topo.devices == 8 and len(topo.shape) == 2 else (
-    2, 2, 1
+  per_host = (
+    (2, 4, 1) if topo.hosts == 1 and topo.devices == 8 and len(topo.shape) == 2 else (2, 2, 1)
   )
   desc = topologies.get_topology_desc(
     platform="tpu", topology_name=f"{topo.chip.kind}:{grid}", chips_per_host_bounds=per_host

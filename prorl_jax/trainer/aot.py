@@ -13,6 +13,7 @@ roofline) is `trainer.estimate`'s.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import tempfile
 import time
@@ -20,14 +21,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from prorl_jax import config as config_lib
 from prorl_jax.model import init_params, presets
 from prorl_jax.model.hf_weights import read_hf_config
 from prorl_jax.parallel import sharding
 from prorl_jax.records import SamplingParams
+from prorl_jax.rollout.engines import jax_sampler, paged_kernels
+from prorl_jax.rollout.inline import worker_config
 from prorl_jax.trainer import compiled, setup
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.plan import Plan
@@ -78,13 +79,13 @@ def model_config(cfg, platform: str):
     from prorl_jax.demo import tiny_base  # builds the demo's tokenizer and model (small, fast)
 
     path = tiny_base.build(tempfile.mkdtemp(prefix="prorl-tiny-") + "/base", seed=cfg.seed)
+  elif m.path and os.path.isfile(os.path.join(m.path, "config.json")):
+    path = m.path  # no weights or tokenizer needed: only the architecture
   else:
-    path = setup.resolve_model_path(cfg) if m.path else ""
-    if not path:
-      raise config_lib.ConfigError(
-        "model.path is empty: give a Hugging Face directory (config.json is enough) or a "
-        f"preset name ({', '.join(presets.PRESETS)})"
-      )
+    raise config_lib.ConfigError(
+      f"model.path={m.path!r} is neither a directory with a config.json nor a preset name "
+      f"({', '.join(presets.PRESETS)})"
+    )
   return presets.Qwen2Config.from_hf_dict(read_hf_config(path), **opts)
 
 
@@ -98,7 +99,9 @@ def per_device_bytes(tree) -> int:
 
 
 def _abstract(tree, shardings):
-  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
+  return jax.tree.map(
+    lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings
+  )
 
 
 def abstract_state(model_cfg, tx, st_sh) -> ts.TrainState:
@@ -142,10 +145,25 @@ def programs(cfg, devices) -> tuple[list[Program], Shapes]:
     for p in engine:
       p.resident += state_bytes
   shapes = Shapes(
-    model_cfg, mesh, platform, rows, seq, slab_shape, slots, context,
-    cfg.jax_engine.steps_per_sync, state_bytes, engine_bytes,
-  )  # fmt: skip
+    model_cfg,
+    mesh,
+    platform,
+    rows,
+    seq,
+    slab_shape,
+    slots,
+    context,
+    cfg.jax_engine.steps_per_sync,
+    state_bytes,
+    engine_bytes,
+  )
   return progs + engine, shapes
+
+
+def _inputs(keys, shape, shardings) -> dict:
+  """A batch's arrays as shapes: the float keys float32, the rest int32, in their shardings."""
+  dtype = lambda k: jnp.float32 if k in ts.FLOAT_KEYS else jnp.int32  # noqa: E731
+  return {k: jax.ShapeDtypeStruct(shape, dtype(k), sharding=shardings[k]) for k in keys}
 
 
 def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
@@ -154,10 +172,7 @@ def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
   slab_shape, packed_cfg = setup.packed_shapes(r, mesh, model_cfg)
   step = ts.PackedTrainStep(packed_cfg, tx, plan.loss, mesh, slab_shape, shardings=st_sh)
   slab_sh = step.slab_sh
-  slab = {
-    k: jax.ShapeDtypeStruct(slab_shape, jnp.float32 if k in ts.FLOAT_KEYS else jnp.int32, sharding=slab_sh[k])
-    for k in ts.PACKED_KEYS
-  }  # fmt: skip
+  slab = _inputs(ts.PACKED_KEYS, slab_shape, slab_sh)
   rep = sharding.replicated(mesh)
   counts = (jax.ShapeDtypeStruct((), jnp.float32, sharding=rep),) * 2
   grads, metrics = jax.eval_shape(step._zeros, state.params, counts)
@@ -170,7 +185,10 @@ def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
   return [
     Program("logprob", logprobs, (state.params, model_in), "logprob", attention=attn),
     Program(
-      "update/accumulate", step._add, (state.params, acc, slab, counts), "accumulate",
+      "update/accumulate",
+      step._add,
+      (state.params, acc, slab, counts),
+      "accumulate",
       attention=attn,
     ),
     Program("update/apply", step._apply, (state, acc, counts), "apply"),
@@ -180,10 +198,7 @@ def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
 def _padded(plan, model_cfg, tx, mesh, st_sh, state, batch_shape):
   """The padded update (micro-batches scanned in one program) and its log-prob pass."""
   b_sh = compiled.batch_shardings(mesh, batch_shape)
-  batch = {
-    k: jax.ShapeDtypeStruct(batch_shape, jnp.float32 if k in ts.FLOAT_KEYS else jnp.int32, sharding=b_sh[k])
-    for k in ts.BATCH_KEYS
-  }  # fmt: skip
+  batch = _inputs(ts.BATCH_KEYS, batch_shape, b_sh)
   lc = plan.loss
   update = compiled.jit_train_step(model_cfg, tx, lc, mesh, batch_shape, shardings=st_sh)
   logprobs = compiled.jit_logprob_step(
@@ -199,20 +214,56 @@ def _padded(plan, model_cfg, tx, mesh, st_sh, state, batch_shape):
 
 def _inline(cfg, model_cfg, mesh, state):
   """The inline engine's programs: its weight layout from the trainer's params, the prefill of
-  a group's prompt and a chunk of decode steps, at the run's slots and pages."""
-  from prorl_jax.rollout.engines import jax_sampler, paged_kernels  # the engine room
-  from prorl_jax.rollout.inline import worker_config
-
+  a group's prompt and a chunk of decode steps, at the run's slots and pages. The engine's
+  weights and pages are replicated on every device (what the decode step's kernel reads)."""
   e, r = cfg.jax_engine, cfg.rollout
   wcfg = worker_config(model_cfg, e.dtype)
   layout = jax.jit(lambda p: jax_sampler.prepare(wcfg, p))
-  weights = jax.eval_shape(layout, state.params)
   rep = sharding.replicated(mesh)
-  weights = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), weights)
-  backend = "gpu" if mesh.devices.flat[0].platform in ("gpu", "cuda") else mesh.devices.flat[0].platform
+  sds = lambda shape, dtype=jnp.int32: jax.ShapeDtypeStruct(shape, dtype, sharding=rep)  # noqa: E731
+  weights = jax.tree.map(lambda a: sds(a.shape, a.dtype), jax.eval_shape(layout, state.params))
+  attention = _engine_attention(e, wcfg, mesh)
+  kp, vp, width = _page_pool(cfg, wcfg, attention, sds)
+  s, key, sp = e.slots, sds((2,), jnp.uint32), _sampling(r, wcfg)
+  st = {k: sds((s,)) for k in ("pos", "tok", "ngen", "cap", "seq")} | {"active": sds((s,), bool)}
+  decode = Program(
+    "engine/decode",
+    paged_kernels.decode,
+    (weights, kp, vp, sds((s, width)), st, key),
+    "decode",
+    kwargs=dict(model_cfg=wcfg, sp=sp, steps=e.steps_per_sync, groups=4, attention=attention),
+    attention=attention,
+  )
+  params = jax.tree.map(
+    lambda a: jax.ShapeDtypeStruct(a.shape, jnp.dtype(e.dtype), sharding=a.sharding), state.params
+  )  # the trainer's arrays in the engine's dtype (`inline._as_published`)
+  n_pages = -(-r.max_prompt_len // e.page_size)  # one prompt, right-padded to whole pages
+  prompt = (sds((1, n_pages * e.page_size)), sds((1,)), sds((1, n_pages)), key, sds((1, r.n)))
+  prefill = Program(
+    "engine/prefill",
+    paged_kernels.admit,
+    (params, weights["head"], kp, vp, *prompt),
+    "prefill",
+    kwargs=dict(model_cfg=wcfg, sp=sp, attention=attention),
+    attention="dense (prompt)",
+  )
+  lay = Program("engine/layout", layout, (state.params,), "layout")
+  return [lay, prefill, decode], per_device_bytes(weights), s, width * e.page_size
+
+
+def _engine_attention(e, wcfg, mesh) -> str:
+  """The decode attention the engine picks on the mesh's chips (`jax_engine.attention`)."""
+  platform = mesh.devices.flat[0].platform
+  backend = "gpu" if platform in ("gpu", "cuda") else platform
   attention = paged_kernels.choose_attention(e.attention, wcfg.head_dim, e.page_size, backend)
-  if attention == "pallas":  # the target's kernel, not this host's backend's
-    attention = f"pallas_{backend}"
+  # the target's kernel, not this host's backend's
+  return f"pallas_{backend}" if attention == "pallas" else attention
+
+
+def _page_pool(cfg, wcfg, attention: str, sds):
+  """(key pages, value pages, page-table width) the engine allocates for the run's slots
+  (`paged.PagedEngine._pool` with the longest prompt and response)."""
+  e, r = cfg.jax_engine, cfg.rollout
   per_seq = -(-(r.max_prompt_len + r.max_response_len + e.steps_per_sync) // e.page_size)
   pages = e.pages or e.slots * (per_seq + 1) + 1
   width = -(-(per_seq + 1) // paged_kernels.BLOCK_PAGES) * paged_kernels.BLOCK_PAGES
@@ -220,35 +271,19 @@ def _inline(cfg, model_cfg, mesh, state):
     attention, pages, wcfg.num_kv_heads, wcfg.head_dim, e.page_size
   )
   dt = jnp.dtype(wcfg.compute_dtype)
-  sds = lambda shape, dtype=jnp.int32: jax.ShapeDtypeStruct(shape, dtype, sharding=rep)  # noqa: E731
   kp = tuple(sds(kshape, dt) for _ in range(wcfg.num_layers))
   vp = tuple(sds(vshape, dt) for _ in range(wcfg.num_layers))
-  s = e.slots
-  st = {k: sds((s,)) for k in ("pos", "tok", "ngen", "cap", "seq")} | {"active": sds((s,), bool)}
-  sp = SamplingParams(
-    max_new_tokens=r.max_response_len, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+  return kp, vp, width
+
+
+def _sampling(r, wcfg) -> SamplingParams:
+  return SamplingParams(
+    max_new_tokens=r.max_response_len,
+    temperature=r.temperature,
+    top_p=r.top_p,
+    top_k=r.top_k,
     stop_token_ids=(wcfg.eos_token_id,) if wcfg.eos_token_id is not None else (),
-  )  # fmt: skip
-  key = sds((2,), jnp.uint32)
-  params = jax.tree.map(
-    lambda a: jax.ShapeDtypeStruct(a.shape, jnp.dtype(e.dtype), sharding=a.sharding), state.params
-  )  # the trainer's arrays in the engine's dtype (`inline._as_published`)
-  decode = Program(
-    "engine/decode", paged_kernels.decode,
-    (weights, kp, vp, sds((s, width)), st, key), "decode",
-    kwargs=dict(model_cfg=wcfg, sp=sp, steps=e.steps_per_sync, groups=4, attention=attention),
-    attention=attention,
-  )  # fmt: skip
-  t = -(-r.max_prompt_len // e.page_size) * e.page_size
-  prefill = Program(
-    "engine/prefill", paged_kernels.admit,
-    (params, weights["head"], kp, vp, sds((1, t)), sds((1,)), sds((1, t // e.page_size)), key,
-     sds((1, r.n))), "prefill",
-    kwargs=dict(model_cfg=wcfg, sp=sp, attention=attention), attention="dense (prompt)",
-  )  # fmt: skip
-  engine_bytes = per_device_bytes(weights)
-  lay = Program("engine/layout", layout, (state.params,), "layout")
-  return [lay, prefill, decode], engine_bytes, s, width * e.page_size
+  )
 
 
 NEEDS_CUDNN = (
@@ -276,9 +311,13 @@ class CompiledProgram:
   def peak_bytes(self) -> int:
     """Arguments, outputs not aliased to them, temporaries, code, and what stays resident."""
     return (
-      self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
-      + self.code_bytes + self.program.resident
-    )  # fmt: skip
+      self.argument_bytes
+      + self.output_bytes
+      - self.alias_bytes
+      + self.temp_bytes
+      + self.code_bytes
+      + self.program.resident
+    )
 
 
 def compile_program(p: Program, mesh) -> CompiledProgram:

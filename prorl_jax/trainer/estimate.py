@@ -82,6 +82,10 @@ def program_cost(kind: str, shapes, work: Workload) -> tuple[float, float, int]:
   return 0.0, 2.0 * state, 0  # apply, reset, layout: one pass over the state
 
 
+def _per(amount: float, seconds: float | None) -> float | None:
+  return amount / seconds if seconds else None
+
+
 def roofline_s(flops: float, nbytes: float, chip) -> float:
   return max(flops / chip.peak_flops, nbytes / chip.hbm_bw)
 
@@ -92,8 +96,10 @@ def step_estimate(times: dict, shapes, work: Workload, chip, hosts: int) -> dict
   out (`generate_s` None) and said so."""
   slab_tokens = (shapes.slab_shape[0] * shapes.slab_shape[1]) if shapes.slab_shape else None
   per_batch = shapes.rows * shapes.seq
-  calls = math.ceil(work.tokens / (slab_tokens * work.fill)) if slab_tokens else math.ceil(
-    work.responses / shapes.rows
+  calls = (
+    math.ceil(work.tokens / (slab_tokens * work.fill))
+    if slab_tokens
+    else math.ceil(work.responses / shapes.rows)
   )
   train_kind = "accumulate" if slab_tokens else "update"
   train_s = work.epochs * calls * times.get(train_kind, 0.0)
@@ -101,12 +107,12 @@ def step_estimate(times: dict, shapes, work: Workload, chip, hosts: int) -> dict
   logprob_s = 2 * calls * times.get("logprob", 0.0)  # the old and the reference policy
   tokens_per_call = (slab_tokens or per_batch) / shapes.mesh.size
   out = {
-    "train_tokens_per_s_per_chip": tokens_per_call / times[train_kind] if times.get(train_kind) else None,
+    "train_tokens_per_s_per_chip": _per(tokens_per_call, times.get(train_kind)),
     "train_s": train_s,
     "logprob_s": logprob_s,
     "generate_s": None,
     "decode_tokens_per_s_per_chip": None,
-  }  # fmt: skip
+  }
   if times.get("decode"):
     per_call = shapes.slots * shapes.steps_per_sync
     host_rate = per_call / times["decode"]  # every device of a host runs the host's slots

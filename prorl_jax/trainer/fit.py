@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
+
+import jax
 
 from prorl_jax.parallel import chips
 from prorl_jax.trainer import aot, estimate, saved_programs
@@ -17,14 +18,21 @@ SETTINGS = (
   "rollout.token_budget / rollout.pack_row_len (tokens a device packs per micro-batch)",
   "model.remat=full",
   "mesh.fsdp (a wider slice) or mesh.tensor",
-  "jax_engine.slots / jax_engine.pages (inline engine)",
+  "jax_engine.slots / jax_engine.pages / jax_engine.dtype=bfloat16 (inline engine)",
   "vllm.gpu_memory_utilization (what vLLM leaves the trainer)",
 )
 
 
 # JAX's device_kind of a TPU -> its row of chips.CHIPS
-DEVICE_KINDS = {"TPU v4": "v4", "TPU v5": "v5p", "TPU v5p": "v5p", "TPU v5 lite": "v5e",
-                "TPU v5e": "v5e", "TPU v6 lite": "v6e", "TPU v6e": "v6e"}  # fmt: skip
+DEVICE_KINDS = {
+  "TPU v4": "v4",
+  "TPU v5": "v5p",
+  "TPU v5p": "v5p",
+  "TPU v5 lite": "v5e",
+  "TPU v5e": "v5e",
+  "TPU v6 lite": "v6e",
+  "TPU v6e": "v6e",
+}
 
 
 @dataclasses.dataclass
@@ -100,8 +108,17 @@ def why(line: dict, topo_name: str) -> str:
   )
 
 
-def report(cfg, topology: str, *, mean_prompt=0, mean_response=0, keep_rate=1.0,
-           dump: str = "", save: str = "", devices=None) -> Report:  # fmt: skip
+def report(
+  cfg,
+  topology: str,
+  *,
+  mean_prompt=0,
+  mean_response=0,
+  keep_rate=1.0,
+  dump: str = "",
+  save: str = "",
+  devices=None,
+) -> Report:
   """Compiles every program of `cfg` for `topology` (or `devices`, the host's own) and reports
   each with `program_line`; the last line sums up."""
   topo = chips.parse(topology)
@@ -125,12 +142,19 @@ def report(cfg, topology: str, *, mean_prompt=0, mean_response=0, keep_rate=1.0,
   est["steps_3000_h"] = est["step_s"] * 3000 / 3600
   bad = [ln for ln in lines if ln["fits"] is False]
   last = {
-    "topology": topology, "fits": not bad, "chip": topo.chip.kind, "devices": topo.devices,
-    "hosts": topo.hosts, "mesh": dict(shapes.mesh.shape), "slab_shape": shapes.slab_shape,
-    "engine": cfg.rollout.engine, "assumed": dataclasses.asdict(work), "estimate": est,
+    "topology": topology,
+    "fits": not bad,
+    "chip": topo.chip.kind,
+    "devices": topo.devices,
+    "hosts": topo.hosts,
+    "mesh": dict(shapes.mesh.shape),
+    "slab_shape": shapes.slab_shape,
+    "engine": cfg.rollout.engine,
+    "assumed": dataclasses.asdict(work),
+    "estimate": est,
     "estimates_are": "roofline from published peak FLOP/s and HBM bandwidth, not measured",
     "not_compiled": [ln["program"] for ln in lines if ln["fits"] is None],
-  }  # fmt: skip
+  }
   if bad:
     last["why"] = why(bad[0], topology)
   return Report(lines, last)
@@ -143,10 +167,11 @@ def _dump(res, dump: str) -> None:
       f.write(res.hlo)
 
 
-def candidates(cfg):
+def candidates(cfg, platform: str = "tpu"):
   """The settings `--fit` tries, in order, each on top of the ones before it: full
-  rematerialisation, smaller packed micro-batches (never shorter than one sequence), fewer
-  inline-engine slots, more of a shared GPU for the trainer, tensor parallelism."""
+  rematerialisation, smaller packed micro-batches (never shorter than one sequence), the inline
+  engine in bfloat16 and with fewer slots, more of a shared GPU for the trainer, tensor
+  parallelism."""
   r, out = cfg.rollout, []
   if cfg.model.remat != "full":
     out.append({"model.remat": "full"})
@@ -159,17 +184,20 @@ def candidates(cfg):
   if r.token_budget and budget > floor:
     out.append({"rollout.token_budget": floor, "rollout.pack_row_len": 0})
   if r.engine == "inline":
+    if cfg.jax_engine.dtype == "float32":
+      out.append({"jax_engine.dtype": "bfloat16"})  # half the engine's weights and pages
     slots = cfg.jax_engine.slots
     while slots > 8:
       slots //= 2
       out.append({"jax_engine.slots": slots, "jax_engine.pages": 0})
-  if r.engine == "vllm":
+  if r.engine == "vllm" and platform == "cuda":  # vLLM shares the trainer's GPUs
     out += [{"vllm.gpu_memory_utilization": u} for u in (0.4, 0.3)]
   out += [{"mesh.tensor": t, "mesh.fsdp": -1} for t in (2, 4)]
   return out
 
 
-def _with(cfg, changes: dict):
+def with_changes(cfg, changes: dict):
+  """A copy of `cfg` with `changes` ({"a.b": value}) set."""
   c = copy.deepcopy(cfg)
   for key, value in changes.items():
     node = c
@@ -184,10 +212,10 @@ def find_fit(cfg, topology: str) -> dict | None:
   """The first cumulative setting of `candidates` under which every program fits (None when
   none does); each try compiles the run again."""
   changes: dict = {}
-  for step in candidates(cfg):
+  for step in candidates(cfg, chips.parse(topology).platform):
     changes = {**changes, **step}
     try:
-      rep = report(_with(cfg, changes), topology)
+      rep = report(with_changes(cfg, changes), topology)
     except ValueError:  # e.g. a mesh the devices do not divide: try the next setting
       continue
     if rep.last["fits"]:
@@ -195,16 +223,10 @@ def find_fit(cfg, topology: str) -> dict | None:
   return None
 
 
-def dumps(rep: Report) -> str:
-  return "\n".join(json.dumps(ln) for ln in rep.lines + [rep.last])
-
-
 def fits_on_this_host(cfg) -> str | None:
   """On a TPU host, the run's programs compiled for its own chips before any weight loads:
   None when every program fits the device's memory, else the one line that says what does
   not. Elsewhere None (nothing to check: CPUs and GPUs shared with vLLM go their own way)."""
-  import jax
-
   if jax.default_backend() != "tpu":
     return None
   dev = jax.devices()[0]
@@ -216,7 +238,9 @@ def fits_on_this_host(cfg) -> str | None:
   progs, shapes = aot.programs(cfg, jax.devices())
   work = workload(cfg)
   for p in progs:
-    ln = program_line(aot.compile_program(p, shapes.mesh), shapes, work, chip, trainer_hbm(cfg, chip))
+    ln = program_line(
+      aot.compile_program(p, shapes.mesh), shapes, work, chip, trainer_hbm(cfg, chip)
+    )
     if ln["fits"] is False:
       return why(ln, f"this host's {dev.device_kind}")
   return None

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+import jax
+
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.parallel import dist
@@ -138,9 +140,8 @@ def start(cfg, accept_config_changes: bool, watch: Watch) -> Run | Outcome:
 
 
 def _saved(cfg) -> dict:
-  """The executables of `cfg.compiled` that match this run's programs on these devices."""
-  import jax
-
+  """The executables of `cfg.compiled` that match this run's programs on these devices (the
+  programs built from `cfg.model.path`: the base model the run resolved)."""
   try:
     programs, _ = aot.programs(cfg, jax.devices())
     return saved_programs.load(programs, cfg.compiled, jax.devices())
@@ -174,7 +175,7 @@ def _checked_and_built(cfg, accept_config_changes: bool):
       raise config_lib.ConfigError(too_big)
     setup, state, source = setup_lib.build(cfg)
     if cfg.compiled:  # saved executables in place of compiling (`prorl-compile --save`)
-      setup = saved_programs.use(setup, _saved(cfg))
+      setup = saved_programs.use(setup, _saved(fit.with_changes(cfg, {"model.path": setup.path})))
   except BaseException:  # a start that fails before writing anything leaves no empty run dir
     if created and primary and not os.listdir(cfg.run_dir):
       os.rmdir(cfg.run_dir)

@@ -17,9 +17,9 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec as P
 from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention as gpu_paged_attention
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_paged_attention
+from jax.sharding import PartitionSpec as P
 
 from prorl_jax.model import Qwen2, causal_mask, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
@@ -146,9 +146,7 @@ def pallas_pages(
     if not mesh.empty and mesh.size > 1:
       # A Mosaic kernel is not partitioned by XLA: on a mesh (`jax.set_mesh`), every device
       # runs it on the whole (replicated) slots and pages.
-      attend = jax.shard_map(
-        attend, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False
-      )
+      attend = jax.shard_map(attend, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)
     out = attend(q_SxHxDh, kp, vp, lengths, table_SxM)
   else:
     out = gpu_paged_attention(

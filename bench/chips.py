@@ -1,0 +1,119 @@
+"""The real run compiled for TPU slices and GPU nodes on this host (`prorl-compile`), as tables.
+
+  python bench/chips.py --out DIR            # compile the matrix below, one JSONL file a case
+  python bench/chips.py --out DIR --tables   # only print the Markdown tables of DIR's files
+
+Each case is `python -m prorl_jax.cli.compile --config=configs/qwen15b.py` with a preset model,
+a topology and the rollout engine (vllm: the update and log-prob programs; inline: the JAX
+engine's too), with `--fit` where it may not fit. Every time figure is a roofline estimate from
+the chip's published peak numbers (`parallel/chips.py`), never a measurement; the memory figures
+are the compiler's own analysis of each program for that chip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+M15, M7 = "deepseek-r1-distill-qwen-1.5b", "deepseek-r1-distill-qwen-7b"
+CASES = [  # (name, model, topology, engine, extra flags)
+  ("15-v5p-8", M15, "v5p-8", "vllm", []),
+  ("15-v5p-8-inline", M15, "v5p-8", "inline", []),
+  ("15-v5e-16", M15, "v5e-16", "vllm", ["--fit"]),
+  ("15-v5e-16-inline", M15, "v5e-16", "inline", ["--fit"]),
+  ("15-v6e-8", M15, "v6e-8", "vllm", []),
+  ("15-v6e-8-inline", M15, "v6e-8", "inline", ["--fit"]),
+  ("15-v5p-64", M15, "v5p-64", "vllm", []),
+  ("15-h200-8", M15, "h200-8", "vllm", []),
+  ("15-h200-8-inline", M15, "h200-8", "inline", []),
+  ("7-v5p-8", M7, "v5p-8", "vllm", ["--fit"]),
+  ("7-v5p-16", M7, "v5p-16", "vllm", ["--fit"]),
+  ("7-v5p-16-inline", M7, "v5p-16", "inline", ["--fit"]),
+  ("7-v5p-64", M7, "v5p-64", "vllm", ["--fit"]),
+  ("7-v5e-16", M7, "v5e-16", "vllm", ["--fit"]),
+  ("7-v6e-8", M7, "v6e-8", "vllm", ["--fit"]),
+  ("7-h100-8", M7, "h100-8", "vllm", ["--fit"]),
+  ("7-h200-8", M7, "h200-8", "vllm", ["--fit"]),
+]
+GB = 1e9
+
+
+def run_case(out: str, name: str, model: str, topology: str, engine: str, extra: list) -> None:
+  cmd = [sys.executable, "-m", "prorl_jax.cli.compile", "--config=configs/qwen15b.py"]
+  cmd += [f"--topology={topology}", f"--config.model.path={model}"]
+  cmd += [f"--config.rollout.engine={engine}", *extra]
+  t0 = time.perf_counter()
+  p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+  with open(os.path.join(out, f"{name}.jsonl"), "w") as f:
+    f.write(p.stdout)
+  print(json.dumps({"case": name, "exit": p.returncode, "wall_s": round(time.perf_counter() - t0)}))
+
+
+def _read(path: str) -> tuple[list[dict], dict, dict | None]:
+  lines = [json.loads(x) for x in open(path) if x.startswith("{")]
+  progs = [ln for ln in lines if "program" in ln]
+  last = next(ln for ln in lines if "topology" in ln)
+  fit = next((ln["fit"] for ln in lines if "fit" in ln), None)
+  return progs, last, fit
+
+
+def tables(out: str) -> str:
+  """A summary row per case, then a row per program of every case."""
+  rows = [
+    "| model | topology | engine | fits | peak GB/chip (program) | HBM GB | train tok/s/chip "
+    "(est.) | decode tok/s/chip (est.) | s/step (est.) | --fit |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  detail = [
+    "| case | program | fits | peak GB | temp GB | compile s | roofline ms (est.) | attention "
+    "| kernels |",
+    "|---|---|---|---|---|---|---|---|---|",
+  ]
+  for name, model, topology, engine, _ in CASES:
+    path = os.path.join(out, f"{name}.jsonl")
+    if not os.path.isfile(path):
+      continue
+    progs, last, fit = _read(path)
+    top = max(progs, key=lambda ln: ln["peak_bytes_per_chip"] or 0)
+    est = last["estimate"]
+    fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    fix = "-" if last["fits"] else " ".join(f"{k}={v}" for k, v in (fit or {}).items()) or "none"
+    rows.append(
+      f"| {model.split('-')[-1]} | {topology} | {engine} | {'yes' if last['fits'] else 'no'} | "
+      f"{top['peak_bytes_per_chip'] / GB:.1f} ({top['program']}) | "
+      f"{top['hbm_bytes_per_chip'] / GB:.1f} | {fmt(est['train_tokens_per_s_per_chip'])} | "
+      f"{fmt(est['decode_tokens_per_s_per_chip'])} | {fmt(est['step_s'])} | {fix} |"
+    )
+    for ln in progs:
+      k = ", ".join(f"{n}: {c}" for n, c in ln["kernels"].items())
+      peak = "-" if ln["peak_bytes_per_chip"] is None else f"{ln['peak_bytes_per_chip'] / GB:.1f}"
+      detail.append(
+        f"| {name} | {ln['program']} | {ln['fits']} | {peak} | {ln['temp_bytes'] / GB:.2f} | "
+        f"{ln['compile_s']:.1f} | {ln['roofline_s_estimate'] * 1e3:.1f} | "
+        f"{ln.get('attention') or '-'} | {k} |"
+      )
+  return "\n".join(rows) + "\n\n" + "\n".join(detail)
+
+
+def main() -> None:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--out", required=True)
+  ap.add_argument("--tables", action="store_true", help="only print the tables of --out's files")
+  ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+  a = ap.parse_args()
+  if not a.tables:
+    os.makedirs(a.out, exist_ok=True)
+    wanted = set(a.cases.split(",")) if a.cases else None
+    for case in CASES:
+      if wanted is None or case[0] in wanted:
+        run_case(a.out, *case)
+  print(tables(a.out))
+
+
+if __name__ == "__main__":
+  main()
