@@ -18,7 +18,7 @@ from prorl_jax.trainer import aot, estimate, fit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHIPS_PY = ROOT / ".venv-chips" / "bin" / "python"
-TINY = ["--config=configs/tiny.py", "--config.rollout.pack_row_len=256"]
+TINY = ["--config=configs/tiny.py", "--config.rollout.pack_row_len=384"]  # no model dim is 384
 
 
 def compile_cli(*args, timeout=600):
@@ -73,6 +73,14 @@ def test_fit_candidates_never_pack_rows_shorter_than_a_sequence():
   assert {"vllm.gpu_memory_utilization": 0.4} in got
   assert got[-1] == {"mesh.tensor": 4, "mesh.fsdp": -1}
   assert not any("vllm.gpu_memory_utilization" in c for c in fit.candidates(cfg, "tpu"))
+  said = fit.settings(cfg, "cuda")
+  assert said[0].startswith("lower rollout.token_budget (16384") and "lower vllm." in said[-1]
+  assert not any("remat" in x for x in said)  # already full in the run's config
+  cfg.rollout.engine = "inline"
+  assert fit.candidates(cfg, "tpu")[1] == {"jax_engine.dtype": "bfloat16"}
+  assert "fewer jax_engine.slots (64) or jax_engine.pages, jax_engine.dtype=bfloat16" in (
+    fit.settings(cfg, "tpu")
+  )
 
 
 def test_square_buffer_detector():
@@ -100,7 +108,7 @@ def test_tiny_run_compiles_for_a_v5p_8_with_its_kernels():
     assert ln["hbm_bytes_per_chip"] == 95 << 30
   for name in ("logprob", "update/accumulate"):
     assert progs[name]["kernels"].get("custom_call:tpu_custom_call", 0) >= 1, progs[name]
-    assert progs[name]["tt_buffers"] == 0 and progs[name]["row_len"] == 256
+    assert progs[name]["tt_buffers"] == 0 and progs[name]["row_len"] == 384
   assert progs["update/accumulate"]["temp_bytes"] > 0
   assert progs["update/accumulate"]["kernels"].get("all-gather", 0) > 0  # FSDP over 4 chips
   last = lines[-1]
@@ -123,7 +131,9 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
   first = next(ln for ln in lines[:-1] if not ln["fits"])
   assert why.startswith(f"{first['program']} needs ")
   assert f"{first['peak_bytes_per_chip'] / 1e9:.1f} GB per chip" in why
-  assert "gives it 0.0 GB" in why and "rollout.token_budget" in why and "model.remat" in why
+  assert "gives it 0.0 GB" in why and "lower rollout.token_budget (2048 tokens" in why
+  assert "set model.remat=full" in why  # the tiny config rematerialises "dots"
+  assert "vllm" not in why and "jax_engine" not in why  # neither acts in this run
   assert why in err
   assert len(list(tmp_path.glob("*.hlo.txt"))) == 4
 
@@ -157,7 +167,7 @@ def test_the_training_environment_has_no_tpu_or_cuda_backend():
   import importlib.util
 
   assert importlib.util.find_spec("libtpu") is None
-  assert importlib.util.find_spec("jax_plugins.xla_cuda12") is None
+  assert importlib.util.find_spec("jax_plugins") is None  # the CUDA plugin's package
   assert sys.executable != str(CHIPS_PY)
 
 
@@ -264,3 +274,68 @@ def test_a_model_directory_with_only_its_config_compiles_with_the_tpu_decode_ker
   assert decode["kernels"].get("custom_call:tpu_custom_call", 0) == model_cfg.num_layers
   rc, lines, err = compile_cli(*TINY, "--topology=v5p-8", "--config.model.path=/no/such/model")
   assert rc == 2 and "neither a directory with a config.json nor a preset name" in err
+
+
+def test_the_tpu_compilers_own_out_of_memory_is_a_program_that_does_not_fit():
+  """XLA:TPU refuses to compile a program whose temporaries exceed the chip (its message, as
+  the real compile of the 1.5B engine for a v5e-16 gives it): the line says it does not fit,
+  with at least those bytes; another compile error stays an error."""
+
+  class Refused:  # stands in for a jitted function the compiler refuses
+    def __init__(self, msg):
+      self.msg = msg
+
+    def lower(self, *a, **k):
+      raise RuntimeError(self.msg)
+
+  oom = (
+    "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+    "temporaries (33.08G) exceeds available HBM (15.75G)."
+  )
+  import jax
+
+  mesh = jax.sharding.Mesh(jax.devices()[:1], ("fsdp",))
+  res = aot.compile_program(aot.Program("engine/prefill", Refused(oom), (), "prefill"), mesh)
+  assert res.temp_bytes == int(33.08 * (1 << 30)) and res.oom and not res.error
+  work = fit.workload(_tiny_cfg())
+  shapes = aot.Shapes(presets.tiny(), mesh, "tpu", 8, 56, None, 0, 0, 16, 0, 0)
+  line = fit.program_line(res, shapes, work, chips.CHIPS["v5e"], 16 << 30)
+  assert line["fits"] is False and line["peak_bytes_per_chip"] == res.temp_bytes
+  said = fit.why(line, "v5e-16", ["lower it"])
+  assert (
+    said == "engine/prefill needs more than 35.5 GB per chip; v5e-16 gives it 17.2 GB: lower it"
+  )
+  res = aot.compile_program(aot.Program("logprob", Refused("INTERNAL: boom"), (), "logprob"), mesh)
+  assert res.error == "INTERNAL: boom" and not res.oom
+
+
+def test_fit_search_changes_only_the_side_that_does_not_fit(monkeypatch):
+  """The search adds a setting only where it shrinks a program that does not fit: an engine
+  that is too big is fixed by the engine's settings, the update's batch is left alone; then a
+  training program too big takes the training settings."""
+  from configs import qwen15b
+
+  cfg = qwen15b.get_config()
+  cfg.rollout.engine = "inline"
+  tried = []
+
+  def fake_report(c, topology):  # stands in for a compile: what fits under which settings
+    tried.append((c.jax_engine.dtype, c.jax_engine.slots, c.rollout.token_budget))
+    decode_fits = c.jax_engine.dtype == "bfloat16" and c.jax_engine.slots <= 32
+    update_fits = c.rollout.token_budget <= limit
+    lines = [
+      {"program": "engine/decode", "kind": "decode", "fits": decode_fits},
+      {"program": "update/accumulate", "kind": "accumulate", "fits": update_fits},
+    ]
+    return fit.Report(lines, {"fits": decode_fits and update_fits})
+
+  monkeypatch.setattr(fit, "report", fake_report)
+  limit = 16384
+  found = fit.find_fit(cfg, "v5p-8")
+  assert found == {"jax_engine.dtype": "bfloat16", "jax_engine.slots": 32, "jax_engine.pages": 0}
+  assert [t[2] for t in tried] == [16384] * 3  # the update's batch never shrank
+  limit, tried[:] = 9216, []
+  found = fit.find_fit(cfg, "v5p-8")
+  assert found["rollout.token_budget"] == 9216 and found["jax_engine.slots"] == 32
+  limit = 1024  # nothing the candidates offer fits
+  assert fit.find_fit(cfg, "v5p-8") is None

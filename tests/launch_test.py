@@ -202,8 +202,8 @@ def test_every_environment_a_message_names_is_one_the_makefile_builds():
   import re
 
   make = open(os.path.join(ROOT, "Makefile")).read()
-  built = set(re.findall(r"^V?VENV := (\.venv[\w-]*)$", make, re.M))
-  assert built == {".venv", ".venv-vllm"}, built
+  built = set(re.findall(r"^[VC]?VENV := (\.venv[\w-]*)$", make, re.M))
+  assert built == {".venv", ".venv-vllm", ".venv-chips"}, built
   files = ["README.md", "Makefile", *glob.glob("docs/**/*.md", root_dir=ROOT, recursive=True)]
   files += glob.glob("launch/**/*", root_dir=ROOT, recursive=True)
   files += glob.glob("prorl_jax/**/*.py", root_dir=ROOT, recursive=True)

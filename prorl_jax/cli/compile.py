@@ -112,7 +112,7 @@ def main(argv) -> int:
     return 0
   print(report.last["why"], file=sys.stderr)
   if fv.fit:
-    found = fit.find_fit(cfg, fv.topology)
+    found = fit.find_fit(cfg, fv.topology, first=report)
     print(json.dumps({"fit": found}))
     print(
       f"fits with: {' '.join(f'--config.{k}={v}' for k, v in found.items())}"

@@ -305,7 +305,8 @@ class CompiledProgram:
   code_bytes: int
   hlo: str
   executable: Any = None
-  error: str = ""
+  error: str = ""  # it did not compile
+  oom: str = ""  # the compiler ran out of the chip's memory: temp_bytes is what it asked for
 
   @property
   def peak_bytes(self) -> int:
@@ -331,6 +332,10 @@ def compile_program(p: Program, mesh) -> CompiledProgram:
     msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
     if "cuDNN" in msg:
       msg = f"{NEEDS_CUDNN} ({msg})"
+    oom = _COMPILER_OOM.search(msg)
+    if oom:  # the TPU compiler's own out-of-memory: its temporaries alone exceed the chip
+      temp = int(float(oom.group(1)) * _UNITS[oom.group(2)])
+      return CompiledProgram(p, time.perf_counter() - t0, 0, 0, 0, temp, 0, "", oom=msg)
     return CompiledProgram(p, time.perf_counter() - t0, 0, 0, 0, 0, 0, "", error=msg)
   m = exe.memory_analysis()
   return CompiledProgram(
@@ -346,6 +351,8 @@ def compile_program(p: Program, mesh) -> CompiledProgram:
   )
 
 
+_COMPILER_OOM = re.compile(r"required for HLO temporaries \(([\d.]+)([KMGT])\)")
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SHAPE = re.compile(r"\b(?:bf16|f16|f32|s32|u32|pred|s8|u8|f8e4m3fn)\[([0-9,]+)\]")
 
 

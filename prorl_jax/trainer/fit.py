@@ -14,13 +14,25 @@ import jax
 from prorl_jax.parallel import chips
 from prorl_jax.trainer import aot, estimate, saved_programs
 
-SETTINGS = (
-  "rollout.token_budget / rollout.pack_row_len (tokens a device packs per micro-batch)",
-  "model.remat=full",
-  "mesh.fsdp (a wider slice) or mesh.tensor",
-  "jax_engine.slots / jax_engine.pages / jax_engine.dtype=bfloat16 (inline engine)",
-  "vllm.gpu_memory_utilization (what vLLM leaves the trainer)",
-)
+
+def settings(cfg, platform: str) -> list[str]:
+  """The settings that change a run's memory per chip, as the one line names them: only those
+  that act in this run (its batching, its engine, its chips)."""
+  r, out = cfg.rollout, []
+  if r.token_budget:
+    out.append(f"lower rollout.token_budget ({r.token_budget} tokens a device packs; --fit tries)")
+  else:
+    out.append(f"lower rollout.micro_batch_size ({r.micro_batch_size})")
+  if cfg.model.remat != "full":
+    out.append("set model.remat=full")
+  out.append("widen the slice (mesh.fsdp) or set mesh.tensor")
+  if r.engine == "inline":
+    e = cfg.jax_engine
+    dtype = ", jax_engine.dtype=bfloat16" if e.dtype == "float32" else ""
+    out.append(f"fewer jax_engine.slots ({e.slots}) or jax_engine.pages{dtype}")
+  if r.engine == "vllm" and platform == "cuda":
+    out.append(f"lower vllm.gpu_memory_utilization ({cfg.vllm.gpu_memory_utilization})")
+  return out
 
 
 # JAX's device_kind of a TPU -> its row of chips.CHIPS
@@ -48,7 +60,8 @@ def program_line(res, shapes, work, chip, hbm: int) -> dict:
   unknown = res.error.startswith(aot.NEEDS_CUDNN)
   line = {
     "program": p.name,
-    "fits": None if unknown else (not res.error and res.peak_bytes <= hbm),
+    "kind": p.kind,
+    "fits": None if unknown else (not res.error and not res.oom and res.peak_bytes <= hbm),
     "attention": p.attention,
     "peak_bytes_per_chip": res.peak_bytes if not res.error else None,
     "hbm_bytes_per_chip": hbm,
@@ -72,6 +85,8 @@ def program_line(res, shapes, work, chip, hbm: int) -> dict:
     line["tt_buffers"] = aot.square_buffers(res.hlo, shapes.slab_shape[1])
   if res.error:
     line["error"] = res.error
+  if res.oom:  # a lower bound: the temporaries alone, beside what stays resident
+    line["compiler_oom"] = res.oom
   return line
 
 
@@ -97,14 +112,15 @@ def workload(cfg, mean_prompt: int = 0, mean_response: int = 0, keep_rate: float
   )
 
 
-def why(line: dict, topo_name: str) -> str:
+def why(line: dict, topo_name: str, fixes: list[str]) -> str:
   """The one line of a program that does not fit: its bytes, the chip's, what changes them."""
   if line.get("error"):
     return f"{line['program']} does not compile for {topo_name}: {line['error']}"
+  more = "more than " if line.get("compiler_oom") else ""
+  need, have = line["peak_bytes_per_chip"] / 1e9, line["hbm_bytes_per_chip"] / 1e9
   return (
-    f"{line['program']} needs {line['peak_bytes_per_chip'] / 1e9:.1f} GB per chip; {topo_name} "
-    f"gives it {line['hbm_bytes_per_chip'] / 1e9:.1f} GB: lower {SETTINGS[0]}, set "
-    f"{SETTINGS[1]}, widen {SETTINGS[2]}, fewer {SETTINGS[3]}, or change {SETTINGS[4]}"
+    f"{line['program']} needs {more}{need:.1f} GB per chip; {topo_name} gives it {have:.1f} GB: "
+    f"{'; '.join(fixes)}"
   )
 
 
@@ -156,7 +172,7 @@ def report(
     "not_compiled": [ln["program"] for ln in lines if ln["fits"] is None],
   }
   if bad:
-    last["why"] = why(bad[0], topology)
+    last["why"] = why(bad[0], topology, settings(cfg, topo.platform))
   return Report(lines, last)
 
 
@@ -208,19 +224,42 @@ def with_changes(cfg, changes: dict):
   return c
 
 
-def find_fit(cfg, topology: str) -> dict | None:
-  """The first cumulative setting of `candidates` under which every program fits (None when
-  none does); each try compiles the run again."""
-  changes: dict = {}
-  for step in candidates(cfg, chips.parse(topology).platform):
+ENGINE_KINDS = ("layout", "prefill", "decode")
+
+
+def _side(change: dict) -> str:
+  """Which programs a candidate setting shrinks: the engine's, the trainer's, or any."""
+  if any(k.startswith("jax_engine.") for k in change):
+    return "engine"
+  if any(k in ("model.remat", "rollout.token_budget") for k in change):
+    return "train"
+  return "any"
+
+
+def _failing_sides(rep: Report) -> set[str]:
+  kinds = {ln["kind"] for ln in rep.lines if ln["fits"] is False}
+  sides = {"engine" if k in ENGINE_KINDS else "train" for k in kinds}
+  return sides | {"any"}
+
+
+def find_fit(cfg, topology: str, first: Report | None = None) -> dict | None:
+  """The settings of `candidates`, added one at a time, each only when it shrinks a program
+  that does not fit yet (the engine's or the trainer's), until every program fits; None when
+  the candidates run out. `first`: the report of `cfg` as it is (compiled when not given);
+  each try compiles the run again."""
+  rep = first or report(cfg, topology)
+  pending, changes = candidates(cfg, chips.parse(topology).platform), {}
+  while not rep.last["fits"]:
+    step = next((c for c in pending if _side(c) in _failing_sides(rep)), None)
+    if step is None:
+      return None
+    pending.remove(step)
     changes = {**changes, **step}
     try:
       rep = report(with_changes(cfg, changes), topology)
     except ValueError:  # e.g. a mesh the devices do not divide: try the next setting
       continue
-    if rep.last["fits"]:
-      return changes
-  return None
+  return changes
 
 
 def fits_on_this_host(cfg) -> str | None:
@@ -242,5 +281,5 @@ def fits_on_this_host(cfg) -> str | None:
       aot.compile_program(p, shapes.mesh), shapes, work, chip, trainer_hbm(cfg, chip)
     )
     if ln["fits"] is False:
-      return why(ln, f"this host's {dev.device_kind}")
+      return why(ln, f"this host's {dev.device_kind}", settings(cfg, "tpu"))
   return None
