@@ -33,12 +33,14 @@ CASES = [  # (name, model, topology, engine, extra flags)
   ("15-h200-8-inline", M15, "h200-8", "inline", []),
   ("7-v5p-8", M7, "v5p-8", "vllm", ["--fit"]),
   ("7-v5p-16", M7, "v5p-16", "vllm", ["--fit"]),
-  ("7-v5p-16-inline", M7, "v5p-16", "inline", ["--fit"]),
   ("7-v5p-64", M7, "v5p-64", "vllm", ["--fit"]),
   ("7-v5e-16", M7, "v5e-16", "vllm", ["--fit"]),
   ("7-v6e-8", M7, "v6e-8", "vllm", ["--fit"]),
   ("7-h100-8", M7, "h100-8", "vllm", ["--fit"]),
   ("7-h200-8", M7, "h200-8", "vllm", ["--fit"]),
+  ("7-v5p-16-inline", M7, "v5p-16", "inline", ["--fit"]),
+  ("7-v5p-64-inline", M7, "v5p-64", "inline", ["--fit"]),
+  ("7-h100-8-inline", M7, "h100-8", "inline", ["--fit"]),
 ]
 GB = 1e9
 
