@@ -102,11 +102,43 @@ def tables(out: str) -> str:
   return "\n".join(rows) + "\n\n" + "\n".join(detail)
 
 
+README_CASES = ["15-v5p-8", "15-v5e-16", "15-v6e-8", "15-v5p-64", "15-h200-8",
+                "7-v5p-8", "7-v5e-16", "7-v6e-8", "7-v5p-64", "7-h200-8"]  # fmt: skip
+
+
+def readme_table(out: str) -> str:
+  """The README's table: per model and topology (the vLLM layout), the peak GB per chip of each
+  program, whether all fit (or the --fit setting), and the roofline estimates."""
+  rows = [
+    "| model | chips | log-prob / update slab / apply / reset GB per chip | HBM GB | fits "
+    "| train tok/s/chip (est.) | update + log-probs s/step (est.) |",
+    "|---|---|---|---|---|---|---|",
+  ]
+  for name in README_CASES:
+    path = os.path.join(out, f"{name}.jsonl")
+    if not os.path.isfile(path):
+      continue
+    progs, last, found = _read(path)
+    peaks = " / ".join(f"{ln['peak_bytes_per_chip'] / GB:.1f}" for ln in progs)
+    fits = "yes" if last["fits"] else (
+      "with " + " ".join(f"{k}={v}" for k, v in found.items() if k != "rollout.pack_row_len")
+      if found else "no"
+    )  # fmt: skip
+    est = last["estimate"]
+    rows.append(
+      f"| {'1.5B' if name.startswith('15') else '7B'} | {last['topology']} | {peaks} | "
+      f"{progs[0]['hbm_bytes_per_chip'] / GB:.1f} | {fits} | "
+      f"{est['train_tokens_per_s_per_chip']:,.0f} | {est['step_s']:,.0f} |"
+    )
+  return "\n".join(rows)
+
+
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--out", required=True)
   ap.add_argument("--tables", action="store_true", help="only print the tables of --out's files")
   ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+  ap.add_argument("--readme", action="store_true", help="print the README's table instead")
   a = ap.parse_args()
   if not a.tables:
     os.makedirs(a.out, exist_ok=True)
@@ -114,7 +146,7 @@ def main() -> None:
     for case in CASES:
       if wanted is None or case[0] in wanted:
         run_case(a.out, *case)
-  print(tables(a.out))
+  print(readme_table(a.out) if a.readme else tables(a.out))
 
 
 if __name__ == "__main__":

@@ -91,11 +91,18 @@ def test_square_buffer_detector():
   assert aot.largest_buffer(hlo) == 4 * 16384 * 16384
 
 
-def test_tiny_run_compiles_for_a_v5p_8_with_its_kernels():
-  """Every program of the tiny config (inline engine too) compiles for four v5p chips: the
-  memory numbers positive, splash attention (a Mosaic kernel) in the packed programs, and no
-  [T, T] buffer in them."""
-  rc, lines, err = compile_cli(*TINY, "--topology=v5p-8", "--config.rollout.engine=inline")
+def test_a_run_compiles_for_a_v5p_8_with_its_kernels(tmp_path):
+  """Every program of a small run with the inline engine compiles for four v5p chips from a
+  model directory holding nothing but config.json (a small Qwen2 of head_dim 128): the memory
+  numbers positive, splash attention (a Mosaic kernel) in the packed programs and no [T, T]
+  buffer in them, JAX's Pallas paged-attention kernel for the TPU in the decode step, one per
+  layer; a model path that is neither a directory nor a preset is refused."""
+  model_cfg = presets.tiny(vocab_size=512, head_dim=128, num_heads=2, num_kv_heads=1)
+  (tmp_path / "config.json").write_text(json.dumps(model_cfg.to_hf_dict()))
+  rc, lines, err = compile_cli(
+    *TINY, "--topology=v5p-8", f"--config.model.path={tmp_path}",
+    "--config.rollout.engine=inline", "--config.jax_engine.dtype=bfloat16",
+  )  # fmt: skip
   assert rc == 0, err[-2000:]
   progs = by_program(lines)
   assert set(progs) == {
@@ -107,15 +114,21 @@ def test_tiny_run_compiles_for_a_v5p_8_with_its_kernels():
     assert ln["peak_bytes_per_chip"] > 0 and ln["argument_bytes"] > 0
     assert ln["hbm_bytes_per_chip"] == 95 << 30
   for name in ("logprob", "update/accumulate"):
+    assert progs[name]["attention"] == "splash"
     assert progs[name]["kernels"].get("custom_call:tpu_custom_call", 0) >= 1, progs[name]
     assert progs[name]["tt_buffers"] == 0 and progs[name]["row_len"] == 384
   assert progs["update/accumulate"]["temp_bytes"] > 0
   assert progs["update/accumulate"]["kernels"].get("all-gather", 0) > 0  # FSDP over 4 chips
+  decode = progs["engine/decode"]
+  assert decode["attention"] == "pallas_tpu"
+  assert decode["kernels"].get("custom_call:tpu_custom_call", 0) == model_cfg.num_layers
   last = lines[-1]
   assert last["topology"] == "v5p-8" and last["fits"] and last["mesh"]["fsdp"] == 4
   assert last["estimate"]["step_s"] > 0 and last["estimate"]["decode_tokens_per_s_per_chip"] > 0
   assert "not measured" in last["estimates_are"]
   assert "fits; estimates (roofline, not measured)" in err
+  rc, lines, err = compile_cli(*TINY, "--topology=v5p-8", "--config.model.path=/no/such/model")
+  assert rc == 2 and "neither a directory with a config.json nor a preset name" in err
 
 
 def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
@@ -256,24 +269,6 @@ def test_a_run_given_saved_programs_is_the_run_that_compiles_them(tmp_path, base
   assert "loaded logprob, update/accumulate, update/apply, reset_ref; compiling none" in loaded
   assert lh.metrics(str(tmp_path / "plain")) == lh.metrics(str(tmp_path / "loaded"))
   assert lh.params_hash(str(tmp_path / "plain"))[1] == lh.params_hash(str(tmp_path / "loaded"))[1]
-
-
-def test_a_model_directory_with_only_its_config_compiles_with_the_tpu_decode_kernel(tmp_path):
-  """model.path holding nothing but config.json (a small Qwen2 of head_dim 128): the inline
-  engine's decode step runs JAX's Pallas paged-attention kernel for the TPU (a Mosaic custom
-  call) on four v5p chips; a path that is neither a directory nor a preset is refused."""
-  model_cfg = presets.tiny(vocab_size=512, head_dim=128, num_heads=2, num_kv_heads=1)
-  (tmp_path / "config.json").write_text(json.dumps(model_cfg.to_hf_dict()))
-  rc, lines, err = compile_cli(
-    *TINY, "--topology=v5p-8", f"--config.model.path={tmp_path}",
-    "--config.rollout.engine=inline", "--config.jax_engine.dtype=bfloat16",
-  )  # fmt: skip
-  assert rc == 0, err[-2000:]
-  decode = by_program(lines)["engine/decode"]
-  assert decode["attention"] == "pallas_tpu"
-  assert decode["kernels"].get("custom_call:tpu_custom_call", 0) == model_cfg.num_layers
-  rc, lines, err = compile_cli(*TINY, "--topology=v5p-8", "--config.model.path=/no/such/model")
-  assert rc == 2 and "neither a directory with a config.json nor a preset name" in err
 
 
 def test_the_tpu_compilers_own_out_of_memory_is_a_program_that_does_not_fit():
