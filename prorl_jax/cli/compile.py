@@ -146,7 +146,9 @@ def run():
   flags.DEFINE_integer("mean_response", 0, "assumed mean response tokens (0: max_response_len / 2)")
   flags.DEFINE_float("keep_rate", 1.0, "assumed share of generated groups dynamic sampling keeps")
   flags.mark_flags_as_required(["config", "topology"])
-  app.run(lambda argv: sys.exit(main(argv)), flags_parser=cli_lib.parse_flags)
+  usage = __doc__.split("\n\n")[1].strip()  # the command line of the module's docstring
+  parse = lambda argv: cli_lib.parse_flags(argv, f"usage: {usage}")  # noqa: E731
+  app.run(lambda argv: sys.exit(main(argv)), flags_parser=parse)
 
 
 if __name__ == "__main__":
