@@ -110,7 +110,7 @@ def readme_table(out: str) -> str:
   """The README's table: per model and topology (the vLLM layout), the peak GB per chip of each
   program, whether all fit (or the --fit setting), and the roofline estimates."""
   rows = [
-    "| model | chips | GB/chip: log-prob / update / apply / reset | HBM GB | fits "
+    "| model | chips | GB/chip: log-prob / update / apply / reset | trainer's HBM GB | fits "
     "| train tok/s/chip (est.) | update + log-probs s/step (est.) |",
     "|---|---|---|---|---|---|---|",
   ]

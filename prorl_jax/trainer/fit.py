@@ -54,7 +54,7 @@ class Report:
 
 
 def program_line(res, shapes, work, chip, hbm: int) -> dict:
-  """The JSON line of one compiled program (see the module docstring)."""
+  """The JSON line of one compiled program (its fields: docs/scaling.md, "Will it fit")."""
   p = res.program
   flops, nbytes, tokens = estimate.program_cost(p.kind, shapes, work)
   unknown = res.error.startswith(aot.NEEDS_CUDNN)
