@@ -222,7 +222,9 @@ def test_saved_executables_load_only_where_they_match(tmp_path):
   from prorl_jax.model import init_params
   from prorl_jax.trainer import saved_programs
 
-  devices = jax.devices()
+  # one device: an executable with collectives loaded back aborts jaxlib 0.10.2's CPU client now
+  # and then (tests/conftest.py); the device check is the two-device case below
+  devices = jax.devices()[:1]
   progs, shapes = aot.programs(_tiny_cfg(), devices)
   saved = saved_programs.save(
     [aot.compile_program(p, shapes.mesh) for p in progs], str(tmp_path), devices
@@ -247,8 +249,8 @@ def test_saved_executables_load_only_where_they_match(tmp_path):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   other, _ = aot.programs(_tiny_cfg(**{"rollout.token_budget": 1024}), devices)
   assert set(saved_programs.load(other, str(tmp_path), devices)) == {"update/apply", "reset_ref"}
-  fewer, _ = aot.programs(_tiny_cfg(**{"mesh.fsdp": 4}), devices[:4])
-  assert saved_programs.load(fewer, str(tmp_path), devices[:4]) == {}
+  more, _ = aot.programs(_tiny_cfg(), jax.devices()[:2])
+  assert saved_programs.load(more, str(tmp_path), jax.devices()[:2]) == {}
   with pytest.raises(FileNotFoundError, match="prorl-compile"):
     saved_programs.load(progs, str(tmp_path / "none"), devices)
 
