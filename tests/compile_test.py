@@ -227,10 +227,10 @@ def test_saved_executables_load_only_where_they_match(tmp_path):
   devices = jax.devices()[:1]
   progs, shapes = aot.programs(_tiny_cfg(), devices)
   saved = saved_programs.save(
-    [aot.compile_program(p, shapes.mesh) for p in progs], str(tmp_path), devices
+    [aot.compile_program(p, shapes.mesh) for p in progs], str(tmp_path), shapes.mesh
   )
   assert saved == ["logprob", "update/accumulate", "update/apply", "reset_ref"]
-  loaded = saved_programs.load(progs, str(tmp_path), devices)
+  loaded = saved_programs.load(progs, str(tmp_path), shapes.mesh)
   assert set(loaded) == set(saved)
   lp = next(p for p in progs if p.name == "logprob")
   params = init_params(shapes.model_cfg, jax.random.PRNGKey(3), shapes.mesh)
@@ -247,12 +247,13 @@ def test_saved_executables_load_only_where_they_match(tmp_path):
   got = loaded["logprob"](params, inputs)
   for a, b in zip(want, got):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  other, _ = aot.programs(_tiny_cfg(**{"rollout.token_budget": 1024}), devices)
-  assert set(saved_programs.load(other, str(tmp_path), devices)) == {"update/apply", "reset_ref"}
-  more, _ = aot.programs(_tiny_cfg(), jax.devices()[:2])
-  assert saved_programs.load(more, str(tmp_path), jax.devices()[:2]) == {}
+  other, other_shapes = aot.programs(_tiny_cfg(**{"rollout.token_budget": 1024}), devices)
+  loaded_other = saved_programs.load(other, str(tmp_path), other_shapes.mesh)
+  assert set(loaded_other) == {"update/apply", "reset_ref"}
+  more, more_shapes = aot.programs(_tiny_cfg(), jax.devices()[:2])
+  assert saved_programs.load(more, str(tmp_path), more_shapes.mesh) == {}
   with pytest.raises(FileNotFoundError, match="prorl-compile"):
-    saved_programs.load(progs, str(tmp_path / "none"), devices)
+    saved_programs.load(progs, str(tmp_path / "none"), shapes.mesh)
 
 
 @pytest.mark.slow
@@ -295,7 +296,7 @@ def test_the_tpu_compilers_own_out_of_memory_is_a_program_that_does_not_fit():
   res = aot.compile_program(aot.Program("engine/prefill", Refused(oom), (), "prefill"), mesh)
   assert res.temp_bytes == int(33.08 * (1 << 30)) and res.oom and not res.error
   work = fit.workload(_tiny_cfg())
-  shapes = aot.Shapes(presets.tiny(), mesh, "tpu", 8, 56, None, 0, 0, 16, 0, 0)
+  shapes = aot.Shapes(presets.tiny(), mesh, 8, 56, None, 0, 16, 0)
   line = fit.program_line(res, shapes, work, chips.CHIPS["v5e"], 16 << 30)
   assert line["fits"] is False and line["peak_bytes_per_chip"] == res.temp_bytes
   said = fit.why(line, "v5e-16", ["lower it"])

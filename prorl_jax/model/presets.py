@@ -138,6 +138,18 @@ class Qwen2Config:
     }
 
 
+# What DeepSeek-R1-Distill-Qwen models share (their config.json files on the Hugging Face Hub).
+_R1_DISTILL = dict(
+  head_dim=128,
+  rope_theta=10000.0,
+  rms_norm_eps=1e-6,
+  tie_word_embeddings=False,
+  max_position_embeddings=131072,
+  bos_token_id=151646,
+  eos_token_id=151643,
+)
+
+
 def r1_distill_qwen_1p5b(**kw) -> Qwen2Config:
   """DeepSeek-R1-Distill-Qwen-1.5B's architecture (the ProRL base model)."""
   return Qwen2Config(
@@ -147,19 +159,13 @@ def r1_distill_qwen_1p5b(**kw) -> Qwen2Config:
     num_layers=28,
     num_heads=12,
     num_kv_heads=2,
-    head_dim=128,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=False,
-    max_position_embeddings=131072,
-    bos_token_id=151646,
-    eos_token_id=151643,
+    **_R1_DISTILL,
     **kw,
   )
 
 
 def r1_distill_qwen_7b(**kw) -> Qwen2Config:
-  """DeepSeek-R1-Distill-Qwen-7B's architecture (its config.json on the Hugging Face Hub)."""
+  """DeepSeek-R1-Distill-Qwen-7B's architecture."""
   return Qwen2Config(
     vocab_size=152064,
     hidden_size=3584,
@@ -167,13 +173,7 @@ def r1_distill_qwen_7b(**kw) -> Qwen2Config:
     num_layers=28,
     num_heads=28,
     num_kv_heads=4,
-    head_dim=128,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=False,
-    max_position_embeddings=131072,
-    bos_token_id=151646,
-    eos_token_id=151643,
+    **_R1_DISTILL,
     **kw,
   )
 

@@ -55,15 +55,12 @@ class Shapes:
 
   model_cfg: Any
   mesh: Any
-  platform: str
   rows: int  # padded mini-batch rows
   seq: int  # prompt + response tokens at most
   slab_shape: tuple[int, int] | None  # packed micro-batch [rows, row_len]
   slots: int  # the inline engine's decode slots (0: no inline engine)
-  context: int  # the inline engine's KV pages per slot x page size
   steps_per_sync: int
   state_bytes: int  # the TrainState's bytes on one device
-  engine_bytes: int  # the inline engine's weights on one device
 
 
 def model_config(cfg, platform: str):
@@ -137,26 +134,15 @@ def programs(cfg, devices) -> tuple[list[Program], Shapes]:
   for p in progs:  # the state not passed in stays in memory beside the program
     if p.kind in ("accumulate", "logprob"):
       p.resident = state_bytes - params_bytes
-  engine, engine_bytes, slots, context = [], 0, 0, 0
+  engine, engine_bytes, slots = [], 0, 0
   if r.engine == "inline":
-    engine, engine_bytes, slots, context = _inline(cfg, model_cfg, mesh, state)
+    engine, engine_bytes, slots = _inline(cfg, model_cfg, mesh, state)
     for p in progs:
       p.resident += engine_bytes
     for p in engine:
       p.resident += state_bytes
-  shapes = Shapes(
-    model_cfg,
-    mesh,
-    platform,
-    rows,
-    seq,
-    slab_shape,
-    slots,
-    context,
-    cfg.jax_engine.steps_per_sync,
-    state_bytes,
-    engine_bytes,
-  )
+  steps = cfg.jax_engine.steps_per_sync
+  shapes = Shapes(model_cfg, mesh, rows, seq, slab_shape, slots, steps, state_bytes)
   return progs + engine, shapes
 
 
@@ -248,7 +234,7 @@ def _inline(cfg, model_cfg, mesh, state):
     attention="dense (prompt)",
   )
   lay = Program("engine/layout", layout, (state.params,), "layout")
-  return [lay, prefill, decode], per_device_bytes(weights), s, width * e.page_size
+  return [lay, prefill, decode], per_device_bytes(weights), s
 
 
 def _engine_attention(e, wcfg, mesh) -> str:
@@ -305,6 +291,7 @@ class CompiledProgram:
   code_bytes: int
   hlo: str
   executable: Any = None
+  lowered: Any = None  # what it was compiled from (a saved program's fingerprint)
   error: str = ""  # it did not compile
   oom: str = ""  # the compiler ran out of the chip's memory: temp_bytes is what it asked for
 
@@ -321,13 +308,20 @@ class CompiledProgram:
     )
 
 
+def lower(p: Program, mesh):
+  """`p` lowered at its abstract arguments, with `mesh` as the context's mesh (the Mosaic
+  kernels' `shard_map` reads it)."""
+  with jax.set_mesh(mesh):
+    return p.jitted.lower(*p.args, **p.kwargs)
+
+
 def compile_program(p: Program, mesh) -> CompiledProgram:
   """Lowers and compiles `p` for its arguments' devices; the memory analysis and the optimized
   HLO. A kernel this host cannot compile (cuDNN needs its library) is an `error`, not a crash."""
   t0 = time.perf_counter()
   try:
-    with jax.set_mesh(mesh):
-      exe = p.jitted.lower(*p.args, **p.kwargs).compile()
+    lowered = lower(p, mesh)
+    exe = lowered.compile()
   except Exception as e:  # noqa: BLE001 (reported per program; the rest still compile)
     msg = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
     if "cuDNN" in msg:
@@ -348,6 +342,7 @@ def compile_program(p: Program, mesh) -> CompiledProgram:
     int(m.generated_code_size_in_bytes),
     exe.as_text() or "",
     executable=exe,
+    lowered=lowered,
   )
 
 

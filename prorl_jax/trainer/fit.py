@@ -153,7 +153,7 @@ def report(
     _dump(res, dump)
     results.append(res)
   if save:
-    saved_programs.save(results, save, devices)
+    saved_programs.save(results, save, shapes.mesh)
   est = estimate.step_estimate(times, shapes, work, topo.chip, topo.hosts)
   est["steps_3000_h"] = est["step_s"] * 3000 / 3600
   bad = [ln for ln in lines if ln["fits"] is False]

@@ -1,8 +1,9 @@
 """Compiled programs saved by `prorl-compile --save DIR` and loaded by a run given
 `--config.compiled=DIR`: its first step starts without compiling them.
 
-A saved program is the serialised executable (`jax.experimental.serialize_executable`) and, in
-DIR/manifest.json, the fingerprint of the program it was compiled from (the SHA-256 of its
+A saved program is the serialised executable's raw bytes (`jax.experimental.serialize_executable`;
+nothing is unpickled: its argument and result structures come from the run's own lowering) and,
+in DIR/manifest.json, the fingerprint of the program it was compiled from (the SHA-256 of its
 lowered StableHLO: the same function, shapes, shardings and devices lower to the same text) and
 the devices it was compiled for. A run lowers its own programs (cheap next to compiling them),
 and loads an executable only where both match; anything else is compiled as usual, and the log
@@ -16,9 +17,8 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 
-import jax
+from prorl_jax.trainer import aot
 
 log = logging.getLogger("prorl_jax.trainer.saved_programs")
 
@@ -27,19 +27,9 @@ MANIFEST = "manifest.json"
 RUN_PROGRAMS = ("logprob", "update/accumulate", "update/apply", "update", "reset_ref")
 
 
-def fingerprint(program) -> str:
-  """SHA-256 of a program's lowered StableHLO."""
-  with jax.set_mesh(program_mesh(program)):
-    text = program.jitted.lower(*program.args, **program.kwargs).as_text()
-  return hashlib.sha256(text.encode()).hexdigest()
-
-
-def program_mesh(program):
-  for x in jax.tree.leaves(program.args):
-    mesh = getattr(getattr(x, "sharding", None), "mesh", None)
-    if mesh is not None:
-      return mesh
-  raise ValueError(f"program {program.name} has no argument on a mesh")
+def fingerprint(lowered) -> str:
+  """SHA-256 of a lowered program's StableHLO."""
+  return hashlib.sha256(lowered.as_text().encode()).hexdigest()
 
 
 def _devices(devices) -> dict:
@@ -50,30 +40,27 @@ def _file(name: str) -> str:
   return name.replace("/", "-") + ".jaxexe"
 
 
-def save(results, directory: str, devices) -> list[str]:
-  """Writes each compiled program of `results` (`aot.CompiledProgram`) and the manifest; returns
-  the names saved."""
+def save(results, directory: str, mesh) -> list[str]:
+  """Writes each compiled program of `results` (`aot.CompiledProgram`s on `mesh`) as its
+  serialised executable, and the manifest; returns the names saved."""
   from jax.experimental import serialize_executable  # lazy: only saving serialises
 
   os.makedirs(directory, exist_ok=True)
-  manifest = {"devices": _devices(devices), "programs": {}}
+  manifest = {"devices": _devices(list(mesh.devices.flat)), "programs": {}}
   for res in results:
     if res.executable is None:
       continue
     name = res.program.name
+    payload, _, _ = serialize_executable.serialize(res.executable)  # trees: from the lowering
     with open(os.path.join(directory, _file(name)), "wb") as f:
-      pickle.dump(serialize_executable.serialize(res.executable), f)
-    manifest["programs"][name] = {"file": _file(name), "fingerprint": fingerprint(res.program)}
+      f.write(payload)
+    manifest["programs"][name] = {"file": _file(name), "fingerprint": fingerprint(res.lowered)}
   with open(os.path.join(directory, MANIFEST), "w") as f:
     json.dump(manifest, f, indent=1)
   return list(manifest["programs"])
 
 
-def load(programs, directory: str, devices) -> dict:
-  """{name: loaded executable} of the `programs` (`aot.Program`s of this run) whose saved
-  executable in `directory` matches them and these devices."""
-  from jax.experimental import serialize_executable  # lazy: only a run given compiled= loads
-
+def _manifest(directory: str) -> dict:
   path = os.path.join(directory, MANIFEST)
   if not os.path.isfile(path):
     raise FileNotFoundError(
@@ -81,7 +68,16 @@ def load(programs, directory: str, devices) -> dict:
       "`prorl-compile --config=... --topology=host --save DIR` on these chips"
     )
   with open(path) as f:
-    manifest = json.load(f)
+    return json.load(f)
+
+
+def load(programs, directory: str, mesh) -> dict:
+  """{name: loaded executable} of the `programs` (`aot.Program`s of this run on `mesh`) whose
+  saved executable in `directory` matches them and these devices. Only raw executables are
+  read; their argument and result structures come from this run's own lowering."""
+  from jax.experimental import serialize_executable  # lazy: only a run given compiled= loads
+
+  manifest, devices = _manifest(directory), list(mesh.devices.flat)
   if manifest["devices"] != _devices(devices):
     log.warning(
       "compiled=%s was compiled for %s, this run has %s: compiling as usual",
@@ -91,12 +87,15 @@ def load(programs, directory: str, devices) -> dict:
   loaded, skipped = {}, []
   for p in programs:
     saved = manifest["programs"].get(p.name)
-    if p.name not in RUN_PROGRAMS or saved is None or saved["fingerprint"] != fingerprint(p):
+    lowered = aot.lower(p, mesh) if p.name in RUN_PROGRAMS and saved else None
+    if lowered is None or saved["fingerprint"] != fingerprint(lowered):
       skipped.append(p.name)
       continue
     with open(os.path.join(directory, saved["file"]), "rb") as f:
-      payload = pickle.load(f)
-    loaded[p.name] = serialize_executable.deserialize_and_load(*payload, execution_devices=devices)
+      payload = f.read()
+    loaded[p.name] = serialize_executable.deserialize_and_load(
+      payload, lowered.in_tree, lowered.out_tree, execution_devices=devices
+    )
   log.info(
     "compiled=%s: loaded %s; compiling %s (no saved program of this run's shapes)",
     directory, ", ".join(loaded) or "none", ", ".join(skipped) or "none",

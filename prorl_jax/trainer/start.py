@@ -143,8 +143,8 @@ def _saved(cfg) -> dict:
   """The executables of `cfg.compiled` that match this run's programs on these devices (the
   programs built from `cfg.model.path`: the base model the run resolved)."""
   try:
-    programs, _ = aot.programs(cfg, jax.devices())
-    return saved_programs.load(programs, cfg.compiled, jax.devices())
+    programs, shapes = aot.programs(cfg, jax.devices())
+    return saved_programs.load(programs, cfg.compiled, shapes.mesh)
   except FileNotFoundError as e:
     raise config_lib.ConfigError(str(e)) from None
 
