@@ -46,8 +46,10 @@ def _reexec_if_needed() -> None:
   if importlib.util.find_spec("libtpu") and importlib.util.find_spec("jax_plugins"):
     return
   here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  python = os.path.join(here, CHIPS_VENV, "bin", "python")
-  if os.path.exists(python) and os.path.realpath(sys.executable) != os.path.realpath(python):
+  venv = os.path.join(here, CHIPS_VENV)
+  python = os.path.join(venv, "bin", "python")
+  # by prefix, not by the interpreter's path: a venv's python is a link to the base interpreter
+  if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
     os.execv(python, [python, "-m", "prorl_jax.cli.compile", *sys.argv[1:]])
   print(
     "error: compiling for chips needs libtpu and the CUDA compiler plugin: run `make venv-chips` "
