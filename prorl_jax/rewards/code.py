@@ -36,7 +36,7 @@ import math
 import markdown_it
 
 from prorl_jax import sandbox
-from prorl_jax.rewards.common import Score, blank, close, load_json, same_token
+from prorl_jax.rewards.common import Score, blank, close, load_json, read, same_token
 from prorl_jax.sandbox import bwrap, confinement
 
 PYTHON_FENCES = ("python", "py", "python3", "py3", "python2")
@@ -54,11 +54,14 @@ def _markdown() -> markdown_it.MarkdownIt:
   return markdown_it.MarkdownIt("commonmark")
 
 
-def extract_code(response: str) -> str | None:
-  """The program of a response: the last fenced code block (after `</think>`) whose language is
-  Python (`python`, `py`, `python3`, ...), else the last one with no language; fences are read
-  as CommonMark reads them (a ```` ```text ```` block of sample output beside it is not code)."""
-  text = response.rsplit("</think>", 1)[-1]
+def extract_code(response: str, prompt_text: str | None = None) -> str | None:
+  """The program of a response's final answer (`common.read`: after its think block): the last
+  fenced code block whose language is Python (`python`, `py`, `python3`, ...), else the last one
+  with no language; fences are read as CommonMark reads them (a ```` ```text ```` block of sample
+  output beside it is not code)."""
+  text = read(response, prompt_text).answer
+  if text is None:
+    return None
   fences = [t for t in _markdown().parse(text) if t.type == "fence"]
   lang = [(t.info.strip().split() or [""])[0].strip("{}.").lower() for t in fences]
   for want in (PYTHON_FENCES, ("",)):
@@ -211,7 +214,14 @@ def _judge(spec: dict, res: sandbox.RunResult, want) -> tuple[bool, str]:
 
 
 def score(
-  response: str, reference, *, tests=None, time_budget_s: float = 5.0, wall_factor: float = 1.0, **_
+  response: str,
+  reference,
+  *,
+  tests=None,
+  time_budget_s: float = 5.0,
+  wall_factor: float = 1.0,
+  prompt_text: str | None = None,
+  **_,
 ) -> Score:
   """`tests` (or `reference`) is the item's test spec, a dict or its JSON string."""
   spec = tests if tests is not None else reference
@@ -230,7 +240,10 @@ def score(
     return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length", failed=True)
   if unusable := unusable_tests(spec):
     return Score(0.0, unusable, failed=True)
-  code = extract_code(response)
+  said = read(response, prompt_text)
+  if said.answer is None:
+    return Score(0.0, said.why)
+  code = extract_code(response, prompt_text)
   if blank(code):
     return Score(0.0, "no ```python block" if code is None else "empty ```python block")
   if spec.get("preamble"):  # the task's own imports (HumanEval's prompt), before the solution

@@ -27,14 +27,42 @@ Verifier = Callable[..., Score]
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 
 
-def after_think(response: str) -> str | None:
-  """The text after the last `</think>`; the whole text when there is no think block; None when
-  a `<think>` block is left unfinished (the model never gave a final answer)."""
-  if "</think>" in response:
-    return response.rsplit("</think>", 1)[1]
-  if "<think>" in response:
-    return None
-  return response
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+UNFINISHED = "unfinished thinking: no </think>, so no final answer"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+  """A response split once into its reasoning (never judged) and its final answer."""
+
+  answer: str | None  # the text a verifier judges; None when the response gave no final answer
+  why: str = ""  # why there is none
+
+
+def template_opens_think(prompt_text: str | None) -> bool:
+  """Does the prompt, as the worker decodes it, end inside a think block the chat template opened
+  (DeepSeek-R1-Distill's ends with `<think>\n`)? Then a response starts in its reasoning."""
+  return bool(prompt_text) and prompt_text.rstrip().endswith(THINK_OPEN)
+
+
+def read(response: str, prompt_text: str | None = None) -> Reading:
+  """The one reading of a response, relative to its prompt (the same in every verifier and in the
+  hack monitor's detectors). With a think block open (the template opened it, or the response
+  writes `<think>`), only the text after the first `</think>` is the final answer; without a
+  `</think>` there is none (cut off or never concluded: its scratch work is not an answer). A
+  second `</think>`, or a `<think>` after the first `</think>`, is malformed. Without any think
+  block the whole response is the answer."""
+  closes = response.count(THINK_CLOSE)
+  if closes == 0:
+    if template_opens_think(prompt_text) or THINK_OPEN in response:
+      return Reading(None, UNFINISHED)
+    return Reading(response)
+  if closes > 1:
+    return Reading(None, f"malformed: {closes} </think> tags (one closes the reasoning)")
+  answer = response.split(THINK_CLOSE, 1)[1]
+  if THINK_OPEN in answer:
+    return Reading(None, "malformed: a <think> after </think>")
+  return Reading(answer)
 
 
 def last_boxed(text: str) -> str | None:

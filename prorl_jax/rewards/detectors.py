@@ -19,7 +19,7 @@ import ast
 import re
 
 from prorl_jax.rewards import reading
-from prorl_jax.rewards.common import Score, after_think
+from prorl_jax.rewards.common import Score, read
 
 FLAGS = (
   "invisible",
@@ -78,7 +78,7 @@ def flags(name: str, response: str, score: Score, prompt_text: str | None = None
   """The detectors' flags of one scored response of verifier `name`."""
   if score.response_error:
     return ("response_error",)
-  final = after_think(response) or ""
+  final = read(response, prompt_text).answer or ""
   out = []
   if reading.invisible(final):
     out.append("invisible")
@@ -92,7 +92,7 @@ def flags(name: str, response: str, score: Score, prompt_text: str | None = None
   elif name == "code":
     from prorl_jax.rewards.code import extract_code  # lazy: markdown-it only where code is judged
 
-    program = extract_code(response)
+    program = extract_code(response, prompt_text)
     if program and constant_program(program):
       out.append("constant_program")
   elif _SPECIAL.search(final[-400:]):

@@ -47,7 +47,7 @@ import re
 import unicodedata
 from typing import Callable
 
-from prorl_jax.rewards.common import Score, after_think, load_json
+from prorl_jax.rewards.common import Score, load_json, read
 from prorl_jax.rewards.reading import (
   about,
   as_read,
@@ -358,9 +358,10 @@ def score(
   and upper bounds count only for a response about its prompt."""
   if not instructions:
     return Score(0.0, "item has no extra_info.instructions", failed=True)
-  final = after_think(response)
+  said = read(response, prompt_text)
+  final = said.answer
   if final is None:
-    return Score(0.0, "unfinished <think> block")
+    return Score(0.0, said.why)
   why = substantive(final, instructions, prompt_text)
   if why:
     return Score(0.0, why)

@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 
-from prorl_jax.rewards.common import REL_TOL, Score, after_think, blank, last_boxed
+from prorl_jax.rewards.common import REL_TOL, Score, blank, last_boxed, read
 from prorl_jax.rewards.quantity import plain_math
 
 MIN_CAP = 64  # characters an answer may always have, however short the reference
@@ -119,14 +119,23 @@ def equivalent(answer: str, reference: str, timeout_s: int = 5) -> bool:
     _cancel_alarm()
 
 
-def score(response: str, reference, *, timeout_s: int = 5, wall_factor: float = 1.0, **_) -> Score:
+def score(
+  response: str,
+  reference,
+  *,
+  timeout_s: int = 5,
+  wall_factor: float = 1.0,
+  prompt_text: str | None = None,
+  **_,
+) -> Score:
   """1 when the response's last boxed answer (after the think block) equals the reference by
   math-verify, else 0; a verifier timeout or crash is a marked failure, never a 0."""
   from math_verify import errors, parse, verify  # imported in the verifier process only
 
-  final = after_think(response)
+  said = read(response, prompt_text)
+  final = said.answer
   if final is None:
-    return Score(0.0, "unfinished <think> block")
+    return Score(0.0, said.why)
   boxed = last_boxed(final)
   if boxed is None:
     return Score(0.0, "no \\boxed{} answer after </think>")

@@ -24,7 +24,7 @@ import re
 
 from prorl_jax.rewards import math as math_verifier
 from prorl_jax.rewards import quantity
-from prorl_jax.rewards.common import Score, after_think, answer_tag, blank, last_boxed
+from prorl_jax.rewards.common import Score, answer_tag, blank, last_boxed, read
 
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*\\])\*(?![\w*])")
 _ANSWER_IS = re.compile(
@@ -88,12 +88,13 @@ def _norm(s: str) -> str:
   return re.sub(r"\s+", " ", s).lower()
 
 
-def score(response: str, reference, **_) -> Score:
+def score(response: str, reference, *, prompt_text: str | None = None, **_) -> Score:
   """1 when the answer the response gives after its think block is the reference's choice (or
   its short answer), else 0."""
-  final = after_think(response)
+  said = read(response, prompt_text)
+  final = said.answer
   if final is None:
-    return Score(0.0, "unfinished <think> block")
+    return Score(0.0, said.why)
   got = extract(final)
   if blank(got):
     return Score(0.0, "no answer found")

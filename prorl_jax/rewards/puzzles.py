@@ -34,7 +34,7 @@ import functools
 import json
 import re
 
-from prorl_jax.rewards.common import Score, after_think, answer_tag, blank, load_json, same_token
+from prorl_jax.rewards.common import Score, answer_tag, blank, load_json, read, same_token
 
 EXCLUDED = {
   "propositional_logic": "open-ended (any entailed formula scores, the premises' conjunction "
@@ -299,14 +299,16 @@ def score(
   seed: int | None = None,
   size: int | None = None,
   index: int | None = None,
+  prompt_text: str | None = None,
   **_,
 ) -> Score:
   """A Reasoning Gym item's score by its task's rule: the task's own checker, an exact token, or
   a rule of ours where the checker would evaluate the answer (n_queens, countdown); the item is
   regenerated from its task, seed, size and index."""
-  final = after_think(response)
+  said = read(response, prompt_text)
+  final = said.answer
   if final is None:
-    return Score(0.0, "unfinished <think> block")
+    return Score(0.0, said.why)
   ans = answer_tag(final)
   if ans is None:
     return Score(0.0, "no <answer> tag")

@@ -23,6 +23,7 @@ import numpy as np
 
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import Generation, PromptMeta, Result
+from prorl_jax.rewards.common import THINK_OPEN, template_opens_think
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout.engines import Engine
 from prorl_jax.rollout.exchange import Exchange
@@ -70,6 +71,17 @@ def response_text(tokenizer, tokens, length: int, ends: frozenset[int], specials
   return text
 
 
+def prompt_text(tokenizer, ids) -> str:
+  """A prompt's text as a verifier reads it: decoded without the template's special tokens, and
+  ending with `<think>` where the template opened the think block (kept even when a tokenizer
+  marks the tag special), so the verifier knows the response starts inside its reasoning."""
+  text = tokenizer.decode(ids, skip_special_tokens=True)
+  tail = tokenizer.decode(list(ids)[-8:], skip_special_tokens=False).rstrip()
+  if tail.endswith(THINK_OPEN) and not template_opens_think(text):
+    text = text.rstrip() + THINK_OPEN + "\n"
+  return text
+
+
 def score_rows(
   tokenizer,
   gen: Generation,
@@ -82,9 +94,10 @@ def score_rows(
 ):
   """Decodes each response (up to its first end token: `response_text`) and scores it in the
   verifier pool: scores, failed flags, reasons. With `prompts` (token ids), each verifier also
-  gets its prompt's text as `prompt_text` (the instruction-following verifier refuses a
-  response that restates it)."""
-  texts = [tokenizer.decode(p, skip_special_tokens=True) for p in prompts] if prompts else None
+  gets its prompt's text as `prompt_text` (`prompt_text()`): from it a verifier reads whether the
+  response starts inside a think block the template opened, and the instruction-following
+  verifier refuses a response that restates it."""
+  texts = [prompt_text(tokenizer, p) for p in prompts] if prompts else None
   ends, specials = end_token_ids(tokenizer, stop_token_ids), special_texts(tokenizer)
   jobs = []
   for r in range(len(gen.lengths)):
