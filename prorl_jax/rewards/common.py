@@ -45,6 +45,13 @@ def template_opens_think(prompt_text: str | None) -> bool:
   return bool(prompt_text) and prompt_text.rstrip().endswith(THINK_OPEN)
 
 
+def without_think_tag(prompt_text: str | None) -> str | None:
+  """The prompt's text without the think tag its template ends with (not a word of the prompt)."""
+  if template_opens_think(prompt_text):
+    return prompt_text.rstrip()[: -len(THINK_OPEN)]
+  return prompt_text
+
+
 def read(response: str, prompt_text: str | None = None) -> Reading:
   """The one reading of a response, relative to its prompt (the same in every verifier and in the
   hack monitor's detectors). With a think block open (the template opened it, or the response

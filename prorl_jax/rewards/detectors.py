@@ -19,7 +19,7 @@ import ast
 import re
 
 from prorl_jax.rewards import reading
-from prorl_jax.rewards.common import Score, read
+from prorl_jax.rewards.common import Score, read, without_think_tag
 
 FLAGS = (
   "invisible",
@@ -87,7 +87,7 @@ def flags(name: str, response: str, score: Score, prompt_text: str | None = None
   if name == "ifeval":
     if _filler(final):
       out.append("filler")
-    if prompt_text and reading.restates(final, prompt_text):
+    if prompt_text and reading.restates(final, without_think_tag(prompt_text)):
       out.append("restatement")
   elif name == "code":
     from prorl_jax.rewards.code import extract_code  # lazy: markdown-it only where code is judged

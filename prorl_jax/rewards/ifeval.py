@@ -47,7 +47,7 @@ import re
 import unicodedata
 from typing import Callable
 
-from prorl_jax.rewards.common import Score, load_json, read
+from prorl_jax.rewards.common import Score, load_json, read, without_think_tag
 from prorl_jax.rewards.reading import (
   about,
   as_read,
@@ -58,6 +58,7 @@ from prorl_jax.rewards.reading import (
   substantive_words,
 )
 from prorl_jax.rewards.reading import warm as _warm_reading
+from prorl_jax.rewards.rendered import rendered, without_comments
 
 MIN_WORDS = 5
 MINIMUM = ("at least",)  # relations that count substance; the others count everything
@@ -277,12 +278,18 @@ CHECKS: dict[str, Callable[..., bool]] = {
 
 
 def check(text: str, instruction: dict) -> bool:
-  """Does `text` (read as a reader sees it: `reading.as_read`) follow one instruction?"""
+  """Does `text`, read as a reader sees it (`rendered.rendered`: Markdown rendered, comments,
+  link destinations and reference definitions dropped; then `reading.as_read`), follow one
+  instruction?"""
   args = {k: v for k, v in instruction.items() if k != "type"}
   kind = instruction.get("type")
   if kind not in CHECKS:
     raise ValueError(f"unknown instruction type {kind!r}; known: {', '.join(sorted(CHECKS))}")
-  return bool(CHECKS[kind](as_read(text), **args))
+  if kind == "json_format":  # JSON is read as written: Markdown escapes are JSON's own
+    return _json(as_read(without_comments(text)))
+  if kind == "repeat_prompt":
+    args["prompt"] = as_read(rendered(str(args.get("prompt", ""))))
+  return bool(CHECKS[kind](as_read(rendered(text)), **args))
 
 
 def restrictive(instruction: dict) -> bool:
@@ -362,14 +369,16 @@ def score(
   final = said.answer
   if final is None:
     return Score(0.0, said.why)
-  why = substantive(final, instructions, prompt_text)
+  prompt_text = without_think_tag(prompt_text)
+  seen = rendered(final)  # what a reader sees: the substance and the topic are read in it
+  why = substantive(seen, instructions, prompt_text)
   if why:
     return Score(0.0, why)
   other_language = any(
     i.get("type") == "language" and i.get("language") != "en" for i in instructions
   )  # the topic is read in English
   judged = any(restrictive(i) for i in instructions) and prompt_text and not other_language
-  on_topic = not judged or about(_own_words(final, instructions), prompt_text)
+  on_topic = not judged or about(_own_words(seen, instructions), prompt_text)
   ok = [check(final, ins) and (on_topic or not restrictive(ins)) for ins in instructions]
   failed = [ins["type"] for ins, good in zip(instructions, ok) if not good]
   why = "" if on_topic else " (not about the prompt: prohibitions and caps unmet)"
