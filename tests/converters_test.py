@@ -101,6 +101,17 @@ def test_ifeval_items_without_their_arguments_are_refused(tmp_path):
     ("Final answer: $2\\pi$", "2\\pi", "answer_is"),
     ("Energy conservation gives\nv = \\sqrt{2gh} = 14 m/s", "14 m/s", "final_equals"),
     ("A long derivation.\n\nTherefore, 1.2 eV", "1.2 eV", "final_line"),
+    # a solution that ends in a display equation: its last row states the answer
+    ("Work.\n\\[ v = \\frac{d}{t} = 3.2 \\text{ m/s} \\]", "3.2 \\text{ m/s}", "final_equals"),
+    ("Work.\n\\[\nv = \\frac{d}{t} = 3.2 \\text{ m/s}\n\\]\n", "3.2 \\text{ m/s}", "final_equals"),
+    ("Work.\n$$\nv = 3.2 \\text{ m/s}.\n$$", "3.2 \\text{ m/s}", "final_equals"),
+    (
+      "Work.\n\\[\n\\begin{aligned}\nv &= \\frac{d}{t} \\\\\n&= 3.2 \\text{ m/s}\n\\end{aligned}\n\\]",
+      "3.2 \\text{ m/s}",
+      "final_equals",
+    ),
+    ("W \\[ a = 1 \\] then \\[ b = 2 \\text{ m} \\]", "2 \\text{ m}", "final_equals"),
+    ("The speed is\n\\[ 3.2 \\text{ m/s} \\].", "3.2 \\text{ m/s}", "final_line"),
   ],
 )
 def test_scp_answers_are_found_by_the_documented_rules(solution, answer, method):
