@@ -106,7 +106,8 @@ def test_ifeval_items_without_their_arguments_are_refused(tmp_path):
     ("Work.\n\\[\nv = \\frac{d}{t} = 3.2 \\text{ m/s}\n\\]\n", "3.2 \\text{ m/s}", "final_equals"),
     ("Work.\n$$\nv = 3.2 \\text{ m/s}.\n$$", "3.2 \\text{ m/s}", "final_equals"),
     (
-      "Work.\n\\[\n\\begin{aligned}\nv &= \\frac{d}{t} \\\\\n&= 3.2 \\text{ m/s}\n\\end{aligned}\n\\]",
+      "Work.\n\\[\n\\begin{aligned}\nv &= \\frac{d}{t} \\\\\n"
+      "&= 3.2 \\text{ m/s}\n\\end{aligned}\n\\]",
       "3.2 \\text{ m/s}",
       "final_equals",
     ),
