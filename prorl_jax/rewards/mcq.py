@@ -20,11 +20,12 @@ such as `\sqrt{2gh}` or `\frac{mv^2}{2}`). An empty answer earns nothing.
 
 from __future__ import annotations
 
+import fractions
 import re
 
 from prorl_jax.rewards import math as math_verifier
 from prorl_jax.rewards import quantity
-from prorl_jax.rewards.common import Score, answer_tag, blank, last_boxed, read
+from prorl_jax.rewards.common import Score, answer_tag, blank, last_boxed, read, without_think_tag
 
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*\\])\*(?![\w*])")
 _ANSWER_IS = re.compile(
@@ -99,23 +100,62 @@ def score(response: str, reference, *, prompt_text: str | None = None, **_) -> S
   if blank(got):
     return Score(0.0, "no answer found")
   ref = str(reference).strip()
-  if re.fullmatch(r"\(?[A-Ja-j]\)?", ref):
+  if is_key(ref, prompt_text):
     ok = chosen_letter(got) == ref.strip("()").upper()
   else:
-    ok = short_answer_matches(got, ref)
+    ok = short_answer_matches(got, ref, without_think_tag(prompt_text))
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {got[:50]!r}")
 
 
-def short_answer_matches(got: str, ref: str) -> bool:
-  """A short (non-letter) answer against its reference: quantities, strings, then math."""
+_CHOICES = re.compile(r"^\s*[(\[]?[A-Ja-j][).:\]]", re.M)
+
+
+def is_key(ref: str, prompt_text: str | None = None) -> bool:
+  """Is the reference a multiple-choice key? A letter A-J (`C`, `(C)`); a lower-case one only
+  where the question lists choices (or is not known): `g` alone is the symbol g of a physics
+  answer."""
+  if not re.fullmatch(r"\(?[A-Ja-j]\)?", ref):
+    return False
+  return ref.strip("()").isupper() or not prompt_text or _CHOICES.search(prompt_text) is not None
+
+
+_SYMBOL = re.compile(r"[+-]?(?:\d+(?:\.\d+)?)?[A-Za-z]")
+_TERM = re.compile(r"([+-]?)\s*(\d+(?:\.\d+)?)?\s*(?:\\cdot|\\times|\*|\\,|\\ |\\!)?\s*([A-Za-z])")
+
+
+def _term(text: str) -> tuple | None:
+  """A number times one letter (`2g`, `2 \\cdot g`, `-g`), as (coefficient, letter); else None.
+  math-verify reads `2g` as 2 grams and folds `G` into `g`, so these are compared here."""
+  m = _TERM.fullmatch(_unwrap(text).strip().strip("$").strip().rstrip(".").strip())
+  if not m:
+    return None
+  coefficient = fractions.Fraction(m.group(2) or 1) * (-1 if m.group(1) == "-" else 1)
+  return coefficient, m.group(3)
+
+
+_WORD = re.compile(r"(?<!\\)\b[A-Za-z]{2,}")
+
+
+def symbolic(ref: str) -> bool:
+  """A reference that is a symbol of the solution, alone or times a number written against it
+  (`g`, `2g`, `0.5m`): read as algebra, case and all, never as a unit (`2g` is not 2 grams)."""
+  return _SYMBOL.fullmatch(_unwrap(ref).strip().strip("$").strip()) is not None
+
+
+def short_answer_matches(got: str, ref: str, prompt_text: str | None = None) -> bool:
+  """A short (non-letter) answer against its reference: quantities (a bare number read in the
+  unit the question asks for, `quantity.implied_unit`), strings, then math."""
   g, r = quantity.value_side(got), quantity.value_side(ref)
+  if symbolic(r):  # `2g` is twice g, not 2 grams; `G` is not `g`
+    return _term(g) is not None and _term(g) == _term(r)
   qg, qr = quantity.parse(g), quantity.parse(r)
   if qr is not None:
-    return qg is not None and quantity.same_quantity(qg, qr)
+    implied = quantity.implied_unit(prompt_text, qr) if qg is not None else None
+    return qg is not None and quantity.same_quantity(qg, qr, implied)
   if len(_norm(g)) > max(4 * len(_norm(r)), 64):  # a list of candidates, not an answer
     return False
-  if _norm(g) == _norm(r):
-    return True
+  if _norm(g) == _norm(r) and (_WORD.search(r) or g.strip() == r.strip()):
+    return True  # case aside only for words: as a symbol, `G` is not `g`
   return math_verifier.equivalent(g, r)
 
 

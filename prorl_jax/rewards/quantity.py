@@ -16,9 +16,11 @@ other within REL_TOL of it (0 equals only 0).
 
 from __future__ import annotations
 
+import decimal
 import fractions
 import functools
 import re
+import unicodedata
 from typing import NamedTuple
 
 REL_TOL = fractions.Fraction(1, 100)  # answers round: 9.8 for 9.81, 0.5 for 0.50
@@ -37,10 +39,22 @@ def _join_groups(m: re.Match) -> str:
   return re.sub(r"\\,|\{,\}|\\ |\u2009|\u202f", "", m.group(0))
 
 
+_SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
+_SUPERSCRIPTS = re.compile("[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+
+
+def unicode_math(text: str) -> str:
+  """Unicode as LaTeX writes it: superscript digits an exponent (`10⁻⁷` is `10^{-7}`, `m²` is
+  `m^{2}`), then NFKC (`℃` is `°C`, the ohm sign is Ω, `½` is 1/2), the minus sign a hyphen."""
+  s = _SUPERSCRIPTS.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPT) + "}", text)
+  s = unicodedata.normalize("NFKC", s).replace("\u2044", "/")
+  return s.replace("\u2212", "-")
+
+
 def plain_math(text: str) -> str:
   """A math answer (or reference) with money signs, digit-group separators, e-notation and
   degree marks rewritten as math-verify reads them (see the module docstring)."""
-  s = text.replace("\u2212", "-").replace("×", r"\times ").replace("·", r"\cdot ")
+  s = unicode_math(text).replace("×", r"\times ").replace("·", r"\cdot ")
   s = re.sub(r"\\\$|\\text\{\s*\\?\$\s*\}|\\textdollar|\$", "", s)
   s = _THOUSANDS.sub(_join_groups, s)
   if _COMMA_GROUPS.fullmatch(s.strip()):  # one number with comma groups: 1,234,567
@@ -139,7 +153,7 @@ def parse(text: str) -> Quantity | None:
 def _plain_quantity(text: str) -> str:
   s = text.strip().strip("$").strip()
   s = re.sub(r"^\\(?:left|right)|\\displaystyle", "", s)
-  s = _SPACES.sub(" ", s.replace("\u2212", "-").replace("×", r"\times ").replace("·", r"\cdot "))
+  s = _SPACES.sub(" ", unicode_math(s).replace("×", r"\times ").replace("·", r"\cdot "))
   s = re.sub(r"\\\$|\\text\{\s*\\?\$\s*\}", "", s)
   s = _THOUSANDS.sub(_join_groups, s)
   m = re.match(r"([+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?)(\s.*|[^\d,].*)?$", s)
@@ -148,20 +162,68 @@ def _plain_quantity(text: str) -> str:
   return s.rstrip(".").strip()
 
 
-def same_quantity(got: Quantity, ref: Quantity) -> bool:
-  """`got` equals `ref` in the reference's unit: exactly when the reference is a plain integer
-  in the same unit (`3.0000001` is not 3), else within REL_TOL of it (0 only equals 0)."""
+def _converted(got: Quantity, unit) -> fractions.Fraction | None:
+  """`got`'s value in `unit` (to 12 significant digits); None for another dimension."""
+  try:
+    magnitude = fractions.Fraction(registry().Quantity(got.value, got.unit).to(unit).magnitude)
+  except Exception:  # noqa: BLE001 - another dimension (pint's DimensionalityError) or overflow
+    return None
+  # pint's factors are floats (prefixes, offsets): rounded to 12 significant digits, beyond any
+  # answer's precision, so 5.0e-7 m is 500 nm exactly and 0.0121 kJ stays 12.1 J
+  with decimal.localcontext(decimal.Context(prec=12, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)):
+    return fractions.Fraction(
+      decimal.Decimal(magnitude.numerator) / decimal.Decimal(magnitude.denominator)
+    )
+
+
+def same_quantity(got: Quantity, ref: Quantity, implied=None) -> bool:
+  """`got` equals `ref` in the reference's unit, converted exactly from any unit of the same
+  dimension: exactly when the reference is a plain integer (`12 J` is `0.012 kJ`, never
+  `0.0121 kJ`), else within REL_TOL of it (0 only equals 0). An answer without a unit is read in
+  the unit the question asks for (`implied`, `implied_unit`); where it asks for none, a bare number
+  is not a quantity with a unit (`5` is not `5 mA`: it could as well be 5 A)."""
+  if got.unit is None and ref.unit is not None:
+    if implied is None:
+      return False
+    got = got._replace(unit=implied)
   gv, rv = got.value, ref.value
   if got.unit is not None and ref.unit is not None and got.unit != ref.unit:
-    try:
-      magnitude = registry().Quantity(float(gv), got.unit).to(ref.unit).magnitude
-      gv = fractions.Fraction(str(magnitude))
-    except Exception:  # noqa: BLE001 - another dimension (pint's DimensionalityError) or overflow
+    gv = _converted(got, ref.unit)
+    if gv is None:
       return False
-  elif ref.integer:
-    return gv == rv
   elif got.unit is not None and ref.unit is None and str(got.unit) == "percent":
     return False  # 7% is not the plain number 7 (nor 0.07: the question asks for one scale)
+  if ref.integer:
+    return gv == rv
   if rv == 0:
     return gv == 0
   return abs(gv - rv) <= REL_TOL * abs(rv)
+
+
+_ASKED = re.compile(
+  r"\b(?:in(?:\s+(?:units|terms)\s+of)?|how\s+many|how\s+much\s+in)\s+"
+  r"((?:\\(?:text|mathrm)\s*\{[^{}]{1,30}\}|[^\s,;:?!()<>]{1,30})(?:\s+per\s+[^\s,;:?!()<>]{1,30})?)"
+  r"|[(\[]\s*((?:\\(?:text|mathrm)\s*\{[^{}]{1,30}\}|[^\s()\[\]]{1,20}))\s*[)\]]",
+  re.I,
+)
+_NOT_UNITS = frozenset({"a", "an", "the"})  # "in a circle": pint reads `a` as a year
+
+
+def implied_unit(prompt_text: str | None, ref: Quantity):
+  """The unit the question asks its answer in ("in mA", "in units of m/s", "how many seconds",
+  "(in J)"), when it is of the reference's dimension; None when the question names none."""
+  if not prompt_text or ref.unit is None:
+    return None
+  want = registry().Quantity(1, ref.unit).dimensionality
+  found = None
+  for m in _ASKED.finditer(prompt_text[-4000:]):
+    text = _unit_text((m.group(1) or m.group(2)).strip().rstrip(".").strip("$"))
+    if text in _NOT_UNITS:  # case kept: `A` is an ampere
+      continue
+    try:
+      unit = registry().parse_units(text.replace(" per ", " / "))
+    except Exception:  # noqa: BLE001 - pint raises many kinds for words that are not units
+      continue
+    if str(unit) != "dimensionless" and registry().Quantity(1, unit).dimensionality == want:
+      found = unit
+  return found
