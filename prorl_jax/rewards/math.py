@@ -27,9 +27,10 @@ import signal
 import threading
 import time
 
-from prorl_jax.rewards.common import REL_TOL, Score, blank, last_boxed, read
+from prorl_jax.rewards.common import REL_TOL, Score, blank, last_boxed, read, without_think_tag
 from prorl_jax.rewards.quantity import plain_math
 
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
 MIN_CAP = 64  # characters an answer may always have, however short the reference
 _SPACE = re.compile(r"\s+|\$|\\[,;:! ]")
 
@@ -119,6 +120,55 @@ def equivalent(answer: str, reference: str, timeout_s: int = 5) -> bool:
     _cancel_alarm()
 
 
+# Operators a final number is computed from, never written with: where the problem states its
+# expression with one, an answer that keeps it hands the question back (`\dbinom{16}{5}`).
+_UNEVALUATED = re.compile(
+  r"\\[dt]?binom|\\choose|\\sum|\\prod|\\i+nt|\\oint|\\lim|\\log|\\ln|\\lg|"
+  r"\\(?:sin|cos|tan|sec|csc|cot|arcsin|arccos|arctan)\b|\d\s*!|\)\s*!|\\mathrm\{C\}|\bC\s*\("
+)
+_BIG = re.compile(r"\\sum|\\prod|\\i+nt|\\oint|\\lim")
+_FRACTION = re.compile(r"[+-]?\\[dt]?frac\{?\s*\d+\s*\}?\{?\s*\d+\s*\}?|[+-]?\d+\s*/\s*\d+")
+
+
+def _operators(text: str) -> set[str]:
+  """The unevaluated operators in `text`, by family (`\\dbinom`, `\\binom`, `\\choose`, `C(`
+  are one: the binomial; `5!` and `(n)!` the factorial)."""
+  out = set()
+  for m in _UNEVALUATED.finditer(text):
+    op = m.group(0)
+    if "binom" in op or "choose" in op or "C" in op:
+      op = "binomial"
+    elif op.endswith("!"):
+      op = "factorial"
+    out.add(op.strip())
+  return out
+
+
+def numeric(reference: str) -> bool:
+  """A reference that is a number (`4368`, `-2.5`, `\\frac{3}{4}`), not an expression."""
+  ref = _plain(without_percent(plain_math(reference)))
+  return _NUMBER.fullmatch(ref) is not None or _FRACTION.fullmatch(ref) is not None
+
+
+def hands_back(answer: str, reference: str, prompt_text: str | None) -> str | None:
+  """Why a final answer is the question's own expression rather than the number it asks for
+  (None when it is not): where the reference is a number, an answer with an integral, sum,
+  product or limit; one with an operator (binomial, factorial, log, trig) the problem states;
+  or any expression written in the problem word for word."""
+  if not numeric(reference):
+    return None
+  if _BIG.search(answer):
+    return "an unevaluated sum, product, integral or limit for a number"
+  question = _plain(without_think_tag(prompt_text) or "")
+  if _operators(answer) & _operators(question):
+    return "the problem's own operator, not the number it asks for"
+  mine = _plain(answer)
+  simple = _NUMBER.fullmatch(mine) or _FRACTION.fullmatch(mine)
+  if len(mine) >= 3 and not simple and mine in question:
+    return "the problem's own expression, not the number it asks for"
+  return None
+
+
 def score(
   response: str,
   reference,
@@ -147,6 +197,8 @@ def score(
   bare_ref = None if bare_ref is None else without_percent(plain_math(bare_ref))
   if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
     return Score(1.0, "correct (as written)")
+  if bare_ref is not None and (why := hands_back(boxed, bare_ref, prompt_text)):
+    return Score(0.0, f"wrong: {boxed[:50]!r} is {why}")
   cap = max(4 * len(_plain(bare_ref or ref)), MIN_CAP)
   if len(_plain(boxed)) > cap:  # math-verify would fish a sub-expression out of a long box
     return Score(0.0, f"answer of {len(_plain(boxed))} characters: far longer than the reference")
