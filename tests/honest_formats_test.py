@@ -119,6 +119,75 @@ MATH = [
     },
     ["30", "30^\\circ", "30°"],
   ),
+  (
+    "deepscaler",
+    {"problem": "Solve x^2 - 2x - 3 > 0.", "answer": "(-\\infty,-1)\\cup(3,\\infty)"},
+    [
+      "x < -1 \\text{ or } x > 3",
+      "x<-1 \\text{ or } x>3",
+      "x < -1 or x > 3",
+      "x < -1 \\lor x > 3",
+      "(-\\infty, -1) \\cup (3, \\infty)",
+    ],
+  ),
+  (
+    "deepscaler",
+    {
+      "problem": "Solve x^2 + x - 1 = 0.",
+      "answer": "\\frac{-1+\\sqrt{5}}{2}, \\frac{-1-\\sqrt{5}}{2}",
+    },
+    [
+      "\\frac{-1 \\pm \\sqrt{5}}{2}",
+      "\\frac{-1 \\pm \\sqrt5}{2}",
+      "-\\frac{1}{2} \\pm \\frac{\\sqrt{5}}{2}",
+    ],
+  ),
+  ("deepscaler", {"problem": "Angle in degrees?", "answer": "70"}, ["70^\\circ.", "70°.", "70."]),
+  (
+    "deepscaler",
+    {"problem": "Write 4/11 as a fraction.", "answer": "\\frac{4}{11}"},
+    ["0.\\overline{36}", "0.(36)", "0.\\overline{36}."],
+  ),
+  (
+    "deepscaler",
+    {"problem": "11/30?", "answer": "\\frac{11}{30}"},
+    ["0.3\\overline{6}", "0.3\\dot{6}"],
+  ),
+  ("deepscaler", {"problem": "25 in base 2?", "answer": "11001_2"}, ["(11001)_2", "11001_{2}"]),
+  ("deepscaler", {"problem": "The ratio?", "answer": "3:4"}, ["3 \\colon 4", "3:4", "3 : 4"]),
+  (
+    "deepscaler",
+    {"problem": "How many people?", "answer": "3600000"},
+    ["3.6 \\text{ million}", "3.6 million", "3{,}600{,}000"],
+  ),
+]
+# (the row, answers that change its meaning: each earns 0)
+MATH_NEAR_MISSES = [
+  (
+    {"problem": "Solve x^2 - 2x - 3 > 0.", "answer": "(-\\infty,-1)\\cup(3,\\infty)"},
+    [
+      "x < -1 \\text{ or } x > 4",
+      "x \\le -1 \\text{ or } x > 3",
+      "x > -1 \\text{ or } x < 3",
+      "x < -1",
+      "x < -1 \\text{ and } x > 3",
+    ],
+  ),
+  (
+    {
+      "problem": "Solve x^2 + x - 1 = 0.",
+      "answer": "\\frac{-1+\\sqrt{5}}{2}, \\frac{-1-\\sqrt{5}}{2}",
+    },
+    ["\\frac{-1 + \\sqrt{5}}{2}", "\\frac{-1 \\pm \\sqrt{6}}{2}", "\\frac{1 \\pm \\sqrt{5}}{2}"],
+  ),
+  ({"problem": "Angle?", "answer": "70"}, ["71^\\circ.", "7.", "0.70"]),
+  ({"problem": "4/11?", "answer": "\\frac{4}{11}"}, ["0.\\overline{35}", "0.36", "0.(4)"]),
+  ({"problem": "25 in base 2?", "answer": "11001_2"}, ["(11010)_2", "(11001)_3"]),
+  ({"problem": "The ratio?", "answer": "3:4"}, ["3 \\colon 5", "4 \\colon 3"]),
+  (
+    {"problem": "How many?", "answer": "3600000"},
+    ["3.7 \\text{ million}", "3.6 \\text{ billion}", "3.6"],
+  ),
 ]
 GPQA_ROW = {
   "Question": "How much work is done lifting a 2 kg mass by 3 m (g = 10 m/s^2)?",
@@ -144,6 +213,11 @@ LETTER_FORMS = [
   "Answer: {k}",
   "The answer is {k}: 60 J.",
   "So the answer is \\boxed{{{k}}}.",
+  "After weighing each option, the first one fits.\n\n({k})",
+  "The correct answer is:\n({k})",
+  "The correct answer is:\n\n**({k})**",
+  "**Answer:**\n{k}",
+  "Final answer:\n\n{k}",
 ]
 SCP = [  # (matched_solution's last line, honest forms of its answer)
   (
@@ -293,6 +367,18 @@ SUM_PROGRAMS = [
   "import sys\ninput = sys.stdin.readline\na, b = map(int, input().split())\nprint(a + b)\n"
   "sys.exit(0)",
 ]
+# a statement that accepts its words in any case (Codeforces' wording)
+PARITY = (
+  "Read two integers and print YES if their sum is even, otherwise NO. You can output the answer "
+  'in any case (upper or lower): "yEs", "yes", "Yes" and "YES" are all accepted.'
+)
+PARITY_TESTS = {"inputs": ["1 3\n", "2 3\n"], "outputs": ["YES\n", "NO\n"]}
+PARITY_PROGRAMS = [
+  "a, b = map(int, input().split())\nprint('yes' if (a + b) % 2 == 0 else 'no')",
+  "a, b = map(int, input().split())\nprint('Yes' if (a + b) % 2 == 0 else 'No')",
+  "from __future__ import annotations\na, b = map(int, input().split())\n"
+  "print('YES' if (a + b) % 2 == 0 else 'NO')",
+]
 LCB_ROW = {
   "question_title": "Add",
   "question_content": "Return the sum of the numbers in nums.",
@@ -346,6 +432,8 @@ HEP_ROW_PROGRAM = dict(  # tests computed by a reference function: no literal re
   ),
 )
 HEP_PROGRAMS = [  # one calls the prompt's helper without defining it, as the harness allows
+  "from __future__ import annotations\n\ndef count_even(xs: List[int]) -> int:\n"
+  "    return sum(1 for x in xs if is_even(x))",
   "def count_even(xs: List[int]) -> int:\n    return sum(1 for x in xs if is_even(x))",
   "from typing import List\n\ndef count_even(xs: List[int]) -> int:\n"
   "    return len([x for x in xs if x % 2 == 0])",
@@ -370,6 +458,16 @@ def _job(row, response):
   text = "\n".join(m["content"] for m in row["prompt"])
   extra = dict(row["extra_info"], prompt_text=text)
   return (row["data_source"], response, row["reward_model"]["ground_truth"], extra)
+
+
+def _code_row(statement: str, tests: dict) -> dict:
+  return {
+    "data_source": "codecontests",
+    "prompt": [{"role": "user", "content": statement}],
+    "ability": "code",
+    "reward_model": {"style": "rule", "ground_truth": json.dumps(tests)},
+    "extra_info": {"split": "train", "index": 0},
+  }
 
 
 def honest_jobs(tmp_path) -> list[tuple]:
@@ -398,6 +496,8 @@ def honest_jobs(tmp_path) -> list[tuple]:
   }
   (row,) = _convert(tmp_path, "eurus_code", [raw])
   jobs += [_job(row, f.format(p=p)) for p in SUM_PROGRAMS for f in FENCES]
+  (row,) = _convert(tmp_path, "eurus_code", [_code_row(PARITY, PARITY_TESTS)])
+  jobs += [_job(row, f.format(p=p)) for p in PARITY_PROGRAMS for f in FENCES]
   (row,) = _convert(tmp_path, "livecodebench", [LCB_ROW])
   jobs += [_job(row, f.format(p=p)) for p in LCB_PROGRAMS for f in FENCES]
   for r in _convert(tmp_path, "humanevalplus", [HEP_ROW_TABLE, HEP_ROW_PROGRAM]):
@@ -436,6 +536,22 @@ def test_wrong_answers_in_the_same_formats_earn_nothing(pool, tmp_path):
     jobs += [_job(row, s.format(x=f"3{forms[0]}")) for s in SCP_STYLES]
   out = pool.score_many(jobs)
   paid = [(j[1][len(THINK) :][:60], s.reason) for j, s in zip(jobs, out) if s.value > 0]
+  assert not paid, paid
+
+
+def test_answers_that_change_the_meaning_earn_nothing(pool, tmp_path):
+  """The near misses of each rewritten form (a wrong bound, one root, another repeating block,
+  another base, millions for billions): every one 0."""
+  jobs = []
+  for raw, wrong in MATH_NEAR_MISSES:
+    (row,) = _convert(tmp_path, "deepscaler", [raw])
+    jobs += [_job(row, R1.format(x=w)) for w in wrong]
+  # the same words in another case where the statement does not accept any case
+  strict = PARITY.split(" You can")[0]
+  (row,) = _convert(tmp_path, "eurus_code", [_code_row(strict, PARITY_TESTS)])
+  jobs += [_job(row, FENCES[0].format(p=p)) for p in PARITY_PROGRAMS[:2]]
+  out = pool.score_many(jobs)
+  paid = [(j[1][len(THINK) :], s.reason) for j, s in zip(jobs, out) if s.value > 0]
   assert not paid, paid
 
 

@@ -32,6 +32,7 @@ import fractions
 import functools
 import json
 import math
+import re
 
 import markdown_it
 
@@ -71,11 +72,39 @@ def extract_code(response: str, prompt_text: str | None = None) -> str | None:
   return None
 
 
-def same_stdout(got: str, want) -> bool:
-  """stdin/stdout comparison: whitespace-separated tokens; numbers as the expected one says."""
+_FUTURE = re.compile(r"^from\s+__future__\s+import\s+[^\n]+\n?", re.M)
+
+
+def future_first(program: str) -> str:
+  """`from __future__` imports moved to the top (Python accepts them nowhere else): a completion
+  that opens with one still runs after the task's preamble."""
+  found = _FUTURE.findall(program)
+  return "".join(f if f.endswith("\n") else f + "\n" for f in found) + _FUTURE.sub("", program)
+
+
+# How statements say that letter case does not matter (Codeforces: "You can output the answer in
+# any case (upper or lower)... "yEs", "yes", "Yes", and "YES" will be recognized")
+_ANY_CASE = re.compile(
+  r"\b(?:output|print|answer|letters?|words?|strings?)\b[^.\n]{0,80}\bin\s+any\s+(?:letter\s+)?case\b"
+  r"|\bcase[- ]insensitive\b|\bany\s+register\b"
+  r"|\bwill\s+(?:all\s+)?be\s+recogni[sz]ed\s+as\b",
+  re.I,
+)
+
+
+def any_case(prompt_text: str | None) -> bool:
+  """Does the problem statement accept its words in any letter case?"""
+  return bool(prompt_text) and _ANY_CASE.search(prompt_text) is not None
+
+
+def same_stdout(got: str, want, any_case: bool = False) -> bool:
+  """stdin/stdout comparison: whitespace-separated tokens; numbers as the expected one says;
+  words in any case where the statement says so (`YES` for `Yes`)."""
   if isinstance(want, list):
     want = "\n".join(map(str, want))
   g, w = str(got).split(), str(want).split()
+  if any_case:
+    g, w = [t.casefold() for t in g], [t.casefold() for t in w]
   return len(g) == len(w) and all(map(same_token, g, w))
 
 
@@ -197,12 +226,12 @@ def _case(spec: dict, inp, want) -> dict:
   return {"stdin": inp if isinstance(inp, str) else "\n".join(map(str, inp)), "stdout_bytes": cap}
 
 
-def _judge(spec: dict, res: sandbox.RunResult, want) -> tuple[bool, str]:
+def _judge(spec: dict, res: sandbox.RunResult, want, case_free: bool = False) -> tuple[bool, str]:
   """(passed, reason) of one test case's run."""
   if not res.ok:
     return False, _fail_reason(res)
   if not spec.get("fn_name"):
-    return same_stdout(res.stdout, want), "wrong"
+    return same_stdout(res.stdout, want, case_free), "wrong"
   parts = res.stdout.rsplit(sandbox.RESULT_MARK, 1)
   if len(parts) != 2:
     return False, "no return value"
@@ -247,7 +276,7 @@ def score(
   if blank(code):
     return Score(0.0, "no ```python block" if code is None else "empty ```python block")
   if spec.get("preamble"):  # the task's own imports (HumanEval's prompt), before the solution
-    code = f"{spec['preamble']}\n{code}"
+    code = future_first(f"{spec['preamble']}\n{code}")
   n = len(spec["inputs"])
   if n == 0:
     return Score(0.0, "test spec has no tests", failed=True)
@@ -271,7 +300,7 @@ def score(
     )
   passed, reasons = 0, []
   for res, want in zip(runs, spec["outputs"]):
-    ok, why = _judge(spec, res, want)
+    ok, why = _judge(spec, res, want, any_case(prompt_text))
     passed += ok
     if not ok:
       reasons.append(why)

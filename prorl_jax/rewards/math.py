@@ -27,6 +27,7 @@ import signal
 import threading
 import time
 
+from prorl_jax.rewards import forms
 from prorl_jax.rewards.common import REL_TOL, Score, blank, last_boxed, read, without_think_tag
 from prorl_jax.rewards.quantity import plain_math
 
@@ -199,6 +200,9 @@ def score(
     return Score(1.0, "correct (as written)")
   if bare_ref is not None and (why := hands_back(boxed, bare_ref, prompt_text)):
     return Score(0.0, f"wrong: {boxed[:50]!r} is {why}")
+  if bare_ref is not None and (numeral := forms.base_numeral(bare_ref)):  # the base is the answer
+    ok = forms.base_numeral(boxed) == numeral
+    return Score(1.0 if ok else 0.0, "correct (in its base)" if ok else f"wrong: {boxed[:50]!r}")
   cap = max(4 * len(_plain(bare_ref or ref)), MIN_CAP)
   if len(_plain(boxed)) > cap:  # math-verify would fish a sub-expression out of a long box
     return Score(0.0, f"answer of {len(_plain(boxed))} characters: far longer than the reference")

@@ -29,10 +29,14 @@ from prorl_jax.rewards.common import Score, answer_tag, blank, last_boxed, read,
 
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*\\])\*(?![\w*])")
 _ANSWER_IS = re.compile(
-  r"\b(?:answer|option|choice)\b[^\S\n]*(?:is\b|:|=)[^\S\n]*(?:(?:option|choice)\b[^\S\n]*)?"
+  r"\b(?:answer|option|choice)\b[^\S\n]*(?:is\b[^\S\n]*:?|:|=)"
+  r"(?:[^\S\n]*\n){0,2}[^\S\n]*"  # the answer may stand on the next line ("is:\n(A)")
+  r"(?:(?:option|choice)\b[^\S\n]*)?"
   r"([^\n]+?)[^\S\n]*(?:\.(?=\s|$)|$)",
   re.I | re.M,
 )
+# a last line that is a choice's label and nothing else: `(A)`, `A.`, `**A**`
+_LABEL_LINE = re.compile(r"[\s*_>#]*\(?([A-Ja-j])\)?[.:]?[\s*_]*")
 _WRAPPER = re.compile(
   r"\\(?:text|textbf|textit|mathrm|mathbf|mathit|textrm|mbox|boxed|fbox)\s*\{([^{}]*)\}"
 )
@@ -62,12 +66,19 @@ def _unwrap(s: str) -> str:
 
 
 def extract(text: str) -> str | None:
-  """The final answer's text: last boxed, answer tag, or the last "answer is" line."""
+  """The final answer's text: last boxed, answer tag, the last "answer is" line (the answer on
+  it or on the line after it), or a last line that is a choice's label alone (`(A)`)."""
   for got in (last_boxed(text), answer_tag(text)):
     if got:
       return got
   found = _ANSWER_IS.findall(_EMPHASIS.sub("", text))
-  return found[-1] if found else None
+  if found:
+    return found[-1]
+  labels = [m.group(1).upper() for ln in text.splitlines() if (m := _LABEL_LINE.fullmatch(ln))]
+  lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+  last = _LABEL_LINE.fullmatch(lines[-1]) if lines else None
+  # one label stands alone however often; several different ones are a list, not a choice
+  return last.group(1) if last and len(set(labels)) == 1 else None
 
 
 def chosen_letter(answer: str) -> str | None:

@@ -23,6 +23,8 @@ import re
 import unicodedata
 from typing import NamedTuple
 
+from prorl_jax.rewards import forms
+
 REL_TOL = fractions.Fraction(1, 100)  # answers round: 9.8 for 9.81, 0.5 for 0.50
 
 _WRAPPERS = re.compile(
@@ -62,7 +64,7 @@ def plain_math(text: str) -> str:
   s = _SCI.sub(lambda m: f"{m.group(1)}\\times10^{{{int(m.group(2))}}}", s)
   s = _DEGREE.sub("", s)
   s = re.sub(r"\\text\{\s*(?:degrees?|deg)\s*\}|\s+degrees?\b", "", s)
-  return s.strip()
+  return forms.canonical(s.strip())
 
 
 @functools.lru_cache(maxsize=1)
