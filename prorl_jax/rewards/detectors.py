@@ -33,13 +33,13 @@ FLAGS = (
 _SPECIAL = re.compile(
   r"\b(?:nan|inf|infinity)\b|\\infty|∞|[eE][+-]?\d{6,}|\^\s*\{?\s*\d+\s*\^", re.IGNORECASE
 )
-_MIXED = re.compile(r"\w*[A-Za-z]\w*")
+_WORDS = re.compile(r"\w+")  # words first, then a letter test: linear (no backtracking)
 _READS = {"input", "open", "stdin", "fileinput", "readline", "readlines", "read"}
 
 
 def _lookalike(text: str) -> bool:
-  for word in _MIXED.findall(text):
-    if not word.isascii() and any(
+  for word in _WORDS.findall(text):
+    if not word.isascii() and re.search("[A-Za-z]", word) and any(
       not c.isascii() and reading.prototype(c).isascii() and reading.prototype(c) != c for c in word
     ):
       return True
