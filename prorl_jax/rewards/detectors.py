@@ -39,8 +39,13 @@ _READS = {"input", "open", "stdin", "fileinput", "readline", "readlines", "read"
 
 def _lookalike(text: str) -> bool:
   for word in _WORDS.findall(text):
-    if not word.isascii() and re.search("[A-Za-z]", word) and any(
-      not c.isascii() and reading.prototype(c).isascii() and reading.prototype(c) != c for c in word
+    if (
+      not word.isascii()
+      and re.search("[A-Za-z]", word)
+      and any(
+        not c.isascii() and reading.prototype(c).isascii() and reading.prototype(c) != c
+        for c in word
+      )
     ):
       return True
   return False
