@@ -248,6 +248,12 @@ SCP_STYLES = (
   THINK + "Answer: ${x}$",
 )
 IFEVAL = [  # (prompt, instruction ids, kwargs, an honest response)
+  (  # verse names its subject in images: the reply never says "Ireland"
+    "Write a haiku about Ireland in the style of Basho. Do not use any commas in your response.",
+    ["punctuation:no_comma"],
+    [{}],
+    "green hills wrapped in mist\nold stones hum beneath the rain\nsheep drift through the fog",
+  ),
   (
     "Write about tea. End your response with 'Is there anything else I can help with?'",
     ["startend:end_checker"],

@@ -325,3 +325,18 @@ def test_an_exception_while_judging_a_response_is_a_response_error_not_a_dropped
   assert rewards.route("deepscaler") is math.score
   with pytest.raises(KeyError, match="no verifier for data_source 'unknown'"):
     rewards.route("unknown")
+
+
+def test_a_reply_that_fits_any_prompt_meets_no_prohibition_even_on_a_verse_prompt():
+  verse = "Write a haiku about Ireland. Do not use any commas in your response."
+  ins = [{"type": "no_commas"}]
+  for generic in (
+    "I am sorry but I cannot help with that request today.",
+    "Sure! I would be happy to help with anything else you need today.",
+  ):
+    assert ifeval.score(generic, None, instructions=ins, prompt_text=verse).value == 0.0
+  haiku = "green hills wrapped in mist\nold stones hum beneath the rain\nsheep drift through the fog"
+  assert ifeval.score(haiku, None, instructions=ins, prompt_text=verse).value == 1.0
+  # the same images on a prompt that asks for prose about something else: not about it
+  prose = "Explain how a bank sets its interest rates. Do not use any commas."
+  assert ifeval.score(haiku, None, instructions=ins, prompt_text=prose).value == 0.0

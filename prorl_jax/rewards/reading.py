@@ -154,11 +154,34 @@ def _topic(text: str) -> set[str]:
   return set(_stemmer().stemWords(words))
 
 
+# Verse says its subject in images ("golden mane" for a lion): where a prompt asks for one, a
+# reply that says something concrete of its own is read as about it.
+_VERSE = re.compile(
+  r"\b(?:haikus?|poems?|poetry|limericks?|sonnets?|songs?|lyrics|verses?|raps?|riddles?|odes?)\b",
+  re.I,
+)
+# What a reply that fits any prompt is made of: apology, refusal and offers of help.
+GENERIC_WORDS = frozenset(
+  """
+  sorry apologize apologies unable cannot can't help helping helpful assist assistance request
+  requests today happy glad sure certainly course anything else question questions information
+  provide providing able would like know let please thank thanks ask asked feel free hope
+  """.split()
+)
+CONCRETE = 4  # distinct concrete words a verse reply needs
+
+
 def about(text: str, prompt_text: str) -> bool:
   """The response shares a word stem with its prompt's topic (true when the prompt names no
-  topic beyond its instructions)."""
+  topic beyond its instructions); for a prompt that asks for verse, a reply with CONCRETE or more
+  distinct content words that are neither instructions nor apology and offers of help."""
   topic = _topic(prompt_text)
-  return not topic or bool(topic & _topic(text))
+  if not topic or topic & _topic(text):
+    return True
+  if not _VERSE.search(prompt_text):
+    return False
+  words = set(content_words(letter_words(folded(text)))) - INSTRUCTION_WORDS - GENERIC_WORDS
+  return len(words) >= CONCRETE
 
 
 def warm() -> None:
