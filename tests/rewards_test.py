@@ -335,7 +335,9 @@ def test_a_reply_that_fits_any_prompt_meets_no_prohibition_even_on_a_verse_promp
     "Sure! I would be happy to help with anything else you need today.",
   ):
     assert ifeval.score(generic, None, instructions=ins, prompt_text=verse).value == 0.0
-  haiku = "green hills wrapped in mist\nold stones hum beneath the rain\nsheep drift through the fog"
+  haiku = (
+    "green hills wrapped in mist\nold stones hum beneath the rain\nsheep drift through the fog"
+  )
   assert ifeval.score(haiku, None, instructions=ins, prompt_text=verse).value == 1.0
   # the same images on a prompt that asks for prose about something else: not about it
   prose = "Explain how a bank sets its interest rates. Do not use any commas."
