@@ -190,3 +190,21 @@ def test_rows_whose_reference_cannot_earn_reward_are_dropped_and_counted(tmp_pat
   assert prepare.main(argv + ["--count=instruction_following=0"] + skipped) == 0
   m = json.loads((tmp_path / "p" / "manifest.json").read_text())
   assert m["sources"]["math"]["reference_check"] == "skipped" and m["sources"]["math"]["train"] == 5
+
+
+def test_code_rows_whose_tests_are_only_the_statements_examples_are_counted(tmp_path):
+  good = mix_fixtures._eurus(1)[0]
+  shown = (
+    "Read two integers and print their sum.\nInput:\n1 2\nOutput:\n3\nInput:\n5 5\nOutput:\n10"
+  )
+  tests = {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}
+  lookup = dict(
+    good,
+    prompt=[{"role": "user", "content": shown}],
+    reward_model={"style": "rule", "ground_truth": json.dumps(tests)},
+  )
+  rows, bad, _ = _load(tmp_path, "eurus_code", [lookup, good])
+  assert len(rows) == 1
+  ((reason, n),) = bad.items()
+  assert n == 1 and reason.startswith("column 'reward_model.ground_truth': every test passes")
+  assert "a lookup of the statement's 2 examples" in reason

@@ -143,13 +143,18 @@ def test_no_restated_prompt_and_no_reply_that_fits_any_prompt(pool):
 
 def test_a_constant_program_earns_nothing_and_rows_it_passes_are_refused(pool):
   nulls = {"fn_name": "f", "inputs": [[1], [2]], "outputs": [None, None]}
-  assert code.unusable_tests(nulls) == "every test passes the constant program `return None`"
+  assert (
+    code.unusable_tests(nulls) == "every test passes a program that solves nothing: `return None`"
+  )
   mixed = {"fn_name": "f", "inputs": [[1], [2], [3], [4]], "outputs": [None, 4, None, 16]}
   assert code.constant_passes(mixed) == (2, "return None")
   yes_no = {"inputs": ["1", "2", "3", "4"], "outputs": ["YES", "NO", "YES", "YES"]}
   assert code.constant_passes(yes_no) == (3, "print('YES')")
   echo = {"inputs": ["5\n", "7\n"], "outputs": ["5", "7"]}
-  assert code.unusable_tests(echo) == "every test passes the constant program `print the input`"
+  assert (
+    code.unusable_tests(echo)
+    == "every test passes a program that solves nothing: `print the input`"
+  )
 
   def py(p):
     return f"<think>x</think>\n```python\n{p}\n```"
@@ -165,7 +170,7 @@ def test_a_constant_program_earns_nothing_and_rows_it_passes_are_refused(pool):
   ]
   out = pool.score_many(jobs)
   assert [s.value for s in out[:4]] == [0.0, 1.0, 0.0, 1.0], out
-  assert out[4].failed and "constant program" in out[4].reason  # refused at prepare too
+  assert out[4].failed and "solves nothing" in out[4].reason  # refused at prepare too
 
 
 SPIN = (  # six helpers take the CPU from the program's own process, which wants it too
@@ -299,3 +304,37 @@ def test_the_red_team_builds_every_class_and_its_bars():
   assert attacks.answer_attacks("0.07")["scale_hedge"] == [("7\\%", None)]
   spec = {"fn_name": "f", "inputs": [[1]], "outputs": [2]}
   assert set(attacks.program_attacks(spec)) == {"constant_programs", "resource_abuse"}
+
+
+SUM_STATEMENT = (
+  "Read two integers and print their sum.\n\nExample 1\nInput:\n1 2\nOutput:\n3\n\n"
+  "Example 2\nInput:\n10 20\nOutput:\n30\n"
+)
+LOOKUP = "s = input().split()\nprint({'1 2': 3, '10 20': 30}.get(' '.join(s), 0))"
+SOLVED = "a, b = map(int, input().split())\nprint(a + b)"
+
+
+def test_a_lookup_of_the_statements_examples_earns_nothing_and_rows_it_passes_are_refused(pool):
+  shown_only = {"inputs": ["1 2\n", "10 20\n"], "outputs": ["3\n", "30\n"]}
+  why = code.unusable_tests(shown_only, SUM_STATEMENT)
+  assert why is not None and "lookup of the statement's 2 examples" in why
+  assert code.unusable_tests(shown_only) is None  # without the statement: nothing to look up
+  lc = "Example 1:\nInput: nums = [1,2,3]\nOutput: 6\n\nExample 2:\nInput: nums = []\nOutput: 0"
+  fn = {"fn_name": "total", "inputs": ["[[1, 2, 3]]", "[[]]", "[[-4, 4, 9]]"], "outputs": [6, 0, 9]}
+  assert code.shown_in(fn, lc) == [True, True, False]
+  more = {
+    "inputs": ["1 2\n", "10 20\n", "5 7\n", "-3 3\n"],
+    "outputs": ["3\n", "30\n", "12\n", "0\n"],
+  }
+  # the lookup passes the two examples (and `0` for -3 3: its fallback): no credit above that
+  assert code.constant_passes(more, SUM_STATEMENT)[0] == 3
+
+  def py(p):
+    return f"<think>x</think>\n```python\n{p}\n```"
+
+  meta = {"prompt_text": SUM_STATEMENT}
+  jobs = [("codecontests", py(p), json.dumps(more), meta) for p in (LOOKUP, SOLVED)]
+  jobs.append(("codecontests", py(LOOKUP), json.dumps(shown_only), meta))
+  lookup, solved, refused = pool.score_many(jobs)
+  assert (lookup.value, solved.value) == (0.0, 1.0), (lookup.reason, solved.reason)
+  assert refused.failed and "examples" in refused.reason

@@ -99,7 +99,8 @@ def convert_eurus_code(row: dict) -> dict:
     raise Malformed(
       "column 'reward_model.ground_truth' needs non-empty inputs and outputs of one length"
     )
-  if unusable := code.unusable_tests(tests):
+  statement = "\n".join(m["content"] for m in prompt if m.get("role", "user") != "system")
+  if unusable := code.unusable_tests(tests, statement):
     raise Malformed(f"column 'reward_model.ground_truth': {unusable}")
   messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
   return verl_row(messages, ds, json.dumps(tests), "code", {})

@@ -62,7 +62,7 @@ def _code_budget(n_tests: int) -> float:
 
 
 def _code_row(prompt: str, data_source: str, tests: dict) -> dict:
-  if unusable := code.unusable_tests(tests):
+  if unusable := code.unusable_tests(tests, prompt):
     raise Malformed(unusable)
   try:
     truth = json.dumps(tests, allow_nan=False)

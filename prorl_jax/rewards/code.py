@@ -37,7 +37,15 @@ import re
 import markdown_it
 
 from prorl_jax import sandbox
-from prorl_jax.rewards.common import Score, blank, close, load_json, read, same_token
+from prorl_jax.rewards.common import (
+  Score,
+  blank,
+  close,
+  load_json,
+  read,
+  same_token,
+  without_think_tag,
+)
 from prorl_jax.sandbox import bwrap, confinement
 
 PYTHON_FENCES = ("python", "py", "python3", "py3", "python2")
@@ -165,11 +173,52 @@ def _as_args(inp) -> list:
   return args if isinstance(args, list) else [args]
 
 
-def constant_passes(spec: dict) -> tuple[int, str]:
-  """(tests passed, program) of the constant program that passes the most of `spec`'s tests,
-  judged by the same comparisons as a real run (computed, never run): `return None`, `return
-  0`, ..., `print("NO")`, echoing the input. A score counts only what a response passes beyond
-  it; a row every test of which one of them passes is refused at prepare."""
+def _squash(text: str) -> str:
+  return re.sub(r"\s+", "", text)
+
+
+def _shown_text(value) -> list[str]:
+  """How a test's input or output may be written in a statement, squashed (JSON and Python)."""
+  if isinstance(value, str):
+    return [_squash(value)]
+  forms = {_squash(json.dumps(value)), _squash(repr(value))}
+  return sorted(forms)
+
+
+def shown_in(spec: dict, statement: str | None) -> list[bool]:
+  """Per test: does the statement show it as an example (its input, then its expected output
+  within a few hundred characters)? A lookup table of those examples passes exactly them."""
+  if not statement:
+    return [False] * len(spec["inputs"])
+  text, out = _squash(statement), []
+  for inp, want in zip(spec["inputs"], spec["outputs"]):
+    if spec.get("fn_name"):
+      try:
+        args = _as_args(inp)
+      except ValueError:
+        args = [inp]
+      keys = [",".join(_shown_text(a)[0] for a in args)]
+    else:
+      keys = _shown_text(inp if isinstance(inp, str) else "\n".join(map(str, inp)))
+    wants = _shown_text(
+      "\n".join(map(str, want)) if isinstance(want, list) and not spec.get("fn_name") else want
+    )
+    found = False
+    for key in (k for k in keys if len(k) >= 2):
+      at = text.find(key)
+      window = text[at + len(key) : at + len(key) + 2 * len(key) + 300] if at >= 0 else ""
+      found = found or any(w and w in window for w in wants)
+    out.append(found)
+  return out
+
+
+def constant_passes(spec: dict, statement: str | None = None) -> tuple[int, str]:
+  """(tests passed, program) of the program that solves nothing and passes the most of `spec`'s
+  tests, judged by the same comparisons as a real run (computed, never run): `return None`,
+  `return 0`, ..., `print("NO")`, echoing the input; with the problem's `statement`, each of them
+  behind a lookup table of the examples it shows (`shown_in`). A score counts only what a
+  response passes beyond it; a row every test of which one of them passes is refused at
+  prepare."""
   ins, outs = spec["inputs"], spec["outputs"]
   if spec.get("fn_name"):
     tried = {
@@ -190,18 +239,27 @@ def constant_passes(spec: dict) -> tuple[int, str]:
       same_stdout(inp if isinstance(inp, str) else "\n".join(map(str, inp)), want)
       for inp, want in zip(ins, outs)
     ]
+  shown = shown_in(spec, statement)
+  if any(shown):
+    tried = {
+      f"a lookup of the statement's {sum(shown)} examples, else {k}": [
+        a or b for a, b in zip(v, shown)
+      ]
+      for k, v in tried.items()
+    }
   name = max(tried, key=lambda k: sum(tried[k]))
   return sum(tried[name]), name
 
 
-def unusable_tests(spec: dict) -> str | None:
+def unusable_tests(spec: dict, statement: str | None = None) -> str | None:
   """Why a row's tests cannot tell a solution from a program that solves nothing (a test
-  expecting blank output; every test passed by one constant program), or None."""
+  expecting blank output; every test passed by one constant program, or by a lookup of the
+  examples the statement shows), or None."""
   if (k := blank_output(spec)) is not None:
     return f"test {k} expects blank output"
-  floor, constant = constant_passes(spec)
+  floor, constant = constant_passes(spec, statement)
   if spec["outputs"] and floor == len(spec["outputs"]):
-    return f"every test passes the constant program `{constant}`"
+    return f"every test passes a program that solves nothing: `{constant}`"
   return None
 
 
@@ -267,7 +325,7 @@ def score(
     or len(spec["inputs"]) != len(spec["outputs"])
   ):
     return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length", failed=True)
-  if unusable := unusable_tests(spec):
+  if unusable := unusable_tests(spec, without_think_tag(prompt_text)):
     return Score(0.0, unusable, failed=True)
   said = read(response, prompt_text)
   if said.answer is None:
@@ -280,7 +338,7 @@ def score(
   n = len(spec["inputs"])
   if n == 0:
     return Score(0.0, "test spec has no tests", failed=True)
-  floor, constant = constant_passes(spec)
+  floor, constant = constant_passes(spec, without_think_tag(prompt_text))
   cases = [_case(spec, inp, want) for inp, want in zip(spec["inputs"], spec["outputs"])]
   try:  # one sandbox for all of this response's tests; they share the time budget
     runs = sandbox.run_cases(
