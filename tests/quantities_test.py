@@ -73,3 +73,33 @@ def test_a_lower_case_letter_is_a_choice_only_where_the_question_lists_choices()
   physics = "How fast does the signal travel?"
   assert mcq.score("<think>w</think>Answer: c", "c", prompt_text=physics).value == 1.0
   assert mcq.score("<think>w</think>Answer: C", "c", prompt_text=physics).value == 0.0
+
+
+FORMULAS = [
+  (
+    "H_2O",
+    ["H2O", "H_2O", "H_{2}O", "\\mathrm{H_2O}", "\\ce{H2O}", "H₂O", "OH_2"],
+    ["HO_2", "H_2O_2", "2H_2O", "H", "water vapour"],
+  ),
+  (
+    "SO_4^{2-}",
+    ["SO4^{2-}", "SO_4^{-2}", "\\mathrm{SO_4^{2-}}", "SO₄²⁻"],
+    ["SO_4", "SO_4^{-}", "SO_3^{2-}"],
+  ),
+  ("Fe_2O_3", ["Fe2O3", "\\text{Fe}_2\\text{O}_3", "O_3Fe_2"], ["FeO", "Fe_3O_2", "F_2O_3"]),
+  ("CO", ["CO", "\\mathrm{CO}"], ["Co", "CO_2", "C", "co"]),
+  ("CuSO_4 \\cdot 5H_2O", ["CuSO4·5H2O", "CuSO_4\\cdot5H_2O"], ["CuSO_4", "CuSO_4 \\cdot H_2O"]),
+]
+
+
+@pytest.mark.parametrize("ref, right, wrong", FORMULAS, ids=[f[0] for f in FORMULAS])
+def test_chemical_formulas_compare_by_element_counts(ref, right, wrong):
+  paid = lambda a: mcq.score(f"<think>w</think>Answer: {a}", ref, prompt_text="Name it.").value  # noqa: E731
+  assert [a for a in right if paid(a) != 1.0] == []
+  assert [a for a in wrong if paid(a) != 0.0] == []
+
+
+def test_words_that_spell_elements_stay_words():
+  for word in ("No", "Yes", "Co"):  # nobelium, yttrium + einsteinium, cobalt: one element or none
+    assert mcq.score(f"<think>w</think>Answer: {word}", word, prompt_text="Q?").value == 1.0
+  assert mcq.score("<think>w</think>Answer: yes", "Yes", prompt_text="Q?").value == 1.0

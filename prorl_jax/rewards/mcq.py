@@ -23,8 +23,8 @@ from __future__ import annotations
 import fractions
 import re
 
+from prorl_jax.rewards import chemistry, quantity
 from prorl_jax.rewards import math as math_verifier
-from prorl_jax.rewards import quantity
 from prorl_jax.rewards.common import Score, answer_tag, blank, last_boxed, read, without_think_tag
 
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*\\])\*(?![\w*])")
@@ -157,6 +157,8 @@ def short_answer_matches(got: str, ref: str, prompt_text: str | None = None) -> 
   """A short (non-letter) answer against its reference: quantities (a bare number read in the
   unit the question asks for, `quantity.implied_unit`), strings, then math."""
   g, r = quantity.value_side(got), quantity.value_side(ref)
+  if chemistry.looks_chemical(r):  # element counts and charge, not algebra
+    return chemistry.formula(g) == chemistry.formula(r)
   if symbolic(r):  # `2g` is twice g, not 2 grams; `G` is not `g`
     return _term(g) is not None and _term(g) == _term(r)
   qg, qr = quantity.parse(g), quantity.parse(r)
@@ -172,9 +174,11 @@ def short_answer_matches(got: str, ref: str, prompt_text: str | None = None) -> 
 
 def reference_problem(reference) -> str | None:
   """Why a short-answer reference cannot be judged (None when it can): it must be a letter, a
-  quantity, or text math-verify reads (checked at prepare)."""
+  quantity, a chemical formula, a symbol, or text math-verify reads (checked at prepare)."""
   ref = str(reference).strip()
   if re.fullmatch(r"\(?[A-Ja-j]\)?", ref) or quantity.parse(quantity.value_side(ref)) is not None:
+    return None
+  if chemistry.looks_chemical(quantity.value_side(ref)) or symbolic(quantity.value_side(ref)):
     return None
   if not re.search(r"[\w\d]", ref) or math_verifier.parsed(quantity.value_side(ref)) is None:
     return f"reference {ref[:40]!r} is neither a quantity nor an expression"
@@ -182,8 +186,10 @@ def reference_problem(reference) -> str | None:
 
 
 def warm(reference=None, **_):
-  """Loads pint (and math-verify for expressions) in the pool process, before the fork."""
+  """Loads pint and molmass (and math-verify for expressions) in the pool process, before the
+  fork."""
   quantity.registry()
+  chemistry.warm()
   ref = str(reference or "").strip()
   if not re.fullmatch(r"\(?[A-Ja-j]\)?", ref) and quantity.parse(quantity.value_side(ref)) is None:
     math_verifier.warm()

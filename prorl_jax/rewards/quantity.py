@@ -42,7 +42,7 @@ def _join_groups(m: re.Match) -> str:
 
 
 _SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
-_SUPERSCRIPTS = re.compile("[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+_SUPERSCRIPTS = re.compile("[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+[⁺⁻]?|[⁺⁻]")
 
 
 def unicode_math(text: str) -> str:
