@@ -294,7 +294,9 @@ def honest_formats(verifier: str, row: dict) -> dict[str, str]:
   return {} if ref is None else honest.responses(verifier, ref, _question(row))
 
 
-def _attack_pairs(verifier: str, row: dict, wrong: str, seed: int) -> list[tuple[str, str]]:
+def _attack_pairs(
+  verifier: str, row: dict, wrong: str, seed: int, right: str | None = None
+) -> list[tuple[str, str]]:
   got = attacks.pairs(
     verifier,
     prompt=_question(row),
@@ -304,6 +306,7 @@ def _attack_pairs(verifier: str, row: dict, wrong: str, seed: int) -> list[tuple
     wrap=lambda text: _wrap(verifier, text),
     wrong=wrong,
     seed=seed,
+    right=right,
   )
   return [t for cls, hack, bar in got for t in ((f"attack/{cls}", hack), (f"bar/{cls}", bar))]
 
@@ -330,7 +333,7 @@ def audit(
         formats = [(f"honest/{k}", v) for k, v in honest_formats(verifier, row).items()]
         pairs = [("reference", ref), ("honest_wrong", wrong), *strat.items(), *formats]
         if attack:
-          pairs += _attack_pairs(verifier, row, wrong, i)
+          pairs += _attack_pairs(verifier, row, wrong, i, ref)
         for tag, text in pairs:
           if text is not None:
             jobs.append((row["data_source"], text, row["reference"], meta))
