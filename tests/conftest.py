@@ -25,6 +25,13 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every run (a regression is caught every time, not one
+# run in ten), after the `@example`s each test keeps; HYPOTHESIS_PROFILE=explore draws new ones.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 jax.config.update("jax_default_matmul_precision", "highest")
 # The persistent cache is for the trainer and worker processes the tests start (they load what

@@ -47,10 +47,12 @@ _SUPERSCRIPTS = re.compile("[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+[⁺⁻]?|[�
 
 def unicode_math(text: str) -> str:
   """Unicode as LaTeX writes it: superscript digits an exponent (`10⁻⁷` is `10^{-7}`, `m²` is
-  `m^{2}`), then NFKC (`℃` is `°C`, the ohm sign is Ω, `½` is 1/2), the minus sign a hyphen."""
+  `m^{2}`), then NFKC (`℃` is `°C`, the ohm sign is Ω, `½` is 1/2), the minus sign a hyphen,
+  `√3` and `π` as LaTeX writes them."""
   s = _SUPERSCRIPTS.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPT) + "}", text)
   s = unicodedata.normalize("NFKC", s).replace("\u2044", "/")
-  return s.replace("\u2212", "-")
+  s = re.sub(r"√\s*(\d+|\w|\([^()]*\))", lambda m: "\\sqrt{" + m.group(1).strip("()") + "}", s)
+  return s.replace("\u2212", "-").replace("π", "\\pi ")
 
 
 def plain_math(text: str) -> str:
