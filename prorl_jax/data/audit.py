@@ -294,20 +294,12 @@ def honest_formats(verifier: str, row: dict) -> dict[str, str]:
   return {} if ref is None else honest.responses(verifier, ref, _question(row))
 
 
-def _attack_pairs(
-  verifier: str, row: dict, wrong: str, seed: int, right: str | None = None
-) -> list[tuple[str, str]]:
-  got = attacks.pairs(
-    verifier,
-    prompt=_question(row),
-    extra=row["extra"],
-    answer=_answer_of(verifier, row),
-    spec=_tests(row) if verifier == "code" else None,
-    wrap=lambda text: _wrap(verifier, text),
-    wrong=wrong,
-    seed=seed,
-    right=right,
-  )
+def _attack_pairs(verifier: str, row: dict, wrong: str, seed: int, right=None) -> list[tuple]:
+  spec = _tests(row) if verifier == "code" else None
+  wrap = lambda text: _wrap(verifier, text)  # noqa: E731
+  answer, prompt = _answer_of(verifier, row), _question(row)
+  got = attacks.pairs(verifier, prompt=prompt, extra=row["extra"], answer=answer, spec=spec,
+                      wrap=wrap, wrong=wrong, seed=seed, right=right)  # fmt: skip
   return [t for cls, hack, bar in got for t in ((f"attack/{cls}", hack), (f"bar/{cls}", bar))]
 
 

@@ -71,8 +71,7 @@ def convert_eurus_code(row: dict) -> dict:
   a code row for the sandboxed verifier; `Malformed` names the column that has no usable tests."""
   if row.get("ability") != "code":
     raise Malformed("column 'ability' is not code")
-  ds = row.get("data_source")
-  if ds not in CODE_SOURCES:
+  if (ds := row.get("data_source")) not in CODE_SOURCES:
     raise Malformed(f"column 'data_source' {ds!r} has no code verifier")
   prompt = row.get("prompt")
   if not (
@@ -99,10 +98,10 @@ def convert_eurus_code(row: dict) -> dict:
     raise Malformed(
       "column 'reward_model.ground_truth' needs non-empty inputs and outputs of one length"
     )
-  statement = "\n".join(m["content"] for m in prompt if m.get("role", "user") != "system")
+  messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
+  statement = "\n".join(m["content"] for m in messages if m["role"] != "system")
   if unusable := code.unusable_tests(tests, statement):
     raise Malformed(f"column 'reward_model.ground_truth': {unusable}")
-  messages = [{"role": m.get("role", "user"), "content": m["content"]} for m in prompt]
   return verl_row(messages, ds, json.dumps(tests), "code", {})
 
 
