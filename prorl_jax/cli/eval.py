@@ -17,7 +17,7 @@ from ml_collections import config_flags
 from prorl_jax import config as config_lib
 from prorl_jax.cli import errors
 from prorl_jax.cli.prepare import PrepareError
-from prorl_jax.config import base_config
+from prorl_jax.config import base_config, engines
 from prorl_jax.data.prompts import DataError
 from prorl_jax.data.sources import sources_for
 from prorl_jax.evaluation import export, runner, suite_report
@@ -124,7 +124,7 @@ def main(argv):
         # the JAX engine's memory is sized by its config; vLLM pages what the model allows
         response_cap=(
           int(cfg.rollout.max_response_len)
-          if F.config is not None and cfg.rollout.engine in ("jax", "inline")
+          if F.config is not None and engines.spec(cfg.rollout.engine).sized_by_config
           else None
         ),
         samples=_domain_counts(F.samples),

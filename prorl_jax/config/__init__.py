@@ -13,11 +13,11 @@ import math
 import ml_collections
 
 from prorl_jax import rewards
+from prorl_jax.config import engines
 from prorl_jax.config.fields import (  # noqa: F401 (the choices are part of the config API)
   AGG_MODES,
   ATTENTION_IMPLS,
   DTYPES,
-  ENGINES,
   ESTIMATORS,
   FIELDS,
   IS_MODES,
@@ -192,7 +192,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       "rollout.pipeline=True samples each step's first round with the previous weights: set "
       "rollout.max_staleness >= 1"
     )
-  if cfg.rollout.pipeline and cfg.rollout.engine == "inline":
+  if cfg.rollout.pipeline and engines.spec(cfg.rollout.engine).in_trainer:
     _fail(
       "rollout.pipeline=True overlaps generation with training in worker processes; "
       "rollout.engine=inline generates in the trainer between updates: set rollout.pipeline=False "
@@ -217,7 +217,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _in(cfg, "jax_engine.attention", ("auto", "xla", "pallas"))
   _in(cfg, "jax_engine.dtype", DTYPES)
   if cfg.rollout.inflight_updates and (
-    cfg.rollout.engine != "jax" or cfg.jax_engine.batching != "continuous"
+    not engines.spec(cfg.rollout.engine).swaps_in_flight or cfg.jax_engine.batching != "continuous"
   ):
     _fail(
       "rollout.inflight_updates needs rollout.engine=jax with jax_engine.batching=continuous "
@@ -297,7 +297,7 @@ def _validate_rollout(cfg):
   _range(cfg, "rollout.top_p", 0, 1, lo_open=True)
   _range(cfg, "rollout.top_k", 0, integer=True)
   _range(cfg, "rollout.max_staleness", 0, integer=True)
-  _in(cfg, "rollout.engine", ENGINES)
+  _in(cfg, "rollout.engine", engines.NAMES)
   if not (cfg.rollout.local_workers == "auto" or str(cfg.rollout.local_workers).isdigit()):
     _fail(f"rollout.local_workers={cfg.rollout.local_workers!r}: want auto or a count (0 or more)")
   _range(cfg, "rollout.external_workers", 0, integer=True)

@@ -10,7 +10,6 @@ LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
-ENGINES = ("jax", "vllm", "inline")
 
 
 # Every config key: (default, one-line meaning), the one home of both: `base_config()` builds

@@ -22,6 +22,8 @@ import os
 import shutil
 import subprocess
 
+from prorl_jax.config import engines as specs
+
 AUTO = "auto"
 HEADROOM = 0.05  # of each GPU left to neither (CUDA context, fragmentation)
 
@@ -89,8 +91,9 @@ def plan(
     raise LayoutError(f"vllm.tensor_parallel={tp}: want 1 or more GPUs per vLLM engine")
   auto = str(workers) == AUTO
   n = None if auto else int(workers)
-  if engine != "vllm" or gpus == 0:  # the JAX engine, or vLLM's CPU build: no GPUs to place
-    count = (0 if engine == "inline" else 1) if auto else n  # inline: the trainer generates
+  s = specs.spec(engine)
+  if not s.places_gpus or gpus == 0:  # the JAX engine, or vLLM's CPU build: no GPUs to place
+    count = (0 if s.in_trainer else 1) if auto else n  # inline: the trainer generates
     return Layout(gpus, tuple(() for _ in range(count)), None, trainer_memory)
   if n == 0:  # external workers only: this host's GPUs train, others generate
     return Layout(gpus, (), None, trainer_memory)

@@ -16,6 +16,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from prorl_jax.config import engines as specs
+
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,24 +35,17 @@ def worker_python(engine: str, configured: str = "") -> str:
   else this one."""
   if configured:
     return configured
-  if engine != "vllm":
-    return sys.executable
-  return VLLM_VENV_PYTHON
+  return VLLM_VENV_PYTHON if specs.spec(engine).own_python else sys.executable
 
 
 def check_worker_python(python: str, engine: str, timeout_s: float = 600.0):
   """Raises WorkerFailure (one line, with the fix) unless `python` can import the engine."""
-  module = "vllm" if engine == "vllm" else "jax"
-  fix = (
-    "build the project's vLLM environment with `make venv-vllm` (.venv-vllm: the GPU build "
-    "where nvidia-smi lists a GPU, else the CPU one; VLLM=gpu|cpu chooses), or point "
-    "rollout.worker_python at the python of an environment with vLLM"
-    if engine == "vllm"
-    else "install the project's requirements (`make venv`) or set rollout.worker_python"
-  )
+  module, fix = specs.spec(engine).import_name, specs.spec(engine).fix
   if not os.path.isfile(python) or not os.access(python, os.X_OK):
     raise WorkerFailure(f"rollout.worker_python={python!r} is not an executable Python; {fix}")
-  if module == "jax" and os.path.realpath(python) == os.path.realpath(sys.executable):
+  if not specs.spec(engine).own_python and os.path.realpath(python) == os.path.realpath(
+    sys.executable
+  ):
     return  # the trainer's own interpreter, which runs jax already
   try:
     res = subprocess.run(

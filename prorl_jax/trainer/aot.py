@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from prorl_jax import config as config_lib
+from prorl_jax.config import engines as specs
 from prorl_jax.model import init_params, presets
 from prorl_jax.model.hf_weights import read_hf_config
 from prorl_jax.parallel import sharding
@@ -135,7 +136,7 @@ def programs(cfg, devices) -> tuple[list[Program], Shapes]:
     if p.kind in ("accumulate", "logprob"):
       p.resident = state_bytes - params_bytes
   engine, engine_bytes, slots = [], 0, 0
-  if r.engine == "inline":
+  if specs.spec(r.engine).in_trainer:
     engine, engine_bytes, slots = _inline(cfg, model_cfg, mesh, state)
     for p in progs:
       p.resident += engine_bytes

@@ -11,6 +11,7 @@ import os
 
 import jax
 
+from prorl_jax.config import engines as specs
 from prorl_jax.parallel import chips
 from prorl_jax.trainer import aot, estimate, saved_programs
 
@@ -26,11 +27,11 @@ def settings(cfg, platform: str) -> list[str]:
   if cfg.model.remat != "full":
     out.append("set model.remat=full")
   out.append("widen the slice (mesh.fsdp) or set mesh.tensor")
-  if r.engine == "inline":
+  if specs.spec(r.engine).in_trainer:
     e = cfg.jax_engine
     dtype = ", jax_engine.dtype=bfloat16" if e.dtype == "float32" else ""
     out.append(f"fewer jax_engine.slots ({e.slots}) or jax_engine.pages{dtype}")
-  if r.engine == "vllm" and platform == "cuda":
+  if specs.spec(r.engine).shares_trainer_gpus and platform == "cuda":
     out.append(f"lower vllm.gpu_memory_utilization ({cfg.vllm.gpu_memory_utilization})")
   return out
 
@@ -95,7 +96,7 @@ def trainer_hbm(cfg, chip: chips.Chip) -> int:
   vLLM workers what they leave (model.memory_fraction when set, else 1 - vllm's share)."""
   if cfg.model.memory_fraction:
     return int(chip.hbm_bytes * cfg.model.memory_fraction)
-  if chip.platform == "cuda" and cfg.rollout.engine == "vllm":
+  if chip.platform == "cuda" and specs.spec(cfg.rollout.engine).shares_trainer_gpus:
     return int(chip.hbm_bytes * (1.0 - cfg.vllm.gpu_memory_utilization))
   return chip.hbm_bytes
 
@@ -199,14 +200,14 @@ def candidates(cfg, platform: str = "tpu"):
     out.append({"rollout.token_budget": budget, "rollout.pack_row_len": 0})
   if r.token_budget and budget > floor:
     out.append({"rollout.token_budget": floor, "rollout.pack_row_len": 0})
-  if r.engine == "inline":
+  if specs.spec(r.engine).in_trainer:
     if cfg.jax_engine.dtype == "float32":
       out.append({"jax_engine.dtype": "bfloat16"})  # half the engine's weights and pages
     slots = cfg.jax_engine.slots
     while slots > 8:
       slots //= 2
       out.append({"jax_engine.slots": slots, "jax_engine.pages": 0})
-  if r.engine == "vllm" and platform == "cuda":  # vLLM shares the trainer's GPUs
+  if specs.spec(r.engine).shares_trainer_gpus and platform == "cuda":
     out += [{"vllm.gpu_memory_utilization": u} for u in (0.4, 0.3)]
   out += [{"mesh.tensor": t, "mesh.fsdp": -1} for t in (2, 4)]
   return out

@@ -9,6 +9,7 @@ import types
 from collections.abc import Mapping
 
 from prorl_jax.config import ConfigError, sandbox_limits
+from prorl_jax.config import engines as specs
 from prorl_jax.rollout import layout as layout_lib
 from prorl_jax.rollout.local import worker_python
 
@@ -60,13 +61,14 @@ def worker_engine(cfg) -> str:
   """The engine of the config's local worker processes: `rollout.engine`, with `inline` (the
   trainer generates itself) served by JAX workers where any run (an evaluation's, or local
   workers asked for beside the trainer)."""
-  return "jax" if cfg.rollout.engine == "inline" else cfg.rollout.engine
+  return specs.spec(cfg.rollout.engine).worker_engine
 
 
 def engine_options(cfg) -> dict:
   """The options of the engine `rollout.engine` names (what a worker's --engine_options
   carries): `jax_engine.*` for jax, `vllm.*` for vllm."""
-  return vllm_options(cfg) if cfg.rollout.engine == "vllm" else jax_engine_options(cfg)
+  section = specs.spec(cfg.rollout.engine).options_section
+  return {"vllm": vllm_options, "jax_engine": jax_engine_options}[section](cfg)
 
 
 def jax_engine_options(cfg) -> dict:

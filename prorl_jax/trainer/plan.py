@@ -17,6 +17,7 @@ import types
 import jax
 
 from prorl_jax import config as config_lib
+from prorl_jax.config import engines as specs
 from prorl_jax.data.sources import DataSpec
 from prorl_jax.records import SamplingParams
 from prorl_jax.trainer import placement
@@ -176,7 +177,7 @@ def rollout_plan(cfg, local_workers: int) -> RolloutPlan:
   `WorkersPlan.count`)."""
   r, a = cfg.rollout, cfg.algo
   processes = local_workers + r.external_workers
-  inline = r.engine == "inline"  # every trainer process serves requests
+  inline = specs.spec(r.engine).in_trainer  # every trainer process serves requests
   return _pick(
     RolloutPlan,
     r,

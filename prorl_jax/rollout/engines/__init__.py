@@ -5,11 +5,13 @@ batching over a paged KV cache, `paged`) and vLLM
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Protocol
 
 import numpy as np
 
+from prorl_jax.config import engines as specs
 from prorl_jax.records import Generation, SamplingParams
 
 
@@ -38,16 +40,15 @@ class Engine(Protocol):
 
 
 def make_engine(name: str, options: dict | None = None) -> Engine:
-  """The engine named by `rollout.engine` with its options (`config.engine_options`); each is
-  imported only when asked for (vLLM's environment has no JAX, the trainer's has no vLLM).
+  """The engine named by `rollout.engine` with its options (`config.engine_options`), built from
+  its descriptor (`specs.ENGINES`); each is imported only when asked for (vLLM's environment has
+  no JAX, the trainer's has no vLLM).
   Raises ValueError (one line) on an unknown engine or option."""
-  if name == "jax":
-    # lazy: vLLM's environment has no JAX, the trainer's has no vLLM
-    from prorl_jax.rollout.engines.jax_engine import JaxEngine as cls
-  elif name == "vllm":
-    from prorl_jax.rollout.engines.vllm import VllmEngine as cls  # lazy: see above
-  else:
-    raise ValueError(f"unknown engine {name!r}; use jax or vllm")
+  s = specs.spec(name)
+  if s.in_trainer:
+    raise ValueError(f"the {name} engine runs inside the trainer; workers run {s.worker_engine}")
+  # imported by name: vLLM's environment has no JAX, the trainer's has no vLLM
+  cls = getattr(importlib.import_module(s.module), s.cls)
   options = options or {}
   params = inspect.signature(cls).parameters
   known = {k for k, p in params.items() if p.kind is not p.VAR_KEYWORD}

@@ -1,0 +1,83 @@
+"""One descriptor per rollout engine (`config/engines.py`): no other module tests an engine's
+name, and every descriptor points at what exists (its module and class, its config section)."""
+
+import ast
+import importlib.util
+import pathlib
+
+import pytest
+
+from prorl_jax import config as config_lib
+from prorl_jax.config import engines
+from prorl_jax.rollout.engines import make_engine
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "prorl_jax"
+
+
+def _name_tests(path: pathlib.Path) -> list[str]:
+  """Comparisons of an engine name in a module: `x == "vllm"`, `"inline" != x`, `x in ("jax",
+  ...)`, as the AST reads them (a relative or aliased name is a name)."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if not isinstance(node, ast.Compare):
+      continue
+    sides = [node.left, *node.comparators]
+    consts = [c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant)]
+    names = [n.id if isinstance(n, ast.Name) else n.attr for s in sides for n in ast.walk(s)
+             if isinstance(n, (ast.Name, ast.Attribute))]  # fmt: skip
+    about_engines = any("engine" in n or n in ("module", "name") for n in names)
+    if (
+      any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
+      and any(v in engines.NAMES for v in consts if isinstance(v, str))
+      and about_engines
+    ):
+      found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+  return found
+
+
+def test_no_module_but_the_descriptors_tests_an_engine_name():
+  allowed = {ROOT / "config" / "engines.py"}
+  # `module == "jax"` where jax is a Python module, not the engine: none left either
+  found = [f for p in sorted(ROOT.rglob("*.py")) if p not in allowed for f in _name_tests(p)]
+  assert found == [], found
+
+
+def test_the_checker_sees_every_form_of_a_name_test(tmp_path):
+  src = (
+    'a = engine == "vllm"\nb = "inline" != cfg.rollout.engine\nc = engine in ("jax", "x")\n'
+    'd = engine == "other"\ne = token.type == "inline"\nf = module == "jax"\n'
+  )
+  (tmp_path / "m.py").write_text(src)
+  got = [f.rsplit(":", 1)[1] for f in _name_tests_at(tmp_path / "m.py")]
+  assert got == ["1", "2", "3", "6"]
+
+
+def _name_tests_at(path):
+  global ROOT
+  old, ROOT = ROOT, path.parent.parent
+  try:
+    return _name_tests(path)
+  finally:
+    ROOT = old
+
+
+@pytest.mark.parametrize("name", engines.NAMES)
+def test_every_descriptor_points_at_what_exists(name):
+  s = engines.spec(name)
+  cfg = config_lib.base_config()
+  assert s.options_section in cfg, s.options_section
+  assert s.worker_engine in engines.WORKER_ENGINES
+  if s.in_trainer:
+    with pytest.raises(ValueError, match="runs inside the trainer"):
+      make_engine(name)
+    return
+  assert importlib.util.find_spec(s.module) is not None, s.module
+  source = pathlib.Path(importlib.util.find_spec(s.module).origin).read_text()
+  assert f"class {s.cls}" in source
+
+
+def test_an_unknown_engine_is_one_line_naming_the_known_ones():
+  with pytest.raises(ValueError, match="unknown engine 'sglang'; use jax, vllm, inline"):
+    engines.spec("sglang")
+  with pytest.raises(ValueError, match="unknown engine 'sglang'"):
+    make_engine("sglang")
