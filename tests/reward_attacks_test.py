@@ -286,6 +286,26 @@ def test_the_hack_monitor_logs_shares_and_warns_when_one_rises():
   assert len(warned) == 1 and "ifeval/filler" in warned[0]  # once, not every step
 
 
+@pytest.mark.parametrize("absent", [0, 3, 20])
+def test_the_hack_monitor_warns_on_a_flag_that_rises_from_zero(absent):
+  """Workers send only the flags they saw: a flag absent for `absent` steps (none at all before
+  it, some of the warm-up, or long after it), then in 40% of responses, is a rise from 0."""
+  monitor = hacks.HackMonitor()
+  other = {"hacks/math/special_number": 0.01}  # another flag, there all along
+  before = [monitor.observe(s, other) for s in range(absent)]
+  after = [monitor.observe(absent + s, {**other, "hacks/ifeval/filler": 0.4}) for s in range(8)]
+  assert not any(before)
+  warned = [line for lines in after for line in lines]
+  if absent < hacks.WARMUP:  # it appeared during the warm-up: its baseline holds its 40%
+    assert warned == [] if absent == 0 else len(warned) <= 1
+  else:
+    assert len(warned) == 1 and "ifeval/filler" in warned[0] and "0% over the first" in warned[0]
+  # a known flag that stops being sent counts as 0 (and can fall back below its warning)
+  last = monitor.avg["hacks/ifeval/filler"]
+  monitor.observe(100, other)
+  assert monitor.avg["hacks/ifeval/filler"] == pytest.approx((1 - hacks.ALPHA) * last)
+
+
 def test_the_red_team_builds_every_class_and_its_bars():
   ins = NO_COMMAS + [{"type": "language", "language": "fr"}]
   got = attacks.ifeval_attacks(PROMPT, ins, seed=0)
