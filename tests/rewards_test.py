@@ -342,3 +342,22 @@ def test_a_reply_that_fits_any_prompt_meets_no_prohibition_even_on_a_verse_promp
   # the same images on a prompt that asks for prose about something else: not about it
   prose = "Explain how a bank sets its interest rates. Do not use any commas."
   assert ifeval.score(haiku, None, instructions=ins, prompt_text=prose).value == 0.0
+
+
+SCRIPT_COMMAS = (
+  "\u055d\u060c\u3001\uff0c\u201a\u1363\ua4fe\u1802\u2e41"  # Armenian, Arabic, ideographic...
+)
+
+
+@pytest.mark.parametrize("comma", SCRIPT_COMMAS)
+def test_every_scripts_comma_is_a_comma(comma):
+  text = f"Tea is good{comma} warm{comma} and green in the morning."
+  assert not ifeval.check(text, {"type": "no_commas"}), hex(ord(comma))
+
+
+def test_text_is_read_after_nfkc_fullwidth_stops_end_sentences():
+  six = "\uff0e ".join(f"Tea number {w} is good for you" for w in "abcdef") + "\uff0e"
+  assert not ifeval.check(six, {"type": "sentences", "relation": "less than", "num": 3})
+  assert ifeval.check(six, {"type": "sentences", "relation": "at least", "num": 6})
+  bold = "\U0001d413\U0001d41e\U0001d41a is good"  # math-bold capitals read as capitals
+  assert not ifeval.check(bold, {"type": "lowercase"})

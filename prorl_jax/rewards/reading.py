@@ -71,7 +71,13 @@ def is_comma(c: str) -> bool:
 
 
 def commas(text: str) -> int:
-  return sum(is_comma(c) for c in folded(text) if not c.isalnum() and not c.isspace())
+  """Commas as a reader sees them: any script's comma (read before look-alike folding, which
+  turns the Armenian comma U+055D into an apostrophe) and anything that looks like one (U+201A)."""
+  return sum(
+    is_comma(c) or (not c.isascii() and prototype(c) == ",")
+    for c in as_read(text)
+    if not c.isalnum() and not c.isspace()
+  )
 
 
 # Scripts written without spaces between words (Han, kana, Thai, Lao, Myanmar, Khmer): each
