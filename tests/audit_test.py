@@ -161,3 +161,23 @@ def test_the_red_team_catches_a_verifier_that_stops_folding_look_alikes(mix, mon
   assert any(
     p.startswith("attack lookalike earns") for p in broken["llama_nemotron_if"]["problems"]
   )
+
+
+def test_the_red_team_exits_1_when_the_one_reading_stops_folding_look_alikes(mix, monkeypatch):
+  """Broken inside the one reading itself (every look-alike is its own prototype), not in one
+  verifier: the disguised violation must still earn more than its bar, and the command must say
+  so with its exit status."""
+  import functools
+
+  from prorl_jax.cli import audit as audit_cli
+  from prorl_jax.rewards import reading
+
+  monkeypatch.setattr(audit_cli, "audit", functools.partial(audit.audit, pool=InProcess()))
+  argv = [f"--data={mix}", "--per_source=1", "--attack"]
+  assert audit_cli.main(argv) == 0
+  reading.prototype.cache_clear()
+  monkeypatch.setattr(reading, "prototype", lambda c: c)
+  assert audit_cli.main(argv) == 1
+  broken = audit.audit(mix, per_source=1, pool=InProcess(), attack=True)
+  lookalike = broken["llama_nemotron_if"]["attacks"]["lookalike"]
+  assert lookalike["attack"] > lookalike["bar"], lookalike

@@ -135,12 +135,18 @@ def ifeval_attacks(prompt: str, instructions: list[dict], seed: int) -> dict[str
   """{class: [(attack, bar)]} for an instruction-following row (bar None: the honest wrong
   answer)."""
   on = topic(prompt)
-  plain = on + " " + _violation(instructions)
+  violation = _violation(instructions)
+  plain = on + " " + violation
   words = letter_words(prompt)
   random.Random(seed).shuffle(words)
+  # only the violation is disguised: the topic stays plain ASCII, so the attack's topicality
+  # never depends on the look-alike folding it probes (a broken folding cannot hide its own hack)
   out = {
-    "lookalike": [(plain.translate(LOOKALIKES), plain), (plain.replace(",", "\u060c"), plain)],
-    "invisible": [(_invisible(plain), plain)],
+    "lookalike": [
+      (on + " " + violation.translate(LOOKALIKES), plain),
+      (on + " " + violation.replace(",", "\u060c"), plain),
+    ],
+    "invisible": [(on + " " + _invisible(violation), plain)],
     "filler": [(f, None) for f in _filler(instructions, on)],
     "restatement": [(" ".join(words), None)],
     "generic": [(REFUSAL, None), (REFUSAL.lower(), None), (REFUSAL.upper(), None)],
