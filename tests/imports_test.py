@@ -341,10 +341,18 @@ def _config_readers(module: str, source: str) -> list[str]:
       args = n.args.posonlyargs + n.args.args + n.args.kwonlyargs
       if any(a.arg in ("cfg", "config") for a in args) and (module, n.name) not in CONFIG_ENTRY:
         out.append(f"{module}.{n.name} takes the config")
-    if isinstance(n, ast.ImportFrom) and n.module:
-      names = [n.module] + [f"{n.module}.{a.name}" for a in n.names]
-      if any(x == "prorl_jax.config" or x.startswith("prorl_jax.config.") for x in names):
-        out.append(f"{module} imports the config")
+    names = []
+    if isinstance(n, ast.Import):  # `import prorl_jax.config`, `import prorl_jax.config.fields`
+      names = [a.name for a in n.names]
+    elif isinstance(n, ast.ImportFrom):  # absolute or relative (`from .. import config`)
+      base = (
+        n.module
+        if not n.level
+        else ".".join(["prorl_jax", "trainer"][: 3 - n.level] + ([n.module] if n.module else []))
+      )
+      names = [base] + [f"{base}.{a.name}" for a in n.names]
+    if any(x == "prorl_jax.config" or x.startswith("prorl_jax.config.") for x in names):
+      out.append(f"{module} imports the config")
   return out
 
 
@@ -362,6 +370,15 @@ def test_the_config_read_check_can_fail():
     "update.update takes the config",
   ]
   assert _config_readers("loop", "def run(cfg):\n  pass\n") == []
+  for form in (
+    "import prorl_jax.config\n",
+    "import prorl_jax.config.fields as f\n",
+    "from .. import config\n",
+    "from ..config import fields\n",
+    "from prorl_jax.config.engines import spec\n",
+  ):
+    assert _config_readers("update", form) == ["update imports the config"], form
+  assert _config_readers("update", "from . import batch\nimport prorl_jax.records\n") == []
 
 
 # Where the run's ConfigDict is handled; everywhere else a `cfg` would be some other config.
