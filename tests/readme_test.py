@@ -243,3 +243,70 @@ def test_the_figure_check_can_fail():
     (0, "make demo # ~7 min on 2 cores")
   ]
   assert _figure_paragraphs("the trainer takes 1 − that − 5 %") == []
+
+
+def _section(path: str, title: str) -> str:
+  """The text of the `## title...` section of a Markdown file (to the next `## `)."""
+  text = _text(os.path.join(ROOT, path))
+  start = next(
+    m.start() for m in re.finditer(r"^## (.*)$", text, re.M) if m.group(1).startswith(title)
+  )
+  end = text.find("\n## ", start + 3)
+  return text[start : end if end >= 0 else len(text)]
+
+
+def _int(m: re.Match) -> int:
+  return int(m.group(1).replace(",", ""))
+
+
+def _minutes(m: re.Match) -> float:
+  return int(m.group(1)) + int(m.group(2)) / 60 if m.lastindex == 2 else int(m.group(1)) / 60
+
+
+# Each measured figure of the README: (its pattern there, capturing the value as printed; the
+# file and section it comes from; the pattern of the value there; how the README rounds it)
+FIGURES = [
+  (r"~(\d+) min on 2 cores, pass@1", ("docs/demo.md", None),
+   r"\*\*(\d+) min (\d+) s end to end\*\*", lambda m: int(_minutes(m) + 0.5)),
+  (r"pass@1 \+(\d+) points \(mean of 4 seeds\)", ("docs/demo.md", None),
+   r"over seeds 0–3: serial \+([\d.]+)", lambda m: round(float(m.group(1)))),
+  (r"test suite: ~(\d+) min on 2 cores", ("bench/RESULTS.md", "The default test suite"),
+   r"\((\d+) s\) end to", lambda m: round(_minutes(m))),
+  (r"([\d.]+)k trained tokens/s", ("bench/RESULTS.md", "GPU (H200)"),
+   r"\| ([\d,]+) \| \d+ \| \*\*[\d.]+\*\* \|", lambda m: round(_int(m) / 1e3, 1)),
+  (r"\(([\d.]+) MFU", ("bench/RESULTS.md", "GPU (H200)"),
+   r"\| [\d,]+ \| \d+ \| \*\*([\d.]+)\*\* \|", lambda m: float(m.group(1))),
+]  # fmt: skip
+
+
+def _figure_values(readme: str) -> list[tuple[str, float, float]]:
+  """(README pattern, the value the README prints, the value its source gives, rounded alike)."""
+  out = []
+  for pattern, (path, title), source_pattern, rounded in FIGURES:
+    m = re.search(pattern, readme)
+    assert m, f"README no longer has {pattern!r}: update FIGURES"
+    source = _section(path, title) if title else _text(os.path.join(ROOT, path))
+    s = re.search(source_pattern, source)
+    assert s, f"{path} ({title}) no longer has {source_pattern!r}"
+    out.append((pattern, float(m.group(1)), float(rounded(s))))
+  return out
+
+
+def test_every_readme_figure_is_the_value_its_source_gives():
+  readme = _text(os.path.join(ROOT, "README.md"))
+  wrong = [(p, shown, source) for p, shown, source in _figure_values(readme) if shown != source]
+  assert wrong == [], wrong
+  spans = [m.span() for p, *_ in FIGURES for m in [re.search(p, readme)]]
+  for f in _FIGURE.finditer(re.sub(r"− \d+ %", lambda m: " " * len(m.group(0)), readme)):
+    assert any(a <= f.start() < b for a, b in spans), (
+      f"a figure FIGURES does not check: {f.group(0)}"
+    )
+
+
+def test_an_edited_readme_figure_fails_the_value_check():
+  readme = _text(os.path.join(ROOT, "README.md"))
+  for edit in (("~7 min on 2 cores", "~5 min on 2 cores"), ("(0.42 MFU", "(0.52 MFU"),
+               ("~14 min on 2 cores", "~9 min on 2 cores")):  # fmt: skip
+    assert edit[0] in readme
+    got = _figure_values(readme.replace(*edit))
+    assert any(shown != source for _, shown, source in got), edit
