@@ -310,3 +310,14 @@ def test_an_edited_readme_figure_fails_the_value_check():
     assert edit[0] in readme
     got = _figure_values(readme.replace(*edit))
     assert any(shown != source for _, shown, source in got), edit
+
+
+def test_every_results_section_says_when_and_at_which_commit():
+  """A figure measured before a change that affects it is marked with its commit: every section
+  of bench/RESULTS.md names a date and the commit it was measured or recorded at."""
+  text = _text(os.path.join(ROOT, "bench/RESULTS.md"))
+  headings = re.findall(r"^## (.*)$", text, re.M)
+  assert len(headings) > 10
+  undated = [h[:60] for h in headings if not re.search(r"\b20\d\d-\d\d-\d\d\b", h)]
+  no_commit = [h[:60] for h in headings if not re.search(r"\bat [0-9a-f]{7,}\b", h)]
+  assert undated == [] and no_commit == [], (undated, no_commit)
