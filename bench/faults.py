@@ -228,6 +228,23 @@ def one_cut(base, run_dir, steps, mode, fault, at_s, rng, carried=False) -> dict
   }
 
 
+def judged(got: dict, same_outcome: bool) -> dict:
+  """A cut run's verdict by the harness's rules: a resumed run must end identical to the
+  uninterrupted one (metrics and weights) and no wait may pass the lease plus a margin."""
+  if got["ok"] and not same_outcome:
+    return {"ok": False, "why": "resumed run differs from the reference (metrics or weights)"}
+  if got["ok"] and got["wait_s"] > LEASE_S + MARGIN_S:
+    return {"ok": False, "why": f"a wait of {got['wait_s']:.0f} s"}
+  return got
+
+
+def exit_code(failures: list, buffers: list[int], anywhere: bool) -> int:
+  """1 when any cut failed, or (unless `anywhere`) when no cut landed or one landed while the
+  run carried no groups over (the cut the harness exists to test did not happen), else 0."""
+  empty = not anywhere and (not buffers or min(buffers) == 0)
+  return 1 if failures or empty else 0
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--cuts", type=int, default=50, help="cut points per mode")
@@ -291,10 +308,7 @@ def main():
           spinner.wait()
       key = f"{mode}/{fault}/{'load' if load else 'quiet'}"
       tried[key] += 1
-      if got["ok"] and outcome(run_dir) != want:
-        got = {"ok": False, "why": "resumed run differs from the reference (metrics or weights)"}
-      if got["ok"] and got["wait_s"] > LEASE_S + MARGIN_S:
-        got = {"ok": False, "why": f"a wait of {got['wait_s']:.0f} s"}
+      got = judged(got, got["ok"] and outcome(run_dir) == want)
       if got.get("note") == MISSED:
         missed[key] += 1
       elif got["ok"]:
@@ -322,8 +336,7 @@ def main():
       }
     )
   )
-  empty = not args.anywhere and (not buffers or min(buffers) == 0)
-  sys.exit(1 if failures or empty else 0)
+  sys.exit(exit_code(failures, buffers, args.anywhere))
 
 
 if __name__ == "__main__":
