@@ -47,13 +47,32 @@ def test_the_checkpointed_loop_state_resumes_source_and_buffer_exactly():
   saved = json.loads(json.dumps(loop_state.loop_json(live, source, buffer)))  # as a checkpoint does
   assert live.data == {} and live.buffer == []  # the live loop state is not changed
   fresh = Counter()
-  got, got_buffer = loop_state.resume_loop(saved, fresh)
+  pins = versions.Pins()
+  got, got_buffer = loop_state.resume_loop(saved, fresh, pins, 5)
+  assert pins.versions() == set()  # no prefetch: nothing to pin
   assert fresh.k == 12 and fresh.take(2) == [12, 13]  # the cursor continues where it stood
   assert (got.step, got.version, got.resets, got.pass1_start) == (5, 5, live.resets, 0.25)
   taken = got_buffer.take(2)
   assert [int(g.prompt_ids[0]) for g in taken] == [1, 2]
   assert [g.policy_version for g in taken] == [4, 5]
   np.testing.assert_array_equal(taken[1].tokens, np.full((2, 3), 2))
+
+
+def test_a_resumed_run_pins_the_weights_of_its_checkpoints_prefetch():
+  """A pipelined run's checkpoint holds a prefetch sampled one version behind; the resumed run
+  samples it again with those weights, so they stay on the exchange through its next saves."""
+  prefetch = Prefetch(step=6, version=4, rounds=1, requests={})
+  live = LoopState(step=5, version=5, prefetch=prefetch)
+  saved = json.loads(
+    json.dumps(loop_state.loop_json(live, Counter(), dynamic_sampling.GroupBuffer()))
+  )
+  pins = versions.Pins()
+  got, _ = loop_state.resume_loop(saved, Counter(), pins, 5)
+  assert got.prefetch == prefetch and pins.versions() == {4}
+  pins.saved(6, LoopState(step=6, version=6))  # the resumed run's first save, its prefetch used
+  assert pins.versions() == {4}  # the restored checkpoint is one of the newest two saves
+  pins.saved(7, LoopState(step=7, version=7))
+  assert pins.versions() == set()
 
 
 def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_leftovers(tmp_path):

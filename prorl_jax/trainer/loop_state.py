@@ -52,10 +52,13 @@ def loop_json(loop: LoopState, source, buffer) -> dict:
   return dataclasses.replace(loop, data=source.state(), buffer=buffer.state()).to_json()
 
 
-def resume_loop(d: dict, source) -> tuple[LoopState, dynamic_sampling.GroupBuffer]:
-  """The loop state of a checkpoint; `source` is moved to its cursor."""
+def resume_loop(d: dict, source, pins, step: int) -> tuple[LoopState, dynamic_sampling.GroupBuffer]:
+  """The loop state of checkpoint `step`; `source` is moved to its cursor, and the weights of its
+  prefetch are pinned on the exchange (`versions.Pins`: a restored checkpoint counts as saved), so
+  the resumed run samples that prefetch again with the weights it was sampled with."""
   loop = LoopState.from_json(d)
   source.load_state(loop.data)
+  pins.saved(step, loop)
   return loop, dynamic_sampling.GroupBuffer.from_state(loop.buffer)
 
 

@@ -118,8 +118,7 @@ def start(cfg, accept_config_changes: bool, watch: Watch) -> Run | Outcome:
     writer.start_session(0, resumed=False, started=t_start)
   else:
     step0, state, saved = restored
-    loop, buffer = resume_loop(saved, source)
-    pins.saved(step0, loop)
+    loop, buffer = resume_loop(saved, source, pins, step0)
     writer.truncate_after(step0, tail=loop.pending_tail)
     writer.start_session(step0, resumed=True, started=t_start)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, loop.version)
