@@ -165,3 +165,38 @@ def test_the_worker_scores_an_r1_templated_response_from_its_tokens(pool, tmp_pa
   assert not failed.any()
   assert reasons[1] == common.UNFINISHED and reasons[2].startswith("malformed")
   assert json.dumps(reasons)  # plain strings, as the result records them
+
+
+def test_every_detector_flag_reaches_the_trainers_metrics(pool, tmp_path):
+  """The pool counts each flag per source, the worker's result carries the request's counts
+  through the exchange, and the trainer's step metrics hold each flag's share (`hacks/`)."""
+  from prorl_jax.records import Result
+  from prorl_jax.rollout.exchange import Exchange
+  from prorl_jax.trainer.collect import Received
+
+  ins = {"instructions": [{"type": "no_commas"}], "prompt_text": "Write about tea."}
+  jobs = [
+    ("ifeval", "x</think>Tea is a fine\u200b drink served hot in many lands.", None, ins),
+    ("ifeval", "x</think>Tеа is a fine drink served hot in many lands.", None, ins),  # Cyrillic
+    ("ifeval", "x</think>Tea is a fine drink served hot in many lands today.", None, ins),
+    ("math", "x</think>\\boxed{nan}", "4", {"prompt_text": "2+2?"}),
+  ]
+  before = dict(pool.stats)
+  pool.score_many(jobs)
+  counts = worker.counts_since(pool.stats, before)
+  assert counts["ifeval/scored"] == 3 and counts["math/scored"] == 1
+  assert counts["ifeval/flagged/invisible"] == 1 and counts["ifeval/flagged/lookalike"] == 1
+  assert counts["math/flagged/special_number"] == 1
+  ex = Exchange(f"file://{tmp_path}/ex")
+  result = Result(
+    tokens=np.zeros((1, 2), np.int32), logprobs=np.zeros((1, 2), np.float32),
+    lengths=np.ones(1, np.int32), stopped=np.ones(1, bool), scores=np.zeros(1, np.float32),
+    verifier_failed=np.zeros(1, bool), policy_version=0, verifier_stats=counts, worker="w0",
+  )  # fmt: skip
+  ex.results.commit("r0", result)
+  got = Received()
+  got.verifier.update(ex.results.read("r0").verifier_stats)
+  info = got.info()
+  assert info["hacks/ifeval/invisible"] == pytest.approx(1 / 3)
+  assert info["hacks/ifeval/lookalike"] == pytest.approx(1 / 3)
+  assert info["hacks/math/special_number"] == 1.0

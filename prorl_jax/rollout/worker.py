@@ -71,6 +71,12 @@ def response_text(tokenizer, tokens, length: int, ends: frozenset[int], specials
   return text
 
 
+def counts_since(stats: dict, before: dict) -> dict:
+  """The verifier pool's counts of one request (`{source}/scored`, `{source}/flagged/{flag}`,
+  ...): its counters now less what they were before it, the zeros left out."""
+  return {k: v - before.get(k, 0) for k, v in stats.items() if v - before.get(k, 0)}
+
+
 def prompt_text(tokenizer, ids) -> str:
   """A prompt's text as a verifier reads it: decoded without the template's special tokens, and
   ending with `<think>` where the template opened the think block (kept even when a tokenizer
@@ -278,9 +284,7 @@ class Worker:
       verifier_failed=failed,
       policy_version=start_version,
       probe_mismatch=self.mismatch,
-      verifier_stats={
-        k: v - before.get(k, 0) for k, v in self.pool.stats.items() if v - before.get(k, 0)
-      },  # this request's counts
+      verifier_stats=counts_since(self.pool.stats, before),
       weights_wait_s=self.weights_wait_s,  # claimed, waiting for the request's weights
       engine_stats=gen.stats,
       versions=gen.versions,
