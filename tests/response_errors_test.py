@@ -6,7 +6,7 @@ a verifier failure that would drop the sample."""
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from prorl_jax import rewards, sandbox
@@ -75,6 +75,8 @@ def _never_failed(verifier, response, reference, **meta):
 
 @SETTINGS
 @given(TEXT, WRAP)
+# saved: a tower that times math-verify out (a timeout is the response's, never a failure)
+@example("9^{9^{9^{9}}}", "<think>x</think>\\boxed{{{}}}")
 def test_math_never_fails_on_a_response(text, wrap):
   _never_failed(rewards.route("math"), wrap.format(text), "\\frac{1}{2}")
 
