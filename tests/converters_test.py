@@ -208,3 +208,32 @@ def test_code_rows_whose_tests_are_only_the_statements_examples_are_counted(tmp_
   ((reason, n),) = bad.items()
   assert n == 1 and reason.startswith("column 'reward_model.ground_truth': every test passes")
   assert "a lookup of the statement's 2 examples" in reason
+
+
+@pytest.mark.parametrize(
+  "content, public, private, why",
+  [
+    # every test is an example the statement shows: a lookup of them passes
+    ("Return a+b.\nExample 1:\nInput: a = 1, b = 2\nOutput: 3",
+     [{"input": "1\n2", "output": "3", "testtype": "functional"}], [],
+     "a lookup of the statement's 1 examples"),
+    # every test expects 0: `return 0` passes them
+    ("Return a-a.", [{"input": "1\n1", "output": "0", "testtype": "functional"}],
+     [{"input": "5\n5", "output": "0", "testtype": "functional"}], "`return 0`"),
+  ],
+  ids=["examples-only", "constant"],
+)  # fmt: skip
+def test_suite_code_rows_a_program_that_solves_nothing_passes_are_counted(
+  tmp_path, content, public, private, why
+):
+  good = FIXTURES["livecodebench"][0]
+  row = dict(
+    good,
+    question_content=content,
+    public_test_cases=json.dumps(public),
+    private_test_cases=json.dumps(private),
+  )
+  rows, bad, _ = _load(tmp_path, "livecodebench", [row, good])
+  assert len(rows) == 1
+  ((reason, n),) = bad.items()
+  assert n == 1 and "solves nothing" in reason and why in reason, reason

@@ -185,6 +185,30 @@ def _shown_text(value) -> list[str]:
   return sorted(forms)
 
 
+def _shown_at(text: str, parts: list[str], wants: list[str]) -> bool:
+  """Do `parts` stand in `text` in order, each within 40 characters of the one before (an
+  example's arguments, named or not: `nums=[1,2],k=3`), with a `wants` within a few hundred
+  characters after them?"""
+  if not parts or sum(map(len, parts)) < 2:
+    return False
+  at = text.find(parts[0])
+  for _ in range(50):  # the first part's first occurrences
+    if at < 0:
+      return False
+    end, ok = at + len(parts[0]), True
+    for part in parts[1:]:
+      nxt = text.find(part, end)
+      if nxt < 0 or nxt - end > 40:
+        ok = False
+        break
+      end = nxt + len(part)
+    window = text[end : end + 2 * (end - at) + 300]
+    if ok and any(w and w in window for w in wants):
+      return True
+    at = text.find(parts[0], at + 1)
+  return False
+
+
 def shown_in(spec: dict, statement: str | None) -> list[bool]:
   """Per test: does the statement show it as an example (its input, then its expected output
   within a few hundred characters)? A lookup table of those examples passes exactly them."""
@@ -197,18 +221,13 @@ def shown_in(spec: dict, statement: str | None) -> list[bool]:
         args = _as_args(inp)
       except ValueError:
         args = [inp]
-      keys = [",".join(_shown_text(a)[0] for a in args)]
+      forms = [[_shown_text(a)[0] for a in args], [_shown_text(a)[-1] for a in args]]
     else:
-      keys = _shown_text(inp if isinstance(inp, str) else "\n".join(map(str, inp)))
+      forms = [[k] for k in _shown_text(inp if isinstance(inp, str) else "\n".join(map(str, inp)))]
     wants = _shown_text(
       "\n".join(map(str, want)) if isinstance(want, list) and not spec.get("fn_name") else want
     )
-    found = False
-    for key in (k for k in keys if len(k) >= 2):
-      at = text.find(key)
-      window = text[at + len(key) : at + len(key) + 2 * len(key) + 300] if at >= 0 else ""
-      found = found or any(w and w in window for w in wants)
-    out.append(found)
+    out.append(any(_shown_at(text, parts, wants) for parts in forms))
   return out
 
 
