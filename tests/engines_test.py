@@ -2,6 +2,7 @@
 name, and every descriptor points at what exists (its module and class, its config section)."""
 
 import ast
+import dataclasses
 import importlib.util
 import pathlib
 
@@ -81,3 +82,34 @@ def test_an_unknown_engine_is_one_line_naming_the_known_ones():
     engines.spec("sglang")
   with pytest.raises(ValueError, match="unknown engine 'sglang'"):
     make_engine("sglang")
+
+
+class StubEngine:
+  """A new engine, registered by one table row: no other module changes."""
+
+  last_mismatch = None
+  inflight_updates = False
+
+  def __init__(self, dtype="float32"):
+    self.dtype = dtype
+
+
+def test_a_new_engine_is_placed_configured_and_built_from_its_row_alone(monkeypatch):
+  from prorl_jax.rollout import layout, local
+  from prorl_jax.trainer import placement
+
+  row = dataclasses.replace(
+    engines.ENGINES["vllm"], name="stub", module=__name__, cls="StubEngine",
+    options_section="jax_engine", import_name="jax", own_python=False, worker_engine="stub",
+  )  # fmt: skip
+  monkeypatch.setitem(engines.ENGINES, "stub", row)
+  cfg = config_lib.base_config()
+  cfg.rollout.engine = "stub"
+  config_lib.validate(cfg)  # configured: a known engine
+  assert placement.worker_engine(cfg) == "stub"
+  assert placement.engine_options(cfg)["dtype"] == cfg.jax_engine.dtype  # its options section
+  got = layout.plan(8, "stub", tensor_parallel=2)  # it places GPUs, as its row says
+  assert len(got.workers) == 4 and got.workers[0] == (0, 1)
+  assert local.worker_python("stub") == local.sys.executable  # the trainer's Python
+  engine = make_engine("stub", {"dtype": "bfloat16"})
+  assert isinstance(engine, StubEngine) and engine.dtype == "bfloat16"

@@ -297,7 +297,7 @@ def _validate_rollout(cfg):
   _range(cfg, "rollout.top_p", 0, 1, lo_open=True)
   _range(cfg, "rollout.top_k", 0, integer=True)
   _range(cfg, "rollout.max_staleness", 0, integer=True)
-  _in(cfg, "rollout.engine", engines.NAMES)
+  _in(cfg, "rollout.engine", tuple(engines.ENGINES))
   if not (cfg.rollout.local_workers == "auto" or str(cfg.rollout.local_workers).isdigit()):
     _fail(f"rollout.local_workers={cfg.rollout.local_workers!r}: want auto or a count (0 or more)")
   _range(cfg, "rollout.external_workers", 0, integer=True)

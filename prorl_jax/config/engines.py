@@ -96,4 +96,4 @@ def spec(name: str) -> EngineSpec:
   try:
     return ENGINES[name]
   except KeyError:
-    raise ValueError(f"unknown engine {name!r}; use {', '.join(NAMES)}") from None
+    raise ValueError(f"unknown engine {name!r}; use {', '.join(ENGINES)}") from None
