@@ -224,3 +224,34 @@ def test_chunked_logprobs_equal_full_logits(chunk, temp):
     lambda hh: losses.logprobs_from_logits(jnp.einsum("btd,dv->btv", hh, w), y, temp)[0].sum()
   )(h)
   A(g, g_ref, atol=1e-4)
+
+
+def _ref_log_ratios(source: str) -> list[int]:
+  """Lines where a log-prob is subtracted from or by a reference log-prob (a KL estimate)."""
+  import ast
+
+  out = []
+  for n in ast.walk(ast.parse(source)):
+    if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub):
+      sides = [ast.unparse(n.left).lower(), ast.unparse(n.right).lower()]
+      if all("logp" in s for s in sides) and any("ref" in s for s in sides):
+        out.append(n.lineno)
+  return out
+
+
+def test_the_kl_to_the_reference_is_estimated_in_one_place():
+  """The loss, the KL in the reward and the reference reset's monitor all use
+  `losses.kl_penalty`: no other module computes a log-ratio to the reference."""
+  import pathlib
+
+  root = pathlib.Path(losses.__file__).resolve().parent.parent
+  found = {
+    str(p.relative_to(root)): lines
+    for p in sorted(root.rglob("*.py"))
+    if p.name != "losses.py" and (lines := _ref_log_ratios(p.read_text()))
+  }
+  assert found == {}, found
+  assert _ref_log_ratios("k = 0.5 * np.square(b.old_logp_BxT - b.ref_logp_BxT)\n") == [1]
+  old, ref = np.array([[-1.0, -30.0]]), np.array([[-1.5, -2.0]])
+  np.testing.assert_allclose(losses.kl_penalty(old, ref, "k2", 10.0, xp=np), [[0.125, 50.0]])
+  assert isinstance(losses.kl_penalty(old, ref, "k1", 10.0, xp=np), np.ndarray)

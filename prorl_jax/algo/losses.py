@@ -104,18 +104,20 @@ def aggregate(
 # ----------------------------------------------------------------------------- KL
 
 
-def kl_penalty(logp_BxT, ref_logp_BxT, kind: str = "k2", clamp: float = 10.0):
+def kl_penalty(logp_BxT, ref_logp_BxT, kind: str = "k2", clamp: float = 10.0, xp=jnp):
   """Per-token KL estimate to the reference, δ = clamp(ℓθ − ℓref, ±clamp).
 
   k1 = δ; k2 = ½δ² (its gradient is δ·∇ℓθ, unbiased on-policy); k3 = exp(−δ) − 1 + δ.
+  The one estimator code: the loss calls it with jax.numpy, the trainer's host-side values (the
+  KL in the reward, the reference reset's monitor) with numpy (`xp=np`).
   """
-  delta = jnp.clip(logp_BxT - ref_logp_BxT, -clamp, clamp)
+  delta = xp.clip(logp_BxT - ref_logp_BxT, -clamp, clamp)
   if kind == "k1":
     return delta
   if kind == "k2":
-    return 0.5 * jnp.square(delta)
+    return 0.5 * xp.square(delta)
   if kind == "k3":
-    return jnp.exp(-delta) - 1.0 + delta
+    return xp.exp(-delta) - 1.0 + delta
   raise ValueError(f"unknown KL estimator {kind!r}; one of k1, k2, k3")
 
 

@@ -73,6 +73,7 @@ class AdvantagePlan:
   estimator: str
   kl_in_reward: bool
   kl_coef: float
+  kl_clamp: float  # the loss's clamp of the log-ratio, for the host-side KL values too
   adv_boost: float
   adv_whiten_unbiased: bool
 

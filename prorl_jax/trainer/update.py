@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from prorl_jax.algo import packing
+from prorl_jax.algo import losses, packing
 from prorl_jax.parallel import dist
 from prorl_jax.records import Group
 from prorl_jax.trainer import batch
@@ -136,8 +136,11 @@ def _with_advantages(a, batches, groups: list[Group], shaped, metrics: dict):
   real = [(b, slice(0, b.real_rows)) for b in batches]
   loss_mask = np.concatenate([b.loss_mask_BxT[rows] for b, rows in real])
   kl = None
-  if a.kl_in_reward:
-    kl = np.concatenate([(b.old_logp_BxT - b.ref_logp_BxT)[rows] for b, rows in real])
+  if a.kl_in_reward:  # k1 in the token reward, by the loss's own estimator code
+    kl = np.concatenate(
+      [losses.kl_penalty(b.old_logp_BxT[rows], b.ref_logp_BxT[rows], "k1", a.kl_clamp, xp=np)
+       for b, rows in real]
+    )  # fmt: skip
   adv_all = batch.token_advantages(
     a.estimator,
     shaped,
@@ -151,7 +154,11 @@ def _with_advantages(a, batches, groups: list[Group], shaped, metrics: dict):
   tok_total = max(float(loss_mask.sum()), 1.0)
   metrics["actor/entropy_old"] = float(sum(b.entropy_BxT.sum() for b in batches) / tok_total)
   kl_ref = float(
-    sum((0.5 * np.square(b.old_logp_BxT - b.ref_logp_BxT)).sum() for b in batches) / tok_total
+    sum(
+      losses.kl_penalty(b.old_logp_BxT, b.ref_logp_BxT, "k2", a.kl_clamp, xp=np).sum()
+      for b in batches
+    )
+    / tok_total
   )
   metrics["actor/kl_ref_old"] = kl_ref
   offsets = np.cumsum([0] + [b.real_rows for b in batches])
