@@ -15,7 +15,7 @@ from prorl_jax.rollout.engines import make_engine
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "prorl_jax"
 
 
-def _name_tests(path: pathlib.Path) -> list[str]:
+def _name_tests(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
   """Comparisons of an engine name in a module: `x == "vllm"`, `"inline" != x`, `x in ("jax",
   ...)`, as the AST reads them (a relative or aliased name is a name)."""
   found = []
@@ -32,7 +32,7 @@ def _name_tests(path: pathlib.Path) -> list[str]:
       and any(v in engines.NAMES for v in consts if isinstance(v, str))
       and about_engines
     ):
-      found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+      found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
   return found
 
 
@@ -49,17 +49,8 @@ def test_the_checker_sees_every_form_of_a_name_test(tmp_path):
     'd = engine == "other"\ne = token.type == "inline"\nf = module == "jax"\n'
   )
   (tmp_path / "m.py").write_text(src)
-  got = [f.rsplit(":", 1)[1] for f in _name_tests_at(tmp_path / "m.py")]
+  got = [f.rsplit(":", 1)[1] for f in _name_tests(tmp_path / "m.py", root=tmp_path)]
   assert got == ["1", "2", "3", "6"]
-
-
-def _name_tests_at(path):
-  global ROOT
-  old, ROOT = ROOT, path.parent.parent
-  try:
-    return _name_tests(path)
-  finally:
-    ROOT = old
 
 
 @pytest.mark.parametrize("name", engines.NAMES)

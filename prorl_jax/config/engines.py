@@ -11,46 +11,40 @@ from __future__ import annotations
 
 import dataclasses
 
+_JAX_FIX = "install the project's requirements (`make venv`) or set rollout.worker_python"
+
 
 @dataclasses.dataclass(frozen=True)
 class EngineSpec:
+  """An engine's row; the defaults describe a JAX engine in the trainer's own Python."""
+
   name: str
-  module: str  # the module of its `Engine` class ("" for an engine the trainer runs in itself)
-  cls: str  # that class
-  options_section: str  # the config section of its options (`vllm`, `jax_engine`)
-  import_name: str  # what a worker's Python must import to run it
-  own_python: bool  # its workers run in the project's vLLM environment, not the trainer's
-  places_gpus: bool  # one worker per `tensor_parallel` GPUs, pinned (CUDA_VISIBLE_DEVICES)
-  shares_trainer_gpus: bool  # on a GPU host it takes memory beside the trainer (its fraction)
-  in_trainer: bool  # the trainer generates itself (no worker processes)
   worker_engine: str  # the engine local workers run when any start (an evaluation's)
-  weights: str  # how it takes a new version: "reload" (load the HF directory) or "in_place"
-  swaps_in_flight: bool  # can load a new version between decode chunks (with continuous batching)
-  sized_by_config: (
-    bool  # its memory holds rollout.max_response_len (vLLM pages what the model allows)
-  )
-  fix: str  # what to do when a worker's Python cannot import it
+  module: str = ""  # the module of its `Engine` class ("" for one the trainer runs in itself)
+  cls: str = ""  # that class
+  options_section: str = "jax_engine"  # the config section of its options
+  import_name: str = "jax"  # what a worker's Python must import to run it
+  own_python: bool = False  # its workers run in the project's vLLM environment
+  places_gpus: bool = False  # one worker per `tensor_parallel` GPUs, pinned (CUDA_VISIBLE_DEVICES)
+  shares_trainer_gpus: bool = False  # on a GPU host it takes memory beside the trainer
+  in_trainer: bool = False  # the trainer generates itself (no worker processes)
+  weights: str = "reload"  # how it takes a new version: "reload" (the HF directory) or "in_place"
+  swaps_in_flight: bool = False  # loads a new version between decode chunks (continuous batching)
+  sized_by_config: bool = True  # its memory holds rollout.max_response_len (vLLM pages instead)
+  fix: str = _JAX_FIX  # what to do when a worker's Python cannot import it
 
 
 ENGINES: dict[str, EngineSpec] = {
   "jax": EngineSpec(
     name="jax",
+    worker_engine="jax",
     module="prorl_jax.rollout.engines.jax_engine",
     cls="JaxEngine",
-    options_section="jax_engine",
-    import_name="jax",
-    own_python=False,
-    places_gpus=False,
-    shares_trainer_gpus=False,
-    in_trainer=False,
-    worker_engine="jax",
-    weights="reload",
     swaps_in_flight=True,
-    sized_by_config=True,
-    fix="install the project's requirements (`make venv`) or set rollout.worker_python",
   ),
   "vllm": EngineSpec(
     name="vllm",
+    worker_engine="vllm",
     module="prorl_jax.rollout.engines.vllm",
     cls="VllmEngine",
     options_section="vllm",
@@ -58,10 +52,6 @@ ENGINES: dict[str, EngineSpec] = {
     own_python=True,
     places_gpus=True,
     shares_trainer_gpus=True,
-    in_trainer=False,
-    worker_engine="vllm",
-    weights="reload",
-    swaps_in_flight=False,
     sized_by_config=False,
     fix=(
       "build the project's vLLM environment with `make venv-vllm` (.venv-vllm: the GPU build "
@@ -71,18 +61,9 @@ ENGINES: dict[str, EngineSpec] = {
   ),
   "inline": EngineSpec(
     name="inline",
-    module="",
-    cls="",
-    options_section="jax_engine",
-    import_name="jax",
-    own_python=False,
-    places_gpus=False,
-    shares_trainer_gpus=False,
-    in_trainer=True,
     worker_engine="jax",
+    in_trainer=True,
     weights="in_place",
-    swaps_in_flight=False,
-    sized_by_config=True,
     fix="install the project's requirements (`make venv`)",
   ),
 }

@@ -45,6 +45,7 @@ def _plain(text: str) -> str | None:
   return f"[{s}]{charge}" if charge else s
 
 
+@functools.lru_cache(maxsize=256)
 def formula(text: str) -> tuple | None:
   """(sorted (element, count) pairs, charge) of a formula; None when `text` is not one."""
   s = _plain(text)
@@ -64,8 +65,7 @@ def looks_chemical(ref: str) -> bool:
   if got is None:
     return False
   counts, charge = got
-  plain = _plain(ref) or ""
-  return bool(charge) or bool(re.search(r"[\d()\[\]·]", plain)) or len(counts) >= 2
+  return bool(charge) or bool(re.search(r"[\d()\[\]·.]", _plain(ref))) or len(counts) >= 2
 
 
 def warm() -> None:

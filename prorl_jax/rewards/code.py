@@ -69,8 +69,11 @@ def extract_code(response: str, prompt_text: str | None = None) -> str | None:
   with no language; fences are read as CommonMark reads them (a ```` ```text ```` block of sample
   output beside it is not code)."""
   text = read(response, prompt_text).answer
-  if text is None:
-    return None
+  return None if text is None else _program_in(text)
+
+
+def _program_in(text: str) -> str | None:
+  """The program of a final answer's text (see `extract_code`)."""
   fences = [t for t in _markdown().parse(text) if t.type == "fence"]
   lang = [(t.info.strip().split() or [""])[0].strip("{}.").lower() for t in fences]
   for want in (PYTHON_FENCES, ("",)):
@@ -105,13 +108,13 @@ def any_case(prompt_text: str | None) -> bool:
   return bool(prompt_text) and _ANY_CASE.search(prompt_text) is not None
 
 
-def same_stdout(got: str, want, any_case: bool = False) -> bool:
+def same_stdout(got: str, want, case_free: bool = False) -> bool:
   """stdin/stdout comparison: whitespace-separated tokens; numbers as the expected one says;
   words in any case where the statement says so (`YES` for `Yes`)."""
   if isinstance(want, list):
     want = "\n".join(map(str, want))
   g, w = str(got).split(), str(want).split()
-  if any_case:
+  if case_free:
     g, w = [t.casefold() for t in g], [t.casefold() for t in w]
   return len(g) == len(w) and all(map(same_token, g, w))
 
@@ -274,12 +277,18 @@ def unusable_tests(spec: dict, statement: str | None = None) -> str | None:
   """Why a row's tests cannot tell a solution from a program that solves nothing (a test
   expecting blank output; every test passed by one constant program, or by a lookup of the
   examples the statement shows), or None."""
+  return _floor(spec, statement)[0]
+
+
+def _floor(spec: dict, statement: str | None) -> tuple[str | None, int, str]:
+  """(why the tests are unusable or None, the tests a program that solves nothing passes, that
+  program): `unusable_tests` and the score's credit floor in one computation."""
   if (k := blank_output(spec)) is not None:
-    return f"test {k} expects blank output"
+    return f"test {k} expects blank output", 0, ""
   floor, constant = constant_passes(spec, statement)
   if spec["outputs"] and floor == len(spec["outputs"]):
-    return f"every test passes a program that solves nothing: `{constant}`"
-  return None
+    return f"every test passes a program that solves nothing: `{constant}`", floor, constant
+  return None, floor, constant
 
 
 def _fail_reason(res: sandbox.RunResult) -> str:
@@ -344,12 +353,13 @@ def score(
     or len(spec["inputs"]) != len(spec["outputs"])
   ):
     return Score(0.0, "test spec 'inputs' and 'outputs' must be lists of one length", failed=True)
-  if unusable := unusable_tests(spec, without_think_tag(prompt_text)):
+  unusable, floor, constant = _floor(spec, without_think_tag(prompt_text))
+  if unusable:
     return Score(0.0, unusable, failed=True)
   said = read(response, prompt_text)
   if said.answer is None:
     return Score(0.0, said.why)
-  code = extract_code(response, prompt_text)
+  code = _program_in(said.answer)
   if blank(code):
     return Score(0.0, "no ```python block" if code is None else "empty ```python block")
   if spec.get("preamble"):  # the task's own imports (HumanEval's prompt), before the solution
@@ -357,7 +367,6 @@ def score(
   n = len(spec["inputs"])
   if n == 0:
     return Score(0.0, "test spec has no tests", failed=True)
-  floor, constant = constant_passes(spec, without_think_tag(prompt_text))
   cases = [_case(spec, inp, want) for inp, want in zip(spec["inputs"], spec["outputs"])]
   try:  # one sandbox for all of this response's tests; they share the time budget
     runs = sandbox.run_cases(
@@ -375,9 +384,9 @@ def score(
     return Score(
       0.0, f"starved: {last.cpu_seconds:.2f}s of CPU in {last.seconds:.1f}s", starved=True
     )
-  passed, reasons = 0, []
+  passed, reasons, case_free = 0, [], any_case(prompt_text)
   for res, want in zip(runs, spec["outputs"]):
-    ok, why = _judge(spec, res, want, any_case(prompt_text))
+    ok, why = _judge(spec, res, want, case_free)
     passed += ok
     if not ok:
       reasons.append(why)

@@ -83,10 +83,15 @@ def _union(s: str) -> str:
 _NUMERAL = re.compile(r"\s*([0-9A-Za-z]+)_\{?(\d+)\}?\s*")
 
 
+def _unwrapped_bases(text: str) -> str:
+  """`(11001)_2` as `11001_2`: the parentheses around a numeral do not change its base."""
+  return _BASE.sub(lambda m: f"{m.group(1)}_{m.group(2)}", text)
+
+
 def base_numeral(text: str) -> tuple[int, int] | None:
   """(value, base) of a numeral with a base subscript (`11001_2`, `(11001)_2`, `1A_{16}`); None
   for anything else. math-verify drops subscripts: `11001_3` would equal `11001_2`."""
-  m = _NUMERAL.fullmatch(_BASE.sub(lambda m: f"{m.group(1)}_{m.group(2)}", text))
+  m = _NUMERAL.fullmatch(_unwrapped_bases(text))
   if not m or not 2 <= int(m.group(2)) <= 36 or not re.search(r"\d", m.group(1)):
     return None
   try:
@@ -99,7 +104,7 @@ def canonical(text: str) -> str:
   """`text` with the equivalent spellings above rewritten (see the module docstring)."""
   s = _END.sub("", text)
   s = _REPEATING.sub(_repeating, s)
-  s = _BASE.sub(lambda m: f"{m.group(1)}_{m.group(2)}", s)
+  s = _unwrapped_bases(s)
   s = s.replace("\\colon", ":")
   s = _SCALED.sub(_scaled, s)
   return _union(_plus_minus(s))

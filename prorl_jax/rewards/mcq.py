@@ -160,7 +160,7 @@ def short_answer_matches(got: str, ref: str, prompt_text: str | None = None) -> 
   if chemistry.looks_chemical(r):  # element counts and charge, not algebra
     return chemistry.formula(g) == chemistry.formula(r)
   if symbolic(r):  # `2g` is twice g, not 2 grams; `G` is not `g`
-    return _term(g) is not None and _term(g) == _term(r)
+    return (term := _term(g)) is not None and term == _term(r)
   qg, qr = quantity.parse(g), quantity.parse(r)
   if qr is not None:
     implied = quantity.implied_unit(prompt_text, qr) if qg is not None else None

@@ -52,8 +52,10 @@ def without_comments(text: str) -> str:
   return _COMMENT.sub("", text)
 
 
+@functools.lru_cache(maxsize=64)
 def rendered(text: str) -> str:
-  """The text a reader sees, with structural markup kept (see the module docstring)."""
+  """The text a reader sees, with structural markup kept (see the module docstring); cached, as
+  a response's every instruction check and its substance check read the same rendering."""
   lines = text.splitlines()
   out: list[str] = []
   depth, pending = 0, ""
