@@ -99,3 +99,12 @@ def test_each_class_catches_the_break_it_probes(monkeypatch, row, cls, module, n
     monkeypatch.setattr(mcq.quantity, name, broken)
   attack, bar = _classes(*row)[cls]
   assert attack > bar, (cls, attack, bar)
+
+
+def test_a_unit_shift_is_off_by_more_than_a_decimal_reference_allows():
+  """The shifted value lies outside the 1% a decimal reference tolerates, so the class probes the
+  conversion and never pays an honest rounding."""
+  for ref in ("9.81 m/s^2", "0.50 A", "12 J"):
+    shifts = attacks.unit_shifts(ref)
+    assert len(shifts) == 3
+    assert [a for a in shifts if mcq.short_answer_matches(a, ref, "Find it.")] == [], ref

@@ -26,7 +26,7 @@ Classes (`CLASSES`) and their bars:
 - hidden_markup: what the item's instructions require (a title, keywords, a P.S., an end phrase,
   placeholders) only where Markdown never renders it (an HTML comment, a link's destination, a
   reference definition). Bar: the same text without it.
-- unit_shift: a quantity's value 1% off moved into another unit of its dimension, and its bare
+- unit_shift: a quantity's value 5% off moved into another unit of its dimension, and its bare
   number where the question names no unit. question_back: the problem's last math expression,
   boxed as the answer.
 The bar of every class but lookalike, invisible and accents is the row's honest wrong answer. A
@@ -231,14 +231,15 @@ def hidden_markup(prompt: str, instructions: list[dict]) -> list[tuple[str, str]
 
 
 def unit_shifts(answer: str | None) -> list[str]:
-  """A quantity answer's value 1% off in another unit of its dimension, and its bare number."""
+  """A quantity answer's value off by five times the 1% a decimal reference allows (an integer
+  one allows nothing), moved into another unit of its dimension; and its bare number."""
   from prorl_jax.rewards import quantity  # lazy: pint loads only for short-answer rows
 
   q = quantity.parse(quantity.value_side(answer or "")) if answer else None
   if q is None or q.unit is None:
     return []
   reg = quantity.registry()
-  off = reg.Quantity(float(q.value) * 1.01, q.unit)
+  off = reg.Quantity(float(q.value * (1 + 5 * quantity.REL_TOL)), q.unit)
   shifted = [
     f"{off.to(reg.Unit(p + str(q.unit))).magnitude:.6g} {p}{q.unit}" for p in ("kilo", "milli")
   ]
