@@ -16,9 +16,10 @@ $(BIN)/python:
 # torch first, exactly pinned: it takes the local CPU wheel so nothing pulls a CUDA build.
 # The pinned requirement files are the lock; the project itself goes in editable, without deps,
 # for its console scripts (prorl-train, prorl-eval, prorl-worker, prorl-prepare, ...).
-$(VENV)/.dev-stamp: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
+$(VENV)/.dev-stamp: requirements.txt requirements-dev.txt requirements-graders.txt pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --no-deps -r requirements-graders.txt
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@ $(VENV)/.runtime-stamp
 

@@ -362,6 +362,13 @@ IFEVAL = [  # (prompt, instruction ids, kwargs, an honest response)
     [{"capital_frequency": 2, "capital_relation": "at least"}],
     "The storm was LOUD and the wind was VERY strong all night long.",
   ),
+  (
+    "Describe an autumn morning in at least 3 sentences.",
+    ["length_constraints:number_sentences"],
+    [{"relation": "at least", "num_sentences": 3}],
+    "Mr. Lee rakes the autumn leaves each morning before work. The air grows cool and smells "
+    "of smoke. The days grow short and the geese fly south.",
+  ),
 ]
 # stdin programs (a CodeContests row of the Eurus layout): print the sum of two integers
 SUM_TESTS = {"inputs": ["1 2\n", "5 5\n", "-3 10\n"], "outputs": ["3\n", "10\n", "7\n"]}
