@@ -54,6 +54,8 @@ TABLE: tuple[tuple[str, tuple[str, ...], str], ...] = (
   ("model.layers.{i}.self_attn.k_proj.bias", ("layers", "attn", "k_proj", "bias"), "qkv_b"),
   ("model.layers.{i}.self_attn.v_proj.weight", ("layers", "attn", "v_proj", "kernel"), "qkv_w"),
   ("model.layers.{i}.self_attn.v_proj.bias", ("layers", "attn", "v_proj", "bias"), "qkv_b"),
+  ("model.layers.{i}.self_attn.q_norm.weight", ("layers", "attn", "q_norm", "scale"), "plain"),
+  ("model.layers.{i}.self_attn.k_norm.weight", ("layers", "attn", "k_norm", "scale"), "plain"),
   ("model.layers.{i}.self_attn.o_proj.weight", ("layers", "attn", "o_proj", "kernel"), "o_w"),
   ("model.layers.{i}.mlp.gate_proj.weight", ("layers", "mlp", "gate_proj", "kernel"), "T"),
   ("model.layers.{i}.mlp.up_proj.weight", ("layers", "mlp", "up_proj", "kernel"), "T"),
@@ -75,13 +77,16 @@ _BF16_NAMES = {"bfloat16", "bf16"}
 
 
 def _rows(model_cfg: Qwen2Config):
+  """The table's rows this model has: no head when tied, no q/k/v bias without one (Qwen3), no
+  q/k norms without them (Qwen2)."""
   for hf, path, rule in TABLE:
     if path == ("lm_head",) and model_cfg.tie_word_embeddings:
       continue
-    if "{i}" in hf:
-      yield hf, path, rule, True
-    else:
-      yield hf, path, rule, False
+    if path[-1] == "bias" and not model_cfg.qkv_bias:
+      continue
+    if path[-2:-1] in (("q_norm",), ("k_norm",)) and not model_cfg.qk_norm:
+      continue
+    yield hf, path, rule, "{i}" in hf
 
 
 def read_hf_config(path: str) -> dict:
@@ -167,8 +172,8 @@ def hf_to_params(model_cfg: Qwen2Config, tensors: dict[str, np.ndarray], dtype) 
     extra = [n for n in extra if n != "lm_head.weight"]
   if extra:
     raise KeyError(
-      f"checkpoint has tensors this Qwen2 does not use, e.g. {extra[0]}; "
-      "is it really a Qwen2ForCausalLM?"
+      f"checkpoint has tensors this {model_cfg.family} model does not use, e.g. {extra[0]}; "
+      "does its config.json name its architecture?"
     )
   return params
 

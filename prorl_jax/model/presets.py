@@ -10,13 +10,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM",)
+SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# model_type -> architecture: the families the one decoder layer runs. Qwen2 biases its q/k/v
+# projections; Qwen3 has no bias and RMS-normalises each head's queries and keys before RoPE.
+FAMILIES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config:
-  """The Qwen2 architecture (sizes, grouped-query attention heads, RoPE; `from_hf` reads a
-  Hugging Face config) and how to run it (dtypes, rematerialisation)."""
+  """The Qwen2 / Qwen3 architecture (`family`; sizes, grouped-query attention heads, RoPE;
+  `from_hf_dict` reads a Hugging Face config) and how to run it (dtypes, rematerialisation)."""
 
   vocab_size: int
   hidden_size: int
@@ -31,6 +34,7 @@ class Qwen2Config:
   max_position_embeddings: int = 32768
   bos_token_id: int | None = None
   eos_token_id: int | None = None
+  family: str = "qwen2"  # FAMILIES: qwen2 | qwen3
   # How to run it (not part of the architecture):
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
@@ -49,11 +53,23 @@ class Qwen2Config:
       raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
     if self.remat not in ("none", "full", "dots"):
       raise ValueError(f"remat must be one of none, full, dots, got {self.remat!r}")
+    if self.family not in FAMILIES:
+      raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
     if self.attention_impl not in ("xla", "cudnn", "splash"):
       raise ValueError(f"attention_impl must be xla, cudnn or splash, got {self.attention_impl!r}")
 
   def replace(self, **kw) -> Qwen2Config:
     return dataclasses.replace(self, **kw)
+
+  @property
+  def qkv_bias(self) -> bool:
+    """Qwen2 biases its q/k/v projections."""
+    return self.family == "qwen2"
+
+  @property
+  def qk_norm(self) -> bool:
+    """Qwen3 RMS-normalises each head's queries and keys before RoPE."""
+    return self.family == "qwen3"
 
   @property
   def num_params(self) -> int:
@@ -67,7 +83,9 @@ class Qwen2Config:
       self.num_kv_heads,
       self.head_dim,
     )
-    attn = d * h * dh + h * dh + 2 * (d * k * dh + k * dh) + h * dh * d
+    attn = d * h * dh + 2 * d * k * dh + h * dh * d
+    attn += (h + 2 * k) * dh if self.qkv_bias else 0
+    attn += 2 * dh if self.qk_norm else 0
     layer = attn + 3 * d * f + 2 * d
     return self.num_layers * layer + v * d * (1 if self.tie_word_embeddings else 2) + d
 
@@ -75,12 +93,16 @@ class Qwen2Config:
   def from_hf_dict(cls, d: dict[str, Any], **overrides) -> Qwen2Config:
     """Builds the config from a HF `config.json` dict; unsupported features fail clearly."""
     archs = d.get("architectures") or []
-    if d.get("model_type") != "qwen2" or (archs and archs[0] not in SUPPORTED_ARCHITECTURES):
+    family = d.get("model_type")
+    if family not in FAMILIES or (archs and archs[0] != FAMILIES[family]):
       raise ValueError(
-        f"unsupported architecture {archs or d.get('model_type')!r}: prorl_jax implements "
-        f"{', '.join(SUPPORTED_ARCHITECTURES)} (model_type 'qwen2'); convert the model or pick a "
-        "Qwen2-family checkpoint such as DeepSeek-R1-Distill-Qwen-1.5B"
+        f"unsupported architecture {archs or family!r}: prorl_jax implements "
+        f"{', '.join(SUPPORTED_ARCHITECTURES)} (model_type {' or '.join(map(repr, FAMILIES))}); "
+        "convert the model or pick a Qwen2 or Qwen3 checkpoint such as "
+        "DeepSeek-R1-Distill-Qwen-1.5B"
       )
+    if family == "qwen3" and d.get("attention_bias", False):
+      raise ValueError("attention_bias=true is not supported for Qwen3 (no released model has it)")
     rope = d.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in ("default", None):
@@ -110,14 +132,17 @@ class Qwen2Config:
       max_position_embeddings=d.get("max_position_embeddings", 32768),
       bos_token_id=d.get("bos_token_id"),
       eos_token_id=eos,
+      family=family,
       **overrides,
     )
 
   def to_hf_dict(self) -> dict[str, Any]:
-    """A `config.json` that transformers and vLLM load as Qwen2ForCausalLM."""
+    """A `config.json` that transformers and vLLM load as Qwen2ForCausalLM / Qwen3ForCausalLM."""
+    extra = {"attention_bias": False} if self.family == "qwen3" else {}
     return {
-      "architectures": ["Qwen2ForCausalLM"],
-      "model_type": "qwen2",
+      "architectures": [FAMILIES[self.family]],
+      "model_type": self.family,
+      **extra,
       "vocab_size": self.vocab_size,
       "hidden_size": self.hidden_size,
       "intermediate_size": self.intermediate_size,

@@ -1,4 +1,6 @@
-"""Qwen2 decoder in Flax Linen: GQA, RoPE, q/k/v bias, RMSNorm, SwiGLU, scanned layers.
+"""The Qwen2 / Qwen3 decoder in Flax Linen: the parameters, named and laid out as the checkpoint
+holds them, scanned over the layers; each layer's math is `layer.decode_layer` (GQA, RoPE,
+Qwen2's q/k/v bias or Qwen3's per-head q/k RMSNorm, SwiGLU), the one the decoders run.
 
 Legend (see presets.py): B batch, T query length, S key length, D hidden, H heads, K kv heads,
 G = H/K, Dh head dim, F MLP width, V vocab, L layers.
@@ -12,7 +14,6 @@ decode loop is a pure function too.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import flax.linen as nn
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from prorl_jax.model import attention as attn_lib
+from prorl_jax.model.layer import LayerWeights, decode_layer, head_weight, rms_norm, rope_tables
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.parallel import sharding
 
@@ -35,58 +37,35 @@ def _init(names, std=0.02):
   return nn.with_logical_partitioning(nn.initializers.normal(std), names)
 
 
-def rope_tables(positions_BxT, head_dim: int, theta: float):
-  """cos/sin of shape [B, T, Dh] in float32, HF's non-interleaved (rotate_half) layout."""
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-  freqs_BxTxDh2 = positions_BxT.astype(jnp.float32)[..., None] * inv_freq
-  emb_BxTxDh = jnp.concatenate([freqs_BxTxDh2, freqs_BxTxDh2], axis=-1)
-  return jnp.cos(emb_BxTxDh), jnp.sin(emb_BxTxDh)
+class Kernel(nn.Module):
+  """Declares a projection's parameters (`kernel` in `shape`, with logical axes `names`; a zero
+  `bias` over the output dims when `bias_dims`) and returns them; `layer.decode_layer` applies
+  them."""
 
-
-def apply_rope(x_BxTxNxDh, cos_BxTxDh, sin_BxTxDh):
-  x = x_BxTxNxDh.astype(jnp.float32)
-  half = x.shape[-1] // 2
-  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-  out = x * cos_BxTxDh[:, :, None, :] + rotated * sin_BxTxDh[:, :, None, :]
-  return out.astype(x_BxTxNxDh.dtype)
-
-
-class Linear(nn.Module):
-  """y = x·W (+ b) over the last `in_ndim` dims, as one 2-D matmul [B·T, in] x [in, out].
-
-  XLA:CPU runs the backward dots of a 2-D matmul ~1.7x faster than those of the equivalent
-  3-D `dot_general` (bench/RESULTS.md), and on accelerators it is the same op.
-  """
-
-  out_shape: tuple[int, ...]
-  in_ndim: int
-  names: tuple[str, ...]  # logical axes of the kernel: in dims then out dims
-  use_bias: bool
+  shape: tuple[int, ...]
+  names: tuple[str, ...]
+  bias_dims: int
   param_dtype: Any
-  dtype: Any
 
   @nn.compact
-  def __call__(self, x):
-    in_shape = x.shape[x.ndim - self.in_ndim :]
-    n_in, n_out = math.prod(in_shape), math.prod(self.out_shape)
-    kernel = self.param("kernel", _init(self.names), in_shape + self.out_shape, self.param_dtype)
-    y = x.reshape(-1, n_in).astype(self.dtype) @ kernel.reshape(n_in, n_out).astype(self.dtype)
-    if self.use_bias:
-      bias = self.param(
-        "bias",
-        nn.with_logical_partitioning(nn.initializers.zeros, self.names[self.in_ndim :]),
-        self.out_shape,
-        self.param_dtype,
-      )
-      y = y + bias.reshape(n_out).astype(self.dtype)
-    return y.reshape(x.shape[: x.ndim - self.in_ndim] + self.out_shape)
+  def __call__(self):
+    kernel = self.param("kernel", _init(self.names), self.shape, self.param_dtype)
+    if not self.bias_dims:
+      return kernel, None
+    zeros = nn.with_logical_partitioning(nn.initializers.zeros, self.names[-self.bias_dims :])
+    return kernel, self.param("bias", zeros, self.shape[-self.bias_dims :], self.param_dtype)
 
 
-def rms_norm(x, scale, eps: float, dtype):
-  """Variance in float32 as HF does; the scale multiplies the already-cast activations."""
-  x32 = x.astype(jnp.float32)
-  x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-  return scale.astype(dtype) * x32.astype(dtype)
+class Scale(nn.Module):
+  """Declares an RMSNorm's learned scale (ones) of `size` and returns it."""
+
+  size: int
+  param_dtype: Any
+
+  @nn.compact
+  def __call__(self):
+    ones = nn.with_logical_partitioning(nn.initializers.ones, ("norm",))
+    return self.param("scale", ones, (self.size,), self.param_dtype)
 
 
 class RMSNorm(nn.Module):
@@ -98,99 +77,84 @@ class RMSNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    scale = self.param(
-      "scale",
-      nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-      (x.shape[-1],),
-      self.param_dtype,
-    )
+    ones = nn.with_logical_partitioning(nn.initializers.ones, ("norm",))
+    scale = self.param("scale", ones, (x.shape[-1],), self.param_dtype)
     return rms_norm(x, scale, self.eps, self.dtype)
 
 
-class Attention(nn.Module):
-  """Grouped-query self-attention with RoPE over [B, T, D]: q/k/v projections (biased, as Qwen2),
-  `attention.attend` over segment ids, the output projection."""
+class AttentionWeights(nn.Module):
+  """The attention's parameters, named as the checkpoint names them: q/k/v kernels [D, N, Dh]
+  (biased for Qwen2), Qwen3's per-head q/k norms [Dh], the output kernel [H, Dh, D]."""
 
   model_cfg: Qwen2Config
-  mesh: Any = None
 
   @nn.compact
-  def __call__(self, x_BxTxD, cos, sin, mask_BxTxS, kv=None, cache_index=None, layer=None):
+  def __call__(self):
     c = self.model_cfg
-    pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
-    h, k, dh = c.num_heads, c.num_kv_heads, c.head_dim
+    pd, dh, bias = _dtype(c.param_dtype), c.head_dim, 2 if c.qkv_bias else 0
 
     def proj(name, n, names):
-      return Linear((n, dh), 1, ("embed",) + names, True, pd, dt, name=name)
+      return Kernel((c.hidden_size, n, dh), ("embed",) + names, bias, pd, name=name)()
 
-    q_BxTxHxDh = proj("q_proj", h, ("heads", "head_dim"))(x_BxTxD)
-    k_BxTxKxDh = proj("k_proj", k, ("kv_heads", "head_dim"))(x_BxTxD)
-    v_BxTxKxDh = proj("v_proj", k, ("kv_heads", "head_dim"))(x_BxTxD)
-    q_BxTxHxDh = apply_rope(q_BxTxHxDh, cos, sin)
-    k_BxTxKxDh = apply_rope(k_BxTxKxDh, cos, sin)
-    q_BxTxHxDh = sharding.constrain(
-      q_BxTxHxDh, ("act_batch", "act_seq", "act_heads", None), self.mesh
-    )
+    q = proj("q_proj", c.num_heads, ("heads", "head_dim"))
+    k = proj("k_proj", c.num_kv_heads, ("kv_heads", "head_dim"))
+    v = proj("v_proj", c.num_kv_heads, ("kv_heads", "head_dim"))
+    o, _ = Kernel(
+      (c.num_heads, dh, c.hidden_size), ("heads", "head_dim", "embed"), 0, pd, name="o_proj"
+    )()
+    norms = (None, None)
+    if c.qk_norm:
+      norms = (Scale(dh, pd, name="q_norm")(), Scale(dh, pd, name="k_norm")())
+    return q, k, v, o, norms
 
+
+class MLPWeights(nn.Module):
+  """The SwiGLU MLP's kernels: gate and up [D, F], down [F, D]."""
+
+  model_cfg: Qwen2Config
+
+  @nn.compact
+  def __call__(self):
+    c = self.model_cfg
+    pd, d, f = _dtype(c.param_dtype), c.hidden_size, c.intermediate_size
+    gate, _ = Kernel((d, f), ("embed", "mlp"), 0, pd, name="gate_proj")()
+    up, _ = Kernel((d, f), ("embed", "mlp"), 0, pd, name="up_proj")()
+    down, _ = Kernel((f, d), ("mlp", "embed"), 0, pd, name="down_proj")()
+    return gate, up, down
+
+
+def _train_attend(model_cfg: Qwen2Config, mesh, mask_BxTxS, kv, cache_index, layer):
+  """The training pass's and the prefill's attention: segment attention over a full pass (`mask`
+  is segment ids [B, T]), or, with a prefill cache `kv` of all layers [L, B, S, K, Dh], this
+  layer's keys and values written into it in place and dense attention over its slots."""
+  c, dt = model_cfg, _dtype(model_cfg.compute_dtype)
+
+  def attend(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh):
+    q_BxTxHxDh = sharding.constrain(q_BxTxHxDh, ("act_batch", "act_seq", "act_heads", None), mesh)
     new_kv = None
     if kv is not None:
-      # The cache of all layers [L, B, S, K, Dh] is carried through the layer scan and this
-      # layer's new keys/values are written into it in place (no per-step copy of the cache);
-      # then this layer attends to all of its slots.
       k_all, v_all = kv
       idx = (layer, 0, cache_index, 0, 0)
       k_all = jax.lax.dynamic_update_slice(k_all, k_BxTxKxDh.astype(k_all.dtype)[None], idx)
       v_all = jax.lax.dynamic_update_slice(v_all, v_BxTxKxDh.astype(v_all.dtype)[None], idx)
       new_kv = (k_all, v_all)
-      k_BxSxKxDh = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
-      v_BxSxKxDh = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
-    else:
-      k_BxSxKxDh, v_BxSxKxDh = k_BxTxKxDh, v_BxTxKxDh
-
+      k_BxTxKxDh = jax.lax.dynamic_index_in_dim(k_all, layer, keepdims=False)
+      v_BxTxKxDh = jax.lax.dynamic_index_in_dim(v_all, layer, keepdims=False)
+    k, v = k_BxTxKxDh.astype(dt), v_BxTxKxDh.astype(dt)
     if mask_BxTxS.ndim == 2:  # segment ids [B, T] of a full pass (no cache)
-      out_BxTxHxDh = attn_lib.segment_attention(
-        c.attention_impl,
-        q_BxTxHxDh,
-        k_BxSxKxDh.astype(dt),
-        v_BxSxKxDh.astype(dt),
-        mask_BxTxS,
-        c.attention_chunk,
-        c.attention_window,
-        self.mesh,
+      out = attn_lib.segment_attention(
+        c.attention_impl, q_BxTxHxDh, k, v, mask_BxTxS, c.attention_chunk, c.attention_window, mesh
       )
     else:
-      out_BxTxHxDh = attn_lib.dense_attention(
-        q_BxTxHxDh, k_BxSxKxDh.astype(dt), v_BxSxKxDh.astype(dt), mask_BxTxS
-      )
-    out = Linear((c.hidden_size,), 2, ("heads", "head_dim", "embed"), False, pd, dt, name="o_proj")(
-      out_BxTxHxDh
-    )
+      out = attn_lib.dense_attention(q_BxTxHxDh, k, v, mask_BxTxS)
     return out, new_kv
 
-
-class MLP(nn.Module):
-  """The SwiGLU feed-forward block: down(silu(gate(x)) * up(x)), [B, T, D] -> [B, T, D]."""
-
-  model_cfg: Qwen2Config
-  mesh: Any = None
-
-  @nn.compact
-  def __call__(self, x_BxTxD):
-    c = self.model_cfg
-    pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
-
-    def dense(name, feat, names):
-      return Linear((feat,), 1, names, False, pd, dt, name=name)
-
-    gate = dense("gate_proj", c.intermediate_size, ("embed", "mlp"))(x_BxTxD)
-    up = dense("up_proj", c.intermediate_size, ("embed", "mlp"))(x_BxTxD)
-    h_BxTxF = sharding.constrain(nn.silu(gate) * up, ("act_batch", "act_seq", "act_mlp"), self.mesh)
-    return dense("down_proj", c.hidden_size, ("mlp", "embed"))(h_BxTxF)
+  return attend
 
 
 class Block(nn.Module):
-  """One decoder layer; signature shaped for nn.scan: ((x, cache of all layers), layer index,
-  broadcast args...)."""
+  """One decoder layer (`layer.decode_layer` over this layer's parameters); signature shaped for
+  nn.scan: ((x, cache of all layers), layer index, broadcast args...)."""
 
   model_cfg: Qwen2Config
   mesh: Any = None
@@ -199,13 +163,16 @@ class Block(nn.Module):
   def __call__(self, carry, layer, cos, sin, mask_BxTxS, cache_index):
     x_BxTxD, kv = carry
     c = self.model_cfg
-    pd, dt = _dtype(c.param_dtype), _dtype(c.compute_dtype)
-    norm = lambda name: RMSNorm(c.rms_norm_eps, pd, dt, name=name)  # noqa: E731
-    attn_out, new_kv = Attention(c, self.mesh, name="attn")(
-      norm("input_norm")(x_BxTxD), cos, sin, mask_BxTxS, kv, cache_index, layer
+    pd = _dtype(c.param_dtype)
+    input_norm = Scale(c.hidden_size, pd, name="input_norm")()
+    (q, q_b), (k, k_b), (v, v_b), o, (q_norm, k_norm) = AttentionWeights(c, name="attn")()
+    post_attn_norm = Scale(c.hidden_size, pd, name="post_attn_norm")()
+    gate, up, down = MLPWeights(c, name="mlp")()
+    w = LayerWeights(
+      input_norm, q, k, v, q_b, k_b, v_b, q_norm, k_norm, o, post_attn_norm, gate, up, down
     )
-    x_BxTxD = x_BxTxD + attn_out
-    x_BxTxD = x_BxTxD + MLP(c, self.mesh, name="mlp")(norm("post_attn_norm")(x_BxTxD))
+    attend = _train_attend(c, self.mesh, mask_BxTxS, kv, cache_index, layer)
+    x_BxTxD, new_kv = decode_layer(c, w, x_BxTxD, (cos, sin), attend, self.mesh)
     x_BxTxD = sharding.constrain(x_BxTxD, ("act_batch", "act_seq", "act_embed"), self.mesh)
     return (x_BxTxD, new_kv), None
 
@@ -261,8 +228,4 @@ class Qwen2(nn.Module):
     return x_BxTxD, new_kv
 
 
-def head_weight(model_cfg: Qwen2Config, params) -> jax.Array:
-  """The [D, V] output projection (the transposed embedding when tied)."""
-  if model_cfg.tie_word_embeddings:
-    return params["embed"]["embedding"].T
-  return params["lm_head"]
+__all__ = ["Qwen2", "Block", "head_weight", "KVCache"]

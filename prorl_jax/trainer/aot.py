@@ -229,7 +229,7 @@ def _inline(cfg, model_cfg, mesh, state):
   prefill = Program(
     "engine/prefill",
     paged_kernels.admit,
-    (params, weights["head"], kp, vp, *prompt),
+    (params, weights.head, kp, vp, *prompt),
     "prefill",
     kwargs=dict(model_cfg=wcfg, sp=sp, attention=attention),
     attention="dense (prompt)",

@@ -17,10 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry2x32_p
 
-from prorl_jax.model import Qwen2, causal_mask, head_weight, positions_from_mask
+from prorl_jax.model import Qwen2, causal_mask, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
+from prorl_jax.model.layer import decode_stack, prepare
 from prorl_jax.model.presets import Qwen2Config
-from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
 from prorl_jax.records import Generation, SamplingParams
 
 
@@ -121,72 +121,27 @@ def sample_rows(logits_BxV, seed_key, seq_B, t_B, sp: SamplingParams):
   return tok.astype(jnp.int32), lp
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg",))
-def prepare(model_cfg: Qwen2Config, params):
-  """The weights laid out for decoding: one entry per layer (no per-step slice of the stacked
-  layer params), q/k/v fused into one projection, everything in the compute dtype.
+def _slot_attend(model_cfg: Qwen2Config, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS):
+  """Attention of one new token per row over a dense slot cache: its key and value written in
+  place at `slot`, keys cached transposed so the scores are a plain [G, Dh] x [Dh, S] matmul per
+  (row, kv head). Carries out the updated caches."""
+  h, k, dh = model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim
 
-  `generate` makes this itself when not given one; a worker makes it once per weight version.
-  """
-  dt = jnp.dtype(model_cfg.compute_dtype)
-  d = model_cfg.hidden_size
-  lp = params["layers"]
-  a, m = lp["attn"], lp["mlp"]
-  layers = []
-  for i in range(model_cfg.num_layers):
-    layers.append(
-      {
-        "input_norm": lp["input_norm"]["scale"][i].astype(dt),
-        "qkv": jnp.concatenate(
-          [a[n]["kernel"][i].reshape(d, -1) for n in ("q_proj", "k_proj", "v_proj")], axis=1
-        ).astype(dt),
-        "qkv_bias": jnp.concatenate(
-          [a[n]["bias"][i].reshape(-1) for n in ("q_proj", "k_proj", "v_proj")]
-        ).astype(dt),
-        "o": a["o_proj"]["kernel"][i].reshape(-1, d).astype(dt),
-        "post_attn_norm": lp["post_attn_norm"]["scale"][i].astype(dt),
-        "gate": m["gate_proj"]["kernel"][i].astype(dt),
-        "up": m["up_proj"]["kernel"][i].astype(dt),
-        "down": m["down_proj"]["kernel"][i].astype(dt),
-      }
+  def attend(q_Bx1xHxDh, k_Bx1xKxDh, v_Bx1xKxDh):
+    b, dt = q_Bx1xHxDh.shape[0], q_Bx1xHxDh.dtype
+    q_BxKxGxDh = (q_Bx1xHxDh * jnp.asarray(dh**-0.5, dt)).reshape(b, k, h // k, dh)
+    kc = jax.lax.dynamic_update_slice(
+      k_BxKxDhxS, k_Bx1xKxDh.reshape(b, k, dh, 1).astype(k_BxKxDhxS.dtype), (0, 0, 0, slot)
     )
-  return {
-    "layers": tuple(layers),
-    "embed": params["embed"]["embedding"].astype(dt),
-    "final_norm": params["final_norm"]["scale"].astype(dt),
-    "head": head_weight(model_cfg, params).astype(dt),
-  }
+    vc = jax.lax.dynamic_update_slice(
+      v_BxKxSxDh, v_Bx1xKxDh.reshape(b, k, 1, dh).astype(v_BxKxSxDh.dtype), (0, 0, slot, 0)
+    )
+    scores = jnp.einsum("bkgd,bkds->bkgs", q_BxKxGxDh, kc.astype(dt)).astype(jnp.float32)
+    scores = jnp.where(valid_BxS[:, None, None, :], scores, NEG_SCORE)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    return jnp.einsum("bkgs,bksd->bkgd", probs, vc.astype(dt)).reshape(b, 1, h * dh), (kc, vc)
 
-
-def _decode_layer(
-  model_cfg: Qwen2Config, w, x_BxD, cos, sin, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS
-):
-  """One layer for one new token per row, the same math as `Qwen2` (parity-tested against the
-  full forward). Keys are cached transposed so the scores are a plain [G, Dh] x [Dh, S] matmul
-  per (row, kv head); the new key/value is written in place at `slot`."""
-  b = x_BxD.shape[0]
-  h, k, dh, dt = model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim, x_BxD.dtype
-  g = h // k
-  qkv = rms_norm(x_BxD, w["input_norm"], model_cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
-  q = apply_rope(qkv[:, : h * dh].reshape(b, 1, h, dh), cos, sin)
-  q_BxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(b, k, g, dh)
-  new_k = apply_rope(qkv[:, h * dh : (h + k) * dh].reshape(b, 1, k, dh), cos, sin)
-  k_BxKxDhxS = jax.lax.dynamic_update_slice(
-    k_BxKxDhxS, new_k.reshape(b, k, dh, 1).astype(k_BxKxDhxS.dtype), (0, 0, 0, slot)
-  )
-  v_BxKxSxDh = jax.lax.dynamic_update_slice(
-    v_BxKxSxDh,
-    qkv[:, (h + k) * dh :].reshape(b, k, 1, dh).astype(v_BxKxSxDh.dtype),
-    (0, 0, slot, 0),
-  )
-  scores = jnp.einsum("bkgd,bkds->bkgs", q_BxKxGxDh, k_BxKxDhxS.astype(dt)).astype(jnp.float32)
-  scores = jnp.where(valid_BxS[:, None, None, :], scores, NEG_SCORE)
-  probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-  out_BxHDh = jnp.einsum("bkgs,bksd->bkgd", probs, v_BxKxSxDh.astype(dt)).reshape(b, h * dh)
-  x_BxD = x_BxD + out_BxHDh @ w["o"]
-  y = rms_norm(x_BxD, w["post_attn_norm"], model_cfg.rms_norm_eps, dt)
-  x_BxD = x_BxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
-  return x_BxD, k_BxKxDhxS, v_BxKxSxDh
+  return attend
 
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "sp", "pad_id"))
@@ -251,7 +206,7 @@ def _generate(
     jnp.zeros((b,), jnp.int32),
     jnp.zeros((b,), bool),
   )
-  out, tok = emit(out, h[:, -1] @ weights["head"], 0)
+  out, tok = emit(out, h[:, -1] @ weights.head, 0)
 
   def cond(carry):
     i, _, _, _, out, _ = carry
@@ -261,17 +216,15 @@ def _generate(
     i, ks, vs, key_valid, out, tok = carry
     slot = p + i - 1  # the slot of the token sampled at step i-1
     key_valid = key_valid.at[:, slot].set(True)
-    cos, sin = rope_tables((next_pos_B + i - 1)[:, None], model_cfg.head_dim, model_cfg.rope_theta)
-    x_BxD = weights["embed"][tok]
-    new_ks, new_vs = [], []
-    for layer in range(model_cfg.num_layers):  # unrolled: per-layer weights and caches, no slicing
-      x_BxD, kc, vc = _decode_layer(
-        model_cfg, weights["layers"][layer], x_BxD, cos, sin, ks[layer], vs[layer], slot, key_valid
-      )
-      new_ks.append(kc)
-      new_vs.append(vc)
-    x_BxD = rms_norm(x_BxD, weights["final_norm"], model_cfg.rms_norm_eps, dt)
-    out, tok = emit(out, x_BxD @ weights["head"], i)
+    x_BxD, caches = decode_stack(
+      model_cfg,
+      weights,
+      tok,
+      next_pos_B + i - 1,
+      lambda layer: _slot_attend(model_cfg, ks[layer], vs[layer], slot, key_valid),
+    )
+    new_ks, new_vs = zip(*caches)
+    out, tok = emit(out, x_BxD @ weights.head, i)
     return i + 1, tuple(new_ks), tuple(new_vs), key_valid, out, tok
 
   _, _, _, _, out, _ = jax.lax.while_loop(

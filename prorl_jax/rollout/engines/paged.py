@@ -178,7 +178,7 @@ class PagedEngine:
         seq_ids[g] = np.arange(pi * n, pi * n + n)
       kp, vp, first, first_lp = kernels.admit(
         self.params,
-        self.weights["head"],
+        self.weights.head,
         kp,
         vp,
         jnp.asarray(toks),

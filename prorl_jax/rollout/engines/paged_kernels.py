@@ -23,8 +23,8 @@ from jax.sharding import PartitionSpec as P
 
 from prorl_jax.model import Qwen2, causal_mask, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
+from prorl_jax.model.layer import decode_stack
 from prorl_jax.model.presets import Qwen2Config
-from prorl_jax.model.qwen2 import apply_rope, rms_norm, rope_tables
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines.jax_sampler import sample_rows
 
@@ -200,47 +200,43 @@ def flash_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S):
   return o_run / jnp.maximum(l_run, 1e-30)[..., None]
 
 
-def attend_paged(
-  model_cfg, w, x_SxD, cos, sin, kp, vp, table_SxM, pos_S, active_S, groups, attention="xla"
-):
-  """One layer for one new token per slot: its key/value written at (its page, pos % page),
-  then attention over the slot's pages up to and including pos: with `xla`, in `groups` runs of
-  adjacent slots, each as long as its own longest active slot (the host keeps slots sorted by
-  length, so a few long sequences do not make every slot read that far); with a Pallas kernel,
-  every slot as long as its own."""
-  s = x_SxD.shape[0]
-  h, k, dh, dt = model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim, x_SxD.dtype
-  g, page = h // k, kp.shape[2] if _pallas(attention) else kp.shape[-1]
-  qkv = rms_norm(x_SxD, w["input_norm"], model_cfg.rms_norm_eps, dt) @ w["qkv"] + w["qkv_bias"]
-  q = apply_rope(qkv[:, : h * dh].reshape(s, 1, h, dh), cos, sin)
-  q_SxKxGxDh = (q * jnp.asarray(dh**-0.5, dt)).reshape(s, k, g, dh)
-  new_k = apply_rope(qkv[:, h * dh : (h + k) * dh].reshape(s, 1, k, dh), cos, sin).reshape(s, k, dh)
-  new_v = qkv[:, (h + k) * dh :].reshape(s, k, dh)
-  write_S = jnp.where(
-    active_S, jnp.take_along_axis(table_SxM, (pos_S // page)[:, None], 1)[:, 0], 0
-  )
-  off = pos_S % page
-  if _pallas(attention):
-    kp = kp.at[:, write_S, off, :].set(new_k.transpose(1, 0, 2).astype(kp.dtype))
-    vp = vp.at[:, write_S, off, :].set(new_v.transpose(1, 0, 2).astype(vp.dtype))
-    interpret = attention == "pallas_interpret"
-    kernel = {"pallas_tpu": "tpu", "pallas_gpu": "gpu"}.get(attention)
-    out = pallas_pages(q_SxKxGxDh, kp, vp, table_SxM, pos_S, active_S, interpret, kernel)
-  else:
-    kp = kp.at[write_S, :, :, off].set(new_k.astype(kp.dtype))
-    vp = vp.at[write_S, :, off, :].set(new_v.astype(vp.dtype))
+def paged_attend(model_cfg, kp, vp, table_SxM, pos_S, active_S, groups, attention="xla"):
+  """Attention of one new token per slot over its pages: its key/value written at (its page,
+  pos % page), then attention over the slot's pages up to and including pos: with `xla`, in
+  `groups` runs of adjacent slots, each as long as its own longest active slot (the host keeps
+  slots sorted by length, so a few long sequences do not make every slot read that far); with a
+  Pallas kernel, every slot as long as its own. Carries out the updated pages."""
+  h, k, dh = model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim
+  page = kp.shape[2] if _pallas(attention) else kp.shape[-1]
+
+  def attend(q_Sx1xHxDh, k_Sx1xKxDh, v_Sx1xKxDh):
+    s, dt = q_Sx1xHxDh.shape[0], q_Sx1xHxDh.dtype
+    q_SxKxGxDh = (q_Sx1xHxDh * jnp.asarray(dh**-0.5, dt)).reshape(s, k, h // k, dh)
+    new_k, new_v = k_Sx1xKxDh.reshape(s, k, dh), v_Sx1xKxDh.reshape(s, k, dh)
+    write_S = jnp.where(
+      active_S, jnp.take_along_axis(table_SxM, (pos_S // page)[:, None], 1)[:, 0], 0
+    )
+    off = pos_S % page
+    if _pallas(attention):
+      kp2 = kp.at[:, write_S, off, :].set(new_k.transpose(1, 0, 2).astype(kp.dtype))
+      vp2 = vp.at[:, write_S, off, :].set(new_v.transpose(1, 0, 2).astype(vp.dtype))
+      interpret = attention == "pallas_interpret"
+      kernel = {"pallas_tpu": "tpu", "pallas_gpu": "gpu"}.get(attention)
+      out = pallas_pages(q_SxKxGxDh, kp2, vp2, table_SxM, pos_S, active_S, interpret, kernel)
+      return out.reshape(s, 1, h * dh), (kp2, vp2)
+    kp2 = kp.at[write_S, :, :, off].set(new_k.astype(kp.dtype))
+    vp2 = vp.at[write_S, :, off, :].set(new_v.astype(vp.dtype))
     bounds = np.linspace(0, s, groups + 1).astype(int)
     out = jnp.concatenate(
       [
-        flash_pages(q_SxKxGxDh[a:b], kp, vp, table_SxM[a:b], pos_S[a:b], active_S[a:b])
+        flash_pages(q_SxKxGxDh[a:b], kp2, vp2, table_SxM[a:b], pos_S[a:b], active_S[a:b])
         for a, b in zip(bounds[:-1], bounds[1:])
         if b > a
       ]
     )
-  x_SxD = x_SxD + out.astype(dt).reshape(s, h * dh) @ w["o"]
-  y = rms_norm(x_SxD, w["post_attn_norm"], model_cfg.rms_norm_eps, dt)
-  x_SxD = x_SxD + (jax.nn.silu(y @ w["gate"]) * (y @ w["up"])) @ w["down"]
-  return x_SxD, kp, vp
+    return out.reshape(s, 1, h * dh), (kp2, vp2)
+
+  return attend
 
 
 @functools.partial(
@@ -265,38 +261,24 @@ def decode(
   """`steps` decode steps of every active slot. `state`: pos [S] (the next cache position), tok
   [S] (the last token), ngen [S] (tokens drawn so far), cap [S] (the sequence's token limit),
   active [S], seq [S] (sequence ids). `groups`: runs of adjacent slots whose attention stops at
-  their own longest (`attend_paged`); `attention`: one of `ATTENTION`.
+  their own longest (`paged_attend`); `attention`: one of `ATTENTION`.
   Returns the pages, the new state and, per step, the tokens, log-probs and which slots
   emitted [steps, S]."""
-  dt = jnp.dtype(model_cfg.compute_dtype)
   stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   n_max = sp.max_new_tokens
 
   def step(carry, _):
     kps, vps, st = carry
     pos, tok, ngen, active, seq = st["pos"], st["tok"], st["ngen"], st["active"], st["seq"]
-    cos, sin = rope_tables(pos[:, None], model_cfg.head_dim, model_cfg.rope_theta)
-    x = weights["embed"][tok]
-    new_k, new_v = [], []
-    for layer in range(model_cfg.num_layers):
-      x, kp, vp = attend_paged(
-        model_cfg,
-        weights["layers"][layer],
-        x,
-        cos,
-        sin,
-        kps[layer],
-        vps[layer],
-        table_SxM,
-        pos,
-        active,
-        groups,
-        attention,
-      )
-      new_k.append(kp)
-      new_v.append(vp)
-    x = rms_norm(x, weights["final_norm"], model_cfg.rms_norm_eps, dt)
-    nxt, lp = sample_rows(x @ weights["head"], seed_key, seq, ngen, sp)
+    x, pages = decode_stack(
+      model_cfg,
+      weights,
+      tok,
+      pos,
+      lambda i: paged_attend(model_cfg, kps[i], vps[i], table_SxM, pos, active, groups, attention),
+    )
+    new_k, new_v = zip(*pages)
+    nxt, lp = sample_rows(x @ weights.head, seed_key, seq, ngen, sp)
     emitted = active
     ngen = ngen + active.astype(jnp.int32)
     active = active & ~jnp.isin(nxt, stop_ids) & (ngen < jnp.minimum(st["cap"], n_max))
