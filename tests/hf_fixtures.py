@@ -1,4 +1,5 @@
-"""Random tiny Hugging Face Qwen2 models built in the test (the independent reference)."""
+"""Random tiny Hugging Face Qwen2 and Qwen3 models built in the test (the independent
+reference)."""
 
 from __future__ import annotations
 
@@ -18,13 +19,20 @@ def make_hf_qwen2(
   rope_theta: float = 10000.0,
   seed: int = 0,
   save: bool = True,
+  family: str = "qwen2",
+  head_dim: int | None = None,
 ):
-  """Builds a Qwen2ForCausalLM with O(1)-scale random weights, saves it, returns the model."""
+  """Builds a Qwen2ForCausalLM (or a Qwen3ForCausalLM: `family="qwen3"`, its `head_dim` free of
+  hidden / heads) with O(1)-scale random weights, saves it, returns the model."""
   import torch
   import transformers
 
   torch.manual_seed(seed)
-  model_cfg = transformers.Qwen2Config(
+  qwen3 = family == "qwen3"
+  extra = {"head_dim": head_dim or hidden // heads, "attention_bias": False} if qwen3 else {}
+  config_class = transformers.Qwen3Config if qwen3 else transformers.Qwen2Config
+  model_cfg = config_class(
+    **extra,
     vocab_size=vocab,
     hidden_size=hidden,
     intermediate_size=inter,
@@ -39,7 +47,8 @@ def make_hf_qwen2(
     bos_token_id=1,
     eos_token_id=2,
   )
-  model = transformers.Qwen2ForCausalLM(model_cfg).eval()
+  model_class = transformers.Qwen3ForCausalLM if qwen3 else transformers.Qwen2ForCausalLM
+  model = model_class(model_cfg).eval()
   gen = torch.Generator().manual_seed(seed)
   with torch.no_grad():
     for name, p in model.named_parameters():

@@ -22,9 +22,10 @@ from prorl_jax.trainer.versions import write_probe  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _model(tie, seed, scale=3.0):
+def _model(tie, seed, scale=3.0, family="qwen2"):
   # head_dim 32: vLLM's CPU attention kernels do not take 16
   model_cfg = presets.tiny(
+    family=family,
     vocab_size=64,
     hidden_size=128,
     intermediate_size=256,
@@ -60,10 +61,10 @@ def _max_logprob_error(engine, model_cfg, params):
   return worst
 
 
-@pytest.mark.parametrize("tie", [False, True])
-def test_vllm_logprobs_match_jax_before_and_after_a_weight_update(tmp_path, tie):
-  model_cfg, p0 = _model(tie, 0)
-  _, p1 = _model(tie, 1)
+@pytest.mark.parametrize("tie, family", [(False, "qwen2"), (True, "qwen2"), (True, "qwen3")])
+def test_vllm_logprobs_match_jax_before_and_after_a_weight_update(tmp_path, tie, family):
+  model_cfg, p0 = _model(tie, 0, family=family)
+  _, p1 = _model(tie, 1, family=family)
   engine = VllmEngine(dtype="float32", max_model_len=64)
   try:
     engine.load(_save(model_cfg, p0, str(tmp_path / "v0")))

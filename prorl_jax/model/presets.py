@@ -203,18 +203,74 @@ def r1_distill_qwen_7b(**kw) -> Qwen2Config:
   )
 
 
+# What the Qwen3 dense models share (their config.json files on the Hugging Face Hub).
+_QWEN3 = dict(
+  family="qwen3",
+  vocab_size=151936,
+  head_dim=128,
+  num_kv_heads=8,
+  rope_theta=1_000_000.0,
+  rms_norm_eps=1e-6,
+  max_position_embeddings=40960,
+  bos_token_id=151643,
+  eos_token_id=151645,
+)
+
+
+def qwen3_1p7b(**kw) -> Qwen2Config:
+  """Qwen3-1.7B's architecture (tied embeddings)."""
+  return Qwen2Config(
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_layers=28,
+    num_heads=16,
+    tie_word_embeddings=True,
+    **_QWEN3,
+    **kw,
+  )
+
+
+def qwen3_4b(**kw) -> Qwen2Config:
+  """Qwen3-4B's architecture (tied embeddings)."""
+  return Qwen2Config(
+    hidden_size=2560,
+    intermediate_size=9728,
+    num_layers=36,
+    num_heads=32,
+    tie_word_embeddings=True,
+    **_QWEN3,
+    **kw,
+  )
+
+
+def qwen3_8b(**kw) -> Qwen2Config:
+  """Qwen3-8B's architecture."""
+  return Qwen2Config(
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_layers=36,
+    num_heads=32,
+    tie_word_embeddings=False,
+    **_QWEN3,
+    **kw,
+  )
+
+
 # Architectures by name, for what needs a model's shapes but not its weights (the compile tool's
 # model.path): the Hub names, with or without their organisation.
 PRESETS = {
   "deepseek-r1-distill-qwen-1.5b": r1_distill_qwen_1p5b,
   "deepseek-r1-distill-qwen-7b": r1_distill_qwen_7b,
+  "qwen3-1.7b": qwen3_1p7b,
+  "qwen3-4b": qwen3_4b,
+  "qwen3-8b": qwen3_8b,
 }
 
 
 def preset(name: str):
-  """The architecture function named `name` ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"), or
-  None."""
-  return PRESETS.get(name.lower().removeprefix("deepseek-ai/"))
+  """The architecture function named `name` ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+  "Qwen/Qwen3-4B"), or None."""
+  return PRESETS.get(name.lower().split("/", 1)[-1])
 
 
 def tiny(vocab_size: int = 32, **kw) -> Qwen2Config:
