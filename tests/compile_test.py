@@ -186,12 +186,16 @@ def test_the_training_environment_has_no_tpu_or_cuda_backend():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-  "model, topology",
-  [("deepseek-r1-distill-qwen-1.5b", "v5p-8"), ("deepseek-r1-distill-qwen-7b", "v5p-16")],
+  "config, model, topology",
+  [
+    ("qwen15b", "deepseek-r1-distill-qwen-1.5b", "v5p-8"),
+    ("qwen15b", "deepseek-r1-distill-qwen-7b", "v5p-16"),
+    ("qwen3", "Qwen/Qwen3-1.7B", "v5p-8"),
+  ],
 )
-def test_the_real_run_compiles(model, topology):
+def test_the_real_run_compiles(config, model, topology):
   rc, lines, err = compile_cli(
-    "--config=configs/qwen15b.py", f"--topology={topology}", f"--config.model.path={model}",
+    f"--config=configs/{config}.py", f"--topology={topology}", f"--config.model.path={model}",
     timeout=1800,
   )  # fmt: skip
   assert rc in (0, 1), err[-2000:]

@@ -9,7 +9,8 @@ import pytest
 from prorl_jax.model import init_params, presets
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines import jax_sampler
-from prorl_jax.rollout.engines.paged import PagedConfig, PagedEngine, PagePool
+from prorl_jax.rollout.engines.paged import PagedConfig, PagedEngine
+from prorl_jax.rollout.engines.slots import PagePool
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,9 @@ def test_logits_match_transformers_qwen3(tmp_path, tie, heads, kv):
   # the q/k norms are in the math: without them the logits are not transformers'
   no_norm = jax.tree.map(lambda x: x, params)
   for name in ("q_norm", "k_norm"):
-    no_norm["layers"]["attn"][name]["scale"] = jnp.ones_like(params["layers"]["attn"][name]["scale"])
+    no_norm["layers"]["attn"][name]["scale"] = jnp.ones_like(
+      params["layers"]["attn"][name]["scale"]
+    )
   assert np.abs(np.asarray(forward(model_cfg, no_norm, jnp.asarray(tokens))) - ref).max() > 1e-2
 
 
@@ -133,9 +135,9 @@ def test_qwen3_presets_have_transformers_parameter_counts(name, hub):
   model_cfg = presets.preset(f"Qwen/Qwen3-{hub}")
   assert model_cfg is presets.PRESETS[name] or model_cfg == presets.PRESETS[name]()
   model_cfg = presets.PRESETS[name]()
-  hf_cfg = transformers.Qwen3Config(**{
-    k: v for k, v in model_cfg.to_hf_dict().items() if k not in ("architectures", "torch_dtype")
-  })
+  hf_cfg = transformers.Qwen3Config(
+    **{k: v for k, v in model_cfg.to_hf_dict().items() if k not in ("architectures", "torch_dtype")}
+  )
   with torch.device("meta"):
     model = transformers.Qwen3ForCausalLM(hf_cfg)
   total = sum(p.numel() for p in model.parameters())  # a tied head is counted once

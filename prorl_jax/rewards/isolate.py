@@ -212,6 +212,33 @@ def _parse(data: bytes) -> Score | None:
   return s
 
 
+def _read_verdict(r: int, deadline: float) -> tuple[bytes, bool]:
+  """(what the child wrote, up to a verdict's worth past VERDICT_BYTES; whether the deadline
+  passed first)."""
+  buf = bytearray()
+  while len(buf) <= VERDICT_BYTES:
+    left = deadline - time.monotonic()
+    if left <= 0:
+      return bytes(buf), True
+    ready, _, _ = select.select([r], [], [], left)
+    if not ready:
+      continue
+    chunk = os.read(r, 1 << 16)
+    if not chunk:
+      break
+    buf += chunk
+  return bytes(buf), False
+
+
+def _no_verdict(status: int) -> Score:
+  """The child ended without a verdict: a limit killed it, or it exited."""
+  code = os.waitstatus_to_exitcode(status)
+  why = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+  if code == -signal.SIGXCPU or code == -signal.SIGKILL:
+    return Score(0.0, f"response error: verifier {why} (CPU or memory limit)", response_error=True)
+  return Score(0.0, f"response error: verifier child {why} without a verdict", response_error=True)
+
+
 def run(
   fn, *args, timeout_s: float, mem_bytes: int = 1 << 30, cpu_s: float | None = None, **kwargs
 ) -> Score:
@@ -224,20 +251,9 @@ def run(
     os.close(r)
     _child(w, fn, args, kwargs, mem_bytes, cpu_s if cpu_s is not None else timeout_s)
   os.close(w)
-  buf, timed_out = bytearray(), False
+  timed_out = True
   try:
-    while len(buf) <= VERDICT_BYTES:
-      left = t0 + timeout_s - time.monotonic()
-      if left <= 0:
-        timed_out = True
-        break
-      ready, _, _ = select.select([r], [], [], left)
-      if not ready:
-        continue
-      chunk = os.read(r, 1 << 16)
-      if not chunk:
-        break
-      buf += chunk
+    buf, timed_out = _read_verdict(r, t0 + timeout_s)
   finally:
     os.close(r)
     if timed_out:
@@ -252,11 +268,5 @@ def run(
     if cpu < STARVED_CPU_SHARE * wall and usage.ru_nivcsw > usage.ru_nvcsw:
       return Score(0.0, f"starved: {cpu:.1f}s of CPU in {wall:.1f}s", starved=True)
     return Score(0.0, f"response error: verifier timeout after {timeout_s:g}s", response_error=True)
-  got = _parse(bytes(buf)) if os.waitstatus_to_exitcode(status) == 0 else None
-  if got is not None:
-    return got
-  code = os.waitstatus_to_exitcode(status)
-  why = f"killed by signal {-code}" if code < 0 else f"exit {code}"
-  if code == -signal.SIGXCPU or code == -signal.SIGKILL:
-    return Score(0.0, f"response error: verifier {why} (CPU or memory limit)", response_error=True)
-  return Score(0.0, f"response error: verifier child {why} without a verdict", response_error=True)
+  got = _parse(buf) if os.waitstatus_to_exitcode(status) == 0 else None
+  return got if got is not None else _no_verdict(status)

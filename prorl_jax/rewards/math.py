@@ -170,31 +170,23 @@ def hands_back(answer: str, reference: str, prompt_text: str | None) -> str | No
   return None
 
 
-def score(
-  response: str,
-  reference,
-  *,
-  timeout_s: int = 5,
-  wall_factor: float = 1.0,
-  prompt_text: str | None = None,
-  **_,
-) -> Score:
-  """1 when the response's last boxed answer (after the think block) equals the reference by
-  math-verify, else 0; a verifier timeout or crash is a marked failure, never a 0."""
-  from math_verify import errors, parse, verify  # imported in the verifier process only
-
+def _final_box(response: str, prompt_text: str | None) -> tuple[str | None, Score | None]:
+  """The last boxed answer after the think block, or why there is none."""
   said = read(response, prompt_text)
-  final = said.answer
-  if final is None:
-    return Score(0.0, said.why)
-  boxed = last_boxed(final)
+  if said.answer is None:
+    return None, Score(0.0, said.why)
+  boxed = last_boxed(said.answer)
   if boxed is None:
-    return Score(0.0, "no \\boxed{} answer after </think>")
+    return None, Score(0.0, "no \\boxed{} answer after </think>")
   if blank(boxed):
-    return Score(0.0, "empty \\boxed{} answer")
-  ref = str(reference)
+    return None, Score(0.0, "empty \\boxed{} answer")
+  return without_percent(plain_math(boxed)), None
+
+
+def _judged_as_written(boxed: str, ref: str, prompt_text: str | None) -> Score | None:
+  """The verdicts reached before math-verify: the answer as written, the question handed back,
+  a base numeral, an answer far longer than the reference; None: math-verify decides."""
   bare_ref = last_boxed(ref) if "\\boxed" in ref else ref
-  boxed = without_percent(plain_math(boxed))
   bare_ref = None if bare_ref is None else without_percent(plain_math(bare_ref))
   if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
     return Score(1.0, "correct (as written)")
@@ -206,16 +198,41 @@ def score(
   cap = max(4 * len(_plain(bare_ref or ref)), MIN_CAP)
   if len(_plain(boxed)) > cap:  # math-verify would fish a sub-expression out of a long box
     return Score(0.0, f"answer of {len(_plain(boxed))} characters: far longer than the reference")
+  return None
+
+
+def _gold(ref: str, timeout_s: int):
+  """(the reference parsed by math-verify, None) or (None, the verifier's failure)."""
+  from math_verify import parse  # imported in the verifier process only
+
   try:
     gold = parse(_gold_text(ref), parsing_timeout=timeout_s, raise_on_error=True)
   except Exception as e:  # noqa: BLE001 - the reference itself: the verifier's failure
-    return Score(
-      0.0, f"reference {ref[:50]!r} could not be parsed: {type(e).__name__}", failed=True
-    )
+    why = f"reference {ref[:50]!r} could not be parsed: {type(e).__name__}"
+    return None, Score(0.0, why, failed=True)
   finally:
     _cancel_alarm()
   if not gold:
-    return Score(0.0, f"reference {ref[:50]!r} could not be parsed", failed=True)
+    return None, Score(0.0, f"reference {ref[:50]!r} could not be parsed", failed=True)
+  return gold, None
+
+
+def _timed_out(t0: float, cpu0: float, use0, timeout_s: int, boxed: str) -> Score:
+  """A math-verify timeout: starved (the deadline passed while it waited for a CPU) or the
+  answer's fault."""
+  wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+  use = resource.getrusage(resource.RUSAGE_SELF)
+  preempted = use.ru_nivcsw - use0.ru_nivcsw > use.ru_nvcsw - use0.ru_nvcsw
+  if cpu < 0.5 * wall and preempted:
+    return Score(0.0, f"starved: {cpu:.1f}s of CPU in {wall:.1f}s", starved=True)
+  why = f"response error: math-verify timed out after {timeout_s}s on {boxed[:50]!r}"
+  return Score(0.0, why, response_error=True)
+
+
+def _verified(gold, boxed: str, timeout_s: int, wall_factor: float) -> Score:
+  """math-verify's verdict on the boxed answer against the parsed reference."""
+  from math_verify import errors, parse, verify  # imported in the verifier process only
+
   t0, cpu0, use0 = time.monotonic(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
   try:
     wall = max(1, round(timeout_s * wall_factor))  # math-verify's timeouts are wall clock
@@ -225,16 +242,32 @@ def score(
     ok = verify(gold, pred, timeout_seconds=wall, raise_on_error=True, allow_set_relation_comp=True)
     ok = ok and numbers_agree(gold[0], pred[0])
   except errors.TimeoutException:
-    wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    preempted = use.ru_nivcsw - use0.ru_nivcsw > use.ru_nvcsw - use0.ru_nvcsw
-    if cpu < 0.5 * wall and preempted:  # the deadline passed while it waited for a CPU
-      return Score(0.0, f"starved: {cpu:.1f}s of CPU in {wall:.1f}s", starved=True)
-    why = f"response error: math-verify timed out after {timeout_s}s on {boxed[:50]!r}"
-    return Score(0.0, why, response_error=True)
+    return _timed_out(t0, cpu0, use0, timeout_s, boxed)
   except Exception as e:  # noqa: BLE001 - the answer blew up the parser or sympy
     why = f"response error: math-verify: {type(e).__name__}: {str(e)[:80]}"
     return Score(0.0, why, response_error=True)
   finally:
     _cancel_alarm()
   return Score(1.0 if ok else 0.0, "correct" if ok else f"wrong: {boxed[:50]!r}")
+
+
+def score(
+  response: str,
+  reference,
+  *,
+  timeout_s: int = 5,
+  wall_factor: float = 1.0,
+  prompt_text: str | None = None,
+  **_,
+) -> Score:
+  """1 when the response's last boxed answer (after the think block) equals the reference by
+  math-verify, else 0; a verifier timeout or crash is a marked failure, never a 0."""
+  boxed, refused = _final_box(response, prompt_text)
+  if refused:
+    return refused
+  ref = str(reference)
+  judged = _judged_as_written(boxed, ref, prompt_text)
+  if judged:
+    return judged
+  gold, failed = _gold(ref, timeout_s)
+  return failed or _verified(gold, boxed, timeout_s, wall_factor)

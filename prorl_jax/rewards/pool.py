@@ -156,73 +156,20 @@ class VerifierPool:
     self, jobs: list[tuple[str, str, object, dict]], routing: dict[str, str] | None = None
   ) -> list[rewards.Score]:
     """jobs: (data_source, response, reference, meta) -> one Score each, in order."""
-    table = {**(self.routing or {}), **(routing or {})}
-    out: list = [None] * len(jobs)
-    todo: queue.Queue = queue.Queue()
-    for i, job in enumerate(jobs):
-      todo.put((i, job))
-
-    chunk_size = max(1, min(64, -(-len(jobs) // len(self.slots))))
-
-    def drain(slot: _Slot):
-      while True:
-        chunk = []
-        while len(chunk) < chunk_size:
-          try:
-            chunk.append(todo.get_nowait())
-          except queue.Empty:
-            break
-        if not chunk:
-          return
-        # One message per chunk (IPC per item costs more than a cheap verifier); results come
-        # back one by one, each under its own wall-clock limit.
-        if not slot.send([(d, r, ref, m, table) for _, (d, r, ref, m) in chunk]):
-          for i, (domain, _, _, _) in chunk:
-            out[i] = rewards.Score(0.0, "verifier process could not be started", failed=True)
-            self._count(domain, out[i])
-          continue
-        for k, (i, (domain, _, _, meta)) in enumerate(chunk):
-          try:  # a starved judgement's second try has more wall clock (meta wall_factor)
-            ready = slot.conn.poll(self.timeout_s * float(meta.get("wall_factor", 1.0)))
-          except (OSError, EOFError):
-            ready = True  # a dead pipe: recv below says so
-          lost = not ready
-          if ready:
-            try:
-              out[i] = slot.conn.recv()
-            except (EOFError, OSError):  # the verifier process died (e.g. killed by the OS)
-              out[i] = rewards.Score(0.0, "verifier process died", failed=True)
-              lost = True
-          else:  # stuck on this response past every limit of its own: the response's doing
-            why = f"response error: verifier timeout after {self.timeout_s:g}s"
-            out[i] = rewards.Score(0.0, why, response_error=True)
-            self.stats[f"{domain}/timeouts"] += 1
-          self._count(domain, out[i], starved_ok=True)
-          if lost:
-            slot.kill_and_restart()
-            for rest in chunk[k + 1 :]:  # the rest of the chunk goes back to the queue
-              todo.put(rest)
-            break
-
-    threads = [threading.Thread(target=drain, args=(s,)) for s in self.slots]
+    batch = _Batch(self, jobs, {**(self.routing or {}), **(routing or {})})
+    threads = [threading.Thread(target=batch.drain, args=(s,)) for s in self.slots]
     for t in threads:
       t.start()
     for t in threads:
       t.join()
     for i, (domain, _, _, _) in enumerate(jobs):  # a drain thread that crashed left a gap
-      if not isinstance(out[i], rewards.Score):
-        out[i] = rewards.Score(0.0, "not scored (verifier pool error)", failed=True)
-        self._count(domain, out[i])
+      if not isinstance(batch.out[i], rewards.Score):
+        batch.out[i] = rewards.Score(0.0, "not scored (verifier pool error)", failed=True)
+        self._count(domain, batch.out[i])
     # Judgements cut short by other load: again, one at a time, with nothing else running.
-    for i in [i for i, s in enumerate(out) if s.starved]:
-      d, r, ref, m = jobs[i]
-      todo.put((i, (d, r, ref, dict(m, wall_factor=ALONE_WALL_FACTOR))))
-      drain(self.slots[0])  # alone, with ALONE_WALL_FACTOR x the wall clock, the same CPU
-      if out[i].starved:  # starved alone with room to spare: it starved itself
-        why = f"response error: {out[i].reason}, even judged alone"
-        out[i] = rewards.Score(0.0, why, response_error=True)
-        self._count(jobs[i][0], out[i])
-    return out
+    for i in [i for i, s in enumerate(batch.out) if s.starved]:
+      batch.rejudge_alone(i)
+    return batch.out
 
   def _count(self, domain: str, s: rewards.Score, starved_ok: bool = False):
     if s.starved and starved_ok:
@@ -239,3 +186,74 @@ class VerifierPool:
   def close(self):
     for s in self.slots:
       s.close()
+
+
+class _Batch:
+  """One `score_many` call: its jobs queued for the pool's processes, their scores in order."""
+
+  def __init__(self, pool: VerifierPool, jobs: list, table: dict):
+    self.pool, self.jobs, self.table = pool, jobs, table
+    self.out: list = [None] * len(jobs)
+    self.todo: queue.Queue = queue.Queue()
+    for i, job in enumerate(jobs):
+      self.todo.put((i, job))
+    self.chunk_size = max(1, min(64, -(-len(jobs) // len(pool.slots))))
+
+  def _chunk(self) -> list:
+    chunk = []
+    while len(chunk) < self.chunk_size:
+      try:
+        chunk.append(self.todo.get_nowait())
+      except queue.Empty:
+        break
+    return chunk
+
+  def drain(self, slot: _Slot) -> None:
+    """Scores chunks in `slot`'s process until the queue is empty. One message per chunk (IPC
+    per item costs more than a cheap verifier); results come back one by one, each under its
+    own wall-clock limit."""
+    while chunk := self._chunk():
+      if not slot.send([(d, r, ref, m, self.table) for _, (d, r, ref, m) in chunk]):
+        for i, (domain, _, _, _) in chunk:
+          self.out[i] = rewards.Score(0.0, "verifier process could not be started", failed=True)
+          self.pool._count(domain, self.out[i])
+        continue
+      for k, (i, (domain, _, _, meta)) in enumerate(chunk):
+        if self._receive(slot, i, domain, meta):
+          slot.kill_and_restart()
+          for rest in chunk[k + 1 :]:  # the rest of the chunk goes back to the queue
+            self.todo.put(rest)
+          break
+
+  def _receive(self, slot: _Slot, i: int, domain: str, meta: dict) -> bool:
+    """Job i's score from `slot`; True when the process is lost (dead, or stuck past the
+    limit: the response's doing)."""
+    pool = self.pool
+    try:  # a starved judgement's second try has more wall clock (meta wall_factor)
+      ready = slot.conn.poll(pool.timeout_s * float(meta.get("wall_factor", 1.0)))
+    except (OSError, EOFError):
+      ready = True  # a dead pipe: recv below says so
+    lost = not ready
+    if ready:
+      try:
+        self.out[i] = slot.conn.recv()
+      except (EOFError, OSError):  # the verifier process died (e.g. killed by the OS)
+        self.out[i] = rewards.Score(0.0, "verifier process died", failed=True)
+        lost = True
+    else:
+      why = f"response error: verifier timeout after {pool.timeout_s:g}s"
+      self.out[i] = rewards.Score(0.0, why, response_error=True)
+      pool.stats[f"{domain}/timeouts"] += 1
+    pool._count(domain, self.out[i], starved_ok=True)
+    return lost
+
+  def rejudge_alone(self, i: int) -> None:
+    """Job i again, alone, with ALONE_WALL_FACTOR x the wall clock and the same CPU; starved
+    even so, it starved itself: a response error."""
+    d, r, ref, m = self.jobs[i]
+    self.todo.put((i, (d, r, ref, dict(m, wall_factor=ALONE_WALL_FACTOR))))
+    self.drain(self.pool.slots[0])
+    if self.out[i].starved:
+      why = f"response error: {self.out[i].reason}, even judged alone"
+      self.out[i] = rewards.Score(0.0, why, response_error=True)
+      self.pool._count(d, self.out[i])

@@ -208,6 +208,37 @@ _ALLOWED = (
 )
 
 
+def _value(node) -> fractions.Fraction:
+  """The exact value of an allowlisted arithmetic tree (ZeroDivisionError on a division by 0)."""
+  if isinstance(node, ast.Expression):
+    return _value(node.body)
+  if isinstance(node, ast.Constant):
+    return fractions.Fraction(node.value)
+  if isinstance(node, ast.UnaryOp):
+    return -_value(node.operand)
+  a, b = _value(node.left), _value(node.right)
+  if isinstance(node.op, ast.Add):
+    return a + b
+  if isinstance(node.op, ast.Sub):
+    return a - b
+  if isinstance(node.op, ast.Mult):
+    return a * b
+  return a / b
+
+
+def _numbers_used(tree) -> list[int] | None:
+  """The integers an arithmetic tree uses, or None when it holds anything not allowlisted."""
+  numbers = []
+  for node in ast.walk(tree):
+    if not isinstance(node, _ALLOWED):
+      return None
+    if isinstance(node, ast.Constant):
+      if type(node.value) is not int:
+        return None
+      numbers.append(node.value)
+  return numbers
+
+
 def _countdown(ans: str, e: dict) -> bool:
   """An arithmetic expression (+ - * /, unary minus and parentheses over the given numbers, each
   used exactly once) whose exact value is the target. Parsed with `ast` (allowlisted nodes),
@@ -218,35 +249,11 @@ def _countdown(ans: str, e: dict) -> bool:
     tree = ast.parse(ans.replace("×", "*").replace("÷", "/").strip(), mode="eval")
   except (SyntaxError, ValueError, RecursionError, MemoryError):
     return False
-  numbers = []
-  for node in ast.walk(tree):
-    if not isinstance(node, _ALLOWED):
-      return False
-    if isinstance(node, ast.Constant):
-      if type(node.value) is not int:
-        return False
-      numbers.append(node.value)
-  if sorted(numbers) != sorted(int(n) for n in e["metadata"]["numbers"]):
+  numbers = _numbers_used(tree)
+  if numbers is None or sorted(numbers) != sorted(int(n) for n in e["metadata"]["numbers"]):
     return False
-
-  def value(node) -> fractions.Fraction:
-    if isinstance(node, ast.Expression):
-      return value(node.body)
-    if isinstance(node, ast.Constant):
-      return fractions.Fraction(node.value)
-    if isinstance(node, ast.UnaryOp):
-      return -value(node.operand)
-    a, b = value(node.left), value(node.right)
-    if isinstance(node.op, ast.Add):
-      return a + b
-    if isinstance(node.op, ast.Sub):
-      return a - b
-    if isinstance(node.op, ast.Mult):
-      return a * b
-    return a / b  # ZeroDivisionError: caught below
-
   try:
-    return value(tree) == int(e["metadata"]["target"])
+    return _value(tree) == int(e["metadata"]["target"])
   except (ZeroDivisionError, RecursionError):
     return False
 
@@ -290,6 +297,26 @@ _OWN = {
 }
 
 
+def _judged(rule: str, ans: str, e: dict) -> bool:
+  """The answer by a rule of ours: an exact text, a number, or the task's own rule (`_OWN`)."""
+  if rule == "exact":
+    return _norm(ans) == _norm(str(e["answer"]))
+  if rule == "number":
+    return same_token(ans.strip().replace(",", ""), str(e["answer"]).strip())
+  return _OWN[rule](ans, e)
+
+
+def _checked(name: str, ans: str, e: dict) -> Score | bool:
+  """The answer by the task's own checker, or a response error where the answer broke it."""
+  import reasoning_gym  # lazy: slow to import; only Reasoning Gym items need it
+
+  try:
+    return float(reasoning_gym.get_score_answer_fn(name)(ans, e)) >= 1.0
+  except Exception as err:  # noqa: BLE001 - the item is ours (regenerated): the answer broke it
+    why = f"response error: {name} checker: {type(err).__name__}: {str(err)[:80]}"
+    return Score(0.0, why, response_error=True)
+
+
 def score(
   response: str,
   reference,
@@ -325,18 +352,7 @@ def score(
     return Score(0.0, "empty answer")
   if len(ans) > _max_len(e):
     return Score(0.0, f"answer of {len(ans)} characters: far longer than any answer here")
-  if rule == "exact":
-    ok = _norm(ans) == _norm(str(e["answer"]))
-  elif rule == "number":
-    ok = same_token(ans.strip().replace(",", ""), str(e["answer"]).strip())
-  elif rule == "checker":
-    import reasoning_gym  # lazy: slow to import; only Reasoning Gym items need it
-
-    try:
-      ok = float(reasoning_gym.get_score_answer_fn(name)(ans, e)) >= 1.0
-    except Exception as err:  # noqa: BLE001 - the item is ours (regenerated): the answer broke it
-      why = f"response error: {name} checker: {type(err).__name__}: {str(err)[:80]}"
-      return Score(0.0, why, response_error=True)
-  else:
-    ok = _OWN[rule](ans, e)
+  ok = _checked(name, ans, e) if rule == "checker" else _judged(rule, ans, e)
+  if isinstance(ok, Score):
+    return ok
   return Score(1.0 if ok else 0.0, f"{name}: {'solved' if ok else 'wrong'} ({rule})")

@@ -52,41 +52,79 @@ def without_comments(text: str) -> str:
   return _COMMENT.sub("", text)
 
 
+class _Renderer:
+  """Markdown-it's block tokens written back as the text a reader sees, one handler per token
+  type (a type without one writes nothing: list and quote closings, emphasis is inline)."""
+
+  def __init__(self, lines: list[str]):
+    self.lines, self.out, self.depth, self.pending = lines, [], 0, ""
+
+  def list_open(self, t):
+    self.depth += 1
+
+  def list_close(self, t):
+    self.depth -= 1
+    self.out.append("\n")
+
+  def item(self, t):
+    self.pending += _marker(t, self.depth - 1)
+
+  def quote(self, t):
+    self.pending += "> "
+
+  def heading(self, t):  # ATX or setext: written as ATX (`## Title`)
+    self.pending += "#" * int(t.tag[1]) + " "
+
+  def inline(self, t):
+    self.out.append(self.pending + _inline(t.children or []))
+    self.pending = ""
+
+  def block_close(self, t):
+    self.out.append("\n" if t.hidden else "\n\n")
+
+  def hr(self, t):
+    self.out.append(self.lines[t.map[0]].strip() + "\n\n")
+
+  def fence(self, t):
+    self.out.append(f"{self.pending}{t.markup}{t.info}\n{t.content}{t.markup}\n\n")
+    self.pending = ""
+
+  def code(self, t):
+    self.out.append(t.content + "\n")
+
+  def html(self, t):
+    shown = _COMMENT.sub("", t.content)
+    if shown.strip():
+      self.out.append(self.pending + shown + "\n")
+      self.pending = ""
+
+
+_HANDLERS = {
+  "bullet_list_open": _Renderer.list_open,
+  "ordered_list_open": _Renderer.list_open,
+  "bullet_list_close": _Renderer.list_close,
+  "ordered_list_close": _Renderer.list_close,
+  "list_item_open": _Renderer.item,
+  "blockquote_open": _Renderer.quote,
+  "heading_open": _Renderer.heading,
+  "inline": _Renderer.inline,
+  "paragraph_close": _Renderer.block_close,
+  "heading_close": _Renderer.block_close,
+  "hr": _Renderer.hr,
+  "fence": _Renderer.fence,
+  "code_block": _Renderer.code,
+  "html_block": _Renderer.html,
+}
+
+
 @functools.lru_cache(maxsize=64)
 def rendered(text: str) -> str:
   """The text a reader sees, with structural markup kept (see the module docstring); cached, as
   a response's every instruction check and its substance check read the same rendering."""
-  lines = text.splitlines()
-  out: list[str] = []
-  depth, pending = 0, ""
+  r = _Renderer(text.splitlines())
   for t in _parser().parse(text):
-    if t.type in ("bullet_list_open", "ordered_list_open"):
-      depth += 1
-    elif t.type in ("bullet_list_close", "ordered_list_close"):
-      depth -= 1
-      out.append("\n")
-    elif t.type == "list_item_open":
-      pending += _marker(t, depth - 1)
-    elif t.type == "blockquote_open":
-      pending += "> "
-    elif t.type == "heading_open":  # ATX or setext: written as ATX (`## Title`)
-      pending += "#" * int(t.tag[1]) + " "
-    elif t.type == "inline":
-      out.append(pending + _inline(t.children or []))
-      pending = ""
-    elif t.type in ("paragraph_close", "heading_close"):
-      out.append("\n" if t.hidden else "\n\n")
-    elif t.type == "hr":
-      out.append(lines[t.map[0]].strip() + "\n\n")
-    elif t.type == "fence":
-      out.append(f"{pending}{t.markup}{t.info}\n{t.content}{t.markup}\n\n")
-      pending = ""
-    elif t.type == "code_block":
-      out.append(t.content + "\n")
-    elif t.type == "html_block":
-      shown = _COMMENT.sub("", t.content)
-      if shown.strip():
-        out.append(pending + shown + "\n")
-        pending = ""
+    if t.type in _HANDLERS:
+      _HANDLERS[t.type](r, t)
+  out = r.out
   text = re.sub(r"[ \t]+\n", "\n", "".join(out))
   return re.sub(r"\n{3,}", "\n\n", text).strip()

@@ -44,6 +44,7 @@ class JaxEngine:
     self.batching, self.attention, self.dtype = batching, attention, dtype
     self.paged = dict(slots=slots, page_size=page_size, pages=pages, steps_per_sync=steps_per_sync)
     self.model_cfg = self.params = self.weights = self._score = None
+    self._paged: paged.PagedEngine | None = None  # built once per model, given each version
     self.pad = 0
     self.last_mismatch = None  # the worker checks the probe
 
@@ -56,11 +57,21 @@ class JaxEngine:
     """Generates with `params` (already on their devices, in any sharding) from now on: what
     `load` does with a published directory, and the trainer's own engine with its params."""
     if self.model_cfg != model_cfg:
-      self._score = None  # jitted for one model config
+      self._score = self._paged = None  # jitted or built for one model config
     self.model_cfg, self.params, self.pad = model_cfg, params, pad_id
-    self.weights = jax_sampler.prepare(
-      self.model_cfg, self.params
-    )  # the decode layout, once per version
+    self.weights = jax_sampler.prepare(self.model_cfg, self.params)  # once per version
+    if self._paged is not None:
+      self._paged.set_weights(self.params, self.weights)
+
+  def _continuous(self) -> paged.PagedEngine:
+    """The continuous-batching engine, built on first use for the loaded model."""
+    if self._paged is None:
+      attention = paged_kernels.choose_attention(
+        self.attention, self.model_cfg.head_dim, self.paged["page_size"], jax.default_backend()
+      )
+      pc = paged.PagedConfig(**self.paged, attention=attention)
+      self._paged = paged.PagedEngine(self.model_cfg, self.params, pc, weights=self.weights)
+    return self._paged
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     if self._score is None:  # jitted once: the probe is checked after every weight reload
@@ -80,11 +91,7 @@ class JaxEngine:
     if between_chunks is not None and not self.inflight_updates:
       raise ValueError("in-flight weight updates need the JAX engine's continuous batching")
     if self.batching == "continuous":
-      attention = paged_kernels.choose_attention(
-        self.attention, self.model_cfg.head_dim, self.paged["page_size"], jax.default_backend()
-      )
-      pc = paged.PagedConfig(**self.paged, attention=attention)
-      engine = paged.PagedEngine(self.model_cfg, self.params, pc, weights=self.weights)
+      engine = self._continuous()
       swap = None
       if between_chunks is not None:
 

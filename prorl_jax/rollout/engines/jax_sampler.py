@@ -144,23 +144,11 @@ def _slot_attend(model_cfg: Qwen2Config, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS
   return attend
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg", "sp", "pad_id"))
-def _generate(
-  params,
-  weights,
-  prompt_BxTp,
-  prompt_mask_BxTp,
-  rng,
-  limit_B,
-  *,
-  model_cfg: Qwen2Config,
-  sp: SamplingParams,
-  pad_id: int,
-):
+def _prefill(model_cfg: Qwen2Config, params, prompt_BxTp, prompt_mask_BxTp, n: int):
+  """The model itself over a cache of the prompt's P slots; returns its last hidden states and
+  one cache per layer for decoding, keys [B, K, Dh, P + n] and values [B, K, P + n, Dh]."""
   b, p = prompt_BxTp.shape
-  n = sp.max_new_tokens
   dt = jnp.dtype(model_cfg.compute_dtype)
-  # Prefill: the model itself, over a cache of the prompt's P slots.
   cache = (
     jnp.zeros((model_cfg.num_layers, b, p, model_cfg.num_kv_heads, model_cfg.head_dim), dt),
   ) * 2
@@ -172,7 +160,6 @@ def _generate(
     cache,
     0,
   )
-  # Decode: one cache per layer, keys [B, K, Dh, S], values [B, K, S, Dh].
   ks = tuple(
     jnp.pad(k_all[i].transpose(0, 2, 3, 1), ((0, 0), (0, 0), (0, 0), (0, n)))
     for i in range(model_cfg.num_layers)
@@ -181,10 +168,14 @@ def _generate(
     jnp.pad(v_all[i].transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, n), (0, 0)))
     for i in range(model_cfg.num_layers)
   )
-  key_valid_BxS = jnp.pad(prompt_mask_BxTp.astype(bool), ((0, 0), (0, n)))
-  next_pos_B = jnp.sum(prompt_mask_BxTp, axis=-1).astype(jnp.int32)
-  stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
+  return h, ks, vs
 
+
+def _emitter(rng, limit_B, sp: SamplingParams, pad_id: int):
+  """(emit, the empty output): `emit(out, logits, i)` draws every row's token i (pad and 0
+  after a row's end) into out = (tokens, logps, done, length, stopped)."""
+  b, n = limit_B.shape[0], sp.max_new_tokens
+  stop_ids = jnp.asarray(sp.stop_token_ids or (-1,), jnp.int32)
   rows_B = jnp.arange(b, dtype=jnp.int32)
 
   def emit(state, logits_BxV, i):
@@ -199,13 +190,34 @@ def _generate(
     done = done | jnp.isin(tok, stop_ids) | (length >= limit_B)
     return (tokens, logps, done, length, stopped), tok
 
-  out = (
+  empty = (
     jnp.full((b, n), pad_id, jnp.int32),
     jnp.zeros((b, n), jnp.float32),
     jnp.zeros((b,), bool),
     jnp.zeros((b,), jnp.int32),
     jnp.zeros((b,), bool),
   )
+  return emit, empty
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "sp", "pad_id"))
+def _generate(
+  params,
+  weights,
+  prompt_BxTp,
+  prompt_mask_BxTp,
+  rng,
+  limit_B,
+  *,
+  model_cfg: Qwen2Config,
+  sp: SamplingParams,
+  pad_id: int,
+):
+  p, n = prompt_BxTp.shape[1], sp.max_new_tokens
+  h, ks, vs = _prefill(model_cfg, params, prompt_BxTp, prompt_mask_BxTp, n)
+  key_valid_BxS = jnp.pad(prompt_mask_BxTp.astype(bool), ((0, 0), (0, n)))
+  next_pos_B = jnp.sum(prompt_mask_BxTp, axis=-1).astype(jnp.int32)
+  emit, out = _emitter(rng, limit_B, sp, pad_id)
   out, tok = emit(out, h[:, -1] @ weights.head, 0)
 
   def cond(carry):

@@ -27,10 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from prorl_jax.model.layer import prepare
 from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.records import EngineStats, Generation, SamplingParams
 from prorl_jax.rollout.engines import paged_kernels as kernels
-from prorl_jax.rollout.engines.jax_sampler import prepare
+from prorl_jax.rollout.engines.slots import Outputs, PagePool, PrefillWork, Ready, SlotTable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,59 +50,169 @@ class PagedConfig:
   attention: str = "xla"  # paged_kernels.ATTENTION: xla | pallas | pallas_interpret
 
 
-class PagePool:
-  """Host-side page accounting with reference counts (a group's shared prompt pages are held by
-  each of its sequences). Page 0 is never handed out."""
+@dataclasses.dataclass
+class Call:
+  """One `generate` call's state: its requests, the page pool and pages, the slot table, the
+  result rows, the prompts waiting for a prefill, the sequences waiting for a slot, and the
+  counts."""
 
-  def __init__(self, pages: int):
-    self.refs = np.zeros(pages, np.int32)
-    self.refs[0] = 1  # the trash page
-    self.free = list(range(pages - 1, 0, -1))
-    self.peak = 0
+  prompts: list[list[int]]
+  n: int
+  sp: SamplingParams
+  seed_key: jax.Array
+  pool: PagePool
+  kp: tuple
+  vp: tuple
+  slots: SlotTable
+  out: Outputs
+  version: int
+  waiting: list[int]
+  ready: list[Ready] = dataclasses.field(default_factory=list)
+  steps: int = 0
+  swaps: int = 0
 
-  def take(self) -> int:
-    if not self.free:
-      raise MemoryError("the KV page pool is exhausted; give PagedConfig.pages more pages")
-    p = self.free.pop()
-    self.refs[p] = 1
-    self.peak = max(self.peak, self.in_use)
-    return p
-
-  def share(self, p: int) -> None:
-    self.refs[p] += 1
-
-  def release(self, p: int) -> None:
-    self.refs[p] -= 1
-    if self.refs[p] == 0:
-      self.free.append(p)
-
-  @property
-  def in_use(self) -> int:
-    return len(self.refs) - 1 - len(self.free)
+  def pending(self) -> bool:
+    return bool(self.waiting or self.ready or self.slots.active.any())
 
 
 class PagedEngine:
-  """Continuous batching over a paged KV cache for one model (see the module docstring).
-  `generate(prompts, n, sampling, seed)` returns what `jax_sampler.generate` returns for the
-  prompt-major rows (n per prompt); `stats` holds the last call's page and step counts."""
+  """Continuous batching over a paged KV cache for one model (see the module docstring), built
+  once per worker (`set_weights` for each new version). `generate(prompts, n, sampling, seed)`
+  returns what `jax_sampler.generate` returns for the prompt-major rows (n per prompt); `stats`
+  holds the last call's page and step counts."""
 
   def __init__(self, model_cfg: Qwen2Config, params, pc: PagedConfig = PagedConfig(), weights=None):
-    self.model_cfg, self.params, self.pc = model_cfg, params, pc
-    self.weights = prepare(model_cfg, params) if weights is None else weights
+    self.model_cfg, self.pc = model_cfg, pc
+    self.set_weights(params, weights)
     self.stats = EngineStats()
     self.pool: PagePool | None = None  # the last call's
 
-  def _pool(self, max_len: int):
+  def set_weights(self, params, weights=None) -> None:
+    """Generates with `params` (`weights`: their decode layout, `layer.prepare`d if None)."""
+    self.params = params
+    self.weights = prepare(self.model_cfg, params) if weights is None else weights
+
+  def _start(self, prompts, n, sp, seed, max_new, pad_id, version) -> Call:
     pc, model_cfg = self.pc, self.model_cfg
+    max_len = max(len(p) for p in prompts) + sp.max_new_tokens + pc.steps_per_sync
     per_seq = -(-max_len // pc.page_size)
     pages = pc.pages or pc.slots * (per_seq + 1) + 1
-    dt = jnp.dtype(model_cfg.compute_dtype)
     kshape, vshape = kernels.pool_shapes(
       pc.attention, pages, model_cfg.num_kv_heads, model_cfg.head_dim, pc.page_size
     )
-    kp = tuple(jnp.zeros(kshape, dt) for _ in range(model_cfg.num_layers))
-    vp = tuple(jnp.zeros(vshape, dt) for _ in range(model_cfg.num_layers))
-    return PagePool(pages), kp, vp, per_seq
+    dt = jnp.dtype(model_cfg.compute_dtype)
+    width = -(-(per_seq + 1) // kernels.BLOCK_PAGES) * kernels.BLOCK_PAGES  # whole blocks
+    self.pool = PagePool(pages)
+    return Call(
+      prompts=prompts,
+      n=n,
+      sp=sp,
+      seed_key=jax.random.PRNGKey(seed),
+      pool=self.pool,
+      kp=tuple(jnp.zeros(kshape, dt) for _ in range(model_cfg.num_layers)),
+      vp=tuple(jnp.zeros(vshape, dt) for _ in range(model_cfg.num_layers)),
+      slots=SlotTable(pc.slots, width),
+      out=Outputs(len(prompts) * n, sp, pad_id, max_new),
+      version=version,
+      waiting=list(range(len(prompts))),
+    )
+
+  def _prefill(self, call: Call, work: PrefillWork):
+    call.kp, call.vp, first, first_lp = kernels.admit(
+      self.params,
+      self.weights.head,
+      call.kp,
+      call.vp,
+      jnp.asarray(work.tokens),
+      jnp.asarray(work.lengths),
+      jnp.asarray(work.page_ids),
+      call.seed_key,
+      jnp.asarray(work.seq_ids),
+      model_cfg=self.model_cfg,
+      sp=call.sp,
+      attention=self.pc.attention,
+    )
+    return jax.device_get((first, first_lp))
+
+  def _admit(self, call: Call, pis: list[int]) -> None:
+    """Prefills prompts `pis` in one device call; their sequences join `ready` holding their
+    prompt's full pages (shared) and a copy of its partial last page (copy-on-write)."""
+    page, pool = self.pc.page_size, call.pool
+    work = PrefillWork.build(pis, call.prompts, call.n, page, pool)
+    first, first_lp = self._prefill(call, work)
+    src, dst = [], []
+    for g, pi in enumerate(work.prompts):
+      length = int(work.lengths[g])
+      full, partial = work.taken[g][: length // page], work.taken[g][length // page :]
+      for j in range(call.n):
+        row = pi * call.n + j
+        if call.out.emit(row, int(first[g, j]), float(first_lp[g, j]), call.version):
+          continue  # done at its first token: never decodes
+        mine = list(full)
+        for p in full:
+          pool.share(p)
+        if partial:  # copy-on-write of the last, partial page
+          src.append(partial[0])
+          mine.append(pool.take())
+          dst.append(mine[-1])
+        call.ready.append(Ready(row, int(first[g, j]), mine, length))
+      for p in work.taken[g]:
+        pool.release(p)
+    if src:
+      call.kp, call.vp = kernels.copy_pages(
+        call.kp,
+        call.vp,
+        jnp.asarray(src, jnp.int32),
+        jnp.asarray(dst, jnp.int32),
+        self.pc.attention,
+      )
+
+  def _refill(self, call: Call) -> None:
+    """Prefills enough waiting prompts for every free slot (in one call), then fills the free
+    slots from the sequences ready."""
+    free = call.slots.free()
+    if len(free) > len(call.ready) and call.waiting:
+      take = min(len(call.waiting), -(-(len(free) - len(call.ready)) // call.n))
+      self._admit(call, call.waiting[:take])
+      del call.waiting[:take]
+    for slot in free:
+      if not call.ready:
+        break
+      r = call.ready.pop(0)
+      call.slots.admit(slot, r, call.out.caps[r.row], call.pool)
+
+  def _decode(self, call: Call) -> None:
+    """`steps_per_sync` decode steps of every active slot in one device call."""
+    pc, slots = self.pc, call.slots
+    slots.grow(call.pool, pc.steps_per_sync, pc.page_size)
+    slots.order()
+    call.kp, call.vp, state, toks, lps, emitted = kernels.decode(
+      self.weights,
+      call.kp,
+      call.vp,
+      jnp.asarray(slots.table[:, : slots.width()]),
+      slots.state(),
+      call.seed_key,
+      model_cfg=self.model_cfg,
+      sp=call.sp,
+      steps=pc.steps_per_sync,
+      groups=min(pc.slot_groups, pc.slots),
+      attention=pc.attention,
+    )
+    call.steps += pc.steps_per_sync
+    toks, lps, emitted, st = jax.device_get((toks, lps, emitted, state))
+    for t in range(toks.shape[0]):
+      for slot in np.flatnonzero(emitted[t]):
+        call.out.emit(int(slots.seq[slot]), int(toks[t, slot]), float(lps[t, slot]), call.version)
+    slots.update(st, call.pool)
+
+  def _swap(self, call: Call, between_chunks) -> None:
+    """An in-flight update: later tokens come from the weights `between_chunks()` returns."""
+    newer = between_chunks() if between_chunks is not None else None
+    if newer is not None:
+      call.version, params, *prepared = newer
+      self.set_weights(params, prepared[0] if prepared else None)
+      call.swaps += 1
 
   def generate(
     self,
@@ -127,177 +238,24 @@ class PagedEngine:
     version."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("generate() needs prompts of at least one token")
-    model_cfg, pc, page = self.model_cfg, self.pc, self.pc.page_size
-    n_new = sp.max_new_tokens
-    rows = len(prompts) * n
-    max_len = max(len(p) for p in prompts) + n_new + pc.steps_per_sync
-    pool, kp, vp, per_seq = self._pool(max_len)
-    self.pool = pool
-    seed_key = jax.random.PRNGKey(seed)
-    stop = set(sp.stop_token_ids)
-    out_tok = np.full((rows, n_new), pad_id, np.int32)
-    out_lp = np.zeros((rows, n_new), np.float32)
-    out_ver = np.full((rows, n_new), -1, np.int32)
-    swaps = 0
-    lengths = np.zeros(rows, np.int32)
-    caps = np.full(rows, n_new, np.int32)
-    if max_new is not None:
-      caps = np.minimum(np.asarray(max_new, np.int32), n_new)
-    stopped = np.zeros(rows, bool)
-    s = pc.slots
-    width = -(-(per_seq + 1) // kernels.BLOCK_PAGES) * kernels.BLOCK_PAGES  # whole attention blocks
-    table = np.zeros((s, width), np.int32)
-    held = [[] for _ in range(s)]  # pages each slot holds a reference to
-    pos, tok, ngen, cap = (np.zeros(s, np.int32) for _ in range(4))
-    active, seq = np.zeros(s, bool), np.zeros(s, np.int32)
-    waiting = list(range(len(prompts)))  # prompts not yet prefilled
-    ready: list[tuple] = []  # (row, first token, its pages, prompt length) per sequence
-    steps = 0
-
-    def emit(row, t, lp):
-      i = int(lengths[row])
-      out_tok[row, i], out_lp[row, i], out_ver[row, i] = t, lp, version
-      lengths[row] = i + 1
-      if t in stop:
-        stopped[row] = True
-      return t in stop or i + 1 >= caps[row]
-
-    def admit(pis):
-      """Prefills prompts `pis` in one device call; their sequences join `ready` holding their
-      prompt's full pages (shared) and a copy of its partial last page (copy-on-write)."""
-      nonlocal kp, vp
-      lens = [len(prompts[pi]) for pi in pis]
-      nb = 1 << (len(pis) - 1).bit_length()  # a few compiled batch sizes
-      tb = -(-max(lens) // page) * page
-      toks, plens = np.zeros((nb, tb), np.int32), np.ones(nb, np.int32)
-      ids, seq_ids = np.zeros((nb, tb // page), np.int32), np.zeros((nb, n), np.int32)
-      taken = []  # each prompt's own pages (the rest of its row of `ids` is the trash page)
-      for g, (pi, length) in enumerate(zip(pis, lens)):
-        taken.append([pool.take() for _ in range(-(-length // page))])
-        toks[g, :length], plens[g], ids[g, : len(taken[g])] = prompts[pi], length, taken[g]
-        seq_ids[g] = np.arange(pi * n, pi * n + n)
-      kp, vp, first, first_lp = kernels.admit(
-        self.params,
-        self.weights.head,
-        kp,
-        vp,
-        jnp.asarray(toks),
-        jnp.asarray(plens),
-        jnp.asarray(ids),
-        seed_key,
-        jnp.asarray(seq_ids),
-        model_cfg=model_cfg,
-        sp=sp,
-        attention=pc.attention,
-      )
-      first, first_lp = jax.device_get((first, first_lp))
-      src, dst = [], []
-      for g, (pi, length) in enumerate(zip(pis, lens)):
-        full, partial = taken[g][: length // page], taken[g][length // page :]
-        for j in range(n):
-          row = pi * n + j
-          if emit(row, int(first[g, j]), float(first_lp[g, j])):
-            continue  # done at its first token: never decodes
-          mine = list(full)
-          for p in full:
-            pool.share(p)
-          if partial:  # copy-on-write of the last, partial page
-            src.append(partial[0])
-            mine.append(pool.take())
-            dst.append(mine[-1])
-          ready.append((row, int(first[g, j]), mine, length))
-        for p in taken[g]:
-          pool.release(p)
-      if src:
-        kp, vp = kernels.copy_pages(
-          kp, vp, jnp.asarray(src, jnp.int32), jnp.asarray(dst, jnp.int32), pc.attention
-        )
-
-    while waiting or ready or active.any():
-      newer = between_chunks() if between_chunks is not None else None
-      if newer is not None:  # an in-flight update: later tokens come from these weights
-        version, params, *prepared = newer
-        self.params = params
-        self.weights = prepared[0] if prepared else prepare(model_cfg, params)
-        swaps += 1
-      free = np.flatnonzero(~active)
-      if len(free) > len(ready) and waiting:  # enough groups for every free slot, in one call
-        take = min(len(waiting), -(-(len(free) - len(ready)) // n))
-        admit(waiting[:take])
-        del waiting[:take]
-      for slot in free:  # fill every free slot
-        if not ready:
-          break
-        row, first, mine, length = ready.pop(0)
-        for p in held[slot]:
-          pool.release(p)
-        held[slot] = mine
-        table[slot] = 0
-        table[slot, : len(mine)] = mine
-        pos[slot], tok[slot], ngen[slot], active[slot], seq[slot] = length, first, 1, True, row
-        cap[slot] = caps[row]
-      if not active.any():
-        continue
-      for slot in np.flatnonzero(active):  # pages for the next chunk's writes
-        need = -(-(pos[slot] + pc.steps_per_sync) // page)
-        while len(held[slot]) < need:
-          p = pool.take()
-          table[slot, len(held[slot])] = p
-          held[slot].append(p)
-      # Longest first, idle slots last: each run of slots attends only as far as its own
-      # longest (slot order changes nothing else: a sequence's draws are keyed by its row).
-      order = np.lexsort((-pos, ~active))
-      pos, tok, ngen, cap, active, seq, table = (
-        x[order] for x in (pos, tok, ngen, cap, active, seq, table)
-      )
-      held = [held[i] for i in order]
-      live = max(len(held[i]) for i in np.flatnonzero(active))
-      m = min(
-        max(1 << (live - 1).bit_length(), kernels.BLOCK_PAGES), width
-      )  # a few compiled widths
-      state = {
-        "pos": jnp.asarray(pos),
-        "tok": jnp.asarray(tok),
-        "ngen": jnp.asarray(ngen),
-        "cap": jnp.asarray(cap),
-        "active": jnp.asarray(active),
-        "seq": jnp.asarray(seq),
-      }
-      kp, vp, state, toks, lps, emitted = kernels.decode(
-        self.weights,
-        kp,
-        vp,
-        jnp.asarray(table[:, :m]),
-        state,
-        seed_key,
-        model_cfg=model_cfg,
-        sp=sp,
-        steps=pc.steps_per_sync,
-        groups=min(pc.slot_groups, s),
-        attention=pc.attention,
-      )
-      steps += pc.steps_per_sync
-      toks, lps, emitted, st = jax.device_get((toks, lps, emitted, state))
-      for t in range(toks.shape[0]):
-        for slot in np.flatnonzero(emitted[t]):
-          emit(int(seq[slot]), int(toks[t, slot]), float(lps[t, slot]))
-      pos, tok, ngen = (np.array(st[k]) for k in ("pos", "tok", "ngen"))
-      active = np.array(st["active"])
-      for slot in np.flatnonzero(~active):  # finished: pages back to the pool now
-        for p in held[slot]:
-          pool.release(p)
-        held[slot] = []
-    self.stats = EngineStats(
-      peak_pages=int(pool.peak),
-      page_bytes=int(
-        2
-        * model_cfg.num_layers
-        * model_cfg.num_kv_heads
-        * model_cfg.head_dim
-        * page
-        * kp[0].itemsize
-      ),
-      decode_steps=int(steps),
-      weight_swaps=int(swaps),
+    call = self._start(prompts, n, sp, seed, max_new, pad_id, version)
+    while call.pending():
+      self._swap(call, between_chunks)
+      self._refill(call)
+      if call.slots.active.any():
+        self._decode(call)
+    self.stats = self._stats(call)
+    out = call.out
+    return Generation.of(
+      out.tokens, out.logprobs, out.lengths, out.stopped, out.versions, self.stats
     )
-    return Generation.of(out_tok, out_lp, lengths, stopped, out_ver, self.stats)
+
+  def _stats(self, call: Call) -> EngineStats:
+    c = self.model_cfg
+    page_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * self.pc.page_size
+    return EngineStats(
+      peak_pages=int(call.pool.peak),
+      page_bytes=int(page_bytes * call.kp[0].itemsize),
+      decode_steps=int(call.steps),
+      weight_swaps=int(call.swaps),
+    )
