@@ -68,7 +68,11 @@ def test_every_descriptor_points_at_what_exists(name):
   assert f"class {s.cls}" in source
 
 
-def test_an_unknown_engine_is_one_line_naming_the_known_ones():
+def test_an_unknown_engine_is_one_line_naming_the_known_ones(capsys):
+  from prorl_jax.cli import worker as worker_cli
+
+  assert worker_cli.main(["--exchange=/nonexistent", "--engine=sglang"]) == 2
+  assert "--engine=sglang: want one of jax, vllm" in capsys.readouterr().err
   with pytest.raises(ValueError, match="unknown engine 'sglang'; use jax, vllm, inline"):
     engines.spec("sglang")
   with pytest.raises(ValueError, match="unknown engine 'sglang'"):
@@ -85,7 +89,7 @@ class StubEngine:
     self.dtype = dtype
 
 
-def test_a_new_engine_is_placed_configured_and_built_from_its_row_alone(monkeypatch):
+def test_a_new_engine_is_placed_configured_and_built_from_its_row_alone(monkeypatch, tmp_path):
   from prorl_jax.rollout import layout, local
   from prorl_jax.trainer import placement
 
@@ -104,3 +108,13 @@ def test_a_new_engine_is_placed_configured_and_built_from_its_row_alone(monkeypa
   assert local.worker_python("stub") == local.sys.executable  # the trainer's Python
   engine = make_engine("stub", {"dtype": "bfloat16"})
   assert isinstance(engine, StubEngine) and engine.dtype == "bfloat16"
+  # launched: the worker's and the planner's command lines take it from the table
+  from prorl_jax.cli import layout as layout_cli
+  from prorl_jax.cli import worker as worker_cli
+
+  argv = [f"--exchange={tmp_path}", "--engine=stub", "--idle_exit_seconds=0.1"]
+  assert (
+    worker_cli.main(argv + ["--verifier_processes=1", '--engine_options={"dtype": "bfloat16"}'])
+    == 0
+  )
+  assert layout_cli.main(["--gpus=4", "--engine=stub", "--tensor_parallel=2"]) == 0

@@ -41,5 +41,18 @@ def parse(fv: flags.FlagValues, argv: list[str] | None, *, prog: str, about: str
   return rest
 
 
+def define_engine(fv: flags.FlagValues, default: str, help_text: str, names) -> None:
+  """`--engine`: one of `names()`, read when the command line is (the engine table as it stands
+  then, so an engine registered by a row is accepted without touching the command)."""
+  flags.DEFINE_string("engine", default, f"{help_text}: {' | '.join(names())}", flag_values=fv)
+
+  def known(value: str) -> bool:
+    if value not in names():
+      raise flags.ValidationError(f"want one of {', '.join(names())}")
+    return True
+
+  flags.register_validator("engine", known, flag_values=fv)
+
+
 def _usage_error(prog: str, msg) -> None:
   print(f"error: {' '.join(str(msg).split())} (see {prog} --help)", file=sys.stderr)

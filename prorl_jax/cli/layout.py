@@ -8,7 +8,7 @@ import sys
 
 from absl import flags
 
-from prorl_jax.cli.flags import USAGE_EXIT, parse
+from prorl_jax.cli.flags import USAGE_EXIT, define_engine, parse
 from prorl_jax.config import engines as specs
 from prorl_jax.rollout.layout import AUTO, LayoutError, plan, visible_gpus
 
@@ -22,9 +22,7 @@ CLI_NAMES = {
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_integer("gpus", None, "GPUs of the host (default: visible)", flag_values=FLAGS)
-flags.DEFINE_enum(
-  "engine", "vllm", list(specs.WORKER_ENGINES), "the workers' engine", flag_values=FLAGS
-)
+define_engine(FLAGS, "vllm", "the workers' engine", specs.worker_engines)
 flags.DEFINE_integer("tensor_parallel", 1, "GPUs per vLLM engine", flag_values=FLAGS)
 flags.DEFINE_string("workers", AUTO, "auto (every GPU generates) or a count", flag_values=FLAGS)
 flags.DEFINE_float("vllm_memory", 0.5, "vLLM's gpu_memory_utilization", flag_values=FLAGS)

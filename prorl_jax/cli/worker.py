@@ -17,7 +17,7 @@ import tempfile
 from absl import flags
 
 from prorl_jax import sandbox
-from prorl_jax.cli.flags import USAGE_EXIT, parse
+from prorl_jax.cli.flags import USAGE_EXIT, define_engine, parse
 from prorl_jax.records import InvalidEntry
 from prorl_jax.rewards.pool import DEFAULT_TIMEOUT_S, VerifierPool
 from prorl_jax.rollout.engines import make_engine, specs
@@ -33,7 +33,7 @@ FLAGS = flags.FlagValues()
 _F = dict(flag_values=FLAGS)
 flags.DEFINE_string("exchange", None, "file:///dir, gs://bucket/path or a dir", **_F)
 flags.mark_flag_as_required("exchange", flag_values=FLAGS)
-flags.DEFINE_enum("engine", "jax", list(specs.WORKER_ENGINES), "the generation engine", **_F)
+define_engine(FLAGS, "jax", "the generation engine", specs.worker_engines)
 flags.DEFINE_string("cache_dir", "", "local copies of weights (default: a temporary one)", **_F)
 flags.DEFINE_string("worker_id", "", "this worker's name (default: host-pid)", **_F)
 flags.DEFINE_float("lease_seconds", LEASE_SECONDS, "how long a claim holds unrenewed", **_F)

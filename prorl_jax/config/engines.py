@@ -68,8 +68,15 @@ ENGINES: dict[str, EngineSpec] = {
   ),
 }
 NAMES = tuple(ENGINES)
-# the engines a worker process can run (`python -m prorl_jax.cli.worker --engine=...`)
-WORKER_ENGINES = tuple(n for n, s in ENGINES.items() if not s.in_trainer)
+
+
+def worker_engines() -> tuple[str, ...]:
+  """The engines a worker process can run (`python -m prorl_jax.cli.worker --engine=...`), read
+  from the table as it stands."""
+  return tuple(n for n, s in ENGINES.items() if not s.in_trainer)
+
+
+WORKER_ENGINES = worker_engines()  # the table's own rows
 
 
 def spec(name: str) -> EngineSpec:
