@@ -196,6 +196,7 @@ def test_wall_seconds_total_adds_up_every_session(tmp_path):
 
 def test_the_demo_base_is_built_once_per_settings_for_every_run_dir(tmp_path, monkeypatch):
   from prorl_jax.demo import warm_start
+  from prorl_jax.trainer.plan import Plan
   from prorl_jax.trainer.setup import resolve_model_path
 
   monkeypatch.setenv("PRORL_CACHE_DIR", str(tmp_path / "cache"))
@@ -203,11 +204,12 @@ def test_the_demo_base_is_built_once_per_settings_for_every_run_dir(tmp_path, mo
   monkeypatch.setattr(warm_start, "build", lambda path, **kw: built.append((path, kw)) or path)
   cfg = config_lib.base_config()
   cfg.model.build_tiny = True
-  a = resolve_model_path(cfg)
+  a = resolve_model_path(Plan.from_config(cfg))
   cfg.run_dir = str(tmp_path / "another_run")
-  assert resolve_model_path(cfg) == a and a.startswith(str(tmp_path / "cache" / "tiny-base-seed0-"))
+  assert resolve_model_path(Plan.from_config(cfg)) == a
+  assert a.startswith(str(tmp_path / "cache" / "tiny-base-seed0-"))
   cfg.seed = 1
-  assert resolve_model_path(cfg) != a  # other settings, another base
+  assert resolve_model_path(Plan.from_config(cfg)) != a  # other settings, another base
   assert [kw for _, kw in built] == [{"seed": 0}, {"seed": 0}, {"seed": 1}]
 
 

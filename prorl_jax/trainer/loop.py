@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+from typing import Any
 
 import jax
 
@@ -27,7 +28,7 @@ from prorl_jax.trainer.loop_state import LoopState, reset_reason
 from prorl_jax.trainer.metrics import wall_seconds_total
 from prorl_jax.trainer.preemption import Preempted, Watch
 from prorl_jax.trainer.run_dir import STOPPED, SUMMARY
-from prorl_jax.trainer.start import Outcome, Run, start
+from prorl_jax.trainer.start import Outcome, Run, Stopped, start
 from prorl_jax.trainer.update import update
 from prorl_jax.trainer.versions import on_primary, prune, publish
 
@@ -36,21 +37,34 @@ log = logging.getLogger("prorl_jax.trainer.loop")
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-  """What one step returns besides the new TrainState and loop state: its metrics, the length
+  """What one step returns: the new TrainState and loop state, its metrics, the length
   penalty's phase change (None or "on"/"off"). The values that steer the loop (the keep rate
   that sizes the next prefetch, the KL to the reference a KL-spike reset reads) go from the
   typed fields of `Collected` and `Updated` into the loop state."""
 
+  state: Any
+  loop: LoopState
   metrics: dict
   lp_event: str | None
 
 
+@dataclasses.dataclass(frozen=True)
+class Tail:
+  """What follows a step's update: the TrainState and loop state after its validation (when
+  due) and reference reset (when due), the validation, and its pass@1 (None without one)."""
+
+  state: Any
+  loop: LoopState
+  last_val: tuple[int, dict] | None
+  val_metric: float | None
+
+
 def run_step(run: Run, step: int) -> Step:
-  """One RL step (the module docstring), advancing `run.state` and `run.loop`: when pipelined,
-  send the next step's first rounds of prompts; collect this step's groups (its prefetched ones
-  first; waiting, the rollout side stops when asked, serves requests inline and minds the
-  workers, and may abandon the step by raising `Preempted`); update; publish weights v+1;
-  advance the length-penalty schedule."""
+  """One RL step (the module docstring) from `run.state` and `run.loop`, returning the new ones
+  (`train` assigns them): when pipelined, send the next step's first rounds of prompts; collect
+  this step's groups (its prefetched ones first; waiting, the rollout side stops when asked,
+  serves requests inline and minds the workers, and may abandon the step by raising
+  `Preempted`); update; publish weights v+1; advance the length-penalty schedule."""
   plan, t0 = run.plan, time.time()
   prefetched = run.loop.prefetch
   loop = dataclasses.replace(run.loop, prefetch=None)
@@ -63,17 +77,17 @@ def run_step(run: Run, step: int) -> Step:
     loop = dataclasses.replace(loop, keep_rate=got.keep_rate)
   t1 = time.time()
   metrics = dict(got.metrics, **sent, **{"data/dropped_too_long": run.setup.dropped_too_long})
-  kl_ref = 0.0
+  kl_ref, state = 0.0, run.state
   if got.groups:
     lp_on = run.setup.schedule.is_on(loop.length_penalty)
-    u = update(run.setup, run.state, got.groups, step=step, length_penalty_on=lp_on)
-    run.state, kl_ref = u.state, u.kl_ref
+    u = update(run.setup, state, got.groups, step=step, length_penalty_on=lp_on)
+    state, kl_ref = u.state, u.kl_ref
     metrics.update(u.metrics)
   t2 = time.time()
-  publish(run.setup, run.state, ex, loop.version + 1, run.rollouts.inline)
+  publish(run.setup, state, ex, loop.version + 1, run.rollouts.inline)
   t3 = time.time()
   length_penalty, lp_event = run.setup.schedule.advance(loop.length_penalty)
-  run.loop = dataclasses.replace(
+  loop = dataclasses.replace(
     loop,
     step=step,
     version=loop.version + 1,
@@ -81,12 +95,12 @@ def run_step(run: Run, step: int) -> Step:
     kl_history=(loop.kl_history + [kl_ref])[-50:],
   )
   metrics.update(_timing(t0, t1, t2, t3, metrics.get("response/tokens", 0)))
-  metrics["policy_version"] = run.loop.version
+  metrics["policy_version"] = loop.version
   if run.rollouts.restarts is not None:
     metrics["workers/restarts"] = run.rollouts.restarts
   if ex is not None:
     metrics.update({f"exchange/{k}": v for k, v in ex.stats.items()})
-  return Step(metrics, lp_event)
+  return Step(state, loop, metrics, lp_event)
 
 
 def _collected(run: Run, step: int, version: int, prefetched) -> Collected:
@@ -136,11 +150,10 @@ def _timing(t0: float, t1: float, t2: float, t3: float, tokens: float) -> dict:
   }
 
 
-def _tail(run: Run, step: int) -> float | None:
+def _tail(run: Run, step: int) -> Tail:
   """What follows step `step`'s update: its validation when due, then a reference reset when
-  one is due (`run.state`, `run.loop` and `run.last_val` advanced only once both are done).
-  Returns the validation's pass@1 (None without one); raises `Preempted` when asked to stop
-  during the validation."""
+  one is due (the caller advances the run by the result only once both are done); raises
+  `Preempted` when asked to stop during the validation."""
   every, state = run.plan.validation.every, run.state
   loop, val_metric, last_val = dataclasses.replace(run.loop, pending_tail=False), None, None
   if every and step % every == 0:
@@ -161,11 +174,16 @@ def _tail(run: Run, step: int) -> float | None:
       {"reset/optimizer_reinit": float(run.plan.reset.ref_reset_optimizer)},
       event=f"reference_reset_{why}",
     )
-  run.state, run.loop, run.last_val = state, loop, last_val or run.last_val
-  return val_metric
+  return Tail(state, loop, last_val or run.last_val, val_metric)
 
 
-def _stop(run: Run, step: int, state, host: dict, saved=False) -> dict:
+def _advance(run: Run, tail: Tail) -> float | None:
+  """The run after a step's tail; its validation's pass@1."""
+  run.state, run.loop, run.last_val = tail.state, tail.loop, tail.last_val
+  return tail.val_metric
+
+
+def _stop(run: Run, step: int, state, host: dict, saved=False) -> Stopped:
   """Asked to stop: the checkpoint of step `step` (state and host state `host`) written and
   finished, unless it exists. Returns how the run stopped."""
   ckpt, watch = run.ckpt, run.watch
@@ -181,13 +199,7 @@ def _stop(run: Run, step: int, state, host: dict, saved=False) -> dict:
       took,
       watch.grace_s,
     )
-  return {
-    "stopped_at": step,
-    "why": watch.why,
-    "stop_s": round(took, 3),
-    "pending_tail": bool(host.get("pending_tail")),
-    "saved": True,
-  }
+  return Stopped(step, watch.why, round(took, 3), bool(host.get("pending_tail")), saved=True)
 
 
 def run(cfg, accept_config_changes: bool = False, watch: Watch | None = None) -> dict:
@@ -223,7 +235,7 @@ def train(run: Run) -> None:
       run.loop = dataclasses.replace(loop, pass1_start=val.get("pass@1"))
     run.first = run.loop.step
     if run.loop.pending_tail:  # stopped before this step's validation and reset: they come first
-      _tail(run, run.first)
+      _advance(run, _tail(run, run.first))
     for step in range(run.first + 1, plan.total_steps + 1):
       if not _step_and_save(run, step):
         break
@@ -241,11 +253,12 @@ def _step_and_save(run: Run, step: int) -> bool:
   except Preempted:  # asked to stop while collecting: the step is redone on resume
     run.stopped = _stop(run, step - 1, *before)
     return False
+  run.state, run.loop = out.state, out.loop
   event = f"length_penalty_{out.lp_event}" if out.lp_event else None
   run.writer.write(step, out.metrics, event=event)
   run.writer.progress(step, run.first, f"reward {out.metrics.get('reward/raw_mean', 0):.3f}")
   try:
-    val_metric = _tail(run, step)
+    val_metric = _advance(run, _tail(run, step))
   except Preempted:  # during the validation: the resumed run validates this step first
     pending = dataclasses.replace(run.loop, pending_tail=True)
     run.stopped = _stop(run, step, run.state, run.host_state(pending))
@@ -262,14 +275,9 @@ def _step_and_save(run: Run, step: int) -> bool:
   return True
 
 
-def _stopped_unsaved(run: Run) -> dict:
-  return {
-    "stopped_at": run.loop.step,
-    "why": run.watch.why,
-    "stop_s": round(run.watch.elapsed_s(), 3),
-    "pending_tail": run.loop.pending_tail,
-    "saved": False,
-  }
+def _stopped_unsaved(run: Run) -> Stopped:
+  w = run.watch
+  return Stopped(run.loop.step, w.why, round(w.elapsed_s(), 3), run.loop.pending_tail, saved=False)
 
 
 def finish(run: Run) -> Outcome:
@@ -287,18 +295,18 @@ def finish(run: Run) -> Outcome:
   if run.stopped:
     if primary:
       with open(os.path.join(run_dir, STOPPED), "w") as f:
-        json.dump(run.stopped, f)
+        json.dump(run.stopped.to_json(), f)
       how = (
-        f"checkpoint saved in {run.stopped['stop_s']:.1f} s of the signal"
-        if run.stopped["saved"]
+        f"checkpoint saved in {run.stopped.stop_s:.1f} s of the signal"
+        if run.stopped.saved
         else "nothing new to save"
       )
       print(
-        f"stopped by {run.watch.why} after step {run.stopped['stopped_at']} ({how}); run the "
+        f"stopped by {run.watch.why} after step {run.stopped.stopped_at} ({how}); run the "
         "same command to resume",
         flush=True,
       )
-    return Outcome("stopped", run.stopped)
+    return Outcome("stopped", run.stopped.to_json())
   summary.update(
     {
       "steps": run.loop.step,

@@ -173,9 +173,9 @@ def loss_config(cfg) -> ts.LossConfig:
   )
 
 
-def rollout_plan(cfg, local_workers: int) -> RolloutPlan:
+def rollout_plan(cfg, local_workers: int, routing=None) -> RolloutPlan:
   """What a step asks the workers for (`local_workers`: the worker processes this host starts,
-  `WorkersPlan.count`)."""
+  `WorkersPlan.count`; `routing`: the reward routing, computed here when not given)."""
   r, a = cfg.rollout, cfg.algo
   processes = local_workers + r.external_workers
   inline = specs.spec(r.engine).in_trainer  # every trainer process serves requests
@@ -187,13 +187,13 @@ def rollout_plan(cfg, local_workers: int) -> RolloutPlan:
     requests_per_round=max(1, processes + inline * jax.process_count()),
     publish_files=bool(processes) or not inline,
     sampling=config_lib.sampling_params(cfg),
-    routing=types.MappingProxyType(config_lib.routing_table(cfg)),
+    routing=routing or types.MappingProxyType(config_lib.routing_table(cfg)),
   )
 
 
-def data_spec(cfg) -> DataSpec:
+def data_spec(cfg, routing=None) -> DataSpec:
   """What the run trains and validates on (`data.*`, and the items' prompt length, seed and
-  held-out counts)."""
+  held-out counts; `routing`: the reward routing, computed here when not given)."""
   items = config_lib.items
   d = cfg.data
   return DataSpec(
@@ -208,16 +208,20 @@ def data_spec(cfg) -> DataSpec:
     seed=cfg.seed,
     heldout=cfg.eval.heldout,
     max_prompts=cfg.eval.max_prompts,
-    routing=types.MappingProxyType(config_lib.routing_table(cfg)),
+    routing=routing or types.MappingProxyType(config_lib.routing_table(cfg)),
     chat_template=d.chat_template,
   )
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """Everything the trainer's steps read from the config, unpacked once."""
+  """Everything the run's start and steps read from the config, unpacked once (`start` builds
+  it first; the pre-flight checks and the build read it): the reward routing and the workers'
+  placement computed once."""
 
   run_dir: str
+  model_path: str  # model.path as given ("" for the demo's built base)
+  data: DataSpec
   total_steps: int
   compute_dtype: str  # of the published weights
   rollout: RolloutPlan
@@ -239,9 +243,11 @@ class Plan:
     workers = placement.workers_plan(cfg, hosts=jax.process_count())
     return cls(
       run_dir=cfg.run_dir,
+      model_path=cfg.model.path,
+      data=data_spec(cfg, routing),
       total_steps=cfg.total_steps,
       compute_dtype=cfg.model.compute_dtype,
-      rollout=rollout_plan(cfg, workers.count),
+      rollout=rollout_plan(cfg, workers.count, routing),
       shaping=Shaping(
         max_len=r.max_response_len,
         truncation_penalty=a.truncation_penalty,

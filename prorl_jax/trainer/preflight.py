@@ -21,7 +21,6 @@ from prorl_jax.model import hf_weights
 from prorl_jax.rollout.local import check_worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.trainer import placement, run_dir
-from prorl_jax.trainer.plan import data_spec
 from prorl_jax.trainer.run_record import RUN_RECORD, check_resume_config, latest_local_step
 
 log = logging.getLogger("prorl_jax.trainer.loop")
@@ -127,9 +126,10 @@ def _inert_dependents(cfg, chosen: set, got: dict) -> list[str]:
   return out
 
 
-def before_loading(cfg, accept_config_changes: bool):
-  """The primary's checks of the run directory and of what the run needs, before any heavy work:
-  (summary of a finished run or None, the config changes a resumed run accepts)."""
+def before_loading(cfg, plan, accept_config_changes: bool):
+  """The primary's checks of the run directory and of what the run needs (the model, the data
+  and the workers as the run's `Plan` holds them), before any heavy work: (summary of a finished
+  run or None, the config changes a resumed run accepts)."""
   log.info("run %s: its config goes to %s", cfg.run_dir, os.path.join(cfg.run_dir, RUN_RECORD))
   for line in advice(cfg):
     log.warning(line)
@@ -141,25 +141,25 @@ def before_loading(cfg, accept_config_changes: bool):
   if done and jax.process_count() == 1 and not pending:
     print(run_dir.finished_line(cfg, last), flush=True)
     return {"finished": True, "steps": last}, changes
-  check_model_path(cfg)  # is the model there, and are the data files and rows?
-  precheck(data_spec(cfg))
+  check_model_path(plan.model_path)  # is the model there, and are the data files and rows?
+  precheck(plan.data)
   try:  # ... and can the exchange be opened?
     open_store(run_dir.exchange_url(cfg))
   except InvalidExchange as e:
     raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
-  wp = placement.workers_plan(cfg)
+  wp = plan.workers
   if wp.count:  # can the workers run at all?
     check_worker_python(wp.python, wp.engine)
   return None, changes
 
 
-def check_model_path(cfg) -> None:
+def check_model_path(path: str) -> None:
   """One line naming what `model.path` lacks (config.json, weights, tokenizer), before a model
   is loaded or a worker started."""
-  missing = cfg.model.path and hf_weights.missing_files(cfg.model.path)
+  missing = path and hf_weights.missing_files(path)
   if missing:
     raise config_lib.ConfigError(
-      f"model.path={cfg.model.path!r} has {missing}; point it at a Hugging Face model directory"
+      f"model.path={path!r} has {missing}; point it at a Hugging Face model directory"
     )
 
 

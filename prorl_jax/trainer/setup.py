@@ -24,7 +24,7 @@ from prorl_jax.model import load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
 from prorl_jax.trainer import compiled, preflight
 from prorl_jax.trainer import train_step as ts
-from prorl_jax.trainer.plan import Plan, data_spec
+from prorl_jax.trainer.plan import Plan
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
@@ -35,13 +35,13 @@ R1_DISTILL_HINT = (
 )
 
 
-def resolve_model_path(cfg) -> str:
-  """The HF directory to start from; the demo builds its tiny base model when none is given."""
-  preflight.check_model_path(cfg)
-  if cfg.model.path:
-    return cfg.model.path
-  if cfg.model.build_tiny:
-    return warm_start.cached(seed=cfg.seed)  # one build for every run dir
+def resolve_model_path(plan: Plan) -> str:
+  """The HF directory to start from (checked by `preflight.before_loading`); the demo builds its
+  tiny base model when none is given."""
+  if plan.model_path:
+    return plan.model_path
+  if plan.data.build_tiny:
+    return warm_start.cached(seed=plan.data.seed)  # one build for every run dir
   raise config_lib.ConfigError(R1_DISTILL_HINT)
 
 
@@ -92,15 +92,15 @@ class Setup:
   schedule: shaping.LengthPenaltySchedule
 
 
-def build(cfg) -> tuple[Setup, ts.TrainState, Any]:
-  """(setup, initial TrainState, training source); errors a user can fix come first, before
-  the weights load."""
+def build(cfg, plan: Plan) -> tuple[Setup, ts.TrainState, Any]:
+  """(setup, initial TrainState, training source) for the run's `plan` (`Plan.from_config(cfg)`;
+  the model's and the packing's settings still come from `cfg`); errors a user can fix come
+  first, before the weights load."""
   c = cfg
-  path = resolve_model_path(c)
+  path = resolve_model_path(plan)
   tok = _tokenizer(path)
   # The data and the mesh before the weights: their errors come before any heavy work.
-  source, heldout, dropped = _training_data(c, tok)
-  plan = Plan.from_config(c)
+  source, heldout, dropped = _training_data(plan.data, tok)
   preflight.check_code_sandbox(plan.workers, source.verifiers)
   mesh, model_cfg, params = _mesh_and_model(c, path)
   tx = plan.optimizer.make()
@@ -178,15 +178,15 @@ def _tokenizer(path: str):
     ) from None
 
 
-def _training_data(c, tok) -> tuple[Any, list, int]:
+def _training_data(spec, tok) -> tuple[Any, list, int]:
   """(training source, held-out items, training prompts dropped as too long: said once)."""
-  source, heldout = sources_for(data_spec(c), tok)
+  source, heldout = sources_for(spec, tok)
   dropped = sum(getattr(s, "dropped_too_long", 0) for s in source.sources)
   if dropped:
     log.warning(
       "%d training prompts are longer than rollout.max_prompt_len=%d and were dropped",
       dropped,
-      c.rollout.max_prompt_len,
+      spec.max_prompt_len,
     )
   return source, heldout, dropped
 

@@ -33,6 +33,22 @@ from prorl_jax.trainer.workers import Rollouts
 log = logging.getLogger("prorl_jax.trainer.loop")
 
 
+@dataclasses.dataclass(frozen=True)
+class Stopped:
+  """How a signal stopped the run (stopped.json): after step `stopped_at`, `why` (the signal or
+  the preempt file), the checkpoint written in `stop_s` seconds of it when `saved`, the step's
+  validation and reset still to come when `pending_tail`."""
+
+  stopped_at: int
+  why: str
+  stop_s: float
+  pending_tail: bool
+  saved: bool
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass
 class Run:
   """A started run: what it was built from and what the steps advance (the TrainState, the loop
@@ -49,7 +65,7 @@ class Run:
   pins: Pins
   watch: Watch
   t_start: float
-  stopped: dict | None = None  # how the run stopped to be requeued (a signal)
+  stopped: Stopped | None = None  # how the run stopped to be requeued (a signal)
   last_val: tuple[int, dict] | None = None  # (step, validation) of the newest in-loop validation
   first: int = 0  # the step the session started after
 
@@ -163,16 +179,17 @@ def _checked_and_built(cfg, accept_config_changes: bool):
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
   changes = []
   try:
+    plan = Plan.from_config(cfg)  # first: the checks and the build read it
     if primary:
-      finished, changes = preflight.before_loading(cfg, accept_config_changes)
+      finished, changes = preflight.before_loading(cfg, plan, accept_config_changes)
       if finished:
         return Outcome("done", finished)
-      setup_lib.resolve_model_path(cfg)  # the demo's base model is built once, by the primary
+      setup_lib.resolve_model_path(plan)  # the demo's base model is built once, by the primary
     dist.barrier("base_model")
     too_big = fit.fits_on_this_host(cfg)  # TPUs: the step compiled for them before any weights
     if too_big:
       raise config_lib.ConfigError(too_big)
-    setup, state, source = setup_lib.build(cfg)
+    setup, state, source = setup_lib.build(cfg, plan)
     if cfg.compiled:  # saved executables in place of compiling (`prorl-compile --save`)
       setup = saved_programs.use(setup, _saved(fit.with_changes(cfg, {"model.path": setup.path})))
   except BaseException:  # a start that fails before writing anything leaves no empty run dir
