@@ -13,7 +13,7 @@ import pytest
 from prorl_jax import rewards
 from prorl_jax.cli import prepare
 from prorl_jax.data import audit, honest
-from prorl_jax.rewards import code, common
+from prorl_jax.rewards import code, code_tests, common
 from tests import prepare_test as fixtures
 
 TASKS = "countdown,n_queens,number_sorting,word_sorting,syllogism,letter_counting,word_ladder"
@@ -91,7 +91,7 @@ def test_breaking_one_rule_makes_the_audit_fail(mix, monkeypatch):
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
 
   monkeypatch.setattr(common, "same_token", old_tolerance)
-  monkeypatch.setattr(code, "same_token", old_tolerance)
+  monkeypatch.setattr(code_tests, "same_token", old_tolerance)
   broken = audit.audit(mix, per_source=1, pool=InProcess())
   bad = audit.gameable(broken)
   assert bad and all(any("float_for_int" in p for p in broken[k]["problems"]) for k in bad), broken
@@ -181,3 +181,25 @@ def test_the_red_team_exits_1_when_the_one_reading_stops_folding_look_alikes(mix
   broken = audit.audit(mix, per_source=1, pool=InProcess(), attack=True)
   lookalike = broken["llama_nemotron_if"]["attacks"]["lookalike"]
   assert lookalike["attack"] > lookalike["bar"], lookalike
+
+
+def test_a_domain_without_audit_hooks_is_listed_unaudited(mix, monkeypatch, capsys):
+  """The demo's chain_sum verifier has no module in `data/domains/`: a source routed to it is
+  listed as unaudited (not judged, not a problem); the others are audited as before."""
+  from prorl_jax.cli import audit as audit_cli
+  from prorl_jax.data import domains
+
+  assert domains.hooks("chain_sum") is None and domains.hooks("stem").__name__.endswith(".mcq")
+  monkeypatch.setitem(rewards.DEFAULT_ROUTING, "deepscaler", "chain_sum")
+  report = audit.audit(mix, per_source=2, pool=InProcess())
+  assert report["deepscaler"]["unaudited"] == (
+    "verifier 'chain_sum' has no audit hooks (prorl_jax/data/domains/chain_sum.py)"
+  )
+  assert audit.gameable(report) == []
+  assert all(r["reference"] == 1.0 for k, r in report.items() if k not in ("deepscaler",)
+             and r["reference"] is not None)  # fmt: skip
+  monkeypatch.setattr(audit_cli, "audit", lambda *a, **k: report)
+  assert audit_cli.main([f"--data={mix}"]) == 0
+  out = capsys.readouterr().out
+  assert "unaudited: verifier 'chain_sum' has no audit hooks" in out
+  assert f"in {len(report) - 1} sources (1 unaudited)" in out

@@ -9,8 +9,7 @@ import json
 import pytest
 
 from prorl_jax import rewards, sandbox
-from prorl_jax.data import attacks
-from prorl_jax.data.audit import _wrap
+from prorl_jax.data import attacks, domains
 from prorl_jax.rewards import common, ifeval, math, mcq, quantity
 
 INSTRUCTIONS = [
@@ -39,17 +38,18 @@ def _score(source, response, ref, extra, prompt):
 
 def _classes(verifier, source, prompt, ref, extra, right, wrong):
   """{class: (mean attack score, mean bar score)} of one row."""
-  wrong_r = _wrap(verifier, wrong or attacks.topic(prompt) + " plain words about tea here.")
+  wrap = domains.hooks(verifier).wrap
+  wrong_r = wrap(wrong or attacks.topic(prompt) + " plain words about tea here.")
   got = attacks.pairs(
     verifier,
     prompt=prompt,
     extra=extra,
     answer=ref,
     spec=extra.get("tests"),
-    wrap=lambda t: _wrap(verifier, t),
+    wrap=wrap,
     wrong=wrong_r,
     seed=0,
-    right=_wrap(verifier, right) if right else None,
+    right=wrap(right) if right else None,
   )
   out: dict = {}
   for cls, hack, bar in got:

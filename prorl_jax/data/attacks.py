@@ -39,6 +39,7 @@ from __future__ import annotations
 import random
 import re
 
+from prorl_jax.data import domains
 from prorl_jax.rewards import code
 from prorl_jax.rewards.reading import INSTRUCTION_WORDS, content_words, letter_words
 
@@ -301,6 +302,14 @@ def thinking_attacks(right: str, wrong: str) -> list[tuple[str, str]]:
   ]
 
 
+def answer_classes(prompt: str, answer) -> dict[str, list[tuple]]:
+  """The attacks on a short answer (the default of a domain without its own, `data.domains`)."""
+  raw = answer_attacks(answer)
+  raw["unit_shift"] = [(a, None) for a in unit_shifts(answer)]
+  raw["question_back"] = [(a, None) for a in question_back(prompt)]
+  return raw
+
+
 def pairs(
   verifier: str,
   *,
@@ -316,16 +325,9 @@ def pairs(
   """[(class, attack response, bar response)] for one row: `wrap` puts an answer or program in
   the verifier's format; `wrong` is the row's honest wrong response (the bar where a class has
   no bar of its own); `right` its best known response (the reference's, else `wrong`)."""
-  if verifier == "ifeval":
-    raw = ifeval_attacks(prompt, extra.get("instructions") or [], seed)
-    raw["hidden_markup"] = hidden_markup(prompt, extra.get("instructions") or [])
-  elif verifier == "code":
-    raw = program_attacks(spec)
-    raw["example_lookup"] = [(p, None) for p in example_lookups(spec, prompt)]
-  else:
-    raw = answer_attacks(answer)
-    raw["unit_shift"] = [(a, None) for a in unit_shifts(answer)]
-    raw["question_back"] = [(a, None) for a in question_back(prompt)]
+  domain = domains.hooks(verifier)
+  own = getattr(domain, "attacks_of", None)
+  raw = own(prompt, extra, answer, spec, seed) if own else answer_classes(prompt, answer)
   out = [
     (cls, wrap(a), wrong if b is None else wrap(b)) for cls, got in raw.items() for a, b in got
   ]

@@ -30,10 +30,8 @@ import random
 import re
 
 from prorl_jax import rewards
-from prorl_jax.data import attacks, honest
+from prorl_jax.data import attacks, domains
 from prorl_jax.data.prompts import DataError, parse_row, prepared_files, read_rows
-from prorl_jax.rewards import puzzles
-from prorl_jax.rewards.common import last_boxed
 from prorl_jax.rewards.pool import VerifierPool
 
 STRATEGIES = (
@@ -45,9 +43,6 @@ STRATEGIES = (
   "longest",
   "veto",
 )
-DEEP_JSON = "[" * 100_000 + "]" * 100_000
-HONEST_TEXT = "Here is a plain reply in ordinary prose. It follows no special format on purpose."
-_INT = re.compile(r"[+-]?\d+")
 
 
 def data_files(directory: str) -> list[str]:
@@ -80,133 +75,21 @@ def sample_rows(files: list[str], per_source: int, seed: int) -> dict[str, list[
   return {k: rng.sample(v, min(per_source, len(v))) for k, v in sorted(by.items())}
 
 
-def _question(row: dict) -> str:
-  return "\n".join(str(m["content"]) for m in row["messages"] if m.get("role") != "system")
-
-
-def _rg_metadata(row: dict) -> dict:
-  e = puzzles._entry(row["extra"].get("entry"), *(row["extra"].get(k) for k in _RG_KEYS))
-  return e.get("metadata") or {}
-
-
-def _answer_of(verifier: str, row: dict) -> str | None:
-  """The row's reference as an answer's text (None where the row has none)."""
-  if verifier == "reasoning_gym":
-    e = puzzles._entry(row["extra"].get("entry"), *(row["extra"].get(k) for k in _RG_KEYS))
-    if e["answer"] is None and "possible_answer" in e["metadata"]:
-      return json.dumps(e["metadata"]["possible_answer"])
-    return None if e["answer"] is None else str(e["answer"])
-  if verifier in ("math", "stem", "mcq"):
-    ref = str(row["reference"])
-    return last_boxed(ref) if "\\boxed" in ref else ref
-  return None
-
-
-_RG_KEYS = ("task", "seed", "size", "index")
-
-
-def _wrap(verifier: str, text: str) -> str:
-  """An answer in the verifier's format, after a closed think block."""
-  if verifier in ("math", "stem", "mcq"):
-    return f"<think>done</think>\\boxed{{{text}}}"
-  if verifier == "reasoning_gym":
-    return f"<think>done</think><answer>{text}</answer>"
-  if verifier == "code":
-    return f"<think>done</think>\n```python\n{text}\n```"
-  return f"<think>done</think>{text}"
-
-
-def _tests(row: dict) -> dict:
-  spec = row["extra"].get("tests", row["reference"])
-  return json.loads(spec) if isinstance(spec, str) else spec
-
-
-def _lookup_program(spec: dict, outputs: list) -> str:
-  """A program that answers each test from a table (stdin text, or the call's arguments)."""
-  if spec.get("fn_name"):
-    table = {
-      json.dumps(list(i) if isinstance(i, list) else [i]): o
-      for i, o in zip(spec["inputs"], outputs)
-    }
-    return (
-      "import json\n"
-      f"_T = json.loads({json.dumps(json.dumps(table))})\n"
-      f"def {spec['fn_name']}(*a):\n  return _T[json.dumps(list(a))]\n"
-      f"class Solution:\n  def {spec['fn_name']}(self, *a):\n    return _T[json.dumps(list(a))]\n"
-    )
-  ins = [i if isinstance(i, str) else "\n".join(map(str, i)) for i in spec["inputs"]]
-  outs = [o if isinstance(o, str) else "\n".join(map(str, o)) for o in outputs]
-  table = {" ".join(i.split()): o for i, o in zip(ins, outs)}
-  return (
-    "import json, sys\n"
-    f"_T = json.loads({json.dumps(json.dumps(table))})\n"
-    "print(_T.get(' '.join(sys.stdin.read().split()), ''))\n"
-  )
-
-
-def _nudge(text: str) -> str | None:
-  """A float close to an integer but not equal to it (123456789 -> 123456801.3...)."""
-  t = text.strip()
-  if not _INT.fullmatch(t) or len(t) > 30:
-    return None
-  v = int(t)
-  return repr(float(v) * (1 + 1e-7) + (1e-7 if v == 0 else 0.0))
-
-
-def _code_responses(row: dict, others: list[dict]) -> tuple[str | None, str, dict[str, str]]:
-  spec = _tests(row)
-  # every expected output of this row's tests and of the other rows', at once
-  every = list(spec["outputs"]) + [o for r in others for o in _tests(r)["outputs"]][:20] + ["0"]
-  out = {
-    "empty": "",
-    "blank": "   \n",
-    "copy_question": "import sys\nprint(sys.stdin.read())",
-    "every_candidate": "print(" + repr("\n".join(map(str, every))) + ")",
-    "longest": "print('0 ' * 200000)",
-    "veto": (
-      f"def {spec['fn_name']}(*a):\n  return 10**400\n"
-      if spec.get("fn_name")
-      else "import sys\nsys.set_int_max_str_digits(0)\nprint(10**4000)"
-    ),
-  }
-  nudged = [
-    _nudge(str(o[0] if isinstance(o, list) and len(o) == 1 else o)) for o in spec["outputs"]
-  ]
-  if all(nudged):
-    out["float_for_int"] = _lookup_program(
-      spec, [float(x) for x in nudged] if spec.get("fn_name") else nudged
-    )
-  honest = f"def {spec['fn_name']}(*a):\n  return 0\n" if spec.get("fn_name") else "print(0)"
-  return _lookup_program(spec, spec["outputs"]), honest, out
-
-
-_SWAPS = {"true": "false", "false": "true", "yes": "no", "no": "yes"}
-
-
-def _swapped(answer: str, metadata: dict) -> str | None:
-  """A puzzle's answer with each role word swapped for its opposite (true and false; a knights
-  and knaves puzzle's own two terms), or reversed when it has none; None when that changes
-  nothing."""
-  swaps = dict(_SWAPS)
-  terms = metadata.get("knight_knave_terms") or {}
-  if terms.get("knight") and terms.get("knave"):
-    swaps.update({terms["knight"].lower(): terms["knave"], terms["knave"].lower(): terms["knight"]})
-  words = re.compile(r"\b(" + "|".join(map(re.escape, swaps)) + r")\b", re.I)
-  got = words.sub(lambda m: swaps[m.group(1).lower()], answer)
-  got = got if got != answer else answer[::-1]
-  return got if got.strip().lower() != answer.strip().lower() else None
-
-
 def reference_response(verifier: str, row: dict) -> str | None:
-  """The row's reference as a response in its verifier's format (code: a program that looks
-  each test's input up in a table of the expected outputs); None where the row has none."""
-  if verifier == "code":
-    spec = _tests(row)
-    return _wrap(verifier, _lookup_program(spec, spec["outputs"]))
-  if verifier == "ifeval":
+  """The row's reference as a response in its verifier's format (its domain's `reference`, else
+  its answer wrapped; code: a program that looks each test's input up in a table of the
+  expected outputs); None where the row has none or its domain has no hooks."""
+  h = domains.hooks(verifier)
+  if h is None:
     return None
-  ref = _answer_of(verifier, row)
-  return None if ref is None else _wrap(verifier, ref)
+  if hasattr(h, "reference"):
+    return h.reference(row)
+  ref = h.answer_of(row)
+  return None if ref is None else h.wrap(ref)
+
+
+def _question(row: dict) -> str:
+  return domains.question(row)
 
 
 def check_references(rows: list[dict], pool) -> list[str | None]:
@@ -235,33 +118,24 @@ def check_references(rows: list[dict], pool) -> list[str | None]:
 
 
 def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None, str, dict]:
-  """(reference response or None, honest wrong response, {strategy: response})."""
-  if verifier == "code":
-    ref, honest, raw = _code_responses(row, others)
-    return (
-      _wrap(verifier, ref),
-      _wrap(verifier, honest),
-      {k: _wrap(verifier, v) for k, v in raw.items()},
-    )
-  if verifier == "ifeval":
-    q = _question(row)
-    filler = " ".join(["lorem ipsum dolor sit amet"] * 400)
-    raw = {"empty": "", "blank": " \n\t ", "copy_question": q, "longest": filler, "veto": DEEP_JSON}
-    wrong = _wrap(verifier, attacks.topic(q) + " " + HONEST_TEXT)
-    return None, wrong, {k: _wrap(verifier, v) for k, v in raw.items()}
-  ref = _answer_of(verifier, row)
-  other_refs = [a for a in (_answer_of(verifier, o) for o in others) if a and a != ref]
+  """(reference response or None, honest wrong response, {strategy: response}): the domain's own
+  (`responses` hook), else the answer strategies."""
+  h = domains.hooks(verifier)
+  if hasattr(h, "responses"):
+    return h.responses(row, others)
+  ref = h.answer_of(row)
+  other_refs = [a for a in (h.answer_of(o) for o in others) if a and a != ref]
   if ref is not None and re.fullmatch(r"[A-Ja-j]", ref.strip()):  # a multiple-choice key
     wrong = next(c for c in "ABCD" if c != ref.strip().upper())
     other_refs = [c for c in "ABCD" if c != ref.strip().upper()]
     every = " ".join("ABCD")
   else:
     # wrong candidates: other rows' answers, the other half of a yes/no or true/false pair,
-    # a puzzle's answer with its roles swapped (a parser reads past a digit appended to a
-    # sentence), and the reference with a digit more (so there is always one)
+    # the domain's near misses (a puzzle's roles swapped), and the reference with a digit more
+    # (so there is always one)
     pair = {"yes": "No", "no": "Yes", "true": "False", "false": "True"}.get((ref or "").lower())
-    swapped = _swapped(ref or "", _rg_metadata(row)) if verifier == "reasoning_gym" else None
-    extra = (pair, swapped, f"{ref}1")
+    near = h.near_misses(row, ref) if hasattr(h, "near_misses") else []
+    extra = (pair, *near, f"{ref}1")
     other_refs = other_refs + [a for a in extra if a and a not in other_refs]
     wrong = other_refs[0]
     every = ", ".join([ref or ""] + other_refs[:5])
@@ -271,35 +145,30 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
     "copy_question": _question(row),
     "every_candidate": every,
     "longest": " ".join([ref or ""] + other_refs * 50)[:20000] + " " + "x " * 4000,
-    "veto": "9^{9^{9^{9}}}" if verifier == "math" else DEEP_JSON,
+    "veto": getattr(h, "VETO", domains.DEEP_JSON),
   }
-  nudged = _nudge(ref) if ref is not None else None
+  nudged = domains.nudge(ref) if ref is not None else None
   if nudged:
     raw["float_for_int"] = nudged
   return (
-    None if ref is None else _wrap(verifier, ref),
-    _wrap(verifier, wrong),
-    {k: _wrap(verifier, v) for k, v in raw.items()},
+    None if ref is None else h.wrap(ref),
+    h.wrap(wrong),
+    {k: h.wrap(v) for k, v in raw.items()},
   )
 
 
 def honest_formats(verifier: str, row: dict) -> dict[str, str]:
-  """{style: an honest correct response} for a row (`data.honest`): its reference in the
-  formats reasoning models write."""
-  if verifier == "code":
-    spec = _tests(row)
-    program = _lookup_program(spec, spec["outputs"])
-    return honest.program_responses(program, stdin=not spec.get("fn_name"))
-  ref = _answer_of(verifier, row)
-  return {} if ref is None else honest.responses(verifier, ref, _question(row))
+  """{style: an honest correct response} for a row (its domain's `honest`): its reference in
+  the formats reasoning models write."""
+  return domains.hooks(verifier).honest(row)
 
 
 def _attack_pairs(verifier: str, row: dict, wrong: str, seed: int, right=None) -> list[tuple]:
-  spec = _tests(row) if verifier == "code" else None
-  wrap = lambda text: _wrap(verifier, text)  # noqa: E731
-  answer, prompt = _answer_of(verifier, row), _question(row)
+  h = domains.hooks(verifier)
+  spec = h.tests(row) if hasattr(h, "tests") else None
+  answer, prompt = h.answer_of(row), _question(row)
   got = attacks.pairs(verifier, prompt=prompt, extra=row["extra"], answer=answer, spec=spec,
-                      wrap=wrap, wrong=wrong, seed=seed, right=right)  # fmt: skip
+                      wrap=h.wrap, wrong=wrong, seed=seed, right=right)  # fmt: skip
   return [t for cls, hack, bar in got for t in ((f"attack/{cls}", hack), (f"bar/{cls}", bar))]
 
 
@@ -317,6 +186,9 @@ def audit(
   try:
     for key, sample in rows.items():
       verifier = rewards.verifier_name(sample[0]["data_source"])
+      if domains.hooks(verifier) is None:
+        report[key] = unaudited(verifier, len(sample))
+        continue
       jobs, tags = [], []
       for i, row in enumerate(sample):
         others = sample[i + 1 :] + sample[:i]
@@ -339,6 +211,22 @@ def audit(
     if own:
       pool.close()
   return report
+
+
+def unaudited(verifier: str, n: int) -> dict:
+  """The report of a source whose verifier's domain offers no audit hooks: listed, not judged."""
+  where = f"prorl_jax/data/domains/{rewards.module_of(verifier)}.py"
+  return {
+    "unaudited": f"verifier {verifier!r} has no audit hooks ({where})",
+    "attacks": {},
+    "rows": n,
+    "reference": None,
+    "honest_wrong": None,
+    "honest_formats": {"responses": 0, "accepted": None},
+    "strategies": {},
+    "best": {"strategy": None, "mean": None},
+    "problems": [],
+  }
 
 
 def _summarise(key: str, n: int, by: dict) -> dict:

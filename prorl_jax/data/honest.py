@@ -1,5 +1,6 @@
 r"""Honest correct answers in the formats reasoning models write, built from a row's reference:
 what the verifier audit (`data/audit.py`) checks earns full credit beside the hacks it refuses.
+Each domain writes its reference in these forms (`data.domains`: its `honest` hook).
 
 Every response opens with a closed think block (as DeepSeek-R1-Distill, Qwen and
 Llama-Nemotron write) and then states the reference the way those models state an answer:
@@ -47,38 +48,9 @@ def _groups(x: str) -> list[str]:
   return [head + sep.join(parts) for sep in ("{,}", "\\,", ",")]
 
 
-def _choice_text(prompt: str, key: str) -> str | None:
-  m = re.search(rf"^\(?{key}\)\s*(.+)$", prompt, re.M)
-  return m.group(1).strip() if m else None
-
-
 def math_forms(answer: str) -> list[str]:
   """Ways to write a math reference's value: as it is, and with digit groups."""
   return [answer] + _groups(answer.strip())
-
-
-def responses(verifier: str, answer: str, prompt: str = "") -> dict[str, str]:
-  """{style: honest correct response} for a reference `answer` (the text the verifier compares:
-  the math value, the choice key, the puzzle's answer); {} for verifiers without one."""
-  out = {}
-  if verifier == "math":
-    for i, form in enumerate(math_forms(answer)):
-      for j, w in enumerate(MATH_WRAPPERS):
-        out[f"math/{i}/{j}"] = THINK + w.format(x=form)
-  elif verifier in ("stem", "mcq") and re.fullmatch(r"[A-J]", answer.strip()):
-    k = answer.strip()
-    for j, f in enumerate(LETTER_FORMS):
-      out[f"letter/{j}"] = THINK + f.format(k=k)
-    text = _choice_text(prompt, k)
-    if text:
-      out["letter/with_text"] = THINK + f"Answer: {k}) {text}"
-  elif verifier in ("stem", "mcq"):
-    out["short/boxed"] = THINK + f"The final answer is $\\boxed{{{answer}}}$."
-    out["short/answer_line"] = THINK + f"**Answer:** {answer}"
-  elif verifier == "reasoning_gym":
-    for j, w in enumerate(ANSWER_TAG_WRAPPERS):
-      out[f"tag/{j}"] = THINK + w.format(x=answer)
-  return out
 
 
 def program_responses(program: str, stdin: bool = True) -> dict[str, str]:

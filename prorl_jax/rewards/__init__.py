@@ -114,11 +114,20 @@ def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:
   return checked(s)
 
 
+def module_of(name: str) -> str:
+  """The module of verifier `name` (`rewards.<module>`): where its hooks are found (`warm`,
+  `hack_flags`; its audit's in `data.domains.<module>`)."""
+  return {"stem": "mcq", "reasoning_gym": "puzzles"}.get(name, name)
+
+
+def hook(name: str, attr: str):
+  """Verifier `name`'s hook `attr` (a function of its module), or None where it offers none."""
+  return getattr(importlib.import_module(f"prorl_jax.rewards.{module_of(name)}"), attr, None)
+
+
 def warm(name: str, reference, meta: dict) -> None:
   """Loads what verifier `name` needs for an item (modules, generated puzzles) in the pool
   process itself, before the throw-away child is forked: trusted work, no response text."""
-
-  module = {"stem": "mcq", "reasoning_gym": "puzzles"}.get(name, name)
-  fn = getattr(importlib.import_module(f"prorl_jax.rewards.{module}"), "warm", None)
+  fn = hook(name, "warm")
   if fn is not None:
     fn(reference, **meta)

@@ -36,6 +36,7 @@ import re
 import markdown_it
 
 from prorl_jax import sandbox
+from prorl_jax.rewards import detectors
 from prorl_jax.rewards.code_tests import (  # noqa: F401 - `code.<name>` for the data side
   CONSTANT_PRINTS,
   CONSTANT_RETURNS,
@@ -109,6 +110,12 @@ _ANY_CASE = re.compile(
 def any_case(prompt_text: str | None) -> bool:
   """Does the problem statement accept its words in any letter case?"""
   return bool(prompt_text) and _ANY_CASE.search(prompt_text) is not None
+
+
+def hack_flags(final: str, response: str, prompt_text: str | None) -> list[str]:
+  """The detectors' flags of a code answer: a program that never reads its input."""
+  program = extract_code(response, prompt_text)
+  return ["constant_program"] if program and detectors.constant_program(program) else []
 
 
 def _fail_reason(res: sandbox.RunResult) -> str:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import ast
 import re
 
+from prorl_jax import rewards
 from prorl_jax.rewards import reading
-from prorl_jax.rewards.common import Score, read, without_think_tag
+from prorl_jax.rewards.common import Score, read
 
 FLAGS = (
   "invisible",
@@ -51,7 +52,7 @@ def _lookalike(text: str) -> bool:
   return False
 
 
-def _filler(text: str) -> bool:
+def filler(text: str) -> bool:
   words = reading.letter_words(text)
   tokens = re.findall(r"\w+", text)
   if len(tokens) >= 40 and sum(t.isdigit() for t in tokens) > 0.6 * len(tokens):
@@ -89,17 +90,9 @@ def flags(name: str, response: str, score: Score, prompt_text: str | None = None
     out.append("invisible")
   if _lookalike(final):
     out.append("lookalike")
-  if name == "ifeval":
-    if _filler(final):
-      out.append("filler")
-    if prompt_text and reading.restates(final, without_think_tag(prompt_text)):
-      out.append("restatement")
-  elif name == "code":
-    from prorl_jax.rewards.code import extract_code  # lazy: markdown-it only where code is judged
-
-    program = extract_code(response, prompt_text)
-    if program and constant_program(program):
-      out.append("constant_program")
+  own = rewards.hook(name, "hack_flags")  # a domain's own flags (ifeval, code), else numbers
+  if own is not None:
+    out += own(final, response, prompt_text)
   elif _SPECIAL.search(final[-400:]):
     out.append("special_number")
   return tuple(out)

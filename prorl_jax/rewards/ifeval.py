@@ -47,6 +47,7 @@ import re
 import unicodedata
 from typing import Callable
 
+from prorl_jax.rewards import detectors
 from prorl_jax.rewards.common import Score, load_json, read, without_think_tag
 from prorl_jax.rewards.reading import (
   about,
@@ -334,6 +335,14 @@ def substantive(text: str, instructions: list[dict], prompt_text: str | None = N
   if prompt_text and restates(_own_words(text, instructions), prompt_text):
     return "no substantive response (restates the prompt)"
   return None
+
+
+def hack_flags(final: str, response: str, prompt_text: str | None) -> list[str]:
+  """The detectors' flags of an instruction-following answer: filler, a restatement."""
+  out = ["filler"] if detectors.filler(final) else []
+  if prompt_text and restates(final, without_think_tag(prompt_text)):
+    out.append("restatement")
+  return out
 
 
 @functools.cache
