@@ -14,9 +14,8 @@ the pool scores it again alone. `route(data_source)` picks the verifier from the
 
 from __future__ import annotations
 
-import importlib
-
 from prorl_jax.rewards.common import Score, Verifier  # noqa: F401 - the package's API
+from prorl_jax.rewards.hooks import hook, module_of  # noqa: F401 - the package's API
 
 
 def _registry() -> dict[str, Verifier]:
@@ -112,17 +111,6 @@ def safe_score(verifier: Verifier, response: str, reference, **meta) -> Score:
   except Exception as e:  # noqa: BLE001 - the response broke its judgement: 0, never a veto
     return Score(0.0, f"response error: {type(e).__name__}: {str(e)[:120]}", response_error=True)
   return checked(s)
-
-
-def module_of(name: str) -> str:
-  """The module of verifier `name` (`rewards.<module>`): where its hooks are found (`warm`,
-  `hack_flags`; its audit's in `data.domains.<module>`)."""
-  return {"stem": "mcq", "reasoning_gym": "puzzles"}.get(name, name)
-
-
-def hook(name: str, attr: str):
-  """Verifier `name`'s hook `attr` (a function of its module), or None where it offers none."""
-  return getattr(importlib.import_module(f"prorl_jax.rewards.{module_of(name)}"), attr, None)
 
 
 def warm(name: str, reference, meta: dict) -> None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import ast
 import re
 
-from prorl_jax import rewards
 from prorl_jax.rewards import reading
 from prorl_jax.rewards.common import Score, read
+from prorl_jax.rewards.hooks import hook
 
 FLAGS = (
   "invisible",
@@ -90,7 +90,7 @@ def flags(name: str, response: str, score: Score, prompt_text: str | None = None
     out.append("invisible")
   if _lookalike(final):
     out.append("lookalike")
-  own = rewards.hook(name, "hack_flags")  # a domain's own flags (ifeval, code), else numbers
+  own = hook(name, "hack_flags")  # a domain's own flags (ifeval, code), else numbers
   if own is not None:
     out += own(final, response, prompt_text)
   elif _SPECIAL.search(final[-400:]):
