@@ -118,24 +118,10 @@ OTHER = "one sentence in another script about another subject, repeated: no resp
 # where ours pays what theirs refuses
 BOLD = "the end phrase in bold is the end phrase a reader sees"
 CAPITALS = "langdetect reads all-capital English as German; ours detects the language in lower case"
-HIDING = [
-  "inline comment",
-  "block comment",
-  "unclosed comment",
-  "link destination",
-  "link title",
-  "image url",
-  "reference definition",
-]
-NEEDING = [
-  "detectable_content:number_placeholders",
-  "detectable_content:postscript",
-  "detectable_format:title",
-  "keywords:existence",
-  "keywords:frequency",
-]
+# the instructions whose text hidden anywhere theirs finds (an end phrase: only in two places)
+NEEDING = [_ids_of(ins)[0] for ins, _ in hidden.NEEDS if ins["type"] != "end_with"]
 KNOWN: dict[str, str] = {
-  **{f"{place} {iid}": UNSEEN for place in HIDING for iid in NEEDING},
+  **{f"{place} {iid}": UNSEEN for place in hidden.PLACES for iid in NEEDING},
   "reference definition startend:end_checker": UNSEEN,
   "unclosed comment startend:end_checker": UNSEEN,
   "filler 0 of 15 length_constraints:number_words": NUMBERS,

@@ -163,3 +163,4 @@ def test_the_rl_loop_trains_a_qwen3_model(tmp_path, base):
   assert published["architectures"] == ["Qwen3ForCausalLM"]
   norm = weights["model.layers.0.self_attn.q_norm.weight"]
   assert np.abs(norm - 1.0).max() > 0  # initialised to ones, moved by the updates
+  assert np.ptp(norm) > 0  # by its gradients: weight decay alone moves every entry alike

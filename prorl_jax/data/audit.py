@@ -88,10 +88,6 @@ def reference_response(verifier: str, row: dict) -> str | None:
   return None if ref is None else h.wrap(ref)
 
 
-def _question(row: dict) -> str:
-  return domains.question(row)
-
-
 def check_references(rows: list[dict], pool) -> list[str | None]:
   """For parsed rows: None where the row's own reference earns full reward through its
   verifier (or the row has no reference to check), else the reason it is dropped."""
@@ -142,7 +138,7 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
   raw = {
     "empty": "",
     "blank": "  \n ",
-    "copy_question": _question(row),
+    "copy_question": domains.question(row),
     "every_candidate": every,
     "longest": " ".join([ref or ""] + other_refs * 50)[:20000] + " " + "x " * 4000,
     "veto": getattr(h, "VETO", domains.DEEP_JSON),
@@ -166,7 +162,7 @@ def honest_formats(verifier: str, row: dict) -> dict[str, str]:
 def _attack_pairs(verifier: str, row: dict, wrong: str, seed: int, right=None) -> list[tuple]:
   h = domains.hooks(verifier)
   spec = h.tests(row) if hasattr(h, "tests") else None
-  answer, prompt = h.answer_of(row), _question(row)
+  answer, prompt = h.answer_of(row), domains.question(row)
   got = attacks.pairs(verifier, prompt=prompt, extra=row["extra"], answer=answer, spec=spec,
                       wrap=h.wrap, wrong=wrong, seed=seed, right=right)  # fmt: skip
   return [t for cls, hack, bar in got for t in ((f"attack/{cls}", hack), (f"bar/{cls}", bar))]
@@ -193,7 +189,7 @@ def audit(
       for i, row in enumerate(sample):
         others = sample[i + 1 :] + sample[:i]
         ref, wrong, strat = responses(verifier, row, others)
-        meta = dict(row["extra"], prompt_text=_question(row))
+        meta = dict(row["extra"], prompt_text=domains.question(row))
         formats = [(f"honest/{k}", v) for k, v in honest_formats(verifier, row).items()]
         pairs = [("reference", ref), ("honest_wrong", wrong), *strat.items(), *formats]
         if attack:

@@ -139,13 +139,6 @@ class DecodeWeights:
 Attend = Callable[[Array, Array, Array], tuple[Array, object]]
 
 
-def _output(w, out, dt):
-  """The output projection of attention's [B, T, H, Dh] (or [B, T, H·Dh])."""
-  b, t = out.shape[:2]
-  o = w.o.reshape(-1, w.o.shape[-1])
-  return (out.astype(dt).reshape(b * t, -1) @ o.astype(dt)).reshape(b, t, -1)
-
-
 def decode_layer(
   model_cfg: Qwen2Config,
   w: LayerWeights | FusedLayerWeights,
@@ -164,7 +157,8 @@ def decode_layer(
     q = rms_norm(q, w.q_norm, c.rms_norm_eps, dt)
     k = rms_norm(k, w.k_norm, c.rms_norm_eps, dt)
   out, carry = attend(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
-  x_BxTxD = x_BxTxD + _output(w, out, dt)
+  b, t, d = x_BxTxD.shape  # the output projection of [B, T, H, Dh] (or [B, T, H·Dh])
+  x_BxTxD = x_BxTxD + _matmul(out.reshape(b, t, -1), w.o.reshape(-1, d), None, dt)
   y = rms_norm(x_BxTxD, w.post_attn_norm, c.rms_norm_eps, dt)
   gate, up = _matmul(y, w.gate, None, dt), _matmul(y, w.up, None, dt)
   h_BxTxF = sharding.constrain(jax.nn.silu(gate) * up, ("act_batch", "act_seq", "act_mlp"), mesh)
@@ -178,27 +172,29 @@ def head_weight(model_cfg: Qwen2Config, params) -> Array:
   return params["lm_head"]
 
 
-def layer_weights(params_layers, i=None) -> LayerWeights:
-  """The checkpoint's layer parameters (`params["layers"]`, stacked on L; layer `i` of them, or
-  one layer's own inside the scan when `i` is None) as `LayerWeights`."""
-  pick = (lambda x: x) if i is None else (lambda x: x[i])
+def layer_weights(params_layers, i: int) -> LayerWeights:
+  """Layer `i` of the checkpoint's layer parameters (`params["layers"]`, stacked on L) as
+  `LayerWeights`."""
   a, m = params_layers["attn"], params_layers["mlp"]
-  opt = lambda d, name, key: pick(d[name][key]) if name in d else None  # noqa: E731
+
+  def opt(node: dict, key: str):  # a bias (Qwen2) or a q/k norm (Qwen3): None where absent
+    return node[key][i] if key in node else None
+
   return LayerWeights(
-    input_norm=pick(params_layers["input_norm"]["scale"]),
-    q=pick(a["q_proj"]["kernel"]),
-    k=pick(a["k_proj"]["kernel"]),
-    v=pick(a["v_proj"]["kernel"]),
-    q_bias=pick(a["q_proj"]["bias"]) if "bias" in a["q_proj"] else None,
-    k_bias=pick(a["k_proj"]["bias"]) if "bias" in a["k_proj"] else None,
-    v_bias=pick(a["v_proj"]["bias"]) if "bias" in a["v_proj"] else None,
-    q_norm=opt(a, "q_norm", "scale"),
-    k_norm=opt(a, "k_norm", "scale"),
-    o=pick(a["o_proj"]["kernel"]),
-    post_attn_norm=pick(params_layers["post_attn_norm"]["scale"]),
-    gate=pick(m["gate_proj"]["kernel"]),
-    up=pick(m["up_proj"]["kernel"]),
-    down=pick(m["down_proj"]["kernel"]),
+    input_norm=params_layers["input_norm"]["scale"][i],
+    q=a["q_proj"]["kernel"][i],
+    k=a["k_proj"]["kernel"][i],
+    v=a["v_proj"]["kernel"][i],
+    q_bias=opt(a["q_proj"], "bias"),
+    k_bias=opt(a["k_proj"], "bias"),
+    v_bias=opt(a["v_proj"], "bias"),
+    q_norm=opt(a.get("q_norm", {}), "scale"),
+    k_norm=opt(a.get("k_norm", {}), "scale"),
+    o=a["o_proj"]["kernel"][i],
+    post_attn_norm=params_layers["post_attn_norm"]["scale"][i],
+    gate=m["gate_proj"]["kernel"][i],
+    up=m["up_proj"]["kernel"][i],
+    down=m["down_proj"]["kernel"][i],
   )
 
 

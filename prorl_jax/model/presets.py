@@ -217,43 +217,26 @@ _QWEN3 = dict(
 )
 
 
-def qwen3_1p7b(**kw) -> Qwen2Config:
-  """Qwen3-1.7B's architecture (tied embeddings)."""
-  return Qwen2Config(
-    hidden_size=2048,
-    intermediate_size=6144,
-    num_layers=28,
-    num_heads=16,
-    tie_word_embeddings=True,
-    **_QWEN3,
-    **kw,
-  )
+def _qwen3(hidden: int, intermediate: int, layers: int, heads: int, tied: bool):
+  """A Qwen3 dense size (its config.json's sizes; the rest is `_QWEN3`) as a preset function."""
+
+  def preset(**kw) -> Qwen2Config:
+    return Qwen2Config(
+      hidden_size=hidden,
+      intermediate_size=intermediate,
+      num_layers=layers,
+      num_heads=heads,
+      tie_word_embeddings=tied,
+      **_QWEN3,
+      **kw,
+    )
+
+  return preset
 
 
-def qwen3_4b(**kw) -> Qwen2Config:
-  """Qwen3-4B's architecture (tied embeddings)."""
-  return Qwen2Config(
-    hidden_size=2560,
-    intermediate_size=9728,
-    num_layers=36,
-    num_heads=32,
-    tie_word_embeddings=True,
-    **_QWEN3,
-    **kw,
-  )
-
-
-def qwen3_8b(**kw) -> Qwen2Config:
-  """Qwen3-8B's architecture."""
-  return Qwen2Config(
-    hidden_size=4096,
-    intermediate_size=12288,
-    num_layers=36,
-    num_heads=32,
-    tie_word_embeddings=False,
-    **_QWEN3,
-    **kw,
-  )
+qwen3_1p7b = _qwen3(2048, 6144, 28, 16, tied=True)  # Qwen3-1.7B
+qwen3_4b = _qwen3(2560, 9728, 36, 32, tied=True)  # Qwen3-4B
+qwen3_8b = _qwen3(4096, 12288, 36, 32, tied=False)  # Qwen3-8B
 
 
 # Architectures by name, for what needs a model's shapes but not its weights (the compile tool's

@@ -68,20 +68,6 @@ class Scale(nn.Module):
     return self.param("scale", ones, (self.size,), self.param_dtype)
 
 
-class RMSNorm(nn.Module):
-  """Root-mean-square layer norm over the last axis with a learned scale (variance in float32)."""
-
-  eps: float
-  param_dtype: Any
-  dtype: Any
-
-  @nn.compact
-  def __call__(self, x):
-    ones = nn.with_logical_partitioning(nn.initializers.ones, ("norm",))
-    scale = self.param("scale", ones, (x.shape[-1],), self.param_dtype)
-    return rms_norm(x, scale, self.eps, self.dtype)
-
-
 class AttentionWeights(nn.Module):
   """The attention's parameters, named as the checkpoint names them: q/k/v kernels [D, N, Dh]
   (biased for Qwen2), Qwen3's per-head q/k norms [Dh], the output kernel [H, Dh, D]."""
@@ -221,7 +207,8 @@ class Qwen2(nn.Module):
     (x_BxTxD, new_kv), _ = stack(c, self.mesh, name="layers")(
       (x_BxTxD, kv), jnp.arange(c.num_layers), cos, sin, mask_BxTxS, cache_index
     )
-    x_BxTxD = RMSNorm(c.rms_norm_eps, pd, dt, name="final_norm")(x_BxTxD)
+    final_norm = Scale(c.hidden_size, pd, name="final_norm")()
+    x_BxTxD = rms_norm(x_BxTxD, final_norm, c.rms_norm_eps, dt)
     if not c.tie_word_embeddings:
       # Declared here so init creates it; applied by `head_weight` outside the module.
       self.param("lm_head", _init(("embed", "vocab")), (c.hidden_size, c.vocab_size), pd)

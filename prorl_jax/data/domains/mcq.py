@@ -7,15 +7,8 @@ from __future__ import annotations
 import re
 
 from prorl_jax.data import honest as honest_lib
-from prorl_jax.data.domains import math, question
-
-
-def wrap(text: str) -> str:
-  return math.wrap(text)
-
-
-def answer_of(row: dict) -> str | None:
-  return math.answer_of(row)
+from prorl_jax.data.domains import question
+from prorl_jax.data.domains.math import answer_of, wrap  # noqa: F401 - math's boxed answer
 
 
 def _choice_text(prompt: str, key: str) -> str | None:
