@@ -62,8 +62,8 @@ def jobs(items: int) -> dict[str, list[tuple]]:
     "code": [
       (
         "codecontests",
-        f"<think>x</think>```python\nprint(int(input()) + {i})\n```",
-        json.dumps({"inputs": ["1\n", "2\n"], "outputs": [f"{1 + i}\n", f"{2 + i}\n"]}),
+        f"<think>x</think>```python\nprint(int(input()) + {i + 1})\n```",  # + 0 would echo
+        json.dumps({"inputs": ["1\n", "2\n"], "outputs": [f"{2 + i}\n", f"{3 + i}\n"]}),
         {},
       )
       for i in range(items)

@@ -52,7 +52,10 @@ CASES = [
 @pytest.mark.parametrize("problem, ref, back, paid", CASES, ids=[c[1] for c in CASES])
 def test_the_question_handed_back_is_not_its_answer(problem, ref, back, paid):
   for prompt in (problem, problem + "<think>\n"):  # as asked, and under an R1-style template
-    got = {a: math.score(f"w</think>\\boxed{{{a}}}", ref, prompt_text=prompt) for a in back + paid}
+    opens = "" if prompt.endswith("<think>\n") else "<think>"  # the response opens its own
+    got = {
+      a: math.score(f"{opens}w</think>\\boxed{{{a}}}", ref, prompt_text=prompt) for a in back + paid
+    }
     assert [a for a in back if got[a].value != 0.0] == []
     assert all(
       "not the number it asks for" in got[a].reason or "unevaluated" in got[a].reason for a in back

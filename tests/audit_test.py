@@ -146,14 +146,15 @@ def test_the_audit_passes_on_the_fixture_suite(tmp_path):
 
 
 def test_the_red_team_catches_a_verifier_that_stops_folding_look_alikes(mix, monkeypatch):
-  from prorl_jax.rewards import ifeval, reading
+  from prorl_jax.rewards import ifeval, instructions, reading
 
   clean = audit.audit(mix, per_source=1, pool=InProcess(), attack=True)
   assert audit.gameable(clean) == [], {k: r["problems"] for k, r in clean.items()}
   assert clean["llama_nemotron_if"]["attacks"]["lookalike"]["attack"] == 0.0
   # the text read after NFKC alone: Cyrillic letters and fullwidth commas pass for others
-  monkeypatch.setattr(ifeval, "folded", reading.as_read)
-  monkeypatch.setattr(ifeval, "commas", lambda t: reading.as_read(t).count(","))
+  for checks in (ifeval, instructions):
+    monkeypatch.setattr(checks, "folded", reading.as_read)
+  monkeypatch.setattr(instructions, "commas", lambda t: reading.as_read(t).count(","))
   broken = audit.audit(mix, per_source=1, pool=InProcess(), attack=True)
   assert audit.gameable(broken) == ["llama_nemotron_if"], broken
   lookalike = broken["llama_nemotron_if"]["attacks"]["lookalike"]

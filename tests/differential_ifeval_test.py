@@ -145,6 +145,7 @@ KNOWN: dict[str, str] = {
   "lookalike 1 of 0 punctuation:no_comma": LOOKALIKE,
   "restatement 0 of 0 punctuation:no_comma": RESTATED,
   "restatement 0 of 16 keywords:existence": RESTATED,
+  "restatement 0 of 5 change_case:english_lowercase": RESTATED,
   "script_case 0 of 0 punctuation:no_comma": OTHER,
   "honest 2 startend:end_checker": BOLD,
   "honest 4 change_case:english_capital": CAPITALS,

@@ -176,10 +176,15 @@ def test_every_detector_flag_reaches_the_trainers_metrics(pool, tmp_path):
 
   ins = {"instructions": [{"type": "no_commas"}], "prompt_text": "Write about tea."}
   jobs = [
-    ("ifeval", "x</think>Tea is a fine\u200b drink served hot in many lands.", None, ins),
-    ("ifeval", "x</think>Tеа is a fine drink served hot in many lands.", None, ins),  # Cyrillic
-    ("ifeval", "x</think>Tea is a fine drink served hot in many lands today.", None, ins),
-    ("math", "x</think>\\boxed{nan}", "4", {"prompt_text": "2+2?"}),
+    ("ifeval", "<think>x</think>Tea is a fine\u200b drink served hot in many lands.", None, ins),
+    (
+      "ifeval",
+      "<think>x</think>Tеа is a fine drink served hot in many lands.",
+      None,
+      ins,
+    ),  # Cyrillic
+    ("ifeval", "<think>x</think>Tea is a fine drink served hot in many lands today.", None, ins),
+    ("math", "<think>x</think>\\boxed{nan}", "4", {"prompt_text": "2+2?"}),
   ]
   before = dict(pool.stats)
   pool.score_many(jobs)

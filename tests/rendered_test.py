@@ -70,7 +70,8 @@ def test_text_the_reader_never_sees_meets_no_instruction(ins, s, place):
     # an entity renders as its character: a comma written as &#44; is a comma
     (f"{BODY.replace(',', '')} then &#44; more", {"type": "no_commas"}, False),
     ("Tides are b&#97;d news", {"type": "keywords_exclude", "keywords": ["bad"]}, False),
-    ("Tides are b&#97;d news", {"type": "keywords_include", "keywords": ["bad"]}, True),
+    # ... but credit needs both readings: the characters never spell the keyword
+    ("Tides are b&#97;d news", {"type": "keywords_include", "keywords": ["bad"]}, False),
     # the link's text is seen: a keyword there counts
     (
       "Read about [gravitation](https://x.org) here.",

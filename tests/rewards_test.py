@@ -227,8 +227,8 @@ def test_reasoning_gym_tasks(task):
 
 # ---------------------------------------------------------------------------------------- ifeval
 IF_CASES = [
-  ({"type": "words", "relation": "at least", "num": 3}, "one two three", "one two"),
-  ({"type": "words", "relation": "at most", "num": 2}, "one two", "one two three"),
+  ({"type": "words", "relation": "at least", "num": 3}, "red green blue", "red green"),
+  ({"type": "words", "relation": "at most", "num": 2}, "red green", "red green blue"),
   ({"type": "sentences", "relation": "exactly", "num": 2}, "A b. C d!", "A b."),
   ({"type": "paragraphs", "relation": "exactly", "num": 2}, "a\n\nb", "a b"),
   ({"type": "keywords_include", "keywords": ["tea", "cup"]}, "A cup of tea", "A cup"),

@@ -386,6 +386,36 @@ def test_sysv_ipc_and_lock_files_do_not_outlive_a_run():
     assert not any(line.split()[0] == str(key) for line in f.read().splitlines()[1:])
 
 
+def test_shared_memory_cannot_hold_more_than_the_memory_limit():
+  """A memfd written to (its pages are shared memory: outside RLIMIT_AS and the tmpfs caps)
+  cannot be made; the ordinary way to hold memory stops at the address-space limit."""
+  src = textwrap.dedent("""
+      import os
+      try:
+          fd = os.memfd_create("hold", 0)
+      except OSError as e:
+          print("memfd refused", e.errno)
+      else:
+          chunk, held = b"x" * (64 << 20), 0
+          try:
+              while held < (1400 << 20):
+                  os.write(fd, chunk)
+                  held += len(chunk)
+          except OSError:
+              pass
+          print("memfd held", held >> 20)
+      try:
+          hold = bytearray(1400 << 20)
+          print("heap held", len(hold) >> 20)
+      except MemoryError:
+          print("heap refused")
+      """)
+  res = sandbox.run(src, timeout_s=20)
+  assert res.ok, res
+  assert res.stdout.split("\n")[:2] == ["memfd refused 1", "heap refused"], res.stdout
+  assert confinement.LIMITS["mem_bytes"] < 1400 << 20
+
+
 def test_disk_is_capped():
   src = (
     "import os\nn = 0\n"

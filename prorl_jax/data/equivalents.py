@@ -13,12 +13,27 @@ tests draw values and require every form to earn full credit and every near miss
   `x = r_1 \text{ or } x = r_2`; one root only, the sign of b changed.
 - `quantity_forms` / `quantity_misses` (STEM): a value and unit in other spellings, prefixes
   and Unicode; 5% off in another unit, another dimension, the bare number.
+- `angle_forms` / `angle_misses`: an angle in every degree spelling (`^\circ`, `°`, `\degree`,
+  `\ang`) and in radians with its unit; another angle in the same spellings.
+- `vector_forms` / `vector_misses`: a tuple as `\langle\rangle`, unit vectors (`\mathbf{i}`,
+  `\hat{\imath}`), `\left(\right)`; one component changed, two swapped.
+- `system_forms` / `system_misses`: a solved system as assignments, in `cases` and `aligned`, in
+  either order; the values swapped, one changed.
+- `set_forms` / `set_misses`: an interval in set-builder notation; a bound's strictness changed.
+- `choice_forms` / `choice_misses` (multiple choice): a letter in a box, as text, with its
+  option's text, bold, in a table's last row, alone on the last line; another letter, two.
+- `statement_forms`: a value stated at the end of a computation (`\sum_{k=1}^{n} k = v`,
+  `\approx v`, `\equiv v \pmod{m}`).
+- `typeset_alike(tex)`: LaTeX spellings that typeset to the same text (spacing commands, fonts,
+  `\dfrac`/`\tfrac`, `\left`/`\right`, `\displaystyle`, braces), applied to every form above.
 - `WRAPPERS`: the final-answer templates of reasoning models (boxed, "The answer is", bold).
 """
 
 from __future__ import annotations
 
 import fractions
+import math
+import re
 
 WRAPPERS = (
   "<think>\nworking\n</think>\n\nThe final answer is $\\boxed{{{x}}}$.",
@@ -174,6 +189,10 @@ def quantity_forms(v: fractions.Fraction, unit: str) -> tuple[str, list[str]]:
   ref = f"{_value_text(v)} {unit if unit != 'ohm' else 'Ω'}"
   out = [f"{_value_text(v)}{s}" for s in spelled]
   out.append(f"{_value_text(v / factor)} {prefixed}")
+  out += [
+    f"\\SI{{{_value_text(v)}}}{{{SIUNITX[unit]}}}",
+    f"\\qty{{{_value_text(v)}}}{{{SIUNITX[unit]}}}",
+  ]
   return ref, out
 
 
@@ -184,3 +203,149 @@ def quantity_misses(v: fractions.Fraction, unit: str) -> list[str]:
   u = unit if unit != "ohm" else "Ω"
   return [f"{_value_text(off / factor)} {prefixed}", f"{_value_text(v)} {other}",
           _value_text(v), f"{_value_text(v * 10)} {u}"]  # fmt: skip
+
+
+def typeset_alike(tex: str) -> list[str]:
+  """Spellings of `tex` that a typesetter prints the same (the rule `rewards.typeset` reads by)."""
+  out = [f"\\displaystyle {tex}", f"{{{tex}}}", f"\\, {tex}\\;"]
+  if "\\frac" in tex:
+    out += [tex.replace("\\frac", "\\dfrac"), tex.replace("\\frac", "\\tfrac")]
+  if tex.startswith("(") and tex.endswith(")") and tex.count("(") == 1:
+    out.append(f"\\left({tex[1:-1]}\\right)")
+  if ", " in tex:
+    out += [tex.replace(", ", ",\\ "), tex.replace(", ", ",\\,"), tex.replace(", ", ",~")]
+  if re.fullmatch(r"-?\d+", tex):
+    out += [f"\\mathrm{{{tex}}}", f"\\text{{{tex}}}", f"\\mathbf{{{tex}}}"]
+  return out
+
+
+def angle_forms(degrees: int) -> tuple[str, list[str]]:
+  """(`degrees` as a degree reference, its spellings in degrees and in radians with a unit)."""
+  turn = fractions.Fraction(degrees, 180)
+  p, q = turn.numerator, turn.denominator
+  pi = "\\pi" if p == 1 else f"{p}\\pi"
+  rad = pi if q == 1 else f"\\frac{{{pi}}}{{{q}}}"
+  return f"{degrees}^\\circ", [
+    f"{degrees}^{{\\circ}}", f"{degrees}°", f"{degrees}\\degree", f"\\ang{{{degrees}}}",
+    f"{degrees}\\,^{{\\circ}}", f"{degrees} \\text{{ degrees}}", f"{degrees}^\\circ",
+    f"{rad}\\ \\text{{rad}}", f"{rad} \\text{{ radians}}", f"{rad}\\,\\mathrm{{rad}}",
+  ]  # fmt: skip
+
+
+def angle_misses(degrees: int) -> list[str]:
+  other = degrees + 15
+  turn = fractions.Fraction(other, 180)
+  rad = f"\\frac{{{turn.numerator}\\pi}}{{{turn.denominator}}}"
+  return [f"{other}^\\circ", f"{degrees + 1}°", f"{rad}\\ \\text{{rad}}"]
+
+
+def _signed(c: int, unit: str, first: bool) -> str:
+  sign = "-" if c < 0 else ("" if first else "+")
+  mag = "" if abs(c) == 1 else str(abs(c))
+  return f"{sign} {mag}{unit}".strip() if not first else f"{sign}{mag}{unit}"
+
+
+def vector_forms(a: int, b: int, c: int) -> tuple[str, list[str]]:
+  """(the tuple `(a, b, c)`, the same vector in other notations); a, b, c are non-zero."""
+
+  def units(fmt):
+    return " ".join(
+      _signed(v, fmt.format(k), i == 0) for i, (v, k) in enumerate(zip((a, b, c), "ijk"))
+    )
+
+  return f"({a}, {b}, {c})", [
+    f"\\langle {a}, {b}, {c} \\rangle", f"\\left\\langle {a},{b},{c}\\right\\rangle",
+    units("\\mathbf{{{}}}"), units("\\hat{{{}}}"), units("\\boldsymbol{{{}}}"), f"({a},{b},{c})",
+    f"\\left( {a}, {b}, {c} \\right)", f"⟨{a}, {b}, {c}⟩",
+  ]  # fmt: skip
+
+
+def vector_misses(a: int, b: int, c: int) -> list[str]:
+  swapped = f"({b}, {a}, {c})" if a != b else f"({a}, {b}, {-c})"
+  return [
+    f"\\langle {a}, {b}, {c + 1} \\rangle",
+    swapped,
+    f"{a}\\mathbf{{i}} + {b}\\mathbf{{j}}",
+    f"\\langle {-a}, {b}, {c} \\rangle",
+  ]
+
+
+def system_forms(x: int, y: int) -> tuple[str, list[str]]:
+  """(the solution `(x, y)`, the system solved in the ways it is written)."""
+  return f"({x}, {y})", [
+    f"x = {x}, y = {y}", f"y = {y}, x = {x}", f"x={x},\\ y={y}",
+    f"\\begin{{cases}} x = {x} \\\\ y = {y} \\end{{cases}}",
+    f"\\begin{{aligned}} x &= {x} \\\\ y &= {y} \\end{{aligned}}",
+    f"\\left\\{{\\begin{{array}}{{l}} x = {x} \\\\ y = {y} \\end{{array}}\\right.",
+    f"({x}, {y})",
+  ]  # fmt: skip
+
+
+def system_misses(x: int, y: int) -> list[str]:
+  swapped = f"x = {y}, y = {x}" if x != y else f"x = {x}, y = {y + 1}"
+  return [
+    swapped,
+    f"x = {x}, y = {y + 1}",
+    f"\\begin{{cases}} x = {x + 2} \\\\ y = {y} \\end{{cases}}",
+  ]
+
+
+def set_forms(lo: int, hi: int) -> tuple[str, list[str]]:
+  """(the interval `(lo, hi]`, set-builder spellings of it)."""
+  cond = f"{lo} < x \\le {hi}"
+  return f"({lo}, {hi}]", [
+    f"\\{{x \\mid {cond}\\}}", f"\\{{x : {lo} < x \\leq {hi}\\}}",
+    f"\\{{ x \\in \\mathbb{{R}} \\mid {cond} \\}}", f"\\left\\{{x \\mid {cond}\\right\\}}",
+    f"\\{{x \\,|\\, {cond}\\}}",
+  ]  # fmt: skip
+
+
+def set_misses(lo: int, hi: int) -> list[str]:
+  return [f"\\{{x \\mid {lo} \\le x \\le {hi}\\}}", f"\\{{x \\mid {lo} < x < {hi}\\}}",
+          f"\\{{x \\mid {lo} < x \\le {hi + 1}\\}}"]  # fmt: skip
+
+
+# How a reasoning model states a choice: {k} is the letter, {t} the option's text.
+CHOICE_SPELLINGS = (
+  "The answer is $\\boxed{{{k}}}$.", "$\\boxed{{\\text{{{k}}}}}$",
+  "$\\boxed{{\\text{{Option {k}}}}}$",
+  "$\\boxed{{\\textbf{{({k})}}}}$", "$\\boxed{{\\textbf{{({k})}}\\ {t}}}$", "**Answer: {k}**",
+  "**Answer:** ({k}) {t}", "| Step | Result |\n|---|---|\n| **Answer** | **{k}** |",
+  "So the work is {t}.\n\n**({k}) {t}**", "Therefore:\n\n({k})", "The correct option is {k}.",
+  "Answer: \\textbf{{({k})}}\\ {t}",
+)  # fmt: skip
+
+
+def choice_forms(letter: str, text: str) -> list[str]:
+  """The letter `letter` (its option reads `text`) in every spelling of CHOICE_SPELLINGS."""
+  return [f.format(k=letter, t=text) for f in CHOICE_SPELLINGS]
+
+
+def choice_misses(letter: str, text: str, other: str) -> list[str]:
+  """Another letter in every spelling, and two letters at once."""
+  return [f.format(k=other, t=text) for f in CHOICE_SPELLINGS] + [
+    f"The answer is $\\boxed{{{letter} \\text{{ or }} {other}}}$.",
+    f"({other}) x\n({letter}) {text}\n(E) y",
+  ]
+
+
+def statement_forms(v: int) -> list[str]:
+  """`v` stated as the last value of a computation."""
+  n = (math.isqrt(8 * v + 1) - 1) // 2 if v > 0 else 0
+  out = [
+    f"S = {v}",
+    f"\\approx {v}",
+    f"N \\equiv {v} \\pmod{{{abs(v) + 7}}}" if v >= 0 else f"x = {v}",
+  ]
+  if v > 0 and n * (n + 1) // 2 == v:
+    out.append(f"\\sum_{{k=1}}^{{{n}}} k = {v}")
+  return out
+
+
+SIUNITX = {
+  "J": "\\joule",
+  "m/s": "\\meter\\per\\second",
+  "A": "\\ampere",
+  "ohm": "\\ohm",
+  "N": "\\newton",
+}

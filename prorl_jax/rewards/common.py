@@ -52,28 +52,43 @@ def without_think_tag(prompt_text: str | None) -> str | None:
   return prompt_text
 
 
+_THINK_TAG = re.compile(r"</?think>")
+# The think reading's one state machine: (state, tag) -> the next state, or why it is malformed.
+# "outside": no block opened (the template opened none); "thinking": inside the reasoning
+# (opened by the template or by the response); "closed": after the one `</think>`.
+THINK_STATES = {
+  ("outside", THINK_OPEN): "thinking",
+  ("outside", THINK_CLOSE): "malformed: a </think> that closes no <think>",
+  ("thinking", THINK_OPEN): "thinking",  # reopening the open reasoning changes nothing
+  ("thinking", THINK_CLOSE): "closed",
+  ("closed", THINK_OPEN): "malformed: a <think> after </think>",
+  ("closed", THINK_CLOSE): "malformed: a second </think> (one closes the reasoning)",
+}
+
+
 def read(response: str, prompt_text: str | None = None) -> Reading:
   """The one reading of a response, relative to its prompt (the same in every verifier and in the
-  hack monitor's detectors). With a think block open (the template opened it, or the response
-  writes `<think>`), only the text after the first `</think>` is the final answer; without a
-  `</think>` there is none (cut off or never concluded: its scratch work is not an answer). A
-  second `</think>`, or a `<think>` after the first `</think>`, is malformed. Without any think
-  block the whole response is the answer."""
-  closes = response.count(THINK_CLOSE)
-  if closes == 0:
-    if template_opens_think(prompt_text) or THINK_OPEN in response:
-      return Reading(None, UNFINISHED)
-    return Reading(response)
-  if closes > 1:
-    return Reading(None, f"malformed: {closes} </think> tags (one closes the reasoning)")
-  answer = response.split(THINK_CLOSE, 1)[1]
-  if THINK_OPEN in answer:
-    return Reading(None, "malformed: a <think> after </think>")
-  return Reading(answer)
+  hack monitor's detectors), by the state machine `THINK_STATES`: the reasoning is open from the
+  start when the template opened it, else from the response's `<think>`; the final answer is the
+  text after the one `</think>` that closes it. Still open at the end: no final answer (cut off
+  or never concluded: scratch work is not an answer). A `</think>` that closes nothing (the
+  template and the response opened none), a second `</think>`, or a `<think>` after the close is
+  malformed. A response that never opens a block is all final answer."""
+  state, answer_from = ("thinking" if template_opens_think(prompt_text) else "outside"), 0
+  for m in _THINK_TAG.finditer(response):
+    state = THINK_STATES[(state, m.group(0))]
+    if state.startswith("malformed"):
+      return Reading(None, state)
+    if state == "closed":
+      answer_from = m.end()
+  if state == "thinking":
+    return Reading(None, UNFINISHED)
+  return Reading(response[answer_from:])
 
 
 def last_boxed(text: str) -> str | None:
-  r"""Content of the last `\boxed{...}` (balanced braces), or of `\boxed x`; None if absent."""
+  r"""Content of the last `\boxed{...}` (balanced braces, escaped ones aside), or of `\boxed x`;
+  None if absent."""
   i = text.rfind("\\boxed")
   if i < 0:
     return None
@@ -85,6 +100,9 @@ def last_boxed(text: str) -> str | None:
     return None
   depth, k = 0, j
   while k < len(text):
+    if text[k] == "\\":  # an escaped brace (`\\{` of `\\left\\{`) is text, not a group
+      k += 2
+      continue
     if text[k] == "{":
       depth += 1
     elif text[k] == "}":

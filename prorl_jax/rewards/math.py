@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 
-from prorl_jax.rewards import forms
+from prorl_jax.rewards import forms, quantity, typeset
 from prorl_jax.rewards.common import REL_TOL, Score, blank, last_boxed, read, without_think_tag
 from prorl_jax.rewards.quantity import plain_math
 
@@ -52,6 +52,8 @@ def _warm_once():
   import math_verify  # lazy: sympy's parsers are slow to import, only math items need them
 
   math_verify.parse("$1$")
+  typeset.warm()
+  quantity.registry()  # pint: an answer may carry a unit
 
 
 def warm(reference=None, **_):
@@ -151,11 +153,26 @@ def numeric(reference: str) -> bool:
   return _NUMBER.fullmatch(ref) is not None or _FRACTION.fullmatch(ref) is not None
 
 
+_CONSTANT_PARTS = re.compile(r"\\(?:[dt]?frac|sqrt|pi|cdot|times|left|right)\b|\\[,;! ]|[\d\s.+\-*/^_(){}\[\]]")
+
+
+def closed_form(reference: str) -> bool:
+  """A reference that is a value written in closed form: numbers, fractions, roots, π (`2\\pi`,
+  `\\frac{\\sqrt{3}}{2}`), nothing else."""
+  ref = plain_math(reference)
+  return bool(ref.strip()) and not _CONSTANT_PARTS.sub("", ref).strip()
+
+
 def hands_back(answer: str, reference: str, prompt_text: str | None) -> str | None:
   """Why a final answer is the question's own expression rather than the number it asks for
   (None when it is not): where the reference is a number, an answer with an integral, sum,
   product or limit; one with an operator (binomial, factorial, log, trig) the problem states;
-  or any expression written in the problem word for word."""
+  or any expression written in the problem word for word. Where the reference is a closed-form
+  value (`\\frac{\\sqrt{3}}{2}`, `2\\pi`: no variable, no such operator), an answer that applies
+  one the reference does not (`\\sin\\frac{\\pi}{3}`, `\\log_2 8`, `\\binom{5}{2}`) is the
+  computation, not its value."""
+  if closed_form(reference) and (extra := _operators(answer) - _operators(reference)):
+    return f"an unevaluated {sorted(extra)[0].strip(chr(92))} for a value"
   if not numeric(reference):
     return None
   if _BIG.search(answer):
@@ -183,17 +200,81 @@ def _final_box(response: str, prompt_text: str | None) -> tuple[str | None, Scor
   return without_percent(plain_math(boxed)), None
 
 
+_RELATION = re.compile(r"(?<![<>!\\])=|\\equiv|\\approx|≈|≡|\\simeq|\\cong")
+_MODULUS = re.compile(r"\s*\(\s*(?:\\?b?mod)\s*[^()]*\)\s*$|\s*\\?b?mod\s*\S+\s*$")
+_SEVERAL = re.compile(r",|;|\bor\b|\band\b|\\lor|\\vee|\\land|\\wedge")  # several values
+_ANY_RELATION = re.compile(r"=|<|>|\\le|\\ge|\\ne|\\equiv|\\approx|\\in\b|\\subset")
+
+
+def stated_value(answer: str, reference: str) -> str:
+  """The value an answer states where the reference is a value: of `\\sum_{k=1}^{10} k = 55`,
+  `3^{100} \\equiv 4 (mod 7)` or `\\approx 3.96` the last side, without its modulus. An answer
+  to a reference that is itself a relation (an equation, an inequality) is read whole, as is a
+  list of values (`x = 1 \\text{ or } x = 2`, `x = 1, y = 2`)."""
+  if _ANY_RELATION.search(reference) or _SEVERAL.search(answer):
+    return answer
+  # the last relation outside braces (`\\sum_{k=1}` has its `=` in a subscript)
+  depth, last = 0, None
+  for i, c in enumerate(answer):
+    depth += (c == "{") - (c == "}")
+    if depth == 0 and (m := _RELATION.match(answer, i)):
+      last = m.end()
+  if last is None:
+    return _MODULUS.sub("", answer) or answer  # `4 \\pmod 7` states 4
+  side = _MODULUS.sub("", answer[last:])
+  return side if side.strip() else answer
+
+
+def without_unit(answer: str, reference: str, question: str) -> str:
+  """A number with a unit (`300 W`, `\\SI{300}{\\watt}`) for a reference that is a plain number:
+  the number in the unit the question asks for ("in kW"), else as written."""
+  if not numeric(reference) or _DEGREES.search(answer) or _RADIANS.search(answer):
+    return answer
+  if not re.search(r"[A-Za-zΩµÅ]", re.sub(r"\\[A-Za-z]+", "", answer)):
+    return answer  # no unit symbol: nothing to read
+  got = quantity.parse(answer)
+  if got is None or got.unit is None or str(got.unit) in ("percent", "dimensionless"):
+    return answer
+  asked = quantity.implied_unit(question, got)
+  value = quantity.converted(got, asked) if asked is not None else got.value
+  if value is None:
+    return answer
+  if value.denominator == 1:
+    return str(value)
+  return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+_RADIANS = re.compile(r"\s*(?:rad(?:ians?)?|radians?)\s*$")
+_DEGREES = re.compile(r"°|\\circ|\\degree|\bdeg(?:rees?)?\b")
+
+
+def in_reference_angle(answer: str, raw_answer: str, raw_reference: str, question: str) -> str:
+  """An angle in the reference's unit: an answer in radians (`\\frac{\\pi}{3}\\ \\text{rad}`) to
+  a reference in degrees (a degree mark, or a question that asks for degrees) is read in degrees,
+  and an answer in degrees to a reference in radians (a multiple of π without a degree mark) in
+  radians."""
+  ref_degrees = bool(_DEGREES.search(raw_reference))
+  asks_degrees = "\\pi" not in raw_reference and re.search(r"\bdegrees?\b", question, re.I)
+  if _RADIANS.search(answer) and (ref_degrees or asks_degrees):
+    return f"\\frac{{180}}{{\\pi}}\\cdot\\left({_RADIANS.sub('', answer)}\\right)"
+  if _DEGREES.search(raw_answer) and not ref_degrees and "\\pi" in plain_math(raw_reference):
+    return f"\\frac{{\\pi}}{{180}}\\cdot\\left({answer}\\right)"
+  return _RADIANS.sub("", answer)  # radians are the reference's own unit
+
+
 def _judged_as_written(boxed: str, ref: str, prompt_text: str | None) -> Score | None:
   """The verdicts reached before math-verify: the answer as written, the question handed back,
   a base numeral, an answer far longer than the reference; None: math-verify decides."""
   bare_ref = last_boxed(ref) if "\\boxed" in ref else ref
   bare_ref = None if bare_ref is None else without_percent(plain_math(bare_ref))
   if bare_ref is not None and _plain(boxed) and _plain(boxed) == _plain(bare_ref):
-    return Score(1.0, "correct (as written)")
+    return Score(1.0, "correct (typesets as the reference)")
   if bare_ref is not None and (why := hands_back(boxed, bare_ref, prompt_text)):
     return Score(0.0, f"wrong: {boxed[:50]!r} is {why}")
   if bare_ref is not None and (numeral := forms.base_numeral(bare_ref)):  # the base is the answer
-    ok = forms.base_numeral(boxed) == numeral
+    ok = forms.base_numeral(boxed) == numeral or forms.digits_in_named_base(
+      boxed, numeral, without_think_tag(prompt_text)
+    )
     return Score(1.0 if ok else 0.0, "correct (in its base)" if ok else f"wrong: {boxed[:50]!r}")
   cap = max(4 * len(_plain(bare_ref or ref)), MIN_CAP)
   if len(_plain(boxed)) > cap:  # math-verify would fish a sub-expression out of a long box
@@ -266,6 +347,10 @@ def score(
   if refused:
     return refused
   ref = str(reference)
+  typed = last_boxed(read(response, prompt_text).answer or "") or ""
+  question = without_think_tag(prompt_text) or ""
+  boxed = in_reference_angle(stated_value(boxed, plain_math(ref)), typed, ref, question)
+  boxed = without_unit(boxed, ref, question)
   judged = _judged_as_written(boxed, ref, prompt_text)
   if judged:
     return judged

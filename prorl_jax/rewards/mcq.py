@@ -23,24 +23,26 @@ from __future__ import annotations
 import fractions
 import re
 
-from prorl_jax.rewards import chemistry, quantity
+from prorl_jax.rewards import chemistry, quantity, typeset
 from prorl_jax.rewards import math as math_verifier
 from prorl_jax.rewards.common import Score, answer_tag, blank, last_boxed, read, without_think_tag
 
 _EMPHASIS = re.compile(r"\*\*|__|(?<![\w*])\*(?=[^\s*])|(?<=[^\s*\\])\*(?![\w*])")
 _ANSWER_IS = re.compile(
-  r"\b(?:answer|option|choice)\b[^\S\n]*(?:is\b[^\S\n]*:?|:|=)"
+  r"\b(?:answer|option|choice)\b[^\S\n]*(?:is\b[^\S\n]*:?|:|=|\|)"
   r"(?:[^\S\n]*\n){0,2}[^\S\n]*"  # the answer may stand on the next line ("is:\n(A)")
   r"(?:(?:option|choice)\b[^\S\n]*)?"
   r"([^\n]+?)[^\S\n]*(?:\.(?=\s|$)|$)",
   re.I | re.M,
 )
-# a last line that is a choice's label and nothing else: `(A)`, `A.`, `**A**`
+# a last line that is a choice's label and nothing else: `(A)`, `A.`, `**A**`; or the label and
+# the choice's own text (`**(C) 9.0 J**`, `C) 9.0 J`)
 _LABEL_LINE = re.compile(r"[\s*_>#]*\(?([A-Ja-j])\)?[.:]?[\s*_]*")
+_LABELLED_LINE = re.compile(r"[\s*_>#]*(?:\(([A-J])\)|([A-J])\))[^\S\n]+[^\n]*\S[^\n]*")
 _WRAPPER = re.compile(
   r"\\(?:text|textbf|textit|mathrm|mathbf|mathit|textrm|mbox|boxed|fbox)\s*\{([^{}]*)\}"
 )
-_LETTER = re.compile(r"(?:(?:option|choice)\s+)?\(?([A-Ja-j])(\))?(?=$|[\s.:)\],;/&|-])")
+_LETTER = re.compile(r"(?:(?i:option|choice)\s+)?\(?([A-Ja-j])(\))?(?=$|[\s.:)\],;/&|-])")
 _L = r"\(?(?:(?:option|choice)\s+)?[A-Ja-j]\b\)?"
 # after the chosen letter (and after its `)`, `.` or `:`): another choice joined to it
 _JOINED = re.compile(
@@ -57,6 +59,9 @@ _LETTERS_ONLY = re.compile(r"[\s,/&;|()]*(?:[A-Ja-j]\b[\s,/&;|()]*)+")
 
 
 def _unwrap(s: str) -> str:
+  """The text as typeset (`typeset.answer`: fonts, boxes and spacing gone), then any wrapper
+  left."""
+  s = typeset.answer(s)
   for _ in range(4):
     t = _WRAPPER.sub(r"\1", s)
     if t == s:
@@ -72,13 +77,20 @@ def extract(text: str) -> str | None:
     if got:
       return got
   found = _ANSWER_IS.findall(_EMPHASIS.sub("", text))
-  if found:
-    return found[-1]
-  labels = [m.group(1).upper() for ln in text.splitlines() if (m := _LABEL_LINE.fullmatch(ln))]
+  if found and (last := found[-1].strip().strip("|").strip()):
+    return last
   lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-  last = _LABEL_LINE.fullmatch(lines[-1]) if lines else None
-  # one label stands alone however often; several different ones are a list, not a choice
-  return last.group(1) if last and len(set(labels)) == 1 else None
+  for pattern in (_LABEL_LINE, _LABELLED_LINE):
+    labels = [_label(m) for ln in lines if (m := pattern.fullmatch(ln))]
+    last = pattern.fullmatch(lines[-1]) if lines else None
+    # one label stands alone however often; several different ones are a list, not a choice
+    if last:
+      return _label(last) if len(set(labels)) == 1 else None
+  return None
+
+
+def _label(m: re.Match) -> str:
+  return next(g for g in m.groups() if g).upper()
 
 
 def chosen_letter(answer: str) -> str | None:
@@ -153,6 +165,35 @@ def symbolic(ref: str) -> bool:
   return _SYMBOL.fullmatch(_unwrap(ref).strip().strip("$").strip()) is not None
 
 
+_CHEMICAL = re.compile(r"\b(?:element|symbol|formula|compound|atomic|molecul\w*|chemical)\b", re.I)
+
+
+def _other_substance(got: str, ref: str, prompt_text: str | None) -> bool:
+  """In a question about chemistry, two spellings that differ only in case and read as different
+  formulas (`CO`, carbon monoxide, for `Co`, cobalt) are different answers."""
+  if not prompt_text or not _CHEMICAL.search(prompt_text):
+    return False
+  a, b = chemistry.formula(got), chemistry.formula(ref)
+  return a is not None and b is not None and a != b
+
+
+_PRODUCT = re.compile(r"([+-]?)\s*(\d+(?:\.\d+)?)?\s*(?:\\cdot|\\times|\*)?\s*((?:[A-Za-z]\s*(?:\\cdot|\\times|\*)?\s*){2,4})")
+
+
+def symbol_product(text: str, prompt_text: str | None) -> tuple | None:
+  """A number times two to four letters (`2mg`, `mgh`, `2 m g`) where the question names each
+  letter as a symbol of its own (`mass m`, `$g$`): (coefficient, sorted letters); else None.
+  Read as a unit (`2mg` as 2 milligrams) it would pay `0.002 g`."""
+  m = _PRODUCT.fullmatch(_unwrap(text).strip().strip("$").strip().rstrip(".").strip())
+  if not m or not prompt_text:
+    return None
+  letters = re.findall(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", m.group(3)))
+  if not all(re.search(rf"(?<![A-Za-z\\]){c}(?![A-Za-z])", prompt_text) for c in set(letters)):
+    return None
+  coefficient = fractions.Fraction(m.group(2) or 1) * (-1 if m.group(1) == "-" else 1)
+  return coefficient, tuple(sorted(letters))
+
+
 def short_answer_matches(got: str, ref: str, prompt_text: str | None = None) -> bool:
   """A short (non-letter) answer against its reference: quantities (a bare number read in the
   unit the question asks for, `quantity.implied_unit`), strings, then math."""
@@ -161,6 +202,8 @@ def short_answer_matches(got: str, ref: str, prompt_text: str | None = None) -> 
     return chemistry.formula(g) == chemistry.formula(r)
   if symbolic(r):  # `2g` is twice g, not 2 grams; `G` is not `g`
     return (term := _term(g)) is not None and term == _term(r)
+  if (product := symbol_product(r, prompt_text)) is not None:  # `2mg` is 2·m·g here
+    return symbol_product(g, prompt_text) == product
   qg, qr = quantity.parse(g), quantity.parse(r)
   if qr is not None:
     implied = quantity.implied_unit(prompt_text, qr) if qg is not None else None
@@ -168,7 +211,8 @@ def short_answer_matches(got: str, ref: str, prompt_text: str | None = None) -> 
   if len(_norm(g)) > max(4 * len(_norm(r)), 64):  # a list of candidates, not an answer
     return False
   if _norm(g) == _norm(r) and (_WORD.search(r) or g.strip() == r.strip()):
-    return True  # case aside only for words: as a symbol, `G` is not `g`
+    # case aside only for words: as a symbol, `G` is not `g`; a formula is not its element
+    return g.strip() == r.strip() or not _other_substance(g, r, prompt_text)
   return math_verifier.equivalent(g, r)
 
 
@@ -190,6 +234,7 @@ def warm(reference=None, **_):
   fork."""
   quantity.registry()
   chemistry.warm()
+  typeset.warm()
   ref = str(reference or "").strip()
   if not re.fullmatch(r"\(?[A-Ja-j]\)?", ref) and quantity.parse(quantity.value_side(ref)) is None:
     math_verifier.warm()

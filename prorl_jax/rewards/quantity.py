@@ -23,7 +23,7 @@ import re
 import unicodedata
 from typing import NamedTuple
 
-from prorl_jax.rewards import forms
+from prorl_jax.rewards import forms, typeset
 
 REL_TOL = fractions.Fraction(1, 100)  # answers round: 9.8 for 9.81, 0.5 for 0.50
 
@@ -58,7 +58,7 @@ def unicode_math(text: str) -> str:
 def plain_math(text: str) -> str:
   """A math answer (or reference) with money signs, digit-group separators, e-notation and
   degree marks rewritten as math-verify reads them (see the module docstring)."""
-  s = unicode_math(text).replace("×", r"\times ").replace("·", r"\cdot ")
+  s = typeset.answer(unicode_math(text)).replace("×", r"\times ").replace("·", r"\cdot ")
   s = re.sub(r"\\\$|\\text\{\s*\\?\$\s*\}|\\textdollar|\$", "", s)
   s = _THOUSANDS.sub(_join_groups, s)
   if _COMMA_GROUPS.fullmatch(s.strip()):  # one number with comma groups: 1,234,567
@@ -86,7 +86,7 @@ _LATEX_UNITS = (
   (r"\\(?:d|t)?frac\{([^{}]*)\}\{([^{}]*)\}", r"(\1)/(\2)"),
 )
 _NUMBER = (
-  r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:\s*(?:\\times|\\cdot|\*|x)\s*10\s*\^\s*\{?\s*[+-]?\d+\s*\}?"
+  r"[+-]?(?:\d+/[1-9]\d*(?![\d.])|\d+(?:\.\d*)?|\.\d+)(?:\s*(?:\\times|\\cdot|\*|x)\s*10\s*\^\s*\{?\s*[+-]?\d+\s*\}?"
   r"|[eE][+-]?\d+)?"
 )
 _POWER = re.compile(r"\^\s*\{\s*([+-]?\d+)\s*\}|\^\s*([+-]?\d)")
@@ -155,18 +155,18 @@ def parse(text: str) -> Quantity | None:
 
 
 def _plain_quantity(text: str) -> str:
-  s = text.strip().strip("$").strip()
-  s = re.sub(r"^\\(?:left|right)|\\displaystyle", "", s)
-  s = _SPACES.sub(" ", unicode_math(s).replace("×", r"\times ").replace("·", r"\cdot "))
+  s = typeset.answer(unicode_math(text.strip()))
+  s = _SPACES.sub(" ", s.replace("×", r"\times ").replace("·", r"\cdot "))
   s = re.sub(r"\\\$|\\text\{\s*\\?\$\s*\}", "", s)
   s = _THOUSANDS.sub(_join_groups, s)
+  s = re.sub(r"^([+-]?)\\frac\{(\d+)\}\{([1-9]\d*)\}", r"\1\2/\3", s)  # 3/2 is a number
   m = re.match(r"([+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?)(\s.*|[^\d,].*)?$", s)
   if m:
     s = m.group(1).replace(",", "") + (m.group(2) or "")
   return s.rstrip(".").strip()
 
 
-def _converted(got: Quantity, unit) -> fractions.Fraction | None:
+def converted(got: Quantity, unit) -> fractions.Fraction | None:
   """`got`'s value in `unit` (to 12 significant digits); None for another dimension."""
   try:
     magnitude = fractions.Fraction(registry().Quantity(got.value, got.unit).to(unit).magnitude)
@@ -192,7 +192,7 @@ def same_quantity(got: Quantity, ref: Quantity, implied=None) -> bool:
     got = got._replace(unit=implied)
   gv, rv = got.value, ref.value
   if got.unit is not None and ref.unit is not None and got.unit != ref.unit:
-    gv = _converted(got, ref.unit)
+    gv = converted(got, ref.unit)
     if gv is None:
       return False
   elif got.unit is not None and ref.unit is None and str(got.unit) == "percent":

@@ -64,16 +64,21 @@ def folded(text: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def is_comma(c: str) -> bool:
-  """A comma in any script (Unicode punctuation named COMMA; U+201A folds to one first)."""
+  """A comma in any script (Unicode punctuation named COMMA; U+201A folds to one first), or a
+  combining comma standing on its own (U+0326 COMBINING COMMA BELOW: a reader sees a comma)."""
+  category = unicodedata.category(c)
   return c == "," or (
-    unicodedata.category(c).startswith("P") and "COMMA" in unicodedata.name(c, "")
+    (category.startswith("P") or category == "Mn") and "COMMA" in unicodedata.name(c, "")
   )
 
 
 def commas(text: str) -> int:
   """Commas as a reader sees them: any script's comma (read before look-alike folding, which
-  turns the Armenian comma U+055D into an apostrophe) and anything that looks like one (U+201A)."""
-  return sum(
+  turns the Armenian comma U+055D into an apostrophe), anything that looks like one (U+201A),
+  and a combining comma typed as its own character (U+0326 after `s` composes to `ș`, but a
+  writer of Romanian types `ș` itself: the separate mark is a comma put under a letter)."""
+  typed = sum(unicodedata.category(c) == "Mn" and is_comma(c) for c in text)
+  return typed + sum(
     is_comma(c) or (not c.isascii() and prototype(c) == ",")
     for c in as_read(text)
     if not c.isalnum() and not c.isspace()
@@ -97,12 +102,43 @@ def letter_words(text: str) -> list[str]:
 
 RUN = 5  # a word is new when the run of RUN words ending at it is
 
+# Numbers spelled as words, and Roman numerals: counting written out
+_NUMBER_WORDS = frozenset(
+  """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+  fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty
+  ninety hundred thousand million billion first second third fourth fifth sixth seventh eighth
+  ninth tenth""".split()
+)
+_ROMAN = re.compile(r"(?=[mdclxvi])m{0,3}(?:cm|cd|d?c{0,3})(?:xc|xl|l?x{0,3})(?:ix|iv|v?i{0,3})")
+COUNTING = 3  # consecutive numerals in words that are counting, not words
+
+
+def _numeral(word: str) -> bool:
+  parts = word.split("-")
+  return all(p in _NUMBER_WORDS for p in parts) or _ROMAN.fullmatch(word) is not None
+
+
+def without_counting(words: list[str]) -> list[str]:
+  """The words without runs of COUNTING or more numerals written as words (`one two three
+  four`, `i ii iii iv`): numerals are not words, however they are spelled."""
+  out, run = [], []
+  for w in [*words, ""]:
+    if w and _numeral(w):
+      run.append(w)
+      continue
+    if len(run) < COUNTING:
+      out += run
+    run = []
+    if w:
+      out.append(w)
+  return out
+
 
 def substantive_words(text: str) -> int:
   """Words that say something new: each run of RUN consecutive words counts once, so a block
-  written twice counts once and one word repeated counts RUN times. Natural text repeats
-  five-word runs almost never."""
-  words = letter_words(text)
+  written twice counts once and one word repeated counts RUN times; counting spelled out is
+  not words (`without_counting`). Natural text repeats five-word runs almost never."""
+  words = without_counting(letter_words(text))
   return len({tuple(words[max(0, i - RUN + 1) : i + 1]) for i in range(len(words))})
 
 
@@ -121,12 +157,16 @@ def content_words(words: list[str]) -> list[str]:
 
 def restates(text: str, prompt_text: str) -> bool:
   """Three quarters or more of the response's content words (four or more) come from the
-  prompt, in any order."""
-  mine = content_words(letter_words(folded(text)))
-  if len(mine) < 4:
-    return False
+  prompt, in any order; for a reply with fewer content words (a short prompt of common words:
+  "Describe how a bill becomes a law"), nine tenths or more of its words of three or more
+  letters (four or more)."""
+  words = letter_words(folded(text))
   source = set(letter_words(folded(prompt_text)))
-  return sum(w in source for w in mine) >= 0.75 * len(mine)
+  mine = content_words(words)
+  if len(mine) >= 4:
+    return sum(w in source for w in mine) >= 0.75 * len(mine)
+  mine = [w for w in words if len(w) >= 3]
+  return len(mine) >= 4 and sum(w in source for w in mine) >= 0.9 * len(mine)
 
 
 @functools.cache
@@ -191,7 +231,11 @@ def about(text: str, prompt_text: str) -> bool:
 
 
 def warm() -> None:
-  """Loads ICU, the stop words and the stemmer (before the pool forks its children)."""
+  """Loads ICU, the stop words, the stemmer, the LaTeX reader, the CSS parser and the
+  bidirectional algorithm (before the pool forks its children)."""
+  from prorl_jax.rewards import rendered  # the shown reading's parsers
+
+  rendered.warm()
   prototype("\u0435")
   _stop_words()
   _stemmer()

@@ -18,6 +18,10 @@ _CGROUP_ROOT = "/sys/fs/cgroup"
 # processes: refused with EPERM by a seccomp filter (the families Docker's default profile
 # denies, plus io_uring and the new mount API).
 DENIED_SYSCALLS = (
+  # anonymous shared memory lives outside RLIMIT_AS and the sized tmpfs mounts: a memfd written
+  # to (not mapped) would hold memory beyond every per-process limit
+  "memfd_create",
+  "memfd_secret",
   "ptrace",
   "process_vm_readv",
   "process_vm_writev",
