@@ -189,12 +189,14 @@ def test_a_domain_without_audit_hooks_is_listed_unaudited(mix, monkeypatch, caps
   listed as unaudited (not judged, not a problem); the others are audited as before."""
   from prorl_jax.cli import audit as audit_cli
   from prorl_jax.data import domains
+  from prorl_jax.data.domains import mcq
 
-  assert domains.hooks("chain_sum") is None and domains.hooks("stem").__name__.endswith(".mcq")
+  assert domains.hooks("chain_sum") is None and domains.hooks("stem") is mcq.DOMAIN
   monkeypatch.setitem(rewards.DEFAULT_ROUTING, "deepscaler", "chain_sum")
   report = audit.audit(mix, per_source=2, pool=InProcess())
   assert report["deepscaler"]["unaudited"] == (
-    "verifier 'chain_sum' has no audit hooks (prorl_jax/data/domains/chain_sum.py)"
+    "verifier 'chain_sum' has no audit hooks (its row in prorl_jax/rewards/verifiers.py names "
+    "no domain)"
   )
   assert audit.gameable(report) == []
   assert all(r["reference"] == 1.0 for k, r in report.items() if k not in ("deepscaler",)

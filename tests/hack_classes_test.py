@@ -101,6 +101,8 @@ def test_a_close_that_closes_nothing_pays_nothing_in_any_domain(template):
   prompt = (template or "") + "Write about tides without commas."
   assert ifeval.score(stray + tail, instructions=ins, prompt_text=prompt).value == 0.0
   assert math.score(stray + "\\boxed{4}", "4", prompt_text=(template or "") + "2+2?").value == 0.0
-  assert mcq.score(stray + "Answer: C", "C", prompt_text=(template or "") + "Q (A) (B) (C)").value == 0
+  assert (
+    mcq.score(stray + "Answer: C", "C", prompt_text=(template or "") + "Q (A) (B) (C)").value == 0
+  )
   # under a template that opened the block, the same response is a closed think block
   assert math.score("w\n</think>\n\n\\boxed{4}", "4", prompt_text=R1).value == 1.0

@@ -9,7 +9,9 @@ import pytest
 
 from prorl_jax import sandbox
 from prorl_jax.cli import prepare
-from prorl_jax.data import domains, suite
+from prorl_jax.data import suite
+from prorl_jax.data.domains import math as domain_math
+from prorl_jax.data.domains import mcq as domain_mcq
 from prorl_jax.data.hub import load_source
 from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout import worker
@@ -574,10 +576,10 @@ def test_the_audits_honest_formats_are_honest(pool, tmp_path):
   for name, raw, _ in MATH:
     (row,) = _convert(tmp_path, name, [raw])
     ref = row["reward_model"]["ground_truth"]
-    jobs += [_job(row, r) for r in domains.hooks("math").honest_forms(ref).values()]
+    jobs += [_job(row, r) for r in domain_math.honest_forms(ref).values()]
   (row,) = _convert(tmp_path, "gpqa_diamond", [GPQA_ROW])
   prompt = row["prompt"][0]["content"]
-  styles = domains.hooks("stem").honest_forms(row["reward_model"]["ground_truth"], prompt)
+  styles = domain_mcq.honest_forms(row["reward_model"]["ground_truth"], prompt)
   assert "letter/with_text" in styles
   jobs += [_job(row, r) for r in styles.values()]
   out = pool.score_many(jobs)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from prorl_jax import rewards, sandbox
-from prorl_jax.data import attacks, domains
+from prorl_jax.data import attacks, audit, domains
 from prorl_jax.rewards import common, ifeval, math, mcq, quantity
 
 INSTRUCTIONS = [
@@ -40,7 +40,7 @@ def _classes(verifier, source, prompt, ref, extra, right, wrong):
   """{class: (mean attack score, mean bar score)} of one row."""
   wrap = domains.hooks(verifier).wrap
   wrong_r = wrap(wrong or attacks.topic(prompt) + " plain words about tea here.")
-  got = attacks.pairs(
+  got = audit.attack_pairs(
     verifier,
     prompt=prompt,
     extra=extra,

@@ -39,7 +39,6 @@ from __future__ import annotations
 import random
 import re
 
-from prorl_jax.data import domains
 from prorl_jax.rewards import code
 from prorl_jax.rewards.reading import INSTRUCTION_WORDS, content_words, letter_words
 
@@ -308,27 +307,3 @@ def answer_classes(prompt: str, answer) -> dict[str, list[tuple]]:
   raw["unit_shift"] = [(a, None) for a in unit_shifts(answer)]
   raw["question_back"] = [(a, None) for a in question_back(prompt)]
   return raw
-
-
-def pairs(
-  verifier: str,
-  *,
-  prompt: str,
-  extra: dict,
-  answer,
-  spec,
-  wrap,
-  wrong: str,
-  seed: int,
-  right: str | None = None,
-):
-  """[(class, attack response, bar response)] for one row: `wrap` puts an answer or program in
-  the verifier's format; `wrong` is the row's honest wrong response (the bar where a class has
-  no bar of its own); `right` its best known response (the reference's, else `wrong`)."""
-  domain = domains.hooks(verifier)
-  own = getattr(domain, "attacks_of", None)
-  raw = own(prompt, extra, answer, spec, seed) if own else answer_classes(prompt, answer)
-  out = [
-    (cls, wrap(a), wrong if b is None else wrap(b)) for cls, got in raw.items() for a, b in got
-  ]
-  return out + [(cls, a, wrong) for cls, a in thinking_attacks(right or wrong, wrong)]

@@ -82,7 +82,7 @@ def reference_response(verifier: str, row: dict) -> str | None:
   h = domains.hooks(verifier)
   if h is None:
     return None
-  if hasattr(h, "reference"):
+  if h.reference is not None:
     return h.reference(row)
   ref = h.answer_of(row)
   return None if ref is None else h.wrap(ref)
@@ -117,7 +117,7 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
   """(reference response or None, honest wrong response, {strategy: response}): the domain's own
   (`responses` hook), else the answer strategies."""
   h = domains.hooks(verifier)
-  if hasattr(h, "responses"):
+  if h.responses is not None:
     return h.responses(row, others)
   ref = h.answer_of(row)
   other_refs = [a for a in (h.answer_of(o) for o in others) if a and a != ref]
@@ -130,7 +130,7 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
     # the domain's near misses (a puzzle's roles swapped), and the reference with a digit more
     # (so there is always one)
     pair = {"yes": "No", "no": "Yes", "true": "False", "false": "True"}.get((ref or "").lower())
-    near = h.near_misses(row, ref) if hasattr(h, "near_misses") else []
+    near = h.near_misses(row, ref) if h.near_misses is not None else []
     extra = (pair, *near, f"{ref}1")
     other_refs = other_refs + [a for a in extra if a and a not in other_refs]
     wrong = other_refs[0]
@@ -141,7 +141,7 @@ def responses(verifier: str, row: dict, others: list[dict]) -> tuple[str | None,
     "copy_question": domains.question(row),
     "every_candidate": every,
     "longest": " ".join([ref or ""] + other_refs * 50)[:20000] + " " + "x " * 4000,
-    "veto": getattr(h, "VETO", domains.DEEP_JSON),
+    "veto": h.veto,
   }
   nudged = domains.nudge(ref) if ref is not None else None
   if nudged:
@@ -159,12 +159,37 @@ def honest_formats(verifier: str, row: dict) -> dict[str, str]:
   return domains.hooks(verifier).honest(row)
 
 
+def attack_pairs(
+  verifier: str,
+  *,
+  prompt: str,
+  extra: dict,
+  answer,
+  spec,
+  wrap,
+  wrong: str,
+  seed: int,
+  right: str | None = None,
+):
+  """[(class, attack response, bar response)] for one row: the domain's own attacks (its
+  `attacks_of`), else the answer attacks (`attacks.answer_classes`), and the thinking attacks;
+  `wrap` puts an answer or program in the verifier's format; `wrong` is the row's honest wrong
+  response (the bar where a class has no bar of its own); `right` its best known response (the
+  reference's, else `wrong`)."""
+  own = domains.hooks(verifier).attacks_of
+  raw = own(prompt, extra, answer, spec, seed) if own else attacks.answer_classes(prompt, answer)
+  out = [
+    (cls, wrap(a), wrong if b is None else wrap(b)) for cls, got in raw.items() for a, b in got
+  ]
+  return out + [(cls, a, wrong) for cls, a in attacks.thinking_attacks(right or wrong, wrong)]
+
+
 def _attack_pairs(verifier: str, row: dict, wrong: str, seed: int, right=None) -> list[tuple]:
   h = domains.hooks(verifier)
-  spec = h.tests(row) if hasattr(h, "tests") else None
+  spec = h.tests(row) if h.tests is not None else None
   answer, prompt = h.answer_of(row), domains.question(row)
-  got = attacks.pairs(verifier, prompt=prompt, extra=row["extra"], answer=answer, spec=spec,
-                      wrap=h.wrap, wrong=wrong, seed=seed, right=right)  # fmt: skip
+  got = attack_pairs(verifier, prompt=prompt, extra=row["extra"], answer=answer, spec=spec,
+                     wrap=h.wrap, wrong=wrong, seed=seed, right=right)  # fmt: skip
   return [t for cls, hack, bar in got for t in ((f"attack/{cls}", hack), (f"bar/{cls}", bar))]
 
 
@@ -211,7 +236,7 @@ def audit(
 
 def unaudited(verifier: str, n: int) -> dict:
   """The report of a source whose verifier's domain offers no audit hooks: listed, not judged."""
-  where = f"prorl_jax/data/domains/{rewards.module_of(verifier)}.py"
+  where = "its row in prorl_jax/rewards/verifiers.py names no domain"
   return {
     "unaudited": f"verifier {verifier!r} has no audit hooks ({where})",
     "attacks": {},

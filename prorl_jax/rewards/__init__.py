@@ -14,55 +14,26 @@ the pool scores it again alone. `route(data_source)` picks the verifier from the
 
 from __future__ import annotations
 
+import importlib
+
 from prorl_jax.rewards.common import Score, Verifier  # noqa: F401 - the package's API
 from prorl_jax.rewards.hooks import hook, module_of  # noqa: F401 - the package's API
+from prorl_jax.rewards.verifiers import VERIFIERS, VerifierSpec  # noqa: F401 - the package's API
 
 
 def _registry() -> dict[str, Verifier]:
   # lazy: the sandbox modules also run from a copy of this package without the verifiers
-  from prorl_jax.rewards import chain_sum, code, ifeval, math, mcq, puzzles
-
   return {
-    "chain_sum": chain_sum.score,
-    "math": math.score,
-    "code": code.score,
-    "reasoning_gym": puzzles.score,
-    "ifeval": ifeval.score,
-    "stem": mcq.score,
-    "mcq": mcq.score,
+    name: importlib.import_module(f"prorl_jax.rewards.{spec.module}").score
+    for name, spec in VERIFIERS.items()
   }
 
 
-# The ProRL data sources -> verifier; extend with data.reward_routing.
-DEFAULT_ROUTING = {
-  "deepscaler": "math",
-  "math": "math",
-  "aime": "math",
-  "amc": "math",
-  "codecontests": "code",
-  "apps": "code",
-  "codeforces": "code",
-  "taco": "code",
-  "primeintellect": "code",
-  "reasoning_gym": "reasoning_gym",
-  "ifeval": "ifeval",
-  "llama_nemotron_if": "ifeval",
-  "scp": "stem",
-  "gpqa": "stem",
-  "humanevalplus": "code",
-  "livecodebench": "code",
-}
-
-# Verifiers that run third-party checkers on model text (math-verify and sympy, pint, Reasoning
-# Gym's scorers, langdetect): each response is judged in a confined, throw-away child of the pool
-# process (`rewards/isolate.py`). Code runs its programs in the bubblewrap sandbox and compares
-# their output in project code; the demo's chain_sum is one project regex and an exact integer
-# comparison, judged in the pool process (under its wall-clock kill) like code's comparisons.
-ISOLATED = ("math", "reasoning_gym", "ifeval", "stem", "mcq")
-
-# Verifiers whose score is a judgement in [0, 1] (reported as a mean); the others' benchmarks
-# report pass@1, the mean over samples of score == 1.
-CONTINUOUS = ("ifeval", "reasoning_gym")
+# Derived from the table (`rewards/verifiers.py`): the ProRL data sources -> verifier (extend
+# with data.reward_routing), the confined verifiers, the continuous ones.
+DEFAULT_ROUTING = {src: spec.name for spec in VERIFIERS.values() for src in spec.sources}
+ISOLATED = tuple(name for name, spec in VERIFIERS.items() if spec.isolated)
+CONTINUOUS = tuple(name for name, spec in VERIFIERS.items() if spec.continuous)
 
 
 def continuous(data_source: str, table: dict[str, str] | None = None) -> bool:

@@ -153,7 +153,9 @@ def numeric(reference: str) -> bool:
   return _NUMBER.fullmatch(ref) is not None or _FRACTION.fullmatch(ref) is not None
 
 
-_CONSTANT_PARTS = re.compile(r"\\(?:[dt]?frac|sqrt|pi|cdot|times|left|right)\b|\\[,;! ]|[\d\s.+\-*/^_(){}\[\]]")
+_CONSTANT_PARTS = re.compile(
+  r"\\(?:[dt]?frac|sqrt|pi|cdot|times|left|right)\b|\\[,;! ]|[\d\s.+\-*/^_(){}\[\]]"
+)
 
 
 def closed_form(reference: str) -> bool:

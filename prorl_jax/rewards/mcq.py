@@ -177,7 +177,9 @@ def _other_substance(got: str, ref: str, prompt_text: str | None) -> bool:
   return a is not None and b is not None and a != b
 
 
-_PRODUCT = re.compile(r"([+-]?)\s*(\d+(?:\.\d+)?)?\s*(?:\\cdot|\\times|\*)?\s*((?:[A-Za-z]\s*(?:\\cdot|\\times|\*)?\s*){2,4})")
+_PRODUCT = re.compile(
+  r"([+-]?)\s*(\d+(?:\.\d+)?)?\s*(?:\\cdot|\\times|\*)?\s*((?:[A-Za-z]\s*(?:\\cdot|\\times|\*)?\s*){2,4})"
+)
 
 
 def symbol_product(text: str, prompt_text: str | None) -> tuple | None:

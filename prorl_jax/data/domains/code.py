@@ -8,7 +8,7 @@ import json
 
 from prorl_jax.data import attacks
 from prorl_jax.data import honest as honest_lib
-from prorl_jax.data.domains import nudge
+from prorl_jax.data.domains import Domain, nudge
 
 
 def wrap(text: str) -> str:
@@ -93,3 +93,14 @@ def attacks_of(prompt: str, extra: dict, answer, spec, seed: int) -> dict[str, l
   raw = attacks.program_attacks(spec)
   raw["example_lookup"] = [(p, None) for p in attacks.example_lookups(spec, prompt)]
   return raw
+
+
+DOMAIN = Domain(
+  wrap=wrap,
+  answer_of=answer_of,
+  honest=honest,
+  reference=reference,
+  responses=responses,
+  attacks_of=attacks_of,
+  tests=tests,
+)

@@ -5,7 +5,7 @@ attacks disguise, pad, restate or hide what the instructions ask for."""
 from __future__ import annotations
 
 from prorl_jax.data import attacks
-from prorl_jax.data.domains import DEEP_JSON, HONEST_TEXT, question
+from prorl_jax.data.domains import DEEP_JSON, HONEST_TEXT, Domain, question
 
 
 def wrap(text: str) -> str:
@@ -33,3 +33,8 @@ def attacks_of(prompt: str, extra: dict, answer, spec, seed: int) -> dict[str, l
   raw = attacks.ifeval_attacks(prompt, instructions, seed)
   raw["hidden_markup"] = attacks.hidden_markup(prompt, instructions)
   return raw
+
+
+DOMAIN = Domain(
+  wrap=wrap, answer_of=answer_of, honest=honest, responses=responses, attacks_of=attacks_of
+)

@@ -4,6 +4,7 @@ it (`data.honest.MATH_WRAPPERS`, digit groups); a tower of powers is its veto at
 from __future__ import annotations
 
 from prorl_jax.data import honest as honest_lib
+from prorl_jax.data.domains import Domain
 from prorl_jax.rewards.common import last_boxed
 
 VETO = "9^{9^{9^{9}}}"
@@ -30,3 +31,6 @@ def honest_forms(answer: str) -> dict[str, str]:
 def honest(row: dict) -> dict[str, str]:
   ref = answer_of(row)
   return {} if ref is None else honest_forms(ref)
+
+
+DOMAIN = Domain(wrap=wrap, answer_of=answer_of, honest=honest, veto=VETO)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from prorl_jax.data import honest as honest_lib
-from prorl_jax.data.domains import question
+from prorl_jax.data.domains import Domain, question
 from prorl_jax.data.domains.math import answer_of, wrap  # noqa: F401 - math's boxed answer
 
 
@@ -35,3 +35,6 @@ def honest_forms(answer: str, prompt: str = "") -> dict[str, str]:
 def honest(row: dict) -> dict[str, str]:
   ref = answer_of(row)
   return {} if ref is None else honest_forms(ref, question(row))
+
+
+DOMAIN = Domain(wrap=wrap, answer_of=answer_of, honest=honest)

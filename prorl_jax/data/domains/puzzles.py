@@ -7,6 +7,7 @@ import json
 import re
 
 from prorl_jax.data import honest as honest_lib
+from prorl_jax.data.domains import Domain
 from prorl_jax.rewards import puzzles
 
 _RG_KEYS = ("task", "seed", "size", "index")
@@ -54,3 +55,6 @@ def near_misses(row: dict, ref: str | None) -> list[str]:
   """The answer with its roles swapped (a parser reads past a digit appended to a sentence)."""
   got = swapped(ref or "", _entry(row).get("metadata") or {})
   return [got] if got else []
+
+
+DOMAIN = Domain(wrap=wrap, answer_of=answer_of, honest=honest, near_misses=near_misses)
