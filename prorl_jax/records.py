@@ -44,6 +44,13 @@ class SamplingParams:
   top_k: int = 0  # 0 = off
   stop_token_ids: tuple[int, ...] = ()
 
+  def stopping_at(self, eos_id: int | None) -> SamplingParams:
+    """These settings with `eos_id` as the stop token where they name none: what a rollout
+    worker generates with (and the compile tool compiles)."""
+    if self.stop_token_ids or eos_id is None:
+      return self
+    return dataclasses.replace(self, stop_token_ids=(int(eos_id),))
+
   def to_json(self) -> dict:
     return dict(dataclasses.asdict(self), stop_token_ids=list(self.stop_token_ids))
 

@@ -11,7 +11,6 @@ the weight versions it may use, and per prompt the data_source that names its ve
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -247,9 +246,7 @@ class Worker:
     beat.start()
     try:
       t0 = time.time()
-      sampling = req.sampling
-      if not sampling.stop_token_ids and self.tokenizer.eos_token_id is not None:
-        sampling = dataclasses.replace(sampling, stop_token_ids=(self.tokenizer.eos_token_id,))
+      sampling = req.sampling.stopping_at(self.tokenizer.eos_token_id)
       start_version = self.version  # the result's policy_version: its oldest tokens' weights
       inflight = {}
       if self.inflight_updates or (self.interrupt is not None and self.engine.inflight_updates):

@@ -27,8 +27,8 @@ from prorl_jax.config import engines as specs
 from prorl_jax.model import init_params, presets
 from prorl_jax.model.hf_weights import read_hf_config
 from prorl_jax.parallel import sharding
-from prorl_jax.records import SamplingParams
-from prorl_jax.rollout.engines import jax_sampler, paged_kernels
+from prorl_jax.rollout.engines import jax_sampler, paged, paged_kernels
+from prorl_jax.rollout.engines import slots as slots_lib
 from prorl_jax.rollout.inline import worker_config
 from prorl_jax.trainer import compiled, setup
 from prorl_jax.trainer import train_step as ts
@@ -210,15 +210,25 @@ def _inline(cfg, model_cfg, mesh, state):
   sds = lambda shape, dtype=jnp.int32: jax.ShapeDtypeStruct(shape, dtype, sharding=rep)  # noqa: E731
   weights = jax.tree.map(lambda a: sds(a.shape, a.dtype), jax.eval_shape(layout, state.params))
   attention = _engine_attention(e, wcfg, mesh)
-  kp, vp, width = _page_pool(cfg, wcfg, attention, sds)
-  s, key, sp = e.slots, sds((2,), jnp.uint32), _sampling(r, wcfg)
-  st = {k: sds((s,)) for k in ("pos", "tok", "ngen", "cap", "seq")} | {"active": sds((s,), bool)}
+  pc = paged.PagedConfig(e.slots, e.page_size, e.pages, e.steps_per_sync, attention=attention)
+  shape = paged.pool_shape(pc, wcfg, r.max_prompt_len + r.max_response_len)  # the longest
+  dt = jnp.dtype(wcfg.compute_dtype)
+  kp = tuple(sds(shape.kshape, dt) for _ in range(wcfg.num_layers))
+  vp = tuple(sds(shape.vshape, dt) for _ in range(wcfg.num_layers))
+  s, key, sp = (
+    e.slots,
+    sds((2,), jnp.uint32),
+    config_lib.sampling_params(cfg).stopping_at(wcfg.eos_token_id),
+  )
+  st = slots_lib.SlotTable.abstract_state(s, sds)
   decode = Program(
     "engine/decode",
     paged_kernels.decode,
-    (weights, kp, vp, sds((s, width)), st, key),
+    (weights, kp, vp, sds((s, shape.width)), st, key),
     "decode",
-    kwargs=dict(model_cfg=wcfg, sp=sp, steps=e.steps_per_sync, groups=4, attention=attention),
+    kwargs=dict(
+      model_cfg=wcfg, sp=sp, steps=e.steps_per_sync, groups=pc.groups, attention=attention
+    ),
     attention=attention,
   )
   params = jax.tree.map(
@@ -245,32 +255,6 @@ def _engine_attention(e, wcfg, mesh) -> str:
   attention = paged_kernels.choose_attention(e.attention, wcfg.head_dim, e.page_size, backend)
   # the target's kernel, not this host's backend's
   return f"pallas_{backend}" if attention == "pallas" else attention
-
-
-def _page_pool(cfg, wcfg, attention: str, sds):
-  """(key pages, value pages, page-table width) the engine allocates for the run's slots
-  (`paged.PagedEngine._pool` with the longest prompt and response)."""
-  e, r = cfg.jax_engine, cfg.rollout
-  per_seq = -(-(r.max_prompt_len + r.max_response_len + e.steps_per_sync) // e.page_size)
-  pages = e.pages or e.slots * (per_seq + 1) + 1
-  width = -(-(per_seq + 1) // paged_kernels.BLOCK_PAGES) * paged_kernels.BLOCK_PAGES
-  kshape, vshape = paged_kernels.pool_shapes(
-    attention, pages, wcfg.num_kv_heads, wcfg.head_dim, e.page_size
-  )
-  dt = jnp.dtype(wcfg.compute_dtype)
-  kp = tuple(sds(kshape, dt) for _ in range(wcfg.num_layers))
-  vp = tuple(sds(vshape, dt) for _ in range(wcfg.num_layers))
-  return kp, vp, width
-
-
-def _sampling(r, wcfg) -> SamplingParams:
-  return SamplingParams(
-    max_new_tokens=r.max_response_len,
-    temperature=r.temperature,
-    top_p=r.top_p,
-    top_k=r.top_k,
-    stop_token_ids=(wcfg.eos_token_id,) if wcfg.eos_token_id is not None else (),
-  )
 
 
 NEEDS_CUDNN = (

@@ -49,6 +49,35 @@ class PagedConfig:
   slot_groups: int = 4
   attention: str = "xla"  # paged_kernels.ATTENTION: xla | pallas | pallas_interpret
 
+  @property
+  def groups(self) -> int:
+    """The slot groups a decode call runs (never more than there are slots)."""
+    return min(self.slot_groups, self.slots)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolShape:
+  """The page pool a `generate` call allocates: `pages` in all, each layer's key and value pages
+  (`kshape`, `vshape`, laid out for the attention kind) and the page-table width (whole
+  kernel blocks)."""
+
+  pages: int
+  width: int
+  kshape: tuple
+  vshape: tuple
+
+
+def pool_shape(pc: PagedConfig, model_cfg, max_len: int) -> PoolShape:
+  """The pool for sequences of up to `max_len` tokens (prompt and response) under `pc`: the
+  engine allocates it, the compile tool compiles against it."""
+  per_seq = -(-(max_len + pc.steps_per_sync) // pc.page_size)
+  pages = pc.pages or pc.slots * (per_seq + 1) + 1
+  kshape, vshape = kernels.pool_shapes(
+    pc.attention, pages, model_cfg.num_kv_heads, model_cfg.head_dim, pc.page_size
+  )
+  width = -(-(per_seq + 1) // kernels.BLOCK_PAGES) * kernels.BLOCK_PAGES  # whole blocks
+  return PoolShape(pages, width, tuple(kshape), tuple(vshape))
+
 
 @dataclasses.dataclass
 class Call:
@@ -94,24 +123,18 @@ class PagedEngine:
 
   def _start(self, prompts, n, sp, seed, max_new, pad_id, version) -> Call:
     pc, model_cfg = self.pc, self.model_cfg
-    max_len = max(len(p) for p in prompts) + sp.max_new_tokens + pc.steps_per_sync
-    per_seq = -(-max_len // pc.page_size)
-    pages = pc.pages or pc.slots * (per_seq + 1) + 1
-    kshape, vshape = kernels.pool_shapes(
-      pc.attention, pages, model_cfg.num_kv_heads, model_cfg.head_dim, pc.page_size
-    )
+    shape = pool_shape(pc, model_cfg, max(len(p) for p in prompts) + sp.max_new_tokens)
     dt = jnp.dtype(model_cfg.compute_dtype)
-    width = -(-(per_seq + 1) // kernels.BLOCK_PAGES) * kernels.BLOCK_PAGES  # whole blocks
-    self.pool = PagePool(pages)
+    self.pool = PagePool(shape.pages)
     return Call(
       prompts=prompts,
       n=n,
       sp=sp,
       seed_key=jax.random.PRNGKey(seed),
       pool=self.pool,
-      kp=tuple(jnp.zeros(kshape, dt) for _ in range(model_cfg.num_layers)),
-      vp=tuple(jnp.zeros(vshape, dt) for _ in range(model_cfg.num_layers)),
-      slots=SlotTable(pc.slots, width),
+      kp=tuple(jnp.zeros(shape.kshape, dt) for _ in range(model_cfg.num_layers)),
+      vp=tuple(jnp.zeros(shape.vshape, dt) for _ in range(model_cfg.num_layers)),
+      slots=SlotTable(pc.slots, shape.width),
       out=Outputs(len(prompts) * n, sp, pad_id, max_new),
       version=version,
       waiting=list(range(len(prompts))),
@@ -196,7 +219,7 @@ class PagedEngine:
       model_cfg=self.model_cfg,
       sp=call.sp,
       steps=pc.steps_per_sync,
-      groups=min(pc.slot_groups, pc.slots),
+      groups=pc.groups,
       attention=pc.attention,
     )
     call.steps += pc.steps_per_sync

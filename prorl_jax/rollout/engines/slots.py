@@ -135,6 +135,12 @@ class SlotTable:
   def state(self) -> dict:
     return {name: jnp.asarray(getattr(self, name)) for name in self.FIELDS}
 
+  @classmethod
+  def abstract_state(cls, slots: int, make) -> dict:
+    """The decode state's shape as `state()` gives it, each field made by `make(shape, dtype)`
+    (`jax.ShapeDtypeStruct` for the compile tool)."""
+    return {name: make((slots,), bool if name == "active" else np.int32) for name in cls.FIELDS}
+
   def update(self, st: dict, pool: PagePool) -> None:
     """The device's state after a decode call; finished slots give their pages back now."""
     self.pos, self.tok, self.ngen = (np.array(st[k]) for k in ("pos", "tok", "ngen"))
