@@ -122,25 +122,37 @@ def plan(
       "others train and do not generate; start workers beside them (launch/slurm/train.sbatch "
       "WORKER_NODES, or rollout.external_workers)"
     )
-  memory = trainer_memory
   if dedicated:
     if not 0.0 < vllm_memory <= 1.0:
       raise LayoutError(f"vllm.gpu_memory_utilization={vllm_memory}: want a fraction in (0, 1]")
     memory = None
-  elif memory is None and n:
+  else:
+    memory = trainer_share(n, vllm_memory, trainer_memory)
+  placed = tuple(tuple(range(i * tp, (i + 1) * tp)) for i in range(n))
+  return Layout(gpus, placed, float(vllm_memory) if n else None, memory, tuple(warnings))
+
+
+def trainer_share(engines_here: int, vllm_memory: float, trainer_memory: float | None):
+  """The fraction of each GPU the trainer's JAX gets (None: all of it), the one rule the run's
+  layout and the compile tool's fit report both use: model.memory_fraction when set; else, where
+  this host's GPUs also run vLLM engines, what vLLM leaves less HEADROOM; else all of it (a
+  trainer-only node, `rollout.local_workers=0`)."""
+  if not engines_here:
+    return trainer_memory
+  if trainer_memory is None:
     memory = round(1.0 - vllm_memory - HEADROOM, 3)
     if memory < 0.1:
       raise LayoutError(
         f"vllm.gpu_memory_utilization={vllm_memory} leaves the trainer {max(memory, 0):.0%} of "
         "each GPU; lower it (the trainer and a vLLM engine share every GPU)"
       )
-  elif memory is not None and n and memory + vllm_memory > 1.0:
+    return memory
+  if trainer_memory + vllm_memory > 1.0:
     raise LayoutError(
-      f"model.memory_fraction={memory} + vllm.gpu_memory_utilization={vllm_memory} > 1: the "
-      "trainer and a vLLM engine share every GPU; lower one of them"
+      f"model.memory_fraction={trainer_memory} + vllm.gpu_memory_utilization={vllm_memory} > 1: "
+      "the trainer and a vLLM engine share every GPU; lower one of them"
     )
-  placed = tuple(tuple(range(i * tp, (i + 1) * tp)) for i in range(n))
-  return Layout(gpus, placed, float(vllm_memory) if n else None, memory, tuple(warnings))
+  return trainer_memory
 
 
 @functools.cache

@@ -13,6 +13,7 @@ import jax
 
 from prorl_jax.config import engines as specs
 from prorl_jax.parallel import chips
+from prorl_jax.rollout import layout
 from prorl_jax.trainer import aot, estimate, saved_programs
 
 
@@ -92,13 +93,15 @@ def program_line(res, shapes, work, chip, hbm: int) -> dict:
 
 
 def trainer_hbm(cfg, chip: chips.Chip) -> int:
-  """The bytes a device gives the trainer's programs: all of it, or on GPUs shared with local
-  vLLM workers what they leave (model.memory_fraction when set, else 1 - vllm's share)."""
-  if cfg.model.memory_fraction:
-    return int(chip.hbm_bytes * cfg.model.memory_fraction)
+  """The bytes a device gives the trainer's programs, by the run's own rule
+  (`layout.trainer_share`): model.memory_fraction when set; on GPUs shared with local vLLM
+  workers what they leave less the layout's headroom; else all of it (a trainer-only node,
+  `rollout.local_workers=0`, included)."""
+  share = cfg.model.memory_fraction or None
   if chip.platform == "cuda" and specs.spec(cfg.rollout.engine).shares_trainer_gpus:
-    return int(chip.hbm_bytes * (1.0 - cfg.vllm.gpu_memory_utilization))
-  return chip.hbm_bytes
+    engines = 0 if str(cfg.rollout.local_workers) == "0" else 1
+    share = layout.trainer_share(engines, cfg.vllm.gpu_memory_utilization, share)
+  return int(chip.hbm_bytes * share) if share else chip.hbm_bytes
 
 
 def workload(cfg, mean_prompt: int = 0, mean_response: int = 0, keep_rate: float = 1.0):
