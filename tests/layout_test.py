@@ -136,7 +136,6 @@ def test_the_fit_report_gives_the_trainer_what_the_run_gives_it():
   """One memory rule: the compile tool's HBM for the trainer is the fraction the run's layout
   gives it, moving with vllm.gpu_memory_utilization; a trainer-only node gets the whole GPU."""
   from configs import qwen15b
-
   from prorl_jax.parallel import chips
   from prorl_jax.trainer import fit
 
