@@ -341,3 +341,30 @@ def test_fit_search_changes_only_the_side_that_does_not_fit(monkeypatch):
   assert found["rollout.token_budget"] == 9216 and found["jax_engine.slots"] == 32
   limit = 1024  # nothing the candidates offer fits
   assert fit.find_fit(cfg, "v5p-8") is None
+
+
+_FIGURE = __import__("re").compile(r"([\d.]+)\s*(GiB|TFLOP/s|GB/s|TB/s|B)\b")
+_SCALE = {"GiB": 2**30, "B": 1, "TFLOP/s": 1e12, "GB/s": 1e9, "TB/s": 1e12}
+
+
+def test_every_chip_row_is_its_source():
+  """Each chip's HBM, peak bf16 FLOP/s and bandwidth are the figures its source string quotes
+  (read here by an independent parser): a changed number, or a sparsity figure (twice the dense
+  one), fails. v4's row is a TensorCore's: the source's chip figures halved."""
+  for kind, chip in chips.CHIPS.items():
+    if kind == "host":
+      continue
+    found: dict[str, list[float]] = {}
+    for value, unit in _FIGURE.findall(chip.source):
+      what = {"GiB": "hbm", "B": "hbm", "TFLOP/s": "flops"}.get(unit, "bandwidth")
+      found.setdefault(what, []).append(float(value) * _SCALE[unit])
+    half = 0.5 if "halved per core" in chip.source else 1.0
+    assert set(found) == {"hbm", "flops", "bandwidth"}, (kind, chip.source)
+    assert "bf16" in chip.source and ("dense" in chip.source or chip.platform == "tpu"), kind
+    for what, got in (
+      ("hbm", chip.hbm_bytes),
+      ("flops", chip.peak_flops),
+      ("bandwidth", chip.hbm_bw),
+    ):
+      (quoted,) = found[what]
+      assert abs(got - quoted * half) <= 0.005 * quoted * half, (kind, what, got, quoted)
