@@ -169,3 +169,32 @@ def test_an_unroutable_data_source_names_file_row_and_value(tmp_path, tok):
     routing={"mystery_set": "code"},
   )
   assert blend.verifiers == {"chain_sum", "code"}
+
+
+def test_an_unknown_data_source_is_refused_before_the_model(tmp_path, monkeypatch):
+  """The pre-flight names the row whose data_source has no verifier, before the demo's base
+  model is built or any weights load: the build is never reached, and the answer takes seconds."""
+  import json
+  import time
+
+  from configs import tiny
+
+  from prorl_jax.data.prompts import DataError
+  from prorl_jax.trainer import preflight, setup
+  from prorl_jax.trainer.plan import Plan
+
+  path = tmp_path / "bad.jsonl"
+  row = {"data_source": "nosuch", "prompt": [{"role": "user", "content": "hi"}], "ability": "x",
+         "reward_model": {"style": "rule", "ground_truth": "1"}, "extra_info": {"index": 0}}  # fmt: skip
+  path.write_text(json.dumps(row) + "\n")
+  cfg = tiny.get_config()
+  cfg.data.train_files, cfg.run_dir = str(path), str(tmp_path / "run")
+
+  def never(*a, **k):
+    raise AssertionError("the base model was built before the data was checked")
+
+  monkeypatch.setattr(setup, "resolve_model_path", never)
+  t0 = time.monotonic()
+  with pytest.raises(DataError, match=r"bad.jsonl: row 1: no verifier for data_source 'nosuch'"):
+    preflight.before_loading(cfg, Plan.from_config(cfg), False)
+  assert time.monotonic() - t0 < 5

@@ -137,6 +137,15 @@ def prepared_files(directory: str) -> tuple[list[str], list[float], list[str]]:
   return train, weights, val
 
 
+def routed(row: dict, routing, path: str, i: int) -> str:
+  """The verifier a parsed row's data_source routes to; a one-line DataError naming the file,
+  row and value when there is none."""
+  try:
+    return rewards.verifier_name(row["data_source"], routing)
+  except KeyError as e:
+    raise DataError(f"{path}: row {i}: {e.args[0]}") from None
+
+
 class JsonlSource:
   """Rows of verl-schema files; every row's data_source must route to a verifier (`routing`:
   extra source -> verifier pairs), else a one-line DataError names the file, row and value."""
@@ -156,10 +165,7 @@ class JsonlSource:
     for path in files:
       for i, row in enumerate(read_rows(path), 1):
         r = parse_row(row, path, i)
-        try:
-          self.verifiers.add(rewards.verifier_name(r["data_source"], routing))
-        except KeyError as e:
-          raise DataError(f"{path}: row {i}: {e.args[0]}") from None
+        self.verifiers.add(routed(r, routing, path, i))
         ids = prompt_ids(tokenizer, r.pop("messages"), use_chat_template)
         if len(ids) > max_prompt_len:
           self.dropped_too_long += 1

@@ -60,10 +60,10 @@ def precheck(spec: DataSpec) -> None:
       suite.read_manifest(spec.val_suite)
     except suite.PrepareError as e:
       raise prompts.DataError(f"data.val_suite: {e}") from None
-  for f in train + val:  # every row parses (a bad one is named now, not after the model loads)
+  for f in train + val:  # every row parses and has a verifier (named now, before the model)
     if "://" not in f and not f.startswith("reasoning_gym:"):
       for i, row in enumerate(prompts.read_rows(f), 1):
-        prompts.parse_row(row, f, i)
+        prompts.routed(prompts.parse_row(row, f, i), spec.routing, f, i)
 
 
 def sources_for(spec: DataSpec, tok):
