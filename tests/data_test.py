@@ -178,7 +178,6 @@ def test_an_unknown_data_source_is_refused_before_the_model(tmp_path, monkeypatc
   import time
 
   from configs import tiny
-
   from prorl_jax.data.prompts import DataError
   from prorl_jax.trainer import preflight, setup
   from prorl_jax.trainer.plan import Plan
