@@ -183,8 +183,13 @@ def test_an_unknown_data_source_is_refused_before_the_model(tmp_path, monkeypatc
   from prorl_jax.trainer.plan import Plan
 
   path = tmp_path / "bad.jsonl"
-  row = {"data_source": "nosuch", "prompt": [{"role": "user", "content": "hi"}], "ability": "x",
-         "reward_model": {"style": "rule", "ground_truth": "1"}, "extra_info": {"index": 0}}  # fmt: skip
+  row = {
+    "data_source": "nosuch",
+    "prompt": [{"role": "user", "content": "hi"}],
+    "ability": "x",
+    "reward_model": {"style": "rule", "ground_truth": "1"},
+    "extra_info": {"index": 0},
+  }
   path.write_text(json.dumps(row) + "\n")
   cfg = tiny.get_config()
   cfg.data.train_files, cfg.run_dir = str(path), str(tmp_path / "run")
