@@ -271,3 +271,16 @@ def test_the_inline_engine_starts_no_worker_and_counts_as_one(engine, local, ext
   assert placement.worker_count(c) == wp.count
   assert got == want
   assert placement.worker_engine(c) == "jax"  # what local (and evaluation) workers run
+
+
+def test_kl_in_reward_takes_the_kl_out_of_the_loss():
+  """`algo.kl_in_reward=True` puts the KL into the token reward *instead* of the loss: the
+  update's loss has no KL term then, else the run would pay the KL twice."""
+  from prorl_jax.trainer import plan
+
+  c = base_config()
+  assert plan.loss_config(c).kl_coef == c.algo.kl_coef > 0
+  c.algo.estimator, c.algo.kl_in_reward = "reinforce_pp", True
+  validate(c)
+  assert plan.loss_config(c).kl_coef == 0.0
+  assert plan.Plan.from_config(c).loss.kl_coef == 0.0
