@@ -368,3 +368,33 @@ def test_every_chip_row_is_its_source():
     ):
       (quoted,) = found[what]
       assert abs(got - quoted * half) <= 0.005 * quoted * half, (kind, what, got, quoted)
+
+
+@pytest.mark.parametrize(
+  "args, names",
+  [
+    (["--config.rollout.engine=foo"], "rollout.engine"),
+    (["--config.algo.clip_high=-3"], "algo.clip_high"),
+    (["--keep_rate=0"], "--keep_rate"),
+    (["--mean_response=-5"], "--mean_response"),
+    (["--topology=v9z-8"], "unknown topology"),
+  ],
+)
+def test_a_mistake_is_one_line_and_exit_2(args, names):
+  """The config's checks and the assumption flags run before anything compiles: one line
+  naming the key or flag, exit 2 (exit 1 means "does not fit"), no traceback."""
+  topology = [] if any(a.startswith("--topology") for a in args) else ["--topology=v5p-8"]
+  code, lines, err = compile_cli(*TINY, *topology, *args, timeout=120)
+  assert code == 2 and "Traceback" not in err, err[-2000:]
+  said = [ln for ln in err.splitlines() if ln.strip() and "WARNING" not in ln]
+  assert len(said) <= 2 and names in said[-1], said
+
+
+def test_help_lists_every_topology_the_table_accepts():
+  p = subprocess.run(
+    [str(CHIPS_PY), "-m", "prorl_jax.cli.compile", "--helpfull"],
+    cwd=ROOT, capture_output=True, text=True, timeout=120,
+  )  # fmt: skip
+  text = " ".join(p.stdout.split())
+  for name in ("v5e-1/4/8", "v6e-1/4/8", "v5p-2/4/8", "h200-N"):
+    assert name in text, name

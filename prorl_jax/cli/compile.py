@@ -75,13 +75,22 @@ def table(lines: list[dict], last: dict) -> str:
     )
   est = last["estimate"]
   fmt = lambda v, unit: "-" if v is None else f"{v:,.0f} {unit}"  # noqa: E731
+  total = fmt(est["total_h"], f"h for {est['total_steps']:,} steps (total_steps)")
   rows.append(
     f"{last['topology']}: {'fits' if last['fits'] else 'does NOT fit'}; estimates (roofline, "
     f"not measured): train {fmt(est['train_tokens_per_s_per_chip'], 'tokens/s/chip')}, "
     f"decode {fmt(est['decode_tokens_per_s_per_chip'], 'tokens/s/chip')}, "
-    f"{fmt(est['step_s'], 's/step')}, {fmt(est['steps_3000_h'], 'h for 3,000 steps')}"
+    f"{fmt(est['step_s'], 's/step')}, {total}; the step covers {est['covers']}"
   )
   return "\n".join(rows)
+
+
+def assumptions(mean_prompt: int, mean_response: int, keep_rate: float) -> None:
+  """The estimate's assumption flags, checked: ValueError with one line naming the flag."""
+  if mean_prompt < 0 or mean_response < 0:
+    raise ValueError("--mean_prompt and --mean_response are token counts: 0 (the default) or more")
+  if not 0.0 < keep_rate <= 1.0:
+    raise ValueError(f"--keep_rate={keep_rate}: the share of groups kept, in (0, 1]")
 
 
 def main(argv) -> int:
@@ -93,8 +102,9 @@ def main(argv) -> int:
 
   fv = flags.FLAGS
   cfg = fv.config
-  config_lib.validate(cfg)
-  try:
+  try:  # the config's checks and the assumptions first: one line and exit 2, never a traceback
+    config_lib.validate(cfg)
+    assumptions(fv.mean_prompt, fv.mean_response, fv.keep_rate)
     report = fit.report(
       cfg,
       fv.topology,
@@ -136,9 +146,9 @@ def run():
   from prorl_jax.cli import errors as cli_lib
 
   config_flags.DEFINE_config_file("config", None, "the run's config file", lock_config=False)
-  flags.DEFINE_string(
-    "topology", None, "v4-8, v5e-8/16/256, v5p-8/16/64/128, v6e-8/16/256, h100-8, h200-8, 2xh200-8"
-  )
+  from prorl_jax.parallel import chips  # no JAX: the topology table
+
+  flags.DEFINE_string("topology", None, f"the slice or node to compile for: {chips.NAMES}")
   flags.DEFINE_boolean(
     "fit", False, "when it does not fit, try the settings that change it, in order"
   )

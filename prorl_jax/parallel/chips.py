@@ -105,7 +105,21 @@ _SIDES = {1: (1, 1, 1), 2: (2, 1, 1), 4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4),
 _SIDES |= {64: (4, 4, 4), 128: (4, 4, 8), 256: (4, 8, 8), 512: (8, 8, 8)}
 _PLANE = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 128: (8, 16)}
 _PLANE |= {256: (16, 16)}
-NAMES = "v4-8, v5e-8/16/256, v5p-8/16/64/128, v6e-8/16/256, h100-8, h200-8, 2xh200-8, host"
+
+
+def _names() -> str:
+  """Every name `parse` accepts, from the tables above (TPU slices by their grid tables)."""
+  tpus = []
+  for kind in ("v4", "v5e", "v5p", "v6e"):
+    grids = _SIDES if kind in _CORES_IN_NAME else _PLANE
+    sizes = sorted(c * 2 if kind in _CORES_IN_NAME else c for c in grids)
+    tpus.append(f"{kind}-" + "/".join(map(str, sizes)))
+  return (
+    ", ".join(tpus) + ", h100-N and h200-N (N GPUs a node), Mxh100-N and Mxh200-N (M nodes), host"
+  )
+
+
+NAMES = _names()
 
 
 class TopologyError(ValueError):

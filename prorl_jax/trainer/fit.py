@@ -159,7 +159,13 @@ def report(
   if save:
     saved_programs.save(results, save, shapes.mesh)
   est = estimate.step_estimate(times, shapes, work, topo.chip, topo.hosts)
-  est["steps_3000_h"] = est["step_s"] * 3000 / 3600
+  est["total_steps"] = int(cfg.total_steps)
+  est["total_h"] = est["step_s"] * cfg.total_steps / 3600
+  est["covers"] = (
+    "update and log-probs, and the inline engine's generation"
+    if specs.spec(cfg.rollout.engine).in_trainer
+    else "update and log-probs; not generation (vLLM's, outside these programs)"
+  )
   bad = [ln for ln in lines if ln["fits"] is False]
   last = {
     "topology": topology,
