@@ -324,3 +324,54 @@ def test_a_sigterm_while_the_run_loads_stops_it_with_the_requeue_status(tmp_path
   stopped = json.load(open(run_dir / "stopped.json"))
   assert (stopped["why"], stopped["stopped_at"]) == ("SIGTERM", 0), stopped
   assert not stopped["saved"] or (run_dir / "checkpoints" / "0").is_dir()  # the state at step 0
+
+
+def _model_without(tmp_path, field: str) -> str:
+  """A model directory (the tiny model's files) whose config.json lacks `field`."""
+  from prorl_jax.model import presets
+
+  model = tmp_path / f"model-{field}"
+  model.mkdir()
+  d = presets.tiny().to_hf_dict()
+  d.pop(field)
+  (model / "config.json").write_text(json.dumps(d))
+  for name in ("model.safetensors", "tokenizer.json"):
+    (model / name).write_text("{}")  # present: the config is read before either loads
+  return str(model)
+
+
+@pytest.mark.parametrize(
+  "case", ["run_dir is a file", "config is no Python", "config without get_config",
+           "config.json without num_attention_heads", "config.json without model_type"],
+)  # fmt: skip
+def test_a_newcomers_mistake_is_one_line_and_exit_2(tmp_path, case):
+  """Mistakes met by following the README: each answers in one line naming what to fix, exit
+  status 2, no traceback, before anything loads."""
+  afile = tmp_path / "afile"
+  afile.write_text("x")
+  args = {
+    "run_dir is a file": ["--config=configs/tiny.py", f"--config.run_dir={afile}"],
+    "config is no Python": ["--config=README.md"],
+    "config without get_config": ["--config=prorl_jax/records.py"],
+    "config.json without num_attention_heads": [
+      "--config=configs/tiny.py",
+      f"--config.model.path={_model_without(tmp_path, 'num_attention_heads')}",
+      f"--config.run_dir={tmp_path / 'run'}",
+    ],
+    "config.json without model_type": [
+      "--config=configs/tiny.py",
+      f"--config.model.path={_model_without(tmp_path, 'model_type')}",
+      f"--config.run_dir={tmp_path / 'run'}",
+    ],
+  }[case]
+  want = {
+    "run_dir is a file": "is a file",
+    "config is no Python": "not Python",
+    "config without get_config": "defines no get_config()",
+    "config.json without num_attention_heads": "lacks num_attention_heads",
+    "config.json without model_type": "add \"model_type\": 'qwen2'",
+  }[case]
+  proc = _run("prorl_jax.main", args, PRORL_CACHE_DIR=str(tmp_path / "cache"))
+  errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert len(errors) == 1 and want in errors[0], proc.stderr[-2000:]

@@ -9,6 +9,7 @@ fields before absl loads anything, naming the closest field for a typo.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import difflib
 import glob
@@ -78,12 +79,12 @@ def check_config_args(argv: list[str]) -> None:
     m = re.match(r"--config=([^:]*)", arg)
     if m:
       path = m.group(1)
+      here = sorted(glob.glob("configs/*.py"))
+      configs = f"; the configs here are: {', '.join(here)}" if here else ""
       if not os.path.isfile(path):
-        here = sorted(glob.glob("configs/*.py"))
-        fail(
-          f"--config={path}: no such file"
-          + (f"; the configs here are: {', '.join(here)}" if here else "")
-        )
+        fail(f"--config={path}: no such file{configs}")
+      if why := _not_a_config(path):
+        fail(f"--config={path}: {why}; a config is a Python file with get_config(){configs}")
       continue
     m = re.match(r"--config\.([^=]+)", arg)
     if m:
@@ -105,6 +106,18 @@ def check_config_args(argv: list[str]) -> None:
         fail(
           f"--config.{key} is a section; set one of its fields, e.g. --config.{sections[key]}=..."
         )
+
+
+def _not_a_config(path: str) -> str | None:
+  """Why the file at `path` is no config module (None when it is Python with `get_config`)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      tree = compile(f.read(), path, "exec", flags=ast.PyCF_ONLY_AST)
+  except (SyntaxError, UnicodeDecodeError, ValueError) as e:
+    line = getattr(e, "lineno", None)
+    return "not Python" + (f" (line {line})" if line else "")
+  defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+  return None if "get_config" in defined else "defines no get_config()"
 
 
 def _config_key(name: str) -> str | None:

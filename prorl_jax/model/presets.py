@@ -16,6 +16,16 @@ SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 FAMILIES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
+# The fields of a config.json the model cannot be built without
+REQUIRED_FIELDS = (
+  "vocab_size",
+  "hidden_size",
+  "intermediate_size",
+  "num_hidden_layers",
+  "num_attention_heads",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config:
   """The Qwen2 / Qwen3 architecture (`family`; sizes, grouped-query attention heads, RoPE;
@@ -94,6 +104,18 @@ class Qwen2Config:
     """Builds the config from a HF `config.json` dict; unsupported features fail clearly."""
     archs = d.get("architectures") or []
     family = d.get("model_type")
+    if family is None and archs and archs[0] in FAMILIES.values():
+      kind = next(k for k, v in FAMILIES.items() if v == archs[0])
+      raise ValueError(
+        f'config.json has no model_type: add "model_type": {kind!r} (its architecture is '
+        f"{archs[0]})"
+      )
+    missing = [k for k in REQUIRED_FIELDS if k not in d]
+    if missing and family in FAMILIES:
+      raise ValueError(
+        f"config.json lacks {', '.join(missing)}: a {FAMILIES[family]} config.json names each of "
+        f"{', '.join(REQUIRED_FIELDS)}; copy it from the model's release"
+      )
     if family not in FAMILIES or (archs and archs[0] != FAMILIES[family]):
       raise ValueError(
         f"unsupported architecture {archs or family!r}: prorl_jax implements "

@@ -18,6 +18,7 @@ from prorl_jax import config as config_lib
 from prorl_jax import sandbox
 from prorl_jax.data.sources import precheck
 from prorl_jax.model import hf_weights
+from prorl_jax.model.presets import Qwen2Config
 from prorl_jax.rollout.local import check_worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.trainer import placement, run_dir
@@ -153,14 +154,27 @@ def before_loading(cfg, plan, accept_config_changes: bool):
   return None, changes
 
 
+def check_run_dir(path: str) -> None:
+  """A run directory that is a file is one line, before anything is made."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise config_lib.ConfigError(
+      f"run_dir={path} is a file: give a directory (made when missing) for the run"
+    )
+
+
 def check_model_path(path: str) -> None:
-  """One line naming what `model.path` lacks (config.json, weights, tokenizer), before a model
-  is loaded or a worker started."""
+  """One line naming what `model.path` lacks (config.json, weights, tokenizer) or what its
+  config.json lacks (a field, model_type), before a model is loaded or a worker started."""
   missing = path and hf_weights.missing_files(path)
   if missing:
     raise config_lib.ConfigError(
       f"model.path={path!r} has {missing}; point it at a Hugging Face model directory"
     )
+  if path:
+    try:
+      Qwen2Config.from_hf_dict(hf_weights.read_hf_config(path))
+    except (ValueError, TypeError) as e:  # json's errors are ValueErrors too
+      raise config_lib.ConfigError(f"model.path={path!r}: {e}") from None
 
 
 def check_code_sandbox(wp: placement.WorkersPlan, verifiers: set[str]):

@@ -174,6 +174,7 @@ def _checked_and_built(cfg, accept_config_changes: bool):
   if primary:
     for line in preflight.inert_flags(cfg):
       print(f"warning: {line}", file=sys.stderr, flush=True)
+  preflight.check_run_dir(cfg.run_dir)
   created = not os.path.isdir(cfg.run_dir)
   os.makedirs(cfg.run_dir, exist_ok=True)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
