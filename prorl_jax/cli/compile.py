@@ -98,13 +98,20 @@ def main(argv) -> int:
   from absl import flags
 
   from prorl_jax import config as config_lib
-  from prorl_jax.trainer import fit
+  from prorl_jax.parallel import chips
 
   fv = flags.FLAGS
   cfg = fv.config
-  try:  # the config's checks and the assumptions first: one line and exit 2, never a traceback
-    config_lib.validate(cfg)
+  try:  # the config's checks and the assumptions first, before JAX and the chips' plugins load:
+    config_lib.validate(cfg)  # one line and exit 2, never a traceback
     assumptions(fv.mean_prompt, fv.mean_response, fv.keep_rate)
+    chips.parse(fv.topology)
+  except ValueError as e:  # ConfigError and TopologyError are ValueErrors
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  from prorl_jax.trainer import fit  # lazy: imports JAX
+
+  try:
     report = fit.report(
       cfg,
       fv.topology,
