@@ -398,3 +398,28 @@ def test_help_lists_every_topology_the_table_accepts():
   text = " ".join(p.stdout.split())
   for name in ("v5e-1/4/8", "v6e-1/4/8", "v5p-2/4/8", "h200-N"):
     assert name in text, name
+
+
+def test_every_slice_of_the_table_gives_its_compile_only_devices():
+  """Each TPU size the topology table accepts (a single chip, four, a host, several hosts) and
+  GPU nodes give JAX's compile-only devices of their count: small slices included (libtpu needs
+  a single host's whole grid as its chips-per-host bounds)."""
+  names = ["v5e-1", "v5e-4", "v5e-8", "v5e-16", "v6e-1", "v6e-4", "v6e-8", "v4-8", "v5p-2",
+           "v5p-8", "v5p-16", "h100-8", "2xh200-8"]  # fmt: skip
+  code = (
+    "import json, sys\n"
+    "from prorl_jax.parallel import chips\n"
+    "out = {}\n"
+    f"for n in {names!r}:\n"
+    "  t = chips.parse(n)\n"
+    "  out[n] = [len(chips.compile_only_devices(t)), t.devices]\n"
+    "print(json.dumps(out))\n"
+  )
+  env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS")}
+  env.update(JAX_PLATFORMS="cpu", ALLOW_MULTIPLE_LIBTPU_LOAD="1", TPU_SKIP_MDS_QUERY="1")
+  p = subprocess.run(
+    [str(CHIPS_PY), "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+  )
+  assert p.returncode == 0, p.stderr[-2000:]
+  got = json.loads(p.stdout.strip().splitlines()[-1])
+  assert {n: a for n, (a, b) in got.items()} == {n: b for n, (a, b) in got.items()}, got

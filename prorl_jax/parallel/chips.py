@@ -217,9 +217,9 @@ def compile_only_devices(topo: Topology) -> list:
     )
     return list(desc.devices)
   grid = "x".join(map(str, topo.shape))
-  per_host = (
-    (2, 4, 1) if topo.hosts == 1 and topo.devices == 8 and len(topo.shape) == 2 else (2, 2, 1)
-  )
+  # one host holds the whole grid of a single-host slice (v5e-1: 1x1x1, v5e-8: 2x4x1); a
+  # multi-host slice's hosts hold 2x2x1 chips each
+  per_host = (tuple(topo.shape) + (1,) * 3)[:3] if topo.hosts == 1 else (2, 2, 1)
   desc = topologies.get_topology_desc(
     platform="tpu", topology_name=f"{topo.chip.kind}:{grid}", chips_per_host_bounds=per_host
   )
