@@ -76,11 +76,21 @@ def table(lines: list[dict], last: dict) -> str:
   est = last["estimate"]
   fmt = lambda v, unit: "-" if v is None else f"{v:,.0f} {unit}"  # noqa: E731
   total = fmt(est["total_h"], f"h for {est['total_steps']:,} steps (total_steps)")
+  exp = est["expected"]
   rows.append(
-    f"{last['topology']}: {'fits' if last['fits'] else 'does NOT fit'}; estimates (roofline, "
-    f"not measured): train {fmt(est['train_tokens_per_s_per_chip'], 'tokens/s/chip')}, "
+    f"{last['topology']}: {'fits' if last['fits'] else 'does NOT fit'}; roofline bound (not "
+    f"measured): train {fmt(est['train_tokens_per_s_per_chip'], 'tokens/s/chip')}, "
     f"decode {fmt(est['decode_tokens_per_s_per_chip'], 'tokens/s/chip')}, "
     f"{fmt(est['step_s'], 's/step')}, {total}; the step covers {est['covers']}"
+  )
+  rows.append(
+    f"expected at {exp['mfu']:.2f} of peak FLOP/s ({exp['mfu_source']}): "
+    f"{fmt(exp['step_s'], 's/step')}"
+    + (
+      ""
+      if exp["bandwidth"] or est["generate_s"] is None
+      else f"; decode: {exp['bandwidth_source']}"
+    )
   )
   return "\n".join(rows)
 
@@ -99,6 +109,7 @@ def main(argv) -> int:
 
   from prorl_jax import config as config_lib
   from prorl_jax.parallel import chips
+  from prorl_jax.trainer.estimate import read_calibration  # no JAX
 
   fv = flags.FLAGS
   cfg = fv.config
@@ -106,6 +117,7 @@ def main(argv) -> int:
     config_lib.validate(cfg)  # one line and exit 2, never a traceback
     assumptions(fv.mean_prompt, fv.mean_response, fv.keep_rate)
     chips.parse(fv.topology)
+    calibration = read_calibration(fv.calibration) if fv.calibration else None
   except ValueError as e:  # ConfigError and TopologyError are ValueErrors
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -120,6 +132,7 @@ def main(argv) -> int:
       keep_rate=fv.keep_rate,
       dump=fv.dump,
       save=fv.save,
+      calibration=calibration,
     )
   except (ValueError, config_lib.ConfigError) as e:
     print(f"error: {e}", file=sys.stderr)
@@ -164,6 +177,13 @@ def run():
   flags.DEFINE_integer("mean_prompt", 0, "assumed mean prompt tokens (0: max_prompt_len / 4)")
   flags.DEFINE_integer("mean_response", 0, "assumed mean response tokens (0: max_response_len / 2)")
   flags.DEFINE_float("keep_rate", 1.0, "assumed share of generated groups dynamic sampling keeps")
+  flags.DEFINE_string(
+    "calibration",
+    "",
+    "the efficiency expected times use: a `bench/gpu.py --out` directory (or its gpu.jsonl), "
+    'or a JSON {"mfu": ..., "bandwidth": ..., "source": ...}; default: the project\'s H200 '
+    "measurement",
+  )
   flags.mark_flags_as_required(["config", "topology"])
   usage = __doc__.split("\n\n")[1].strip()  # the command line of the module's docstring
   parse = lambda argv: cli_lib.parse_flags(argv, f"usage: {usage}")  # noqa: E731

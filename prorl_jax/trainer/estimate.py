@@ -90,6 +90,82 @@ def roofline_s(flops: float, nbytes: float, chip) -> float:
   return max(flops / chip.peak_flops, nbytes / chip.hbm_bw)
 
 
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """The share of the roofline a chip reaches, with where each figure comes from: `mfu` for the
+  compute-bound programs (update, log-probs), `bandwidth` for decode (None: not measured)."""
+
+  mfu: float
+  mfu_source: str
+  bandwidth: float | None = None
+  bandwidth_source: str = "no measurement of the decode loop on a chip: the bound only"
+
+
+# The project's own measurement (bench/RESULTS.md, "GPU (H200)", 96ebf74, 2026-11-29): the 1.5B
+# update on one H200 at 0.42 of its dense bf16 peak (cuDNN attention, full remat). No TPU
+# generation has a measurement of this project's programs yet: the same figure stands for them,
+# and says so.
+MEASURED = Calibration(
+  0.42,
+  "measured: the 1.5B update on one H200, 0.42 of 989 TFLOP/s (bench/RESULTS.md, GPU (H200), "
+  "96ebf74); applied to every chip until its own is measured (--calibration)",
+)
+
+
+def read_calibration(path: str) -> Calibration:
+  """A calibration measured by `bench/gpu.py --out DIR` (its `gpu.jsonl`, or DIR itself): the
+  best train stage's MFU; or a JSON object {"mfu": x, "bandwidth": y, "source": "..."}. A
+  ValueError with one line when it holds neither."""
+  import json
+  import os
+
+  file = os.path.join(path, "gpu.jsonl") if os.path.isdir(path) else path
+  try:
+    with open(file) as f:
+      rows = [json.loads(line) for line in f if line.strip()]
+  except (OSError, ValueError) as e:
+    raise ValueError(f"--calibration={path}: cannot read it ({type(e).__name__})") from None
+  mfus = [
+    r["mfu_vs_989"]
+    for r in rows
+    if str(r.get("stage", "")).startswith("train_") and "mfu_vs_989" in r
+  ]
+  if mfus:
+    return Calibration(max(mfus), f"measured by bench/gpu.py: {file}")
+  if len(rows) == 1 and 0 < float(rows[0].get("mfu", 0)) <= 1:
+    r = rows[0]
+    bw = r.get("bandwidth")
+    source = str(r.get("source", file))
+    return Calibration(float(r["mfu"]), source, float(bw) if bw else None, source)
+  raise ValueError(
+    f"--calibration={path}: no train stage's mfu_vs_989 (bench/gpu.py --out) and no "
+    '{"mfu": ..., "bandwidth": ..., "source": ...} object'
+  )
+
+
+def expected(bound: dict, cal: Calibration) -> dict:
+  """The step's times at the calibrated efficiency beside the roofline bound (`bound`, from
+  `step_estimate`): compute-bound programs at `cal.mfu` of peak, decode at `cal.bandwidth` of
+  the HBM bandwidth (None where that is not measured)."""
+  train = bound["train_s"] / cal.mfu
+  logprob = bound["logprob_s"] / cal.mfu
+  generate = bound["generate_s"]
+  if generate is not None:
+    generate = generate / cal.bandwidth if cal.bandwidth else None
+  known = generate is not None or bound["generate_s"] is None
+  return {
+    "train_s": train,
+    "logprob_s": logprob,
+    "generate_s": generate,
+    "step_s": train + logprob + (generate or 0.0) if known else None,
+    "train_tokens_per_s_per_chip": (bound["train_tokens_per_s_per_chip"] or 0) * cal.mfu or None,
+    "mfu": cal.mfu,
+    "mfu_source": cal.mfu_source,
+    "bandwidth": cal.bandwidth,
+    "bandwidth_source": cal.bandwidth_source,
+  }
+
+
 def step_estimate(times: dict, shapes, work: Workload, chip, hosts: int) -> dict:
   """Seconds per RL step from per-call roofline times (`times`: program kind -> s), and the
   throughputs they imply. The vLLM layout's generation is not a JAX program: its time is left

@@ -138,9 +138,11 @@ def report(
   dump: str = "",
   save: str = "",
   devices=None,
+  calibration: estimate.Calibration | None = None,
 ) -> Report:
   """Compiles every program of `cfg` for `topology` (or `devices`, the host's own) and reports
-  each with `program_line`; the last line sums up."""
+  each with `program_line`; the last line sums up, each time as the roofline bound and as the
+  expected time at `calibration` (the project's measured efficiency by default)."""
   topo = chips.parse(topology)
   devices = devices or chips.compile_only_devices(topo)
   if topo.platform == "cpu":  # this host's own devices: as many as JAX was given
@@ -159,6 +161,7 @@ def report(
   if save:
     saved_programs.save(results, save, shapes.mesh)
   est = estimate.step_estimate(times, shapes, work, topo.chip, topo.hosts)
+  est["expected"] = estimate.expected(est, calibration or estimate.MEASURED)
   est["total_steps"] = int(cfg.total_steps)
   est["total_h"] = est["step_s"] * cfg.total_steps / 3600
   est["covers"] = (

@@ -1,0 +1,50 @@
+"""Expected times beside the roofline bound: each time figure at a stated efficiency and where
+it comes from (the project's H200 measurement by default, a user's own `bench/gpu.py --out`)."""
+
+import json
+
+import pytest
+
+from prorl_jax.trainer import estimate
+
+BOUND = {
+  "train_s": 10.0,
+  "logprob_s": 4.0,
+  "generate_s": None,
+  "train_tokens_per_s_per_chip": 1000.0,
+}
+
+
+def test_expected_is_the_bound_at_the_stated_efficiency():
+  got = estimate.expected(BOUND, estimate.MEASURED)
+  assert got["mfu"] == 0.42 and "H200" in got["mfu_source"]
+  assert got["train_s"] == pytest.approx(10 / 0.42) and got["logprob_s"] == pytest.approx(4 / 0.42)
+  assert got["step_s"] == pytest.approx(14 / 0.42)  # no generation in the bound: none expected
+  assert got["train_tokens_per_s_per_chip"] == pytest.approx(420.0)
+  inline = dict(BOUND, generate_s=6.0)
+  unmeasured = estimate.expected(inline, estimate.MEASURED)
+  assert unmeasured["generate_s"] is None and unmeasured["step_s"] is None  # not guessed
+  cal = estimate.Calibration(0.5, "mine", 0.4, "mine")
+  measured = estimate.expected(inline, cal)
+  assert measured["step_s"] == pytest.approx(14 / 0.5 + 6 / 0.4)
+
+
+def test_a_users_own_measurement_is_read_back(tmp_path):
+  rows = [
+    {"stage": "train_cudnn", "mfu_vs_989": 0.42},
+    {"stage": "train_cudnn@dots", "mfu_vs_989": 0.45},
+    {"stage": "sampler_jax", "tokens_per_s": 900},
+  ]
+  (tmp_path / "gpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  got = estimate.read_calibration(str(tmp_path))
+  assert got.mfu == 0.45 and "bench/gpu.py" in got.mfu_source and got.bandwidth is None
+  own = tmp_path / "cal.json"
+  own.write_text(json.dumps({"mfu": 0.5, "bandwidth": 0.6, "source": "my v5p run"}))
+  got = estimate.read_calibration(str(own))
+  assert (got.mfu, got.bandwidth, got.mfu_source) == (0.5, 0.6, "my v5p run")
+  bad = tmp_path / "bad.json"
+  bad.write_text("{}")
+  with pytest.raises(ValueError, match="--calibration=.*no train stage"):
+    estimate.read_calibration(str(bad))
+  with pytest.raises(ValueError, match="cannot read it"):
+    estimate.read_calibration(str(tmp_path / "none.json"))
