@@ -375,3 +375,32 @@ def test_a_newcomers_mistake_is_one_line_and_exit_2(tmp_path, case):
   errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
   assert len(errors) == 1 and want in errors[0], proc.stderr[-2000:]
+
+
+def test_the_dashboard_draws_only_panels_with_data_on_whole_steps(tmp_path):
+  """A short run without hack flags: no empty panel, and the step axis ticks whole steps."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+
+  run = str(tmp_path / "short")
+  _metrics(run, [{"step": s, "reward/raw_mean": 0.1 * s} for s in (3,)])
+  seen = {}
+  real = plt.Figure.savefig
+
+  def spy(fig, path, **kw):
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    seen["titles"] = [ax.get_title() for ax in shown]
+    seen["ticks"] = [
+      t for ax in shown for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]
+    ]
+    return real(fig, path, **kw)
+
+  plt.Figure.savefig = spy
+  try:
+    plot.dashboard(run)
+  finally:
+    plt.Figure.savefig = real
+  assert seen["titles"] == ["reward"], seen["titles"]
+  assert seen["ticks"] and all(float(t).is_integer() for t in seen["ticks"]), seen["ticks"]

@@ -10,6 +10,7 @@ and resumes (grey) are marked on every panel.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -71,10 +72,14 @@ def dashboard(runs: str | list[str], out: str | None = None) -> str:
   data = {run: _rows(run) for run in runs}
   names = _names(runs)
   one = len(runs) == 1
+  from matplotlib.ticker import MaxNLocator  # after the backend, as pyplot
+
+  panels = shown_panels(data)
   fig, axes = plt.subplots(3, 4, figsize=(22, 11))
-  for ax in axes.flat[len(PANELS) :]:
+  for ax in axes.flat[len(panels) :]:
     ax.set_visible(False)
-  for ax, (title, keys) in zip(axes.flat, PANELS):
+  for ax, (title, keys) in zip(axes.flat, panels):
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     for i, (run, rows) in enumerate(data.items()):
       color = None if one else f"C{i}"
       for j, key in enumerate(_keys(keys, rows)):
@@ -95,6 +100,9 @@ def dashboard(runs: str | list[str], out: str | None = None) -> str:
           ax.axvline(s, color="green", alpha=0.3, lw=1, ls="--")
       for s in _resumes(run):
         ax.axvline(s, color="grey", alpha=0.5, lw=1, ls="-.")
+    x0, x1 = ax.dataLim.intervalx
+    if x1 - x0 < 2:  # a run of one or two steps: room for whole-step ticks around them
+      ax.set_xlim(math.floor(x0) - 1, math.ceil(x1) + 1)
     ax.set_title(title)
     ax.set_xlabel("RL step")
     if ax.get_legend_handles_labels()[0] and (len(_keys(keys, rows)) > 1 or not one):
@@ -111,6 +119,21 @@ def dashboard(runs: str | list[str], out: str | None = None) -> str:
   fig.savefig(out, dpi=80)
   plt.close(fig)
   return out
+
+
+def shown_panels(data: dict[str, list[dict]]) -> list[tuple]:
+  """The panels with a point to draw in any run (a run without code or IFEval items logs no
+  hack flags: that panel is left out, not drawn empty)."""
+  return [
+    (title, keys)
+    for title, keys in PANELS
+    if any(
+      isinstance(r.get(key), (int, float))
+      for rows in data.values()
+      for key in _keys(keys, rows)
+      for r in rows
+    )
+  ]
 
 
 def _keys(keys: tuple | str, rows: list[dict]) -> list[str]:
