@@ -47,6 +47,13 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
       raise config_lib.ConfigError(
         "no held-out items: set data.val_files, data.prepared or data.val_suite"
       )
+    sp = config_lib.sampling_params(cfg, eval_mode=True)
+    log(
+      f"sampling: seed {cfg.seed} (config seed; the run's own validation uses the same), "
+      f"{cfg.eval.samples} samples a prompt, temperature {sp.temperature}, top_p {sp.top_p}; "
+      "the figure may differ from the run's validation at this step: the exported weights are "
+      "cast to the export dtype and the engine batches prompts its own way (docs/evaluation.md)"
+    )
     with ServedModel(model_dir, eval_workers(cfg)) as served:
       return evaluate(
         served.ex,
