@@ -51,8 +51,8 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
     log(
       f"sampling: seed {cfg.seed} (config seed; the run's own validation uses the same), "
       f"{cfg.eval.samples} samples a prompt, temperature {sp.temperature}, top_p {sp.top_p}; "
-      "the figure may differ from the run's validation at this step: the exported weights are "
-      "cast to the export dtype and the engine batches prompts its own way (docs/evaluation.md)"
+      "the figure may differ from the run's validation at this step (another dtype, engine or "
+      "batching moves the draws: docs/evaluation.md)"
     )
     with ServedModel(model_dir, eval_workers(cfg)) as served:
       return evaluate(
