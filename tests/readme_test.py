@@ -167,6 +167,15 @@ def test_every_command_in_the_docs_exists_as_shown(where, cmd):
     return
   if exe == "python":  # python -m prorl_jax.*: the flag test above
     return
+  if exe.startswith(".venv/bin/"):  # the installed command, typed in a fresh shell
+    clean = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    out = subprocess.run(
+      [exe, "--help"], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, f"{where}: `{cmd}` from a fresh shell: {out.stderr[-500:]}"
+    for flag in re.findall(r"(?:^|\s)(--[a-z][\w-]*)", cmd):
+      assert flag in out.stdout + out.stderr, f"{where}: `{cmd}`: {exe} has no {flag}"
+    return
   if exe == "make":
     targets = [a for a in args if "=" not in a and not a.startswith("-")]
     missing = [t for t in targets if t not in MAKE_TARGETS]
