@@ -1,8 +1,6 @@
 """The records that travel between the trainer and the rollout workers, and the trainer's prompt
 groups, typed. They become JSON only at the edges (`to_json` before `RequestQueue.put` or a
-checkpoint, `from_json` after a claim or a restore). No jax: workers use these in vLLM's
-environment.
-"""
+checkpoint, `from_json` after a claim or a restore). No jax: workers use these in vLLM's env."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ def require(cond: bool, msg: str):
     raise InvalidEntry(msg)
 
 
-def is_int(v, lo: int | None = 0) -> bool:
-  """An int (not a bool) of at least `lo`."""
+def is_int(v, lo: int | None = 0) -> bool:  # an int (not a bool) of at least `lo`
   return isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
 
 
@@ -45,11 +42,9 @@ class SamplingParams:
   stop_token_ids: tuple[int, ...] = ()
 
   def stopping_at(self, eos_id: int | None) -> SamplingParams:
-    """These settings with `eos_id` as the stop token where they name none: what a rollout
-    worker generates with (and the compile tool compiles)."""
-    if self.stop_token_ids or eos_id is None:
-      return self
-    return dataclasses.replace(self, stop_token_ids=(int(eos_id),))
+    """With `eos_id` as the stop token where none is named: what a worker generates with."""
+    keep = self.stop_token_ids or eos_id is None
+    return self if keep else dataclasses.replace(self, stop_token_ids=(int(eos_id),))
 
   def to_json(self) -> dict:
     return dict(dataclasses.asdict(self), stop_token_ids=list(self.stop_token_ids))
@@ -121,8 +116,7 @@ class Request:
 
   @property
   def rows(self) -> int:
-    """Response rows of the result: prompt-major, n per prompt."""
-    return len(self.prompts) * self.n
+    return len(self.prompts) * self.n  # response rows of the result: prompt-major, n a prompt
 
   def to_json(self) -> dict:
     """The request as the exchange stores it (plain JSON types only)."""

@@ -19,7 +19,6 @@ R1 = "<｜User｜>2+2?<｜Assistant｜><think>\n"
     ("\\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}{2}", "\\cos\\left(\\frac{\\pi}{6}\\right)"),
     ("3", "3", "\\log_2 8"),
     ("1", "1", "\\cos 0"),
-    ("10", "10", "\\binom{5}{2}"),
     ("2\\pi", "2\\pi", "4\\arcsin 1"),
     ("\\frac{1}{2}", "0.5", "\\int_0^1 x\\,dx"),
   ],

@@ -310,7 +310,7 @@ def test_ifeval_ids_map_to_the_verifiers_checks():
   ]
   from prorl_jax.rewards import ifeval
 
-  assert ifeval.score("one two three four five", None, instructions=got).value == 1.0
+  assert ifeval.score("rain fell on the roof", None, instructions=got).value == 1.0
   assert ifeval.score("tea time", None, instructions=got).value == 0.0
   with pytest.raises(prepare.Malformed, match="lacks num_words"):
     prepare.ifeval_instructions(["length_constraints:number_words"], [{"relation": "at least"}])
@@ -393,8 +393,8 @@ def test_every_ifeval_instruction_type_is_supported():
     (
       "combination:repeat_prompt",
       {"prompt_to_repeat": "Write a poem."},
-      "write a poem. Roses are red.",
-      "A poem: roses are red.",
+      "write a poem. Roses are red and violets are blue.",
+      "A poem: roses are red and violets are blue.",
     ),
   ],
 )

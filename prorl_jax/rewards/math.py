@@ -158,6 +158,11 @@ _CONSTANT_PARTS = re.compile(
 )
 
 
+# A binomial or a factorial the problem does not state is an exact count, written in closed
+# form (`\\binom{16}{5}` for 4368): only the problem's own operator hands it back.
+_EXACT_COUNTS = frozenset({"binomial", "factorial"})
+
+
 def closed_form(reference: str) -> bool:
   """A reference that is a value written in closed form: numbers, fractions, roots, π (`2\\pi`,
   `\\frac{\\sqrt{3}}{2}`), nothing else."""
@@ -171,9 +176,11 @@ def hands_back(answer: str, reference: str, prompt_text: str | None) -> str | No
   product or limit; one with an operator (binomial, factorial, log, trig) the problem states;
   or any expression written in the problem word for word. Where the reference is a closed-form
   value (`\\frac{\\sqrt{3}}{2}`, `2\\pi`: no variable, no such operator), an answer that applies
-  one the reference does not (`\\sin\\frac{\\pi}{3}`, `\\log_2 8`, `\\binom{5}{2}`) is the
-  computation, not its value."""
-  if closed_form(reference) and (extra := _operators(answer) - _operators(reference)):
+  a function the reference does not (`\\sin\\frac{\\pi}{3}`, `\\log_2 8`, an integral) is the
+  computation, not its value; a binomial or factorial is an exact count unless the problem
+  states it."""
+  extra = _operators(answer) - _operators(reference) - _EXACT_COUNTS
+  if extra and closed_form(reference):
     return f"an unevaluated {sorted(extra)[0].strip(chr(92))} for a value"
   if not numeric(reference):
     return None

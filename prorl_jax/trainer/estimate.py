@@ -10,7 +10,9 @@ the share of generated groups dynamic sampling keeps, the packed rows' fill.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,9 +118,6 @@ def read_calibration(path: str) -> Calibration:
   """A calibration measured by `bench/gpu.py --out DIR` (its `gpu.jsonl`, or DIR itself): the
   best train stage's MFU; or a JSON object {"mfu": x, "bandwidth": y, "source": "..."}. A
   ValueError with one line when it holds neither."""
-  import json
-  import os
-
   file = os.path.join(path, "gpu.jsonl") if os.path.isdir(path) else path
   try:
     with open(file) as f:
