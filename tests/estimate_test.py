@@ -48,3 +48,26 @@ def test_a_users_own_measurement_is_read_back(tmp_path):
     estimate.read_calibration(str(bad))
   with pytest.raises(ValueError, match="cannot read it"):
     estimate.read_calibration(str(tmp_path / "none.json"))
+
+
+def test_a_programs_peak_is_the_sum_of_its_parts_with_what_stays_resident():
+  """Each program's line: the peak is its arguments, outputs not aliased, temporaries, code and
+  the resident bytes (the optimizer state and the reference beside an update slab or a log-prob
+  pass), and the resident part is there: a report that dropped it would pass an update that
+  does not fit."""
+  import jax
+
+  from configs import tiny
+  from prorl_jax.trainer import aot, fit
+
+  cfg = tiny.get_config()
+  report = fit.report(cfg, "host", devices=jax.devices()[:1])
+  lines = {ln["program"]: ln for ln in report.lines}
+  for ln in lines.values():
+    parts = ln["argument_bytes"] + ln["output_bytes"] - ln["alias_bytes"] + ln["temp_bytes"]
+    parts += ln["code_bytes"] + ln["resident_bytes"]
+    assert ln["peak_bytes_per_chip"] == parts, ln["program"]
+  model_cfg = aot.model_config(cfg, "cpu")
+  adam = 2 * 4 * model_cfg.num_params  # AdamW's two fp32 moments: resident beside each slab
+  for name in ("logprob", "update/accumulate"):
+    assert lines[name]["resident_bytes"] >= adam, (name, lines[name]["resident_bytes"], adam)
