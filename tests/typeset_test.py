@@ -254,7 +254,7 @@ def _generated(pool, tmp_path, question, ref, forms, misses):
 NONZERO = st.integers(-9, 9).filter(bool)
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=2, deadline=None)
 @given(degrees=st.sampled_from([15, 30, 36, 45, 60, 72, 90, 108, 120, 135, 150, 210, 270]))
 @example(degrees=60)
 def test_generated_angles(pool, tmp_path_factory, degrees):
@@ -289,7 +289,7 @@ def test_generated_systems(pool, tmp_path_factory, x, y):
   )
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=2, deadline=None)
 @given(lo=st.integers(-20, 10), width=st.integers(1, 20))
 @example(lo=2, width=3)
 def test_generated_set_builder_intervals(pool, tmp_path_factory, lo, width):
