@@ -387,7 +387,11 @@ PARITY = (
   "Read two integers and print YES if their sum is even, otherwise NO. You can output the answer "
   'in any case (upper or lower): "yEs", "yes", "Yes" and "YES" are all accepted.'
 )
-PARITY_TESTS = {"inputs": ["1 3\n", "2 3\n"], "outputs": ["YES\n", "NO\n"]}
+# eight tests: with two, a coin flip between YES and NO passes them all a quarter of the time
+PARITY_TESTS = {
+  "inputs": ["1 3\n", "2 3\n", "4 4\n", "5 6\n", "7 9\n", "10 1\n", "0 0\n", "3 8\n"],
+  "outputs": ["YES\n", "NO\n", "YES\n", "NO\n", "YES\n", "NO\n", "YES\n", "NO\n"],
+}
 PARITY_PROGRAMS = [
   "a, b = map(int, input().split())\nprint('yes' if (a + b) % 2 == 0 else 'no')",
   "a, b = map(int, input().split())\nprint('Yes' if (a + b) % 2 == 0 else 'No')",

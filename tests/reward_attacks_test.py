@@ -3,6 +3,7 @@ scoring path (`VerifierPool.score_many`): the crafted response's exact score bes
 correct answer's 1.0. Then the red team (`audit --attack`) and the hack monitor."""
 
 import json
+import math
 import multiprocessing as mp
 import time
 
@@ -148,8 +149,8 @@ def test_a_constant_program_earns_nothing_and_rows_it_passes_are_refused(pool):
   )
   mixed = {"fn_name": "f", "inputs": [[1], [2], [3], [4]], "outputs": [None, 4, None, 16]}
   assert code.constant_passes(mixed) == (2, "return None")
-  yes_no = {"inputs": ["1", "2", "3", "4"], "outputs": ["YES", "NO", "YES", "YES"]}
-  assert code.constant_passes(yes_no) == (3, "print('YES')")
+  yes_no = {"inputs": list("12345678"), "outputs": ["YES", "NO"] + ["YES"] * 6}
+  assert code.constant_passes(yes_no) == (7, "print('YES')")
   echo = {"inputs": ["5\n", "7\n"], "outputs": ["5", "7"]}
   assert (
     code.unusable_tests(echo)
@@ -358,3 +359,115 @@ def test_a_lookup_of_the_statements_examples_earns_nothing_and_rows_it_passes_ar
   lookup, solved, refused = pool.score_many(jobs)
   assert (lookup.value, solved.value) == (0.0, 1.0), (lookup.reason, solved.reason)
   assert refused.failed and "examples" in refused.reason
+
+
+# A guess: the statement's examples from a table, every other test answered by a coin flip
+# between the answers the task can have, seeded by the input (the same each run).
+GUESS = (
+  "import sys, zlib\ns = sys.stdin.read()\nt = {table!r}\nk = ' '.join(s.split())\n"
+  "print(t[k] if k in t else {words!r}[zlib.crc32((s + {seed!r}).encode()) % 2])"
+)
+PARITY_STATEMENT = (
+  "Read two integers and print Even if their sum is even, otherwise Odd.\n\n"
+  "Example\nInput:\n1 3\nOutput:\nEven\n"
+)
+PARITY_SOLVED = "a, b = map(int, input().split())\nprint('Even' if (a + b) % 2 == 0 else 'Odd')"
+
+
+def _parity_row(n):
+  ins = ["1 3\n"] + [f"{k} {k * 7 % 11}\n" for k in range(2, n + 1)]
+  outs = ["Even\n" if sum(map(int, i.split())) % 2 == 0 else "Odd\n" for i in ins]
+  return {"inputs": ins, "outputs": outs}
+
+
+def test_a_guess_between_the_possible_answers_is_a_floor_hand_computed():
+  # ten YES/NO tests, five each: `print('YES')` passes 5; a coin flip passes more than 8 with
+  # probability 11/1024 (> 1%) and more than 9 with 1/1024: credit starts above 9
+  bal = {"inputs": [str(k) for k in range(10)], "outputs": ["YES", "NO"] * 5}
+  assert code.constant_passes(bal) == (5, "print('YES')")
+  assert code.guess_passes(bal) == (9, "a guess among `print('YES')`, `print('NO')`")
+  assert code.unusable_tests(bal) is None
+  # four: the flip passes all of them 1/16 of the time: the row cannot tell a solution
+  four = {"inputs": list("1234"), "outputs": ["YES", "NO", "NO", "YES"]}
+  assert "1% of the time or more" in code.unusable_tests(four)
+  # words the statement writes are guesses too (`print("Even")` is a constant program)
+  row = _parity_row(12)
+  assert code.constant_passes(row, PARITY_STATEMENT)[0] == 1  # the example, by lookup
+  floor, program = code.guess_passes(row, PARITY_STATEMENT)
+  assert program.startswith("a lookup of the statement's 1 examples, else a guess among")
+  assert '`print "Even"`' in program and '`print "Odd"`' in program
+  # 11 flips (P(X > 9) = 12/2048 <= 1%, P(X > 8) = 67/2048 > 1%) plus the looked-up example
+  assert floor == 1 + 9
+  # sixteen of twenty tests `Even`: printing it is the floor (a flip passes more than 15 in 0.6%)
+  skew = {"inputs": [str(k) for k in range(20)], "outputs": ["Even"] * 16 + ["Odd"] * 4}
+  floor, program = code.guess_passes(skew, PARITY_STATEMENT)
+  assert (floor, program.split("else ")[-1]) == (16, 'a guess among `print "Even"`')
+  assert code.constant_passes(skew, PARITY_STATEMENT)[0] == 1  # `1` stands in the example
+  # numbers are left to the constants: distinct sums earn credit test by test
+  sums = {
+    "inputs": ["1 2\n", "10 20\n", "5 7\n", "-3 3\n"],
+    "outputs": ["3\n", "30\n", "12\n", "0\n"],
+  }
+  assert code.guess_passes(sums, SUM_STATEMENT)[0] <= code.constant_passes(sums, SUM_STATEMENT)[0]
+
+
+def test_the_expected_credit_of_a_guess_is_at_most_the_guess_level():
+  # the exact distribution of a coin flip's passes, for rows of every size and balance: what it
+  # earns above the floor, in expectation, is at most GUESS_LEVEL (with the constants' floor
+  # alone, a balanced row paid a coin flip 0.12 at ten tests)
+  worst_before = 0.0
+  for n in range(5, 41):
+    for yes in range(1, n):
+      spec = {"inputs": [str(k) for k in range(n)], "outputs": ["YES"] * yes + ["NO"] * (n - yes)}
+      if code.unusable_tests(spec):
+        continue
+      floor = code.guess_passes(spec)[0]
+      passes = [math.comb(n, k) / 2**n for k in range(n + 1)]  # a flip passes each test 1/2
+      cfloor = code.constant_passes(spec)[0]
+
+      def credit(f, passes=passes, n=n):
+        return sum(p * max(0, k - f) / (n - f) for k, p in enumerate(passes))
+
+      assert credit(max(floor, cfloor)) <= code.GUESS_LEVEL, (n, yes)
+      worst_before = max(worst_before, credit(cfloor))
+  assert worst_before > 0.1
+
+
+def test_a_guess_behind_the_examples_earns_nothing_and_a_solution_everything(pool):
+  def py(p):
+    return f"<think>x</think>\n```python\n{p}\n```"
+
+  row = _parity_row(12)
+  meta = {"prompt_text": PARITY_STATEMENT}
+  table = {"1 3": "Even"}
+  guesses = [GUESS.format(table=table, words=["Even", "Odd"], seed=str(s)) for s in range(12)]
+  programs = [*guesses, 'print("Even")', 'print("Odd")', PARITY_SOLVED]
+  out = pool.score_many([("codecontests", py(p), json.dumps(row), meta) for p in programs])
+  passed = [int(s.reason.split("/")[0]) for s in out]
+  assert max(passed[:12]) > 1 + 6  # some guesses pass more than half: the floor is what stops them
+  assert [s.value for s in out] == [0.0] * 14 + [1.0], [s.reason for s in out]
+
+
+TABLE_STATEMENT = (
+  "Read n, then two integers, and print their sum.\n\n| Input | Output |\n|---|---|\n"
+  "| 2<br>1 2 | 3 |\n| 2<br>10&nbsp;20 | 30 |\n"
+)
+
+
+def test_examples_shown_in_a_table_are_looked_up_as_a_reader_sees_them(pool):
+  # the table's lines are `<br>` and its spaces `&nbsp;`: as typed, no input stands in it
+  spec = {"inputs": ["2\n1 2\n", "2\n10 20\n", "2\n5 5\n"], "outputs": ["3\n", "30\n", "10\n"]}
+  assert code.shown_in(spec, TABLE_STATEMENT) == [True, True, False]
+  assert code.constant_passes(spec, TABLE_STATEMENT)[0] == 2
+  lookup = (
+    "import sys\nk = ' '.join(sys.stdin.read().split())\n"
+    "print({'2 1 2': 3, '2 10 20': 30}.get(k, 0))"
+  )
+  solved = "input()\na, b = map(int, input().split())\nprint(a + b)"
+  meta = {"prompt_text": TABLE_STATEMENT}
+  jobs = [
+    ("codecontests", f"<think>x</think>\n```python\n{p}\n```", json.dumps(spec), meta)
+    for p in (lookup, solved)
+  ]
+  got = pool.score_many(jobs)
+  assert [s.value for s in got] == [0.0, 1.0], [s.reason for s in got]

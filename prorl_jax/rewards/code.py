@@ -40,10 +40,12 @@ from prorl_jax.rewards import detectors
 from prorl_jax.rewards.code_tests import (  # noqa: F401 - `code.<name>` for the data side
   CONSTANT_PRINTS,
   CONSTANT_RETURNS,
+  GUESS_LEVEL,
   _as_args,
   _floor,
   _returned_value_matches,
   constant_passes,
+  guess_passes,
   same_stdout,
   same_value,
   shown_in,

@@ -12,6 +12,7 @@ import math
 import re
 
 from prorl_jax.rewards.common import blank, close, same_token
+from prorl_jax.rewards.rendered import rendered
 
 
 def same_stdout(got: str, want, case_free: bool = False) -> bool:
@@ -120,10 +121,12 @@ def _shown_at(text: str, parts: list[str], wants: list[str]) -> bool:
 
 def shown_in(spec: dict, statement: str | None) -> list[bool]:
   """Per test: does the statement show it as an example (its input, then its expected output
-  within a few hundred characters)? A lookup table of those examples passes exactly them."""
+  within a few hundred characters), as typed or as rendered? A lookup table of those examples
+  passes exactly them."""
   if not statement:
     return [False] * len(spec["inputs"])
-  text, out = _squash(statement), []
+  # as typed and as a reader sees it (a table's `<br>` lines, `&nbsp;`, `$1\\ 2$`, `<code>`)
+  texts, out = {_squash(statement), _squash(rendered(statement))}, []
   for inp, want in zip(spec["inputs"], spec["outputs"]):
     if spec.get("fn_name"):
       try:
@@ -136,7 +139,7 @@ def shown_in(spec: dict, statement: str | None) -> list[bool]:
     wants = _shown_text(
       "\n".join(map(str, want)) if isinstance(want, list) and not spec.get("fn_name") else want
     )
-    out.append(any(_shown_at(text, parts, wants) for parts in forms))
+    out.append(any(_shown_at(text, parts, wants) for parts in forms for text in texts))
   return out
 
 
@@ -179,6 +182,84 @@ def constant_passes(spec: dict, statement: str | None = None) -> tuple[int, str]
   return sum(tried[name]), name
 
 
+# A row's credit starts above what a program that solves nothing passes this often or less.
+GUESS_LEVEL = 0.01
+_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|\w+|[^\w\s]")
+
+
+def _written(value, statement_tokens: list[str]) -> bool:
+  """Does the statement write this expected output as whole tokens, and is it a word (`Alice`,
+  `Impossible`, `First player`)? Numbers are left to the constants: a statement writes too many
+  for a guess to pick the right one."""
+  if isinstance(value, list):
+    value = "\n".join(map(str, value)) if all(isinstance(v, str) for v in value) else None
+  if not isinstance(value, str) or not re.search(r"[^\W\d_]", value):
+    return False
+  want = _TOKEN.findall(value)
+  if not want or len(want) > 8:
+    return False
+  k = len(want)
+  return any(statement_tokens[i : i + k] == want for i in range(len(statement_tokens) - k + 1))
+
+
+def _tail_above(probs: list[float]) -> list[float]:
+  """P(X > f) for f = 0..n of X = a sum of independent Bernoulli(probs) (Poisson binomial)."""
+  dist = [1.0]
+  for p in probs:
+    nxt = [0.0] * (len(dist) + 1)
+    for k, q in enumerate(dist):
+      nxt[k] += q * (1 - p)
+      nxt[k + 1] += q * p
+    dist = nxt
+  tail, above = [], 0.0
+  for q in reversed(dist):
+    tail.append(above)
+    above += q
+  return tail[::-1]
+
+
+def guess_passes(spec: dict, statement: str | None = None) -> tuple[int, str]:
+  """(tests, program): the most tests a program that solves nothing passes with probability
+  above `GUESS_LEVEL` by guessing, and that program. Its guesses are what a policy can know
+  without solving: the constant outputs (`CONSTANT_PRINTS`, `CONSTANT_RETURNS`) and every
+  expected outputs the statement writes as words (`Alice`, `Impossible`), each test answered by
+  a draw from the k most often right of them (k = 1..8) behind a lookup of the statement's
+  examples. Credit counts only passes above this, so a guess earns at most
+  `GUESS_LEVEL` in expectation, whatever its spelling."""
+  outs, fn = spec["outputs"], bool(spec.get("fn_name"))
+  if not outs:
+    return 0, ""
+  if fn:
+    candidates = dict(CONSTANT_RETURNS)
+    match = _returned_value_matches
+  else:
+    candidates = {f"print({v!r})": v for v in CONSTANT_PRINTS}
+    match = same_stdout
+  if statement:
+    tokens = _TOKEN.findall(statement)
+    for want in outs:
+      if _written(want, tokens):
+        text = "\n".join(want) if isinstance(want, list) else want
+        candidates.setdefault(f"{'return' if fn else 'print'} {json.dumps(text.strip())}", want)
+  shown = shown_in(spec, statement)
+  rows = {
+    name: [not s and match(value, want) for want, s in zip(outs, shown)]
+    for name, value in candidates.items()
+  }
+  ranked = sorted((n for n in rows if any(rows[n])), key=lambda n: -sum(rows[n]))[:8]
+  best, program = 0, ""
+  for k in range(1, len(ranked) + 1):
+    top = ranked[:k]
+    probs = [1.0 if s else sum(rows[n][i] for n in top) / k for i, s in enumerate(shown)]
+    tail = _tail_above(probs)
+    floor = next(f for f, p in enumerate(tail) if p <= GUESS_LEVEL)
+    if floor > best:
+      best = floor
+      lookup = f"a lookup of the statement's {sum(shown)} examples, else " if any(shown) else ""
+      program = f"{lookup}a guess among {', '.join(f'`{n}`' for n in top)}"
+  return best, program
+
+
 def unusable_tests(spec: dict, statement: str | None = None) -> str | None:
   """Why a row's tests cannot tell a solution from a program that solves nothing (a test
   expecting blank output; every test passed by one constant program, or by a lookup of the
@@ -194,4 +275,10 @@ def _floor(spec: dict, statement: str | None) -> tuple[str | None, int, str]:
   floor, constant = constant_passes(spec, statement)
   if spec["outputs"] and floor == len(spec["outputs"]):
     return f"every test passes a program that solves nothing: `{constant}`", floor, constant
+  guessed, guess = guess_passes(spec, statement)
+  if guessed > floor:
+    floor, constant = guessed, guess
+  if spec["outputs"] and floor == len(spec["outputs"]):
+    why = f"every test passes, {GUESS_LEVEL:.0%} of the time or more, {guess}"
+    return why, floor, constant
   return None, floor, constant
