@@ -4,6 +4,7 @@ the one line of a program that does not fit, and the packed programs free of [T,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -427,3 +428,56 @@ def test_every_slice_of_the_table_gives_its_compile_only_devices():
   assert p.returncode == 0, p.stderr[-2000:]
   got = json.loads(p.stdout.strip().splitlines()[-1])
   assert {n: a for n, (a, b) in got.items()} == {n: b for n, (a, b) in got.items()}, got
+
+
+def test_the_pre_flight_compiles_the_trainers_programs_once_for_the_run():
+  """What the TPU pre-flight compiles is what the run runs: the trainer's programs come from
+  the one builder (`trainer.programs.build`), and the pre-flight hands its executables to the
+  run (`saved_programs.use`), which computes with them what its own jitted programs compute."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from prorl_jax.model import init_params
+  from prorl_jax.trainer import programs, saved_programs
+  from prorl_jax.trainer import train_step as ts
+  from prorl_jax.trainer.plan import Plan
+
+  cfg = _tiny_cfg(**{"rollout.token_budget": 0})  # padded: the update is one program
+  devices = jax.devices()[:1]
+  why, exes = fit.compiled_for(cfg, devices, chips.CHIPS["v5p"], "here")
+  assert why is None and set(exes) == {"logprob", "update", "reset_ref"}
+  progs, shapes = aot.programs(cfg, devices)
+  plan = Plan.from_config(cfg)
+  tx = plan.optimizer.make()
+  st_sh = ts.state_shardings(shapes.model_cfg, tx, shapes.mesh)
+  built = programs.build(
+    plan.batching, plan.loss, plan.reset.ref_reset_optimizer, shapes.model_cfg, tx,
+    shapes.mesh, st_sh,
+  )  # fmt: skip
+  assert (built.rows, built.seq, built.slab_shape) == (shapes.rows, shapes.seq, None)
+  lp = next(p for p in progs if p.name == "logprob")
+  assert built.logprobs.lower(*lp.args).as_text() == lp.jitted.lower(*lp.args).as_text()
+
+  @dataclasses.dataclass(frozen=True)
+  class Run:  # the fields of `setup.Setup` that `use` swaps
+    logprobs: object
+    train_step: object
+    reset_ref: object
+    packed_train_step: object = None
+
+  run = saved_programs.use(Run(built.logprobs, built.train_step, built.reset_ref), exes)
+  assert run.logprobs is exes["logprob"] and run.train_step is exes["update"]
+  params = init_params(shapes.model_cfg, jax.random.PRNGKey(3), shapes.mesh)
+  rng = np.random.RandomState(0)
+  tokens = rng.randint(0, shapes.model_cfg.vocab_size, (shapes.rows, shapes.seq))
+  inputs = {"tokens": tokens, "attn_mask": np.ones_like(tokens)}
+  inputs = {
+    k: jax.device_put(jnp.asarray(v, jnp.int32), lp.args[1][k].sharding) for k, v in inputs.items()
+  }
+  for a, b in zip(built.logprobs(params, inputs), run.logprobs(params, inputs)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # a program that does not fit: the verdict's one line, and nothing to run
+  small = dataclasses.replace(chips.CHIPS["v5p"], hbm_bytes=1 << 20)
+  why, exes = fit.compiled_for(cfg, devices, small, "a 1 MiB chip")
+  assert why.startswith("logprob needs ") and "a 1 MiB chip gives it" in why and exes == {}

@@ -1,10 +1,10 @@
 """A run's programs compiled ahead of time for devices it may not have (`parallel.chips`: the
 compile-only devices of a TPU slice or a GPU node, or the host's own), with per-device memory.
 
-`programs(cfg, devices)` builds what `setup.build` builds — the model config, the mesh, the
-optimizer, the state's shardings, the packed (or padded) update, the log-prob pass, the reference
-reset and, with `rollout.engine=inline`, the JAX engine's weight layout, prefill and decode step —
-from shapes alone (`jax.eval_shape`: no weights are read) and returns each jitted function with
+`programs(cfg, devices)` takes the trainer's programs (the packed or padded update, the log-prob
+pass, the reference reset) from the builder the run itself uses (`trainer.programs.build`), given
+the state as shapes (`jax.eval_shape`: no weights are read), adds with `rollout.engine=inline`
+the JAX engine's weight layout, prefill and decode step, and returns each jitted function with
 its abstract arguments at the run's shapes. `compile_program` lowers and compiles one and reads
 the compiler's memory analysis and optimized HLO. The arithmetic of time (FLOPs, bytes, the
 roofline) is `trainer.estimate`'s.
@@ -30,7 +30,8 @@ from prorl_jax.parallel import sharding
 from prorl_jax.rollout.engines import jax_sampler, paged, paged_kernels
 from prorl_jax.rollout.engines import slots as slots_lib
 from prorl_jax.rollout.inline import worker_config
-from prorl_jax.trainer import compiled, setup
+from prorl_jax.trainer import programs as programs_lib
+from prorl_jax.trainer import setup
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.plan import Plan
 
@@ -113,37 +114,40 @@ def programs(cfg, devices) -> tuple[list[Program], Shapes]:
   runs them."""
   platform = devices[0].platform
   model_cfg = model_config(cfg, platform)
+  plan = Plan.from_config(cfg)
   try:
-    mesh = sharding.make_mesh(cfg.mesh.data, cfg.mesh.fsdp, cfg.mesh.tensor, devices=devices)
+    mesh = sharding.make_mesh(plan.mesh.data, plan.mesh.fsdp, plan.mesh.tensor, devices=devices)
   except ValueError as e:
     raise config_lib.ConfigError(str(e)) from None
-  plan = Plan.from_config(cfg)
   tx = plan.optimizer.make()
   st_sh = ts.state_shardings(model_cfg, tx, mesh)
   state = abstract_state(model_cfg, tx, st_sh)
   state_bytes = per_device_bytes(state)
   params_bytes = per_device_bytes(state.params)
-  r = cfg.rollout
-  rows, seq = r.mini_batch_prompts * r.n, r.max_prompt_len + r.max_response_len
-  train = _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state) if r.token_budget else None
-  slab_shape = train[1] if train else None
-  progs = train[0] if train else _padded(plan, model_cfg, tx, mesh, st_sh, state, (rows, seq))
-  reset = compiled.reset_reference_jit(
-    model_cfg, tx, mesh, plan.reset.ref_reset_optimizer, shardings=st_sh
+  built = programs_lib.build(
+    plan.batching, plan.loss, plan.reset.ref_reset_optimizer, model_cfg, tx, mesh, st_sh
   )
-  progs.append(Program("reset_ref", reset, (state.params, state.replace(params=None)), "reset"))
+  if built.slab_shape:
+    progs = _packed(built, mesh, st_sh, state)
+  else:
+    progs = _padded(built, state, model_cfg.attention_impl)
+  progs.append(
+    Program("reset_ref", built.reset, (state.params, state.replace(params=None)), "reset")
+  )
   for p in progs:  # the state not passed in stays in memory beside the program
     if p.kind in ("accumulate", "logprob"):
       p.resident = state_bytes - params_bytes
   engine, engine_bytes, slots = [], 0, 0
-  if specs.spec(r.engine).in_trainer:
+  if specs.spec(plan.rollout.engine).in_trainer:
     engine, engine_bytes, slots = _inline(cfg, model_cfg, mesh, state)
     for p in progs:
       p.resident += engine_bytes
     for p in engine:
       p.resident += state_bytes
   steps = cfg.jax_engine.steps_per_sync
-  shapes = Shapes(model_cfg, mesh, rows, seq, slab_shape, slots, steps, state_bytes)
+  shapes = Shapes(
+    model_cfg, mesh, built.rows, built.seq, built.slab_shape, slots, steps, state_bytes
+  )
   return progs + engine, shapes
 
 
@@ -153,24 +157,18 @@ def _inputs(keys, shape, shardings) -> dict:
   return {k: jax.ShapeDtypeStruct(shape, dtype(k), sharding=shardings[k]) for k in keys}
 
 
-def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
+def _packed(built, mesh, st_sh, state):
   """The packed update's accumulation and apply, and the packed log-prob pass."""
-  r = cfg.rollout
-  slab_shape, packed_cfg = setup.packed_shapes(r, mesh, model_cfg)
-  step = ts.PackedTrainStep(packed_cfg, tx, plan.loss, mesh, slab_shape, shardings=st_sh)
-  slab_sh = step.slab_sh
-  slab = _inputs(ts.PACKED_KEYS, slab_shape, slab_sh)
+  step = built.packed_train_step
+  slab = _inputs(ts.PACKED_KEYS, built.slab_shape, built.slab_shardings)
   rep = sharding.replicated(mesh)
   counts = (jax.ShapeDtypeStruct((), jnp.float32, sharding=rep),) * 2
   grads, metrics = jax.eval_shape(step._zeros, state.params, counts)
   acc = (_abstract(grads, st_sh.params), jax.tree.map(lambda a: _abstract(a, rep), metrics))
-  logprobs = compiled.jit_packed_logprob_step(
-    packed_cfg, mesh, slab_shape, temperature=plan.loss.temperature
-  )
   model_in = {k: slab[k] for k in ts.PACKED_MODEL_KEYS}
-  attn = packed_cfg.attention_impl
+  attn = built.packed_cfg.attention_impl
   return [
-    Program("logprob", logprobs, (state.params, model_in), "logprob", attention=attn),
+    Program("logprob", built.packed_logprobs, (state.params, model_in), "logprob", attention=attn),
     Program(
       "update/accumulate",
       step._add,
@@ -179,23 +177,16 @@ def _packed(cfg, plan, model_cfg, tx, mesh, st_sh, state):
       attention=attn,
     ),
     Program("update/apply", step._apply, (state, acc, counts), "apply"),
-  ], slab_shape
+  ]
 
 
-def _padded(plan, model_cfg, tx, mesh, st_sh, state, batch_shape):
+def _padded(built, state, attn: str):
   """The padded update (micro-batches scanned in one program) and its log-prob pass."""
-  b_sh = compiled.batch_shardings(mesh, batch_shape)
-  batch = _inputs(ts.BATCH_KEYS, batch_shape, b_sh)
-  lc = plan.loss
-  update = compiled.jit_train_step(model_cfg, tx, lc, mesh, batch_shape, shardings=st_sh)
-  logprobs = compiled.jit_logprob_step(
-    model_cfg, mesh, batch_shape, temperature=lc.temperature, micro_batches=lc.micro_batches
-  )
+  batch = _inputs(ts.BATCH_KEYS, (built.rows, built.seq), built.batch_shardings)
   inputs = {k: batch[k] for k in ("tokens", "attn_mask")}
-  attn = model_cfg.attention_impl
   return [
-    Program("logprob", logprobs, (state.params, inputs), "logprob", attention=attn),
-    Program("update", update, (state, batch), "update", attention=attn),
+    Program("logprob", built.logprobs, (state.params, inputs), "logprob", attention=attn),
+    Program("update", built.train_step, (state, batch), "update", attention=attn),
   ]
 
 

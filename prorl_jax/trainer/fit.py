@@ -275,24 +275,37 @@ def find_fit(cfg, topology: str, first: Report | None = None) -> dict | None:
   return changes
 
 
-def fits_on_this_host(cfg) -> str | None:
+def fits_on_this_host(cfg) -> tuple[str | None, dict]:
   """On a TPU host, the run's programs compiled for its own chips before any weight loads:
-  None when every program fits the device's memory, else the one line that says what does
-  not. Elsewhere None (nothing to check: CPUs and GPUs shared with vLLM go their own way)."""
+  (None when every program fits the device's memory, else the one line that says what does
+  not; the trainer's programs compiled, `{name: executable}`, which the run uses in place of
+  compiling them again). Elsewhere (None, {}): CPUs and GPUs shared with vLLM go their own way."""
   if jax.default_backend() != "tpu":
-    return None
+    return None, {}
   dev = jax.devices()[0]
   limit = (dev.memory_stats() or {}).get("bytes_limit")
   chip = chips.CHIPS.get(DEVICE_KINDS.get(dev.device_kind, ""))
   if chip is None or not limit:
-    return None
+    return None, {}
   chip = dataclasses.replace(chip, hbm_bytes=int(limit))
-  progs, shapes = aot.programs(cfg, jax.devices())
+  return compiled_for(cfg, jax.devices(), chip, f"this host's {dev.device_kind}")
+
+
+TRAINER_KINDS = ("accumulate", "apply", "update", "logprob", "reset")
+
+
+def compiled_for(cfg, devices, chip, where: str) -> tuple[str | None, dict]:
+  """The run's programs compiled for `devices` (chips of kind `chip`, named `where` in the
+  verdict): (the first that does not fit, said in one line, or None; the trainer's programs
+  compiled, `{name: executable}`, as `saved_programs.use` takes them)."""
+  progs, shapes = aot.programs(cfg, devices)
   work = workload(cfg)
+  done = {}
   for p in progs:
-    ln = program_line(
-      aot.compile_program(p, shapes.mesh), shapes, work, chip, trainer_hbm(cfg, chip)
-    )
+    res = aot.compile_program(p, shapes.mesh)
+    ln = program_line(res, shapes, work, chip, trainer_hbm(cfg, chip))
     if ln["fits"] is False:
-      return why(ln, f"this host's {dev.device_kind}", settings(cfg, "tpu"))
-  return None
+      return why(ln, where, settings(cfg, chip.platform)), {}
+    if p.kind in TRAINER_KINDS and res.executable is not None:
+      done[p.name] = res.executable
+  return None, done

@@ -17,6 +17,7 @@ import types
 import jax
 
 from prorl_jax import config as config_lib
+from prorl_jax.algo import shaping
 from prorl_jax.config import engines as specs
 from prorl_jax.data.sources import DataSpec
 from prorl_jax.records import SamplingParams
@@ -81,7 +82,8 @@ class AdvantagePlan:
 @dataclasses.dataclass(frozen=True)
 class Batching:
   """How a step's groups become mini-batches: P prompts of N responses per mini-batch, prompt
-  and response columns at most `max_prompt_len` + `max_response_len`, `epochs` passes."""
+  and response columns at most `max_prompt_len` + `max_response_len`, `epochs` passes; packed
+  into slabs of `token_budget` tokens a device when it is set."""
 
   seed: int  # with the step, orders the groups
   n: int
@@ -89,6 +91,8 @@ class Batching:
   max_prompt_len: int
   max_response_len: int
   epochs: int
+  token_budget: int = 0  # packed slabs of this many tokens a device (0: padded micro-batches)
+  pack_row_len: int = 0  # tokens a packed row (0: the whole budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +144,28 @@ class CheckpointPlan:
   every: int
   keep: int
   async_save: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPlan:
+  """How the run holds and runs its model (`model.*`); `path` "" with `build_tiny`: the demo's."""
+
+  path: str
+  build_tiny: bool
+  param_dtype: str
+  compute_dtype: str
+  remat: str
+  attention_impl: str
+  attention_chunk: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshPlan:
+  """The trainer's device mesh (`mesh.*`: data x fsdp x tensor; fsdp -1 takes the rest)."""
+
+  data: int
+  fsdp: int
+  tensor: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +246,10 @@ class Plan:
   placement computed once."""
 
   run_dir: str
+  seed: int
   model_path: str  # model.path as given ("" for the demo's built base)
+  model: ModelPlan
+  mesh: MeshPlan
   data: DataSpec
   total_steps: int
   compute_dtype: str  # of the published weights
@@ -235,6 +264,7 @@ class Plan:
   checkpoint: CheckpointPlan
   metrics: MetricsPlan
   workers: placement.WorkersPlan  # the local workers placed once, and how every worker scores
+  schedule: shaping.LengthPenaltySchedule  # when the length penalty is on
 
   @classmethod
   def from_config(cls, cfg) -> Plan:
@@ -243,7 +273,10 @@ class Plan:
     workers = placement.workers_plan(cfg, hosts=jax.process_count())
     return cls(
       run_dir=cfg.run_dir,
+      seed=cfg.seed,
       model_path=cfg.model.path,
+      model=_pick(ModelPlan, cfg.model),
+      mesh=_pick(MeshPlan, cfg.mesh),
       data=data_spec(cfg, routing),
       total_steps=cfg.total_steps,
       compute_dtype=cfg.model.compute_dtype,
@@ -278,4 +311,7 @@ class Plan:
       ),
       metrics=_pick(MetricsPlan, cfg.metrics),
       workers=workers,
+      schedule=shaping.LengthPenaltySchedule(
+        a.length_penalty, a.length_penalty_on_steps, a.length_penalty_off_steps
+      ),
     )

@@ -1,6 +1,6 @@
 """A run's frozen setup: what stays fixed from its first step to its last.
 
-`build(cfg)` checks and loads everything heavy once — tokenizer, data, mesh, model, optimizer,
+`build(plan)` checks and loads everything heavy once — tokenizer, data, mesh, model, optimizer,
 the jitted steps and their shapes, the probe tokens, the length-penalty schedule — and returns
 `(Setup, TrainState, source)`: the frozen `Setup`, the initial train state and the training data
 stream (whose cursor is loop state). What changes from step to step is the TrainState and the
@@ -22,7 +22,7 @@ from prorl_jax.data.sources import sources_for
 from prorl_jax.demo import warm_start
 from prorl_jax.model import load_hf, load_tokenizer
 from prorl_jax.parallel.sharding import make_mesh
-from prorl_jax.trainer import compiled, preflight
+from prorl_jax.trainer import preflight, programs
 from prorl_jax.trainer import train_step as ts
 from prorl_jax.trainer.plan import Plan
 
@@ -58,11 +58,6 @@ def attention_impl(model_cfg, platform: str | None = None) -> str:
   return "cudnn" if fused else "xla"
 
 
-def packed_row_len(r) -> int:
-  """Tokens per packed row: rollout.pack_row_len, or the whole per-device budget when 0."""
-  return r.pack_row_len or r.token_budget
-
-
 @dataclasses.dataclass(frozen=True)
 class Setup:
   """Fixed for the whole run. Legend: B = rows of a padded mini-batch, T = its token columns;
@@ -92,25 +87,23 @@ class Setup:
   schedule: shaping.LengthPenaltySchedule
 
 
-def build(cfg, plan: Plan) -> tuple[Setup, ts.TrainState, Any]:
-  """(setup, initial TrainState, training source) for the run's `plan` (`Plan.from_config(cfg)`;
-  the model's and the packing's settings still come from `cfg`); errors a user can fix come
-  first, before the weights load."""
-  c = cfg
+def build(plan: Plan) -> tuple[Setup, ts.TrainState, Any]:
+  """(setup, initial TrainState, training source) for the run's `plan` (`Plan.from_config(cfg)`:
+  nothing here reads the config); errors a user can fix come first, before the weights load."""
   path = resolve_model_path(plan)
   tok = _tokenizer(path)
   # The data and the mesh before the weights: their errors come before any heavy work.
   source, heldout, dropped = _training_data(plan.data, tok)
   preflight.check_code_sandbox(plan.workers, source.verifiers)
-  mesh, model_cfg, params = _mesh_and_model(c, path)
+  mesh, model_cfg, params = _mesh_and_model(plan, path)
   tx = plan.optimizer.make()
   state_sh = ts.state_shardings(model_cfg, tx, mesh)  # computed once, given to every jit below
   state = ts.create_train_state(
-    model_cfg, tx, mesh, jax.random.PRNGKey(c.seed), params=params, shardings=state_sh
+    model_cfg, tx, mesh, jax.random.PRNGKey(plan.seed), params=params, shardings=state_sh
   )
-  rows = c.rollout.mini_batch_prompts * c.rollout.n
-  seq = c.rollout.max_prompt_len + c.rollout.max_response_len
-  losses = plan.loss
+  progs = programs.build(
+    plan.batching, plan.loss, plan.reset.ref_reset_optimizer, model_cfg, tx, mesh, state_sh
+  )
   setup = Setup(
     plan=plan,
     path=path,
@@ -122,38 +115,29 @@ def build(cfg, plan: Plan) -> tuple[Setup, ts.TrainState, Any]:
     model_cfg=model_cfg,
     tx=tx,
     state_shardings=state_sh,
-    rows=rows,
-    seq=seq,
-    batch_shardings=compiled.batch_shardings(mesh, (rows, seq)),
-    train_step=compiled.jit_train_step(
-      model_cfg, tx, losses, mesh, (rows, seq), shardings=state_sh
-    ),
-    logprobs=compiled.jit_logprob_step(
-      model_cfg,
-      mesh,
-      (rows, seq),
-      temperature=losses.temperature,
-      micro_batches=losses.micro_batches,
-    ),
-    **_packed_steps(c.rollout, plan, model_cfg, tx, mesh, state_sh),
-    reset_ref=compiled.jit_reset_reference(
-      model_cfg, tx, mesh, plan.reset.ref_reset_optimizer, shardings=state_sh
-    ),
-    probe_tokens=_probe_tokens(c, heldout[:2] or [source.sources[0].items[0]], model_cfg),
-    schedule=shaping.LengthPenaltySchedule(
-      c.algo.length_penalty, c.algo.length_penalty_on_steps, c.algo.length_penalty_off_steps
-    ),
+    rows=progs.rows,
+    seq=progs.seq,
+    batch_shardings=progs.batch_shardings,
+    train_step=progs.train_step,
+    logprobs=progs.logprobs,
+    slab_shape=progs.slab_shape,
+    slab_shardings=progs.slab_shardings,
+    packed_train_step=progs.packed_train_step,
+    packed_logprobs=progs.packed_logprobs,
+    reset_ref=progs.reset_ref,
+    probe_tokens=_probe_tokens(plan, heldout[:2] or [source.sources[0].items[0]], model_cfg),
+    schedule=plan.schedule,
   )
   return setup, state, source
 
 
-def _mesh_and_model(c, path: str):
+def _mesh_and_model(plan: Plan, path: str):
   """(mesh, model config, params on the mesh): the mesh checked against the devices first."""
   try:
-    mesh = make_mesh(c.mesh.data, c.mesh.fsdp, c.mesh.tensor)
+    mesh = make_mesh(plan.mesh.data, plan.mesh.fsdp, plan.mesh.tensor)
   except ValueError as e:  # the mesh does not fit the devices
     raise config_lib.ConfigError(str(e)) from None
-  model_cfg, params = load_hf(path, mesh=mesh, **model_options(c.model))
+  model_cfg, params = load_hf(path, mesh=mesh, **model_options(plan.model))
   return mesh, model_cfg, params
 
 
@@ -191,47 +175,12 @@ def _training_data(spec, tok) -> tuple[Any, list, int]:
   return source, heldout, dropped
 
 
-def _packed_steps(r, plan: Plan, model_cfg, tx, mesh, state_sh) -> dict:
-  """The packed micro-batches' shapes and jitted steps (`rollout.token_budget`: slabs of [rows,
-  row_len], a budget per device); all None when the run trains on padded micro-batches."""
-  if not r.token_budget:
-    return dict(slab_shape=None, slab_shardings=None, packed_train_step=None, packed_logprobs=None)
-  slab_shape, packed_cfg = packed_shapes(r, mesh, model_cfg)
-  return dict(
-    slab_shape=slab_shape,
-    slab_shardings=compiled.packed_shardings(mesh, slab_shape),
-    packed_train_step=ts.PackedTrainStep(
-      packed_cfg, tx, plan.loss, mesh, slab_shape, shardings=state_sh
-    ),
-    packed_logprobs=compiled.jit_packed_logprob_step(
-      packed_cfg, mesh, slab_shape, temperature=plan.loss.temperature
-    ),
-  )
-
-
-def packed_shapes(r, mesh, model_cfg):
-  """(slab shape [rows, row_len], the packed passes' model config) of `rollout.*` on `mesh`."""
-  shards = mesh.shape["data"] * mesh.shape["fsdp"]
-  row_len = packed_row_len(r)
-  slab_shape = (shards * (r.token_budget // row_len), row_len)
-  # A packed sequence is at most `seq` tokens: XLA attention blocks look back only that far.
-  packed_cfg = model_cfg.replace(attention_window=r.max_prompt_len + r.max_response_len)
-  if packed_cfg.attention_impl == "cudnn":
-    # cuDNN's path takes the block-diagonal mask as a dense [T, T] array per row: on a packed
-    # row of 16K tokens that mask and its scores cost what packing saves; the XLA blocks
-    # attend only within the window and hold no [T, T] buffer.
-    packed_cfg = packed_cfg.replace(attention_impl="xla")
-  if packed_cfg.attention_impl == "splash" and row_len % 128:
-    packed_cfg = packed_cfg.replace(attention_impl="xla")  # splash's blocks are 128-lane
-  return slab_shape, packed_cfg
-
-
-def _probe_tokens(c, items, model_cfg) -> list[list[int]]:
+def _probe_tokens(plan: Plan, items, model_cfg) -> list[list[int]]:
   """The version probe's rows: an item's prompt (its last max_prompt_len tokens) and 16 random
   tokens after it, seeded by the run."""
-  rng = np.random.RandomState(c.seed)
+  rng = np.random.RandomState(plan.seed)
   return [
-    [int(x) for x in it.prompt_ids[-c.rollout.max_prompt_len :]]
+    [int(x) for x in it.prompt_ids[-plan.batching.max_prompt_len :]]
     + [int(x) for x in rng.randint(0, model_cfg.vocab_size, 16)]
     for it in items
   ]

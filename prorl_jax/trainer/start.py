@@ -164,6 +164,22 @@ def _saved(cfg) -> dict:
     raise config_lib.ConfigError(str(e)) from None
 
 
+def _built(cfg, plan: Plan):
+  """(setup, TrainState, training source): on TPUs the programs compiled for their chips before
+  any weights load (refused in one line when one does not fit), and then run as compiled; with
+  `compiled`, the saved executables (`prorl-compile --save`)."""
+  too_big, compiled_now = fit.fits_on_this_host(cfg)
+  if too_big:
+    raise config_lib.ConfigError(too_big)
+  setup, state, source = setup_lib.build(plan)
+  if cfg.compiled:
+    setup = saved_programs.use(setup, _saved(fit.with_changes(cfg, {"model.path": setup.path})))
+  elif compiled_now:
+    log.info("the pre-flight's executables run: %s (compiled once)", ", ".join(compiled_now))
+    setup = saved_programs.use(setup, compiled_now)
+  return setup, state, source
+
+
 def _checked_and_built(cfg, accept_config_changes: bool):
   """The pre-flight checks (config, packages, inert flags, the run directory) and the build:
   (setup, TrainState, training source), or the `Outcome` of a run that finished before."""
@@ -187,12 +203,7 @@ def _checked_and_built(cfg, accept_config_changes: bool):
         return Outcome("done", finished)
       setup_lib.resolve_model_path(plan)  # the demo's base model is built once, by the primary
     dist.barrier("base_model")
-    too_big = fit.fits_on_this_host(cfg)  # TPUs: the step compiled for them before any weights
-    if too_big:
-      raise config_lib.ConfigError(too_big)
-    setup, state, source = setup_lib.build(cfg, plan)
-    if cfg.compiled:  # saved executables in place of compiling (`prorl-compile --save`)
-      setup = saved_programs.use(setup, _saved(fit.with_changes(cfg, {"model.path": setup.path})))
+    setup, state, source = _built(cfg, plan)
   except BaseException:  # a start that fails before writing anything leaves no empty run dir
     if created and primary and not os.listdir(cfg.run_dir):
       os.rmdir(cfg.run_dir)
