@@ -73,7 +73,7 @@ def model_flops_per_token(model_cfg, seq: int) -> int:
 def small_cfg(impl):
   from prorl_jax.model import presets
 
-  return presets.Qwen2Config(
+  return presets.ModelConfig(
     vocab_size=1024,
     hidden_size=256,
     intermediate_size=512,

@@ -91,7 +91,7 @@ def throughput(reps: int) -> dict:
   from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
-  model_cfg = presets.Qwen2Config(**MODEL, remat="dots")
+  model_cfg = presets.ModelConfig(**MODEL, remat="dots")
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-5)
   params = init_params(model_cfg, jax.random.PRNGKey(0))
@@ -177,7 +177,7 @@ def window(reps: int) -> dict:
   from prorl_jax.trainer import train_step as ts
 
   slab = (1, 16384 // SCALE)
-  base = presets.Qwen2Config(**MODEL, remat="dots", attention_chunk=1024 // SCALE)
+  base = presets.ModelConfig(**MODEL, remat="dots", attention_chunk=1024 // SCALE)
   cfgs = {"whole_row": base, "windowed": base.replace(attention_window=PROMPT_CAP + RESPONSE_CAP)}
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-5)

@@ -47,7 +47,7 @@ def make_model(path):
   from prorl_jax.model import init_params, presets, save_hf
   from prorl_jax.rollout.weights import shard_bytes
 
-  model_cfg = presets.Qwen2Config(**KW, eos_token_id=None)
+  model_cfg = presets.ModelConfig(**KW, eos_token_id=None)
   params = init_params(model_cfg, jax.random.PRNGKey(0))
   # Sharded as the trainer publishes it (one shard per core), so the raw copy copies the same files.
   save_hf(model_cfg, params, path, max_shard_bytes=shard_bytes(4 * model_cfg.num_params))

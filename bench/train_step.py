@@ -89,7 +89,7 @@ def jax_step(kw, b, t, remat):
   from prorl_jax.trainer import compiled
   from prorl_jax.trainer import train_step as ts
 
-  model_cfg = presets.Qwen2Config(**kw, remat=remat)
+  model_cfg = presets.ModelConfig(**kw, remat=remat)
   mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
   tx = ts.make_optimizer(1e-5)
   lc = ts.LossConfig(micro_batches=1, logit_chunk=t, is_correction="none")
@@ -126,7 +126,7 @@ def torch_step(kw, b, t):
 
   torch.set_num_threads(os.cpu_count() or 1)
   torch.manual_seed(0)
-  hf = transformers.Qwen2Config(
+  hf = transformers.ModelConfig(
     vocab_size=kw["vocab_size"],
     hidden_size=kw["hidden_size"],
     intermediate_size=kw["intermediate_size"],

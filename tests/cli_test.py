@@ -213,7 +213,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("what,module,args,says", CASES, ids=[c[0] for c in CASES])
-def test_user_errors_are_one_line(what, module, args, says):
+def test_user_errors_are_one_line(what, module, args, says, tmp_path):
+  if module == "prorl_jax.main" and not any("run_dir" in a for a in args):
+    args = [*args, f"--config.run_dir={tmp_path / 'run'}"]  # not a run of the checkout's runs/
   proc = _run(module, args)
   err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
   assert proc.returncode == 2, (what, proc.returncode, proc.stderr[-2000:])

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from prorl_jax.model import init_params
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines import jax_sampler, paged_kernels
 
 # dims chosen so that every weight has a shape nothing else has
-CFG = Qwen2Config(
+CFG = ModelConfig(
   vocab_size=200, hidden_size=48, intermediate_size=80, num_layers=2, num_heads=4,
   num_kv_heads=2, head_dim=12, tie_word_embeddings=False,
 )  # fmt: skip

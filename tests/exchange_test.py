@@ -176,7 +176,7 @@ def test_sharded_weights_round_trip_and_a_corrupt_shard_is_skipped(ex, tmp_path)
   from prorl_jax.rollout.weights import shard_bytes
 
   assert shard_bytes(10) == 8 << 20 and shard_bytes(1 << 40) == -(-(1 << 40) // os.cpu_count())
-  model_cfg = presets.Qwen2Config(
+  model_cfg = presets.ModelConfig(
     vocab_size=64,
     hidden_size=32,
     intermediate_size=64,

@@ -389,12 +389,12 @@ CONFIG_UNITS = ("config", "trainer", "cli", "main")
 def _config_names(module: str, source: str) -> list[str]:
   """One name per kind of config in `source` (the module `module`): `cfg` is the run's ConfigDict
   only, so outside CONFIG_UNITS nothing is named `cfg` (an argument, a variable, an attribute),
-  and the model's config (annotated `Qwen2Config`) is `model_cfg` everywhere."""
+  and the model's config (annotated `ModelConfig`) is `model_cfg` everywhere."""
   out = []
   for n in ast.walk(ast.parse(source)):
     if isinstance(n, ast.arg):
       hint = ast.unparse(n.annotation) if n.annotation is not None else ""
-      if "Qwen2Config" in hint and n.arg != "model_cfg":
+      if "ModelConfig" in hint and n.arg != "model_cfg":
         out.append(f"{module}: the model's config named {n.arg!r}")
     if _unit(module) in CONFIG_UNITS:
       continue
@@ -412,7 +412,7 @@ def test_one_name_per_kind_of_config():
 
 
 def test_the_config_name_check_can_fail():
-  src = "def prepare(cfg, params):\n  return cfg.hidden\n\ndef f(c: Qwen2Config):\n  pass\n"
+  src = "def prepare(cfg, params):\n  return cfg.hidden\n\ndef f(c: ModelConfig):\n  pass\n"
   assert sorted(_config_names("rollout.engines.jax_sampler", src)) == [
     "rollout.engines.jax_sampler: the model's config named 'c'",
     "rollout.engines.jax_sampler:1 names something other than the run's config `cfg`",

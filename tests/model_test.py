@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from prorl_jax.model import forward, init_params, load_hf, presets, save_hf
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from tests.hf_fixtures import hf_logits, make_hf_qwen2
 
 TOL = 1e-4
@@ -140,11 +140,11 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path):
   d = presets.tiny().to_hf_dict()
   d["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
   with pytest.raises(ValueError, match="rope_scaling"):
-    Qwen2Config.from_hf_dict(d)
+    ModelConfig.from_hf_dict(d)
 
 
 def test_r1_distill_preset_is_the_1p5b_architecture():
   model_cfg = presets.r1_distill_qwen_1p5b()
   # DeepSeek-R1-Distill-Qwen-1.5B has 1,777,088,000 parameters (untied head).
   assert model_cfg.num_params == 1_777_088_000
-  assert Qwen2Config.from_hf_dict(model_cfg.to_hf_dict()) == model_cfg
+  assert ModelConfig.from_hf_dict(model_cfg.to_hf_dict()) == model_cfg

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from prorl_jax.model import forward, init_params, load_hf, presets, save_hf
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines import jax_sampler
 from prorl_jax.rollout.engines.paged import PagedConfig, PagedEngine
@@ -142,7 +142,7 @@ def test_qwen3_presets_have_transformers_parameter_counts(name, hub):
     model = transformers.Qwen3ForCausalLM(hf_cfg)
   total = sum(p.numel() for p in model.parameters())  # a tied head is counted once
   assert model_cfg.num_params == total
-  assert Qwen2Config.from_hf_dict(model_cfg.to_hf_dict()) == model_cfg
+  assert ModelConfig.from_hf_dict(model_cfg.to_hf_dict()) == model_cfg
 
 
 def test_the_rl_loop_trains_a_qwen3_model(tmp_path, base):

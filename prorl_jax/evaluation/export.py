@@ -72,7 +72,7 @@ def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfl
     raise ExportError(f"--dtype must be bfloat16, float16 or float32, got {dtype!r}")
   step_dir = find_step(checkpoint)
   base = base_model_dir(step_dir, base)
-  model_cfg = presets.Qwen2Config.from_hf_dict(hf_weights.read_hf_config(base))
+  model_cfg = presets.ModelConfig.from_hf_dict(hf_weights.read_hf_config(base))
   abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
   target = {"params": jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)}
   args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)

@@ -1,4 +1,4 @@
-"""Qwen2 in Flax Linen with Hugging Face weight I/O.
+"""The Qwen2 and Qwen3 decoder in Flax Linen (`Decoder`, `ModelConfig`), Hugging Face weight I/O.
 
 Public API: `load_hf`, `save_hf`, `forward`, `log_probs`, plus `hidden_states`, `init_params`,
 `param_logical_axes`, `param_shardings`, `load_tokenizer` and the presets.
@@ -23,9 +23,9 @@ _HOME = {
   "init_params": "prorl_jax.model.core",
   "load_hf": "prorl_jax.model.core",
   "save_hf": "prorl_jax.model.core",
-  "Qwen2": "prorl_jax.model.qwen2",
-  "head_weight": "prorl_jax.model.qwen2",
-  "Qwen2Config": "prorl_jax.model.presets",
+  "Decoder": "prorl_jax.model.decoder",
+  "head_weight": "prorl_jax.model.decoder",
+  "ModelConfig": "prorl_jax.model.presets",
   "load_tokenizer": "prorl_jax.model.tokenizer",
 }
 __all__ = sorted(_HOME)

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax.model import hf_weights
-from prorl_jax.model.presets import Qwen2Config
-from prorl_jax.model.qwen2 import Qwen2, head_weight
+from prorl_jax.model.decoder import Decoder, head_weight
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.parallel import sharding
 
 
@@ -27,7 +27,7 @@ def causal_mask(mask_BxT):
 
 
 def hidden_states(
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   params,
   tokens_BxT,
   attention_mask_BxT=None,
@@ -50,37 +50,39 @@ def hidden_states(
     positions_BxT = positions_from_mask(attention_mask_BxT)
   elif positions_BxT is None:
     raise ValueError("a packed batch (segment_ids_BxT) needs positions_BxT")
-  h, _ = Qwen2(model_cfg, mesh).apply(
+  h, _ = Decoder(model_cfg, mesh).apply(
     {"params": params}, tokens_BxT, positions_BxT, segment_ids_BxT.astype(jnp.int32)
   )
   return h
 
 
-def forward(model_cfg: Qwen2Config, params, tokens_BxT, attention_mask_BxT=None, mesh=None):
+def forward(model_cfg: ModelConfig, params, tokens_BxT, attention_mask_BxT=None, mesh=None):
   """Logits, float32 [B, T, V]. For training use `losses.token_logprobs` on hidden states."""
   h = hidden_states(model_cfg, params, tokens_BxT, attention_mask_BxT, mesh)
   w = head_weight(model_cfg, params).astype(h.dtype)
   return jnp.einsum("btd,dv->btv", h, w).astype(jnp.float32)
 
 
-def log_probs(model_cfg: Qwen2Config, params, tokens_BxT):
+def log_probs(model_cfg: ModelConfig, params, tokens_BxT):
   """log-softmax of the logits, float32 [B, T, V]: the log-probs a rollout engine is checked
   against (the probe), on short sequences where the full vocabulary fits."""
   return jax.nn.log_softmax(forward(model_cfg, params, tokens_BxT), -1)
 
 
-def _abstract_boxed(model_cfg: Qwen2Config):
+def _abstract_boxed(model_cfg: ModelConfig):
   tokens = jnp.zeros((1, 1), jnp.int32)
   mask = jnp.ones((1, 1, 1), bool)
-  return jax.eval_shape(lambda: Qwen2(model_cfg).init(jax.random.PRNGKey(0), tokens, tokens, mask))
+  return jax.eval_shape(
+    lambda: Decoder(model_cfg).init(jax.random.PRNGKey(0), tokens, tokens, mask)
+  )
 
 
-def param_logical_axes(model_cfg: Qwen2Config):
+def param_logical_axes(model_cfg: ModelConfig):
   """The params pytree with a PartitionSpec of logical names at each leaf."""
   return nn.get_partition_spec(_abstract_boxed(model_cfg))["params"]
 
 
-def param_shardings(model_cfg: Qwen2Config, mesh):
+def param_shardings(model_cfg: ModelConfig, mesh):
   """NamedShardings for the params on `mesh` (dims a mesh axis does not divide stay whole)."""
   abstract = nn.meta.unbox(_abstract_boxed(model_cfg))["params"]
 
@@ -98,11 +100,11 @@ def param_shardings(model_cfg: Qwen2Config, mesh):
   )
 
 
-def init_params(model_cfg: Qwen2Config, rng, mesh=None):
+def init_params(model_cfg: ModelConfig, rng, mesh=None):
   """Random params (std 0.02), created directly in their shardings when a mesh is given."""
   tokens = jnp.zeros((1, 1), jnp.int32)
   mask = jnp.ones((1, 1, 1), bool)
-  init = lambda r: nn.meta.unbox(Qwen2(model_cfg).init(r, tokens, tokens, mask))["params"]  # noqa: E731
+  init = lambda r: nn.meta.unbox(Decoder(model_cfg).init(r, tokens, tokens, mask))["params"]  # noqa: E731
   if mesh is None:
     return jax.jit(init)(rng)
   return jax.jit(init, out_shardings=param_shardings(model_cfg, mesh))(rng)
@@ -118,7 +120,7 @@ def load_hf(
   attention_chunk: int = 1024,
 ):
   """(model_cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
-  model_cfg = Qwen2Config.from_hf_dict(
+  model_cfg = ModelConfig.from_hf_dict(
     hf_weights.read_hf_config(path),
     param_dtype=dtype,
     compute_dtype=compute_dtype or dtype,
@@ -134,7 +136,7 @@ def load_hf(
 
 
 def save_hf(
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   params,
   path: str,
   tokenizer_dir: str | None = None,

@@ -17,9 +17,9 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 
-# Reshape rules, HF layout -> ours (`load`) and back (`save`). c is the Qwen2Config.
+# Reshape rules, HF layout -> ours (`load`) and back (`save`). c is the ModelConfig.
 _RULES: dict[str, tuple[Callable, Callable]] = {
   "plain": (lambda w, c: w, lambda p, c: p),
   "T": (lambda w, c: w.T, lambda p, c: p.T),
@@ -76,7 +76,7 @@ TOKENIZER_FILES = (
 _BF16_NAMES = {"bfloat16", "bf16"}
 
 
-def _rows(model_cfg: Qwen2Config):
+def _rows(model_cfg: ModelConfig):
   """The table's rows this model has: no head when tied, no q/k/v bias without one (Qwen3), no
   q/k norms without them (Qwen2)."""
   for hf, path, rule in TABLE:
@@ -145,7 +145,7 @@ def read_tensors(path: str) -> dict[str, np.ndarray]:
   return out
 
 
-def hf_to_params(model_cfg: Qwen2Config, tensors: dict[str, np.ndarray], dtype) -> dict:
+def hf_to_params(model_cfg: ModelConfig, tensors: dict[str, np.ndarray], dtype) -> dict:
   """HF tensors -> nested param dict (numpy, `dtype`); missing or unused tensors are errors."""
   params: dict = {}
   used = set()
@@ -178,7 +178,7 @@ def hf_to_params(model_cfg: Qwen2Config, tensors: dict[str, np.ndarray], dtype) 
   return params
 
 
-def params_to_hf(model_cfg: Qwen2Config, params, dtype=None) -> dict[str, np.ndarray]:
+def params_to_hf(model_cfg: ModelConfig, params, dtype=None) -> dict[str, np.ndarray]:
   """Nested params -> {HF name: numpy array} (host copies)."""
   out = {}
   for hf, path, rule, per_layer in _rows(model_cfg):
@@ -210,7 +210,7 @@ def _umask() -> int:
 
 
 def write_hf_dir(
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   tensors: dict[str, np.ndarray],
   path: str,
   tokenizer_dir: str | None = None,

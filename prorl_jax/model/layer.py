@@ -22,7 +22,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.parallel import sharding
 
 Array = jax.Array
@@ -83,7 +83,7 @@ class LayerWeights:
   up: Array
   down: Array
 
-  def project(self, y_BxTxD, dt, model_cfg: Qwen2Config):
+  def project(self, y_BxTxD, dt, model_cfg: ModelConfig):
     """(q [B, T, H, Dh], k, v [B, T, K, Dh]): three projections."""
     return tuple(
       _matmul(y_BxTxD, w, b, dt)
@@ -108,7 +108,7 @@ class FusedLayerWeights:
   up: Array
   down: Array
 
-  def project(self, y_BxTxD, dt, model_cfg: Qwen2Config):
+  def project(self, y_BxTxD, dt, model_cfg: ModelConfig):
     """(q [B, T, H, Dh], k, v [B, T, K, Dh]): one projection, split."""
     b, t, _ = y_BxTxD.shape
     h, k, dh = model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim
@@ -140,7 +140,7 @@ Attend = Callable[[Array, Array, Array], tuple[Array, object]]
 
 
 def decode_layer(
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   w: LayerWeights | FusedLayerWeights,
   x_BxTxD,
   rope: tuple[Array, Array],
@@ -165,7 +165,7 @@ def decode_layer(
   return x_BxTxD + _matmul(h_BxTxF, w.down, None, dt), carry
 
 
-def head_weight(model_cfg: Qwen2Config, params) -> Array:
+def head_weight(model_cfg: ModelConfig, params) -> Array:
   """The [D, V] output projection (the transposed embedding when tied)."""
   if model_cfg.tie_word_embeddings:
     return params["embed"]["embedding"].T
@@ -219,7 +219,7 @@ def _fused(w: LayerWeights, dt) -> FusedLayerWeights:
 
 
 @functools.partial(jax.jit, static_argnames=("model_cfg",))
-def prepare(model_cfg: Qwen2Config, params) -> DecodeWeights:
+def prepare(model_cfg: ModelConfig, params) -> DecodeWeights:
   """The weights laid out for decoding (`DecodeWeights`); a worker makes them once per weight
   version, an engine itself when not given them."""
   dt = jnp.dtype(model_cfg.compute_dtype)
@@ -233,7 +233,7 @@ def prepare(model_cfg: Qwen2Config, params) -> DecodeWeights:
   )
 
 
-def decode_stack(model_cfg: Qwen2Config, weights: DecodeWeights, tok_B, positions_B, attend_layer):
+def decode_stack(model_cfg: ModelConfig, weights: DecodeWeights, tok_B, positions_B, attend_layer):
   """Every layer for one new token per row: `attend_layer(i)` is layer i's `Attend`. Returns
   (the final-normed hidden [B, D], each layer's carry)."""
   dt = jnp.dtype(model_cfg.compute_dtype)

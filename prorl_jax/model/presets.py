@@ -1,4 +1,4 @@
-"""`Qwen2Config`: the architecture (from a HF `config.json`) plus how to run it (dtypes, remat).
+"""`ModelConfig`: the architecture (from a HF `config.json`) plus how to run it (dtypes, remat).
 
 Dimension legend used across `model/`: B batch, T query length, S key length (cache slots),
 D hidden, H query heads, K kv heads, G = H/K query heads per kv head, Dh head dim, F MLP width,
@@ -27,7 +27,7 @@ REQUIRED_FIELDS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Qwen2Config:
+class ModelConfig:
   """The Qwen2 / Qwen3 architecture (`family`; sizes, grouped-query attention heads, RoPE;
   `from_hf_dict` reads a Hugging Face config) and how to run it (dtypes, rematerialisation)."""
 
@@ -68,7 +68,7 @@ class Qwen2Config:
     if self.attention_impl not in ("xla", "cudnn", "splash"):
       raise ValueError(f"attention_impl must be xla, cudnn or splash, got {self.attention_impl!r}")
 
-  def replace(self, **kw) -> Qwen2Config:
+  def replace(self, **kw) -> ModelConfig:
     return dataclasses.replace(self, **kw)
 
   @property
@@ -100,7 +100,7 @@ class Qwen2Config:
     return self.num_layers * layer + v * d * (1 if self.tie_word_embeddings else 2) + d
 
   @classmethod
-  def from_hf_dict(cls, d: dict[str, Any], **overrides) -> Qwen2Config:
+  def from_hf_dict(cls, d: dict[str, Any], **overrides) -> ModelConfig:
     """Builds the config from a HF `config.json` dict; unsupported features fail clearly."""
     archs = d.get("architectures") or []
     family = d.get("model_type")
@@ -197,9 +197,9 @@ _R1_DISTILL = dict(
 )
 
 
-def r1_distill_qwen_1p5b(**kw) -> Qwen2Config:
+def r1_distill_qwen_1p5b(**kw) -> ModelConfig:
   """DeepSeek-R1-Distill-Qwen-1.5B's architecture (the ProRL base model)."""
-  return Qwen2Config(
+  return ModelConfig(
     vocab_size=151936,
     hidden_size=1536,
     intermediate_size=8960,
@@ -211,9 +211,9 @@ def r1_distill_qwen_1p5b(**kw) -> Qwen2Config:
   )
 
 
-def r1_distill_qwen_7b(**kw) -> Qwen2Config:
+def r1_distill_qwen_7b(**kw) -> ModelConfig:
   """DeepSeek-R1-Distill-Qwen-7B's architecture."""
-  return Qwen2Config(
+  return ModelConfig(
     vocab_size=152064,
     hidden_size=3584,
     intermediate_size=18944,
@@ -242,8 +242,8 @@ _QWEN3 = dict(
 def _qwen3(hidden: int, intermediate: int, layers: int, heads: int, tied: bool):
   """A Qwen3 dense size (its config.json's sizes; the rest is `_QWEN3`) as a preset function."""
 
-  def preset(**kw) -> Qwen2Config:
-    return Qwen2Config(
+  def preset(**kw) -> ModelConfig:
+    return ModelConfig(
       hidden_size=hidden,
       intermediate_size=intermediate,
       num_layers=layers,
@@ -278,7 +278,7 @@ def preset(name: str):
   return PRESETS.get(name.lower().split("/", 1)[-1])
 
 
-def tiny(vocab_size: int = 32, **kw) -> Qwen2Config:
+def tiny(vocab_size: int = 32, **kw) -> ModelConfig:
   """The CPU demo's ~1M-parameter model."""
   base = dict(
     vocab_size=vocab_size,
@@ -293,4 +293,4 @@ def tiny(vocab_size: int = 32, **kw) -> Qwen2Config:
     max_position_embeddings=512,
   )
   base.update(kw)
-  return Qwen2Config(**base)
+  return ModelConfig(**base)

@@ -29,7 +29,7 @@ import time
 
 import jax
 
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import Request
 from prorl_jax.rewards.pool import VerifierPool
@@ -43,11 +43,11 @@ WORKER_ID = "inline"
 CONTROL = "control/"  # the primary's markers that a wait is over (multi-host runs)
 
 
-def worker_config(model_cfg: Qwen2Config, dtype: str = "float32") -> Qwen2Config:
+def worker_config(model_cfg: ModelConfig, dtype: str = "float32") -> ModelConfig:
   """The model config a JAX worker of `dtype` reads back from a published version's config.json
   (parameters and compute in `dtype`, the default attention): the inline engine generates with
   the same."""
-  return Qwen2Config.from_hf_dict(
+  return ModelConfig.from_hf_dict(
     model_cfg.to_hf_dict(),
     param_dtype=dtype,
     compute_dtype=dtype,
@@ -81,7 +81,7 @@ class InlineWorker(Worker):
     exchange: Exchange,
     engine: JaxEngine,
     tokenizer_dir: str,
-    model_cfg: Qwen2Config,
+    model_cfg: ModelConfig,
     publish_dtype: str,
     pool: VerifierPool,
     worker_id: str = WORKER_ID,

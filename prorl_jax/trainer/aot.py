@@ -85,7 +85,7 @@ def model_config(cfg, platform: str):
       f"model.path={m.path!r} is neither a directory with a config.json nor a preset name "
       f"({', '.join(presets.PRESETS)})"
     )
-  return presets.Qwen2Config.from_hf_dict(read_hf_config(path), **opts)
+  return presets.ModelConfig.from_hf_dict(read_hf_config(path), **opts)
 
 
 def per_device_bytes(tree) -> int:

@@ -10,7 +10,7 @@ import jax
 from jax.sharding import NamedSharding
 
 from prorl_jax.model import param_shardings
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.parallel import sharding
 from prorl_jax.trainer.train_step import (
   BATCH_KEYS,
@@ -27,7 +27,7 @@ from prorl_jax.trainer.train_step import (
 
 
 def jit_packed_logprob_step(
-  model_cfg: Qwen2Config, mesh, slab_shape, *, temperature, logit_chunk=256
+  model_cfg: ModelConfig, mesh, slab_shape, *, temperature, logit_chunk=256
 ):
   """(ℓ, entropy) [R, L] of one slab's tokens under `params`."""
   p_sh = param_shardings(model_cfg, mesh)
@@ -50,7 +50,7 @@ def batch_shardings(mesh, batch_shape):
 
 
 def jit_train_step(
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   tx,
   lc: LossConfig,
   mesh,
@@ -71,7 +71,7 @@ def jit_train_step(
 
 
 def jit_logprob_step(
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   mesh,
   batch_shape,
   *,
@@ -98,7 +98,7 @@ def jit_logprob_step(
 
 
 def jit_reset_reference(
-  model_cfg: Qwen2Config, tx, mesh, reinit_optimizer: bool, *, shardings: TrainState | None = None
+  model_cfg: ModelConfig, tx, mesh, reinit_optimizer: bool, *, shardings: TrainState | None = None
 ):
   """`reset_reference` jitted once on the state's `shardings` (computed when not given): the
   state donated but for its params, which the inline engine may be generating with (it is

@@ -18,7 +18,7 @@ from prorl_jax import config as config_lib
 from prorl_jax import sandbox
 from prorl_jax.data.sources import precheck
 from prorl_jax.model import hf_weights
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.rollout.local import check_worker_python
 from prorl_jax.rollout.store import InvalidExchange, open_store
 from prorl_jax.trainer import placement, run_dir
@@ -172,7 +172,7 @@ def check_model_path(path: str) -> None:
     )
   if path:
     try:
-      Qwen2Config.from_hf_dict(hf_weights.read_hf_config(path))
+      ModelConfig.from_hf_dict(hf_weights.read_hf_config(path))
     except (ValueError, TypeError) as e:  # json's errors are ValueErrors too
       raise config_lib.ConfigError(f"model.path={path!r}: {e}") from None
 

@@ -35,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 
 from prorl_jax.algo import losses
 from prorl_jax.model import head_weight, hidden_states, init_params, param_shardings
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.parallel import sharding
 
 BATCH_KEYS = ("tokens", "attn_mask", "loss_mask", "old_logp", "ref_logp", "gen_logp", "adv")
@@ -104,7 +104,7 @@ def make_optimizer(
 # ----------------------------------------------------------------------------- shardings
 
 
-def state_shardings(model_cfg: Qwen2Config, tx, mesh) -> TrainState:
+def state_shardings(model_cfg: ModelConfig, tx, mesh) -> TrainState:
   """The shardings of a `TrainState` on `mesh`: params by their logical axes, the optimizer state
   like its params, the scalars replicated."""
   p_sh = param_shardings(model_cfg, mesh)
@@ -128,7 +128,7 @@ def _new_state(params, tx):
 
 
 def create_train_state(
-  model_cfg: Qwen2Config, tx, mesh, rng, params=None, *, shardings: TrainState | None = None
+  model_cfg: ModelConfig, tx, mesh, rng, params=None, *, shardings: TrainState | None = None
 ) -> TrainState:
   """A sharded TrainState; random params are created in place, given params are re-laid out.
 
@@ -232,7 +232,7 @@ def split_micro(x_BxT, m: int, mesh=None):
 
 
 def train_step(
-  state: TrainState, batch: dict, *, model_cfg: Qwen2Config, tx, lc: LossConfig, mesh=None
+  state: TrainState, batch: dict, *, model_cfg: ModelConfig, tx, lc: LossConfig, mesh=None
 ) -> tuple[TrainState, dict]:
   """One optimizer update on a mini-batch; a non-finite loss or gradient skips it."""
   mask = batch["loss_mask"].astype(jnp.float32)
@@ -285,7 +285,7 @@ def apply_grads(state: TrainState, acc, counts, *, tx) -> tuple[TrainState, dict
 
 
 def accumulate_slab(
-  params, acc, slab: dict, counts, *, model_cfg: Qwen2Config, lc: LossConfig, mesh
+  params, acc, slab: dict, counts, *, model_cfg: ModelConfig, lc: LossConfig, mesh
 ):
   """acc + (gradient, metrics) of one packed micro-batch; counts are the mini-batch's."""
   (_, metrics), g = jax.value_and_grad(_micro_loss, has_aux=True)(
@@ -319,7 +319,7 @@ class PackedTrainStep:
   whole mini-batch, so the result equals the padded step's."""
 
   def __init__(
-    self, model_cfg: Qwen2Config, tx, lc: LossConfig, mesh, slab_shape, *, shardings=None
+    self, model_cfg: ModelConfig, tx, lc: LossConfig, mesh, slab_shape, *, shardings=None
   ):
     st_sh = state_shardings(model_cfg, tx, mesh) if shardings is None else shardings
     self.slab_sh = packed_shardings(mesh, slab_shape)
@@ -360,7 +360,7 @@ def logprob_step(
   params,
   batch: dict,
   *,
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   temperature: float,
   micro_batches: int = 1,
   logit_chunk: int = 256,

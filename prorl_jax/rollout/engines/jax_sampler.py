@@ -17,10 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry2x32_p
 
-from prorl_jax.model import Qwen2, causal_mask, positions_from_mask
+from prorl_jax.model import Decoder, causal_mask, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.layer import decode_stack, prepare
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.records import Generation, SamplingParams
 
 
@@ -121,7 +121,7 @@ def sample_rows(logits_BxV, seed_key, seq_B, t_B, sp: SamplingParams):
   return tok.astype(jnp.int32), lp
 
 
-def _slot_attend(model_cfg: Qwen2Config, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS):
+def _slot_attend(model_cfg: ModelConfig, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS):
   """Attention of one new token per row over a dense slot cache: its key and value written in
   place at `slot`, keys cached transposed so the scores are a plain [G, Dh] x [Dh, S] matmul per
   (row, kv head). Carries out the updated caches."""
@@ -144,7 +144,7 @@ def _slot_attend(model_cfg: Qwen2Config, k_BxKxDhxS, v_BxKxSxDh, slot, valid_BxS
   return attend
 
 
-def _prefill(model_cfg: Qwen2Config, params, prompt_BxTp, prompt_mask_BxTp, n: int):
+def _prefill(model_cfg: ModelConfig, params, prompt_BxTp, prompt_mask_BxTp, n: int):
   """The model itself over a cache of the prompt's P slots; returns its last hidden states and
   one cache per layer for decoding, keys [B, K, Dh, P + n] and values [B, K, P + n, Dh]."""
   b, p = prompt_BxTp.shape
@@ -152,7 +152,7 @@ def _prefill(model_cfg: Qwen2Config, params, prompt_BxTp, prompt_mask_BxTp, n: i
   cache = (
     jnp.zeros((model_cfg.num_layers, b, p, model_cfg.num_kv_heads, model_cfg.head_dim), dt),
   ) * 2
-  h, (k_all, v_all) = Qwen2(model_cfg).apply(
+  h, (k_all, v_all) = Decoder(model_cfg).apply(
     {"params": params},
     prompt_BxTp,
     positions_from_mask(prompt_mask_BxTp),
@@ -209,7 +209,7 @@ def _generate(
   rng,
   limit_B,
   *,
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   sp: SamplingParams,
   pad_id: int,
 ):
@@ -247,7 +247,7 @@ def _generate(
 
 
 def generate(
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   params,
   prompts: list[list[int]],
   sp: SamplingParams,

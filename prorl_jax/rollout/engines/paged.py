@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax.model.layer import prepare
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.records import EngineStats, Generation, SamplingParams
 from prorl_jax.rollout.engines import paged_kernels as kernels
 from prorl_jax.rollout.engines.slots import Outputs, PagePool, PrefillWork, Ready, SlotTable
@@ -110,7 +110,7 @@ class PagedEngine:
   returns what `jax_sampler.generate` returns for the prompt-major rows (n per prompt); `stats`
   holds the last call's page and step counts."""
 
-  def __init__(self, model_cfg: Qwen2Config, params, pc: PagedConfig = PagedConfig(), weights=None):
+  def __init__(self, model_cfg: ModelConfig, params, pc: PagedConfig = PagedConfig(), weights=None):
     self.model_cfg, self.pc = model_cfg, pc
     self.set_weights(params, weights)
     self.stats = EngineStats()

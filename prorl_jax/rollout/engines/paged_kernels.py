@@ -21,10 +21,10 @@ from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention as g
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_paged_attention
 from jax.sharding import PartitionSpec as P
 
-from prorl_jax.model import Qwen2, causal_mask, positions_from_mask
+from prorl_jax.model import Decoder, causal_mask, positions_from_mask
 from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.layer import decode_stack
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.records import SamplingParams
 from prorl_jax.rollout.engines.jax_sampler import sample_rows
 
@@ -72,7 +72,7 @@ def admit(
   seed_key,
   seq_BxR,
   *,
-  model_cfg: Qwen2Config,
+  model_cfg: ModelConfig,
   sp: SamplingParams,
   attention: str = "xla",
 ):
@@ -86,7 +86,7 @@ def admit(
   cache = (
     jnp.zeros((model_cfg.num_layers, b, t, model_cfg.num_kv_heads, model_cfg.head_dim), dt),
   ) * 2
-  h, (k_all, v_all) = Qwen2(model_cfg).apply(
+  h, (k_all, v_all) = Decoder(model_cfg).apply(
     {"params": params}, tokens_BxT, positions_from_mask(mask), causal_mask(mask), cache, 0
   )
   n_pages, ids = page_ids_BxN.shape[1], page_ids_BxN.reshape(-1)

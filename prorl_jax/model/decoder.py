@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from prorl_jax.model import attention as attn_lib
 from prorl_jax.model.layer import LayerWeights, decode_layer, head_weight, rms_norm, rope_tables
-from prorl_jax.model.presets import Qwen2Config
+from prorl_jax.model.presets import ModelConfig
 from prorl_jax.parallel import sharding
 
 # (k_LxBxSxKxDh, v_LxBxSxKxDh) for the whole stack; one layer's slice inside a Block.
@@ -72,7 +72,7 @@ class AttentionWeights(nn.Module):
   """The attention's parameters, named as the checkpoint names them: q/k/v kernels [D, N, Dh]
   (biased for Qwen2), Qwen3's per-head q/k norms [Dh], the output kernel [H, Dh, D]."""
 
-  model_cfg: Qwen2Config
+  model_cfg: ModelConfig
 
   @nn.compact
   def __call__(self):
@@ -97,7 +97,7 @@ class AttentionWeights(nn.Module):
 class MLPWeights(nn.Module):
   """The SwiGLU MLP's kernels: gate and up [D, F], down [F, D]."""
 
-  model_cfg: Qwen2Config
+  model_cfg: ModelConfig
 
   @nn.compact
   def __call__(self):
@@ -109,7 +109,7 @@ class MLPWeights(nn.Module):
     return gate, up, down
 
 
-def _train_attend(model_cfg: Qwen2Config, mesh, mask_BxTxS, kv, cache_index, layer):
+def _train_attend(model_cfg: ModelConfig, mesh, mask_BxTxS, kv, cache_index, layer):
   """The training pass's and the prefill's attention: segment attention over a full pass (`mask`
   is segment ids [B, T]), or, with a prefill cache `kv` of all layers [L, B, S, K, Dh], this
   layer's keys and values written into it in place and dense attention over its slots."""
@@ -142,7 +142,7 @@ class Block(nn.Module):
   """One decoder layer (`layer.decode_layer` over this layer's parameters); signature shaped for
   nn.scan: ((x, cache of all layers), layer index, broadcast args...)."""
 
-  model_cfg: Qwen2Config
+  model_cfg: ModelConfig
   mesh: Any = None
 
   @nn.compact
@@ -169,10 +169,10 @@ _REMAT_POLICIES = {
 }
 
 
-class Qwen2(nn.Module):
+class Decoder(nn.Module):
   """tokens -> final hidden states [B, T, D] (compute dtype), and the updated KV cache."""
 
-  model_cfg: Qwen2Config
+  model_cfg: ModelConfig
   mesh: Any = None
 
   @nn.compact
@@ -215,4 +215,4 @@ class Qwen2(nn.Module):
     return x_BxTxD, new_kv
 
 
-__all__ = ["Qwen2", "Block", "head_weight", "KVCache"]
+__all__ = ["Decoder", "Block", "head_weight", "KVCache"]
