@@ -99,7 +99,7 @@ def _loop_body_ops(hlo: str, vocab: int) -> dict:
   counts = {"instructions": 0, "fusions": 0, "custom_calls": 0, "touch_vocab": 0}
   for line in hlo.split("\n"):
     op = re.search(r'op_name="([^"]*)"', line)
-    if not (op and re.search(r"(?<!Qwen2)/while/body", op.group(1)) and " = " in line):
+    if not (op and re.search(r"(?<!Decoder)/while/body", op.group(1)) and " = " in line):
       continue
     counts["instructions"] += 1
     counts["fusions"] += " fusion(" in line

@@ -11,6 +11,7 @@ import pytest
 
 from prorl_jax.model import init_params
 from prorl_jax.rollout.engines import jax_engine, paged
+from prorl_jax.rollout.engines import slots as slots_lib
 from prorl_jax.rollout.inline import worker_config
 from prorl_jax.trainer import aot
 from prorl_jax.trainer.plan import Plan
@@ -69,7 +70,8 @@ def test_the_compile_tools_decode_is_the_runs(changes):
   _, akp, avp, atable, astate, akey = decode.args
   assert [_shape(a) for a in kp] == [_shape(a) for a in akp]
   assert [_shape(a) for a in vp] == [_shape(a) for a in avp]
-  assert {k: _shape(v) for k, v in state.items()} == {k: _shape(v) for k, v in astate.items()}
+  assert type(state) is type(astate) is slots_lib.SlotState
+  assert [_shape(v) for v in state] == [_shape(v) for v in astate]
   assert _shape(key) == _shape(akey)
   # the run reads the table up to its longest slot's pages; the tool compiles the whole table
   assert table.shape[0] == atable.shape[0] and table.shape[1] <= atable.shape[1]
@@ -102,4 +104,4 @@ def test_the_pool_by_hand():
   assert shape.pages == 9 and shape.width % paged.kernels.BLOCK_PAGES == 0
   assert shape.width >= 4 and pc.groups == 2
   st = paged.SlotTable.abstract_state(3, lambda shape, dtype: np.zeros(shape, dtype))
-  assert set(st) == set(paged.SlotTable.FIELDS) and st["active"].dtype == bool
+  assert st._fields == paged.SlotTable.FIELDS and st.active.dtype == bool and st.pos.shape == (3,)

@@ -258,9 +258,8 @@ def decode(
   groups=1,
   attention="xla",
 ):
-  """`steps` decode steps of every active slot. `state`: pos [S] (the next cache position), tok
-  [S] (the last token), ngen [S] (tokens drawn so far), cap [S] (the sequence's token limit),
-  active [S], seq [S] (sequence ids). `groups`: runs of adjacent slots whose attention stops at
+  """`steps` decode steps of every active slot. `state`: the slots' `SlotState` (pos, tok, ngen,
+  cap, active, seq; each [S]). `groups`: runs of adjacent slots whose attention stops at
   their own longest (`paged_attend`); `attention`: one of `ATTENTION`.
   Returns the pages, the new state and, per step, the tokens, log-probs and which slots
   emitted [steps, S]."""
@@ -269,7 +268,7 @@ def decode(
 
   def step(carry, _):
     kps, vps, st = carry
-    pos, tok, ngen, active, seq = st["pos"], st["tok"], st["ngen"], st["active"], st["seq"]
+    pos, tok, ngen, active, seq = st.pos, st.tok, st.ngen, st.active, st.seq
     x, pages = decode_stack(
       model_cfg,
       weights,
@@ -281,9 +280,9 @@ def decode(
     nxt, lp = sample_rows(x @ weights.head, seed_key, seq, ngen, sp)
     emitted = active
     ngen = ngen + active.astype(jnp.int32)
-    active = active & ~jnp.isin(nxt, stop_ids) & (ngen < jnp.minimum(st["cap"], n_max))
-    st = dict(st, pos=pos + emitted.astype(jnp.int32), tok=jnp.where(emitted, nxt, tok))
-    st = dict(st, ngen=ngen, active=active)
+    active = active & ~jnp.isin(nxt, stop_ids) & (ngen < jnp.minimum(st.cap, n_max))
+    st = st._replace(pos=pos + emitted.astype(jnp.int32), tok=jnp.where(emitted, nxt, tok))
+    st = st._replace(ngen=ngen, active=active)
     return (tuple(new_k), tuple(new_v), st), (nxt, lp, emitted)
 
   (kpages, vpages, state), (toks, lps, emitted) = jax.lax.scan(

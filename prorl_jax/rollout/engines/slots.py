@@ -6,6 +6,7 @@ slot's writes land there. Legend: S slots, M pages per slot's table.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -82,12 +83,24 @@ class Outputs:
     return t in self.stop or i + 1 >= self.caps[row]
 
 
+class SlotState(NamedTuple):
+  """The decode slots' state on the device, one [S] array each (a pytree: it crosses the jit
+  boundary by field, not by string key)."""
+
+  pos: Any  # int32: the next cache position
+  tok: Any  # int32: the last token
+  ngen: Any  # int32: tokens drawn so far
+  cap: Any  # int32: the sequence's token limit
+  active: Any  # bool: the slot decodes
+  seq: Any  # int32: the sequence id (a row of the request)
+
+
 class SlotTable:
   """The decode slots on the host: per slot its sequence's next cache position, last token,
   tokens drawn, token cap, whether it decodes, its row (`seq`), its page table row and the pages
   it holds a reference to."""
 
-  FIELDS = ("pos", "tok", "ngen", "cap", "active", "seq")
+  FIELDS = SlotState._fields
 
   def __init__(self, slots: int, width: int):
     self.pos, self.tok, self.ngen, self.cap = (np.zeros(slots, np.int32) for _ in range(4))
@@ -132,19 +145,21 @@ class SlotTable:
     live = max(len(self.held[i]) for i in np.flatnonzero(self.active))
     return min(max(1 << (live - 1).bit_length(), kernels.BLOCK_PAGES), self.table.shape[1])
 
-  def state(self) -> dict:
-    return {name: jnp.asarray(getattr(self, name)) for name in self.FIELDS}
+  def state(self) -> SlotState:
+    return SlotState(*(jnp.asarray(getattr(self, name)) for name in self.FIELDS))
 
   @classmethod
-  def abstract_state(cls, slots: int, make) -> dict:
+  def abstract_state(cls, slots: int, make) -> SlotState:
     """The decode state's shape as `state()` gives it, each field made by `make(shape, dtype)`
     (`jax.ShapeDtypeStruct` for the compile tool)."""
-    return {name: make((slots,), bool if name == "active" else np.int32) for name in cls.FIELDS}
+    return SlotState(
+      *(make((slots,), bool if name == "active" else np.int32) for name in cls.FIELDS)
+    )
 
-  def update(self, st: dict, pool: PagePool) -> None:
+  def update(self, st: SlotState, pool: PagePool) -> None:
     """The device's state after a decode call; finished slots give their pages back now."""
-    self.pos, self.tok, self.ngen = (np.array(st[k]) for k in ("pos", "tok", "ngen"))
-    self.active = np.array(st["active"])
+    self.pos, self.tok, self.ngen = np.array(st.pos), np.array(st.tok), np.array(st.ngen)
+    self.active = np.array(st.active)
     for slot in self.free():
       for p in self.held[slot]:
         pool.release(p)
