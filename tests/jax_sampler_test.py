@@ -7,7 +7,7 @@ import pytest
 
 from prorl_jax.model import forward, init_params, presets
 from prorl_jax.records import SamplingParams
-from prorl_jax.rollout.engines import jax_sampler
+from prorl_jax.rollout.engines import jax_sampler, sampler
 from prorl_jax.rollout.engines.jax_sampler import generate
 
 CFG = presets.tiny(vocab_size=40, num_layers=2)
@@ -118,9 +118,7 @@ def test_inverse_cdf_draws_follow_softmax_and_never_excluded_tokens():
   z[::3] = -np.inf
   keys = jax.random.split(jax.random.PRNGKey(0), draws)
   toks, lps = jax.jit(
-    jax.vmap(
-      lambda k: jax_sampler.draw_from_uniform(jnp.asarray(z)[None], jax.random.uniform(k, (1,)))
-    )
+    jax.vmap(lambda k: sampler.draw_from_uniform(jnp.asarray(z)[None], jax.random.uniform(k, (1,))))
   )(keys)
   toks, lps = np.asarray(toks[:, 0]), np.asarray(lps[:, 0])
   p = np.asarray(jax.nn.softmax(jnp.asarray(z)))
@@ -136,7 +134,7 @@ def test_stream_uniforms_are_the_split_then_uniform_draws_of_any_batch_and_lengt
   # static sampler drew before the per-sequence form, and what makes two engines agree.
   key = jax.random.PRNGKey(12345)
   j, t = np.meshgrid(np.arange(37), np.arange(23), indexing="ij")
-  got = np.asarray(jax_sampler.stream_uniforms(key, jnp.asarray(j.ravel()), jnp.asarray(t.ravel())))
+  got = np.asarray(sampler.stream_uniforms(key, jnp.asarray(j.ravel()), jnp.asarray(t.ravel())))
   for T, B in ((23, 37), (40, 64), (1000, 40)):
     steps = jax.random.split(key, T)
     want = np.stack([np.asarray(jax.random.uniform(steps[i], (B,)))[:37] for i in range(23)], 1)

@@ -16,6 +16,7 @@ _HOME = {
   "positions_from_mask": "prorl_jax.model.core",
   "causal_mask": "prorl_jax.model.core",
   "hidden_states": "prorl_jax.model.core",
+  "prefill": "prorl_jax.model.core",
   "forward": "prorl_jax.model.core",
   "log_probs": "prorl_jax.model.core",
   "param_logical_axes": "prorl_jax.model.core",

@@ -56,6 +56,21 @@ def hidden_states(
   return h
 
 
+def prefill(model_cfg: ModelConfig, params, tokens_BxT, mask_BxT):
+  """A prompt's pass that keeps its keys and values: (hidden states [B, T, D], keys and values
+  [layers, B, T, K, Dh]) of the prompts `tokens_BxT` whose real tokens `mask_BxT` marks (left
+  or right padding alike), in the compute dtype. The engines lay the cache out their own way."""
+  b, t = tokens_BxT.shape
+  dt = jnp.dtype(model_cfg.compute_dtype)
+  cache = (
+    jnp.zeros((model_cfg.num_layers, b, t, model_cfg.num_kv_heads, model_cfg.head_dim), dt),
+  ) * 2
+  h, (k_all, v_all) = Decoder(model_cfg).apply(
+    {"params": params}, tokens_BxT, positions_from_mask(mask_BxT), causal_mask(mask_BxT), cache, 0
+  )
+  return h, k_all, v_all
+
+
 def forward(model_cfg: ModelConfig, params, tokens_BxT, attention_mask_BxT=None, mesh=None):
   """Logits, float32 [B, T, V]. For training use `losses.token_logprobs` on hidden states."""
   h = hidden_states(model_cfg, params, tokens_BxT, attention_mask_BxT, mesh)

@@ -10,7 +10,7 @@ frees its slot and its pages at once, and the next waiting sequence takes them.
   trash page); or JAX's Pallas paged-attention kernel on TPUs and GPUs.
 - One prefill per prompt: the N samples of a group share its full pages; each gets its own copy
   of the last, partial page (copy-on-write), then writes its own.
-- Per-sequence random streams (`jax_sampler.stream_uniforms`): the draw for token t of sequence
+- Per-sequence random streams (`sampler.stream_uniforms`): the draw for token t of sequence
   j is a function of (seed, j, t) only, the static sampler's too, so a sequence's tokens do not
   depend on its slot, its neighbours, the batching or the engine.
 - The host schedules between chunks of `steps_per_sync` decode steps run on the device.

@@ -21,12 +21,12 @@ from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention as g
 from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention as tpu_paged_attention
 from jax.sharding import PartitionSpec as P
 
-from prorl_jax.model import Decoder, causal_mask, positions_from_mask
+from prorl_jax.model import prefill
 from prorl_jax.model.attention import NEG_SCORE
 from prorl_jax.model.layer import decode_stack
 from prorl_jax.model.presets import ModelConfig
 from prorl_jax.records import SamplingParams
-from prorl_jax.rollout.engines.jax_sampler import sample_rows
+from prorl_jax.rollout.engines.sampler import sample_rows
 
 BLOCK_PAGES = 4  # pages of every slot per attention block (the table's width is a multiple)
 # pallas: the backend's kernel; pallas_tpu / pallas_gpu: that kernel whatever the default backend
@@ -82,13 +82,7 @@ def admit(
   and the first tokens and their log-probs [B, R]."""
   b, t = tokens_BxT.shape
   mask = (jnp.arange(t)[None, :] < lengths_B[:, None]).astype(jnp.int32)
-  dt = jnp.dtype(model_cfg.compute_dtype)
-  cache = (
-    jnp.zeros((model_cfg.num_layers, b, t, model_cfg.num_kv_heads, model_cfg.head_dim), dt),
-  ) * 2
-  h, (k_all, v_all) = Decoder(model_cfg).apply(
-    {"params": params}, tokens_BxT, positions_from_mask(mask), causal_mask(mask), cache, 0
-  )
+  h, k_all, v_all = prefill(model_cfg, params, tokens_BxT, mask)
   n_pages, ids = page_ids_BxN.shape[1], page_ids_BxN.reshape(-1)
   out_k, out_v = [], []
   kh, dh = model_cfg.num_kv_heads, model_cfg.head_dim
