@@ -481,3 +481,42 @@ def test_the_pre_flight_compiles_the_trainers_programs_once_for_the_run():
   small = dataclasses.replace(chips.CHIPS["v5p"], hbm_bytes=1 << 20)
   why, exes = fit.compiled_for(cfg, devices, small, "a 1 MiB chip")
   assert why.startswith("logprob needs ") and "a 1 MiB chip gives it" in why and exes == {}
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_the_compile_tools_programs_are_the_runs(base, tmp_path, packed):
+  """The run's programs (`setup.build`, the real weights) and the compile tool's (`aot.programs`,
+  the state as shapes) lower to the same StableHLO: same fingerprint, program by program."""
+  import jax
+
+  from prorl_jax.trainer import saved_programs, setup
+  from prorl_jax.trainer.plan import Plan
+  from tests import loop_helpers as lh
+
+  cfg = _tiny_cfg()
+  for flag in lh.flags(str(tmp_path / "run"), base, 1):
+    key, value = flag.removeprefix("--config.").split("=", 1)
+    section, _, leaf = key.rpartition(".")
+    node = cfg[section] if section else cfg
+    node[leaf] = type(node[leaf])(value)
+  if not packed:
+    cfg.rollout.token_budget = 0
+  run, _, _ = setup.build(Plan.from_config(cfg))
+  progs, shapes = aot.programs(cfg, jax.devices())
+  assert (shapes.rows, shapes.seq, shapes.slab_shape) == (run.rows, run.seq, run.slab_shape)
+  ran = {
+    "logprob": run.packed_logprobs if packed else run.logprobs,
+    "update": run.train_step,
+    "update/accumulate": run.packed_train_step and run.packed_train_step._add,
+    "update/apply": run.packed_train_step and run.packed_train_step._apply,
+  }
+  names = {p.name for p in progs if p.kind not in ("prefill", "decode", "layout")}
+  assert names == (
+    {"logprob", "update/accumulate", "update/apply", "reset_ref"}
+    if packed
+    else {"logprob", "update", "reset_ref"}
+  )
+  for p in progs:
+    if p.name in ran:
+      mine = saved_programs.fingerprint(ran[p.name].lower(*p.args))
+      assert mine == saved_programs.fingerprint(p.jitted.lower(*p.args)), p.name
