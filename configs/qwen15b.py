@@ -20,5 +20,7 @@ from prorl_jax.config.runs import reasoning_run
 
 
 def get_config(arg=None):
-  # model.path is required: the DeepSeek-R1-Distill-Qwen-1.5B directory
-  return reasoning_run("runs/prorl_v2_qwen15b", arg, "configs/qwen15b.py")
+  # model.path is required to train: the DeepSeek-R1-Distill-Qwen-1.5B directory (model.name)
+  return reasoning_run(
+    "runs/prorl_v2_qwen15b", arg, "configs/qwen15b.py", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+  )

@@ -520,3 +520,23 @@ def test_the_compile_tools_programs_are_the_runs(base, tmp_path, packed):
     if p.name in ran:
       mine = saved_programs.fingerprint(ran[p.name].lower(*p.args))
       assert mine == saved_programs.fingerprint(p.jitted.lower(*p.args)), p.name
+
+
+def test_a_config_that_names_its_base_model_compiles_without_a_path():
+  """configs/qwen15b.py names its base model (`model.name`): with `model.path` empty the compile
+  tool takes that preset's architecture; a config that names none says what to pass, in one
+  line; a run without the weights says what to download."""
+  from configs import qwen3, qwen15b
+  from prorl_jax import config as config_lib
+  from prorl_jax.trainer import setup
+
+  cfg = qwen15b.get_config()
+  assert cfg.model.path == "" and cfg.model.name == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+  got = aot.model_config(cfg, "tpu")
+  want = presets.r1_distill_qwen_1p5b(**{"param_dtype": "float32", "compute_dtype": "bfloat16"})
+  assert (got.hidden_size, got.num_layers, got.vocab_size) == (1536, 28, want.vocab_size)
+  assert got.attention_impl == "splash"
+  with pytest.raises(config_lib.ConfigError, match="model.path is empty and model.name='' is no"):
+    aot.model_config(qwen3.get_config(), "tpu")
+  said = setup.missing_model(cfg.model.name)
+  assert "`hf download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`" in said

@@ -25,6 +25,11 @@ FIELDS: dict = {
   ),
   "model": {
     "path": ("", "HF directory of the base model: config.json, *.safetensors, tokenizer"),
+    "name": (
+      "",
+      "the base model's Hugging Face id (what to download into model.path); with model.path "
+      "empty, prorl-compile takes its architecture from the preset of that name",
+    ),
     "param_dtype": ("float32", "dtype of the master weights: float32 | bfloat16"),
     "compute_dtype": ("bfloat16", "dtype of activations and matmuls: float32 | bfloat16"),
     "remat": ("full", "per-layer rematerialisation: none | full (least memory) | dots"),

@@ -10,12 +10,14 @@ from ml_collections import ConfigDict
 from prorl_jax.config import base_config
 
 
-def reasoning_run(run_dir: str, arg: str | None, config_file: str) -> ConfigDict:
+def reasoning_run(run_dir: str, arg: str | None, config_file: str, name: str = "") -> ConfigDict:
   """The config of a real run in `run_dir`, for variant `arg` ("" or "smoke") of
-  `config_file` (named in the error for an unknown variant); `model.path` left to the user."""
+  `config_file` (named in the error for an unknown variant), on the base model `name` (its
+  Hugging Face id; "" when the config serves several); `model.path` left to the user."""
   c = base_config()
   c.run_dir = run_dir
   c.model.path = ""  # required: the base model's directory
+  c.model.name = name
   c.data.prepared = "data/prorl"
   c.data.val_suite = "data/prorl-eval"
   c.data.val_benchmarks = "aime24,codeforces,gpqa_diamond,ifeval,reasoning_gym/graph_color"

@@ -66,12 +66,13 @@ class Shapes:
 
 
 def model_config(cfg, platform: str):
-  """The run's model config from `model.path` (a directory with at least config.json), a
-  preset name (`presets.PRESETS`), or the demo's tiny model (`model.build_tiny`)."""
+  """The run's model config from `model.path` (a directory with at least config.json, or a
+  preset name: `presets.PRESETS`), with `model.path` empty the preset of `model.name`, or the
+  demo's tiny model (`model.build_tiny`)."""
   m = cfg.model
   opts = setup.model_options(m, platform)
   opts["param_dtype"] = opts.pop("dtype")
-  arch = presets.preset(m.path) if m.path else None
+  arch = presets.preset(m.path or m.name)
   if arch is not None:
     return arch(**opts)
   if not m.path and m.build_tiny:
@@ -80,6 +81,11 @@ def model_config(cfg, platform: str):
     path = tiny_base.build(tempfile.mkdtemp(prefix="prorl-tiny-") + "/base", seed=cfg.seed)
   elif m.path and os.path.isfile(os.path.join(m.path, "config.json")):
     path = m.path  # no weights or tokenizer needed: only the architecture
+  elif not m.path:
+    raise config_lib.ConfigError(
+      f"model.path is empty and model.name={m.name!r} is no preset: pass --config.model.path= "
+      f"a directory with a config.json or a preset name ({', '.join(presets.PRESETS)})"
+    )
   else:
     raise config_lib.ConfigError(
       f"model.path={m.path!r} is neither a directory with a config.json nor a preset name "

@@ -151,6 +151,7 @@ class ModelPlan:
   """How the run holds and runs its model (`model.*`); `path` "" with `build_tiny`: the demo's."""
 
   path: str
+  name: str  # its Hugging Face id: what to download into `path`
   build_tiny: bool
   param_dtype: str
   compute_dtype: str

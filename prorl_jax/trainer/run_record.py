@@ -18,6 +18,7 @@ RUN_RECORD = "config.json"  # RUN_DIR's record of itself: `record_run` writes it
 # not what it learns (a run directory moved or copied elsewhere resumes there).
 OPERATIONAL_KEYS = (
   "run_dir",
+  "model.name",  # a label: the weights are model.path's
   "total_steps",
   "rollout.timeout_s",
   "rollout.local_workers",

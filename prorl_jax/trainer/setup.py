@@ -28,11 +28,14 @@ from prorl_jax.trainer.plan import Plan
 
 log = logging.getLogger("prorl_jax.trainer.loop")
 
-R1_DISTILL_HINT = (
-  "model.path is empty: download DeepSeek-R1-Distill-Qwen-1.5B on a machine with internet "
-  "(`hf download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`), "
-  "copy DIR here and pass --config.model.path=DIR"
-)
+
+def missing_model(name: str) -> str:
+  """What to do when model.path is empty: download the base model `name` (`model.name`)."""
+  repo = name or "ORG/MODEL"
+  return (
+    f"model.path is empty: download {name or 'the base model'} on a machine with internet "
+    f"(`hf download {repo} --local-dir DIR`), copy DIR here and pass --config.model.path=DIR"
+  )
 
 
 def resolve_model_path(plan: Plan) -> str:
@@ -42,7 +45,7 @@ def resolve_model_path(plan: Plan) -> str:
     return plan.model_path
   if plan.data.build_tiny:
     return warm_start.cached(seed=plan.data.seed)  # one build for every run dir
-  raise config_lib.ConfigError(R1_DISTILL_HINT)
+  raise config_lib.ConfigError(missing_model(plan.model.name))
 
 
 def attention_impl(model_cfg, platform: str | None = None) -> str:
