@@ -355,7 +355,7 @@ _SCALE = {"GiB": 2**30, "B": 1, "TFLOP/s": 1e12, "GB/s": 1e9, "TB/s": 1e12}
 def test_every_chip_row_is_its_source():
   """Each chip's HBM, peak bf16 FLOP/s and bandwidth are the figures its source string quotes
   (read here by an independent parser): a changed number, or a sparsity figure (twice the dense
-  one), fails. v4's row is a TensorCore's: the source's chip figures halved."""
+  one), fails. Every TPU row is a chip's: JAX runs v4's and v5p's two cores as one device."""
   for kind, chip in chips.CHIPS.items():
     if kind == "host":
       continue
@@ -363,7 +363,6 @@ def test_every_chip_row_is_its_source():
     for value, unit in _FIGURE.findall(chip.source):
       what = {"GiB": "hbm", "B": "hbm", "TFLOP/s": "flops"}.get(unit, "bandwidth")
       found.setdefault(what, []).append(float(value) * _SCALE[unit])
-    half = 0.5 if "halved per core" in chip.source else 1.0
     assert set(found) == {"hbm", "flops", "bandwidth"}, (kind, chip.source)
     assert "bf16" in chip.source and ("dense" in chip.source or chip.platform == "tpu"), kind
     for what, got in (
@@ -372,7 +371,7 @@ def test_every_chip_row_is_its_source():
       ("bandwidth", chip.hbm_bw),
     ):
       (quoted,) = found[what]
-      assert abs(got - quoted * half) <= 0.005 * quoted * half, (kind, what, got, quoted)
+      assert abs(got - quoted) <= 0.005 * quoted, (kind, what, got, quoted)
 
 
 @pytest.mark.parametrize(
@@ -417,7 +416,10 @@ def test_every_slice_of_the_table_gives_its_compile_only_devices():
     "out = {}\n"
     f"for n in {names!r}:\n"
     "  t = chips.parse(n)\n"
-    "  out[n] = [len(chips.compile_only_devices(t)), t.devices]\n"
+    "  devs = chips.compile_only_devices(t)\n"
+    "  out[n] = [len(devs), t.devices]\n"
+    "  if t.platform == 'tpu':  # one device a chip: a megacore's two cores are one device\n"
+    "    out[n + ' chips'] = [len({tuple(d.coords) for d in devs}), len(devs)]\n"
     "print(json.dumps(out))\n"
   )
   env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", "XLA_FLAGS")}
@@ -428,6 +430,7 @@ def test_every_slice_of_the_table_gives_its_compile_only_devices():
   assert p.returncode == 0, p.stderr[-2000:]
   got = json.loads(p.stdout.strip().splitlines()[-1])
   assert {n: a for n, (a, b) in got.items()} == {n: b for n, (a, b) in got.items()}, got
+  assert got["v4-8"] == [4, 4] and got["v5p-8"] == [4, 4]  # 8 TensorCores: 4 chips
 
 
 def test_the_pre_flight_compiles_the_trainers_programs_once_for_the_run():

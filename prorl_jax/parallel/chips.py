@@ -4,9 +4,9 @@ devices (`jax.experimental.topologies`: libtpu for TPUs; the CUDA plugin with a 
 config for NVIDIA GPUs, no driver needed).
 
 `CHIPS` is the one table of per-device numbers, each row with its source. A device is what JAX
-calls a device: a TPU v5p, v5e or v6e chip (v5p's two TensorCores are one megacore device); a
-TPU v4 TensorCore (libtpu's compile-only v4 topology lists each of a chip's two cores, so a v4
-device has half the chip's HBM, FLOP/s and bandwidth); one NVIDIA GPU.
+calls a device on the real slice: a TPU chip (v4's and v5p's two TensorCores are one megacore
+device, which is how JAX runs them; libtpu's compile-only v4 topology lists each core unless
+asked for the megacore chip config, so the tool asks for it); one NVIDIA GPU.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ CHIPS: dict[str, Chip] = {
   "v4": Chip(
     "v4",
     "tpu",
-    16 * GiB,
-    137.5e12,
-    614e9,
-    "cloud.google.com/tpu/docs/v4: 32 GiB, 275 TFLOP/s bf16, 1228 GB/s a chip; halved per core",
-    8,
+    32 * GiB,
+    275e12,
+    1228e9,
+    "cloud.google.com/tpu/docs/v4: 32 GiB HBM, 275 TFLOP/s bf16, 1228 GB/s a chip",
+    4,
   ),
   "v5e": Chip(
     "v5e",
@@ -164,7 +164,7 @@ def parse(name: str) -> Topology:
     raise TopologyError(
       f"{name}: no {kind} slice of {chips} chips in the table; use one of {NAMES}"
     )
-  devices = n if kind == "v4" else chips  # v4: a device per TensorCore (see the module)
+  devices = chips  # a megacore chip is one device (see the module)
   single_host = kind in ("v5e", "v6e") and chips <= 8
   hosts = 1 if single_host else max(1, chips // 4)
   return Topology(name, chip, devices, hosts, grid)
@@ -220,7 +220,11 @@ def compile_only_devices(topo: Topology) -> list:
   # one host holds the whole grid of a single-host slice (v5e-1: 1x1x1, v5e-8: 2x4x1); a
   # multi-host slice's hosts hold 2x2x1 chips each
   per_host = (tuple(topo.shape) + (1,) * 3)[:3] if topo.hosts == 1 else (2, 2, 1)
+  megacore = {"chip_config_name": "megacore"} if topo.chip.kind in _CORES_IN_NAME else {}
   desc = topologies.get_topology_desc(
-    platform="tpu", topology_name=f"{topo.chip.kind}:{grid}", chips_per_host_bounds=per_host
+    platform="tpu",
+    topology_name=f"{topo.chip.kind}:{grid}",
+    chips_per_host_bounds=per_host,
+    **megacore,
   )
   return list(desc.devices)
