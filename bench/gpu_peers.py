@@ -21,7 +21,7 @@ def _hf_config(model_cfg):
   """The transformers config of `model_cfg` (the one its config.json holds), on SDPA attention."""
   import transformers
 
-  return transformers.ModelConfig(**model_cfg.to_hf_dict(), attn_implementation="sdpa")
+  return transformers.Qwen2Config(**model_cfg.to_hf_dict(), attn_implementation="sdpa")
 
 
 def stage_torch(args):

@@ -126,7 +126,7 @@ def torch_step(kw, b, t):
 
   torch.set_num_threads(os.cpu_count() or 1)
   torch.manual_seed(0)
-  hf = transformers.ModelConfig(
+  hf = transformers.Qwen2Config(
     vocab_size=kw["vocab_size"],
     hidden_size=kw["hidden_size"],
     intermediate_size=kw["intermediate_size"],

@@ -30,7 +30,7 @@ def make_hf_qwen2(
   torch.manual_seed(seed)
   qwen3 = family == "qwen3"
   extra = {"head_dim": head_dim or hidden // heads, "attention_bias": False} if qwen3 else {}
-  config_class = transformers.Qwen3Config if qwen3 else transformers.ModelConfig
+  config_class = transformers.Qwen3Config if qwen3 else transformers.Qwen2Config
   model_cfg = config_class(
     **extra,
     vocab_size=vocab,
