@@ -40,20 +40,52 @@ def _init(names, std=0.02):
 class Kernel(nn.Module):
   """Declares a projection's parameters (`kernel` in `shape`, with logical axes `names`; a zero
   `bias` over the output dims when `bias_dims`) and returns them; `layer.decode_layer` applies
-  them."""
+  them. With a LoRA `rank`, also `lora_a` [*in, r] (peft's initialisation: uniform in
+  ±1/sqrt(fan_in)) and `lora_b` [r, *out] (zeros, so the adapted model starts as the base), the
+  first `in_dims` dims of `shape` being the input's; the kernel returned is then
+  `kernel + scale · A @ B`, merged here, inside the layer's scan, in the kernel's dtype."""
 
   shape: tuple[int, ...]
   names: tuple[str, ...]
   bias_dims: int
   param_dtype: Any
+  rank: int = 0
+  scale: float = 0.0
+  in_dims: int = 1
 
   @nn.compact
   def __call__(self):
     kernel = self.param("kernel", _init(self.names), self.shape, self.param_dtype)
+    if self.rank:
+      kernel = kernel + self._delta().astype(kernel.dtype)
     if not self.bias_dims:
       return kernel, None
     zeros = nn.with_logical_partitioning(nn.initializers.zeros, self.names[-self.bias_dims :])
     return kernel, self.param("bias", zeros, self.shape[-self.bias_dims :], self.param_dtype)
+
+  def _delta(self):
+    ins, outs = self.shape[: self.in_dims], self.shape[self.in_dims :]
+    a_init = nn.with_logical_partitioning(lora_a_init, self.names[: self.in_dims] + ("lora",))
+    b_init = nn.with_logical_partitioning(
+      nn.initializers.zeros, ("lora",) + self.names[self.in_dims :]
+    )
+    a = self.param("lora_a", a_init, ins + (self.rank,), jnp.float32)
+    b = self.param("lora_b", b_init, (self.rank,) + outs, jnp.float32)
+    return self.scale * jnp.tensordot(a, b, axes=([a.ndim - 1], [0]))
+
+
+def lora_a_init(key, shape, dtype=jnp.float32):
+  """A LoRA A [*in, r] as peft initialises it (Kaiming-uniform with a = sqrt(5)): uniform in
+  ±1/sqrt(fan_in), fan_in the product of the input dims."""
+  fan_in = 1
+  for d in shape[:-1]:
+    fan_in *= d
+  return jax.random.uniform(key, shape, dtype, -(fan_in**-0.5), fan_in**-0.5)
+
+
+def _lora(c: ModelConfig, target: str) -> tuple[int, float]:
+  """(rank, scale) of the adapter on projection `target`: (0, 0.0) without one."""
+  return (c.lora_rank, c.lora_scale) if c.lora_on(target) else (0, 0.0)
 
 
 class Scale(nn.Module):
@@ -80,14 +112,14 @@ class AttentionWeights(nn.Module):
     pd, dh, bias = _dtype(c.param_dtype), c.head_dim, 2 if c.qkv_bias else 0
 
     def proj(name, n, names):
-      return Kernel((c.hidden_size, n, dh), ("embed",) + names, bias, pd, name=name)()
+      shape, names = (c.hidden_size, n, dh), ("embed",) + names
+      return Kernel(shape, names, bias, pd, *_lora(c, name), name=name)()
 
     q = proj("q_proj", c.num_heads, ("heads", "head_dim"))
     k = proj("k_proj", c.num_kv_heads, ("kv_heads", "head_dim"))
     v = proj("v_proj", c.num_kv_heads, ("kv_heads", "head_dim"))
-    o, _ = Kernel(
-      (c.num_heads, dh, c.hidden_size), ("heads", "head_dim", "embed"), 0, pd, name="o_proj"
-    )()
+    o_shape, o_names = (c.num_heads, dh, c.hidden_size), ("heads", "head_dim", "embed")
+    o, _ = Kernel(o_shape, o_names, 0, pd, *_lora(c, "o_proj"), 2, name="o_proj")()
     norms = (None, None)
     if c.qk_norm:
       norms = (Scale(dh, pd, name="q_norm")(), Scale(dh, pd, name="k_norm")())
@@ -103,9 +135,9 @@ class MLPWeights(nn.Module):
   def __call__(self):
     c = self.model_cfg
     pd, d, f = _dtype(c.param_dtype), c.hidden_size, c.intermediate_size
-    gate, _ = Kernel((d, f), ("embed", "mlp"), 0, pd, name="gate_proj")()
-    up, _ = Kernel((d, f), ("embed", "mlp"), 0, pd, name="up_proj")()
-    down, _ = Kernel((f, d), ("mlp", "embed"), 0, pd, name="down_proj")()
+    gate, _ = Kernel((d, f), ("embed", "mlp"), 0, pd, *_lora(c, "gate_proj"), name="gate_proj")()
+    up, _ = Kernel((d, f), ("embed", "mlp"), 0, pd, *_lora(c, "up_proj"), name="up_proj")()
+    down, _ = Kernel((f, d), ("mlp", "embed"), 0, pd, *_lora(c, "down_proj"), name="down_proj")()
     return gate, up, down
 
 

@@ -26,6 +26,11 @@ REQUIRED_FIELDS = (
 )
 
 
+# The projections a LoRA adapter may sit on, as the checkpoint (and peft's target_modules) names
+# them.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """The Qwen2 / Qwen3 architecture (`family`; sizes, grouped-query attention heads, RoPE;
@@ -52,6 +57,10 @@ class ModelConfig:
   attention_impl: str = "xla"  # xla | cudnn | splash (full passes without a cache only)
   attention_chunk: int = 1024  # xla: query rows per attention block (0 = one block)
   attention_window: int = 0  # xla: no segment is longer (packed rows); 0 = a segment may fill a row
+  # LoRA (`model.lora`): rank-r adapters on the `lora_targets` projections, scaled alpha / r
+  lora_rank: int = 0  # 0: none (full fine-tuning)
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = ()
 
   def __post_init__(self):
     if self.num_heads % self.num_kv_heads:
@@ -65,11 +74,23 @@ class ModelConfig:
       raise ValueError(f"remat must be one of none, full, dots, got {self.remat!r}")
     if self.family not in FAMILIES:
       raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+    if self.lora_rank < 0 or (self.lora_rank and not self.lora_targets):
+      raise ValueError(f"lora_rank={self.lora_rank} needs a rank >= 0 and lora_targets when > 0")
+    if unknown := set(self.lora_targets) - set(LORA_TARGETS):
+      raise ValueError(f"lora_targets {sorted(unknown)} are not among {', '.join(LORA_TARGETS)}")
     if self.attention_impl not in ("xla", "cudnn", "splash"):
       raise ValueError(f"attention_impl must be xla, cudnn or splash, got {self.attention_impl!r}")
 
   def replace(self, **kw) -> ModelConfig:
     return dataclasses.replace(self, **kw)
+
+  @property
+  def lora_scale(self) -> float:
+    """What an adapter's product A @ B is scaled by (peft's `scaling`: alpha / r)."""
+    return self.lora_alpha / self.lora_rank if self.lora_rank else 0.0
+
+  def lora_on(self, target: str) -> bool:
+    return self.lora_rank > 0 and target in self.lora_targets
 
   @property
   def qkv_bias(self) -> bool:

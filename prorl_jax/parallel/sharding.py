@@ -28,6 +28,7 @@ LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
   ("head_dim", None),
   ("mlp", "tensor"),
   ("norm", None),
+  ("lora", None),  # a LoRA adapter's rank: small, replicated
   ("act_batch", ("data", "fsdp")),
   ("act_seq", None),
   ("act_embed", None),

@@ -1,0 +1,113 @@
+"""LoRA adapters against peft's, on small Qwen2 and Qwen3 models built by transformers (the
+independent reference): the adapted forward equals peft's, merged equals unmerged, a fresh
+adapter is the base model, gradients reach only the adapters, and peft's tensors round-trip."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from prorl_jax.model import forward, load_hf, lora
+from prorl_jax.model.presets import LORA_TARGETS
+from tests.hf_fixtures import hf_logits, make_hf_qwen2
+
+TOL = 1e-4
+
+
+def _peft(model, rank, alpha, targets, seed):
+  """The transformers model under a peft LoRA adapter with random A and B (B is zero at peft's
+  start: random here so the adapter does something)."""
+  import peft
+  import torch
+
+  cfg = peft.LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0)
+  wrapped = peft.get_peft_model(model, cfg).eval()
+  gen = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for name, p in wrapped.named_parameters():
+      if "lora_" in name:
+        p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+  return wrapped
+
+
+@pytest.mark.parametrize(
+  "family,targets",
+  [("qwen2", LORA_TARGETS), ("qwen3", ("q_proj", "v_proj", "o_proj", "down_proj"))],
+)
+def test_the_adapted_forward_is_peft_s(tmp_path, family, targets):
+  rank, alpha = 4, 8.0
+  model = make_hf_qwen2(str(tmp_path), family=family, heads=4, kv_heads=2, hidden=64)
+  base_cfg, base = load_hf(str(tmp_path))
+  tokens = np.random.RandomState(0).randint(0, 97, size=(2, 9))
+  base_logits = hf_logits(model, tokens)
+  wrapped = _peft(model, rank, alpha, targets, seed=1)
+  want = hf_logits(wrapped, tokens)
+  assert np.abs(want - base_logits).max() > 0.1  # the adapter changes the model
+  c = base_cfg.replace(lora_rank=rank, lora_alpha=alpha, lora_targets=tuple(targets))
+  tensors = {k: v.detach().numpy() for k, v in wrapped.state_dict().items() if "lora_" in k}
+  params = lora.with_adapters(base, lora.from_peft(c, tensors))
+  got = np.asarray(forward(c, params, jnp.asarray(tokens)))
+  np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+  # merged (what an engine or an export loads) equals unmerged
+  merged_cfg, merged = lora.merged(c, params)
+  assert merged_cfg.lora_rank == 0 and not lora.adapters(merged)
+  np.testing.assert_allclose(
+    np.asarray(forward(merged_cfg, merged, jnp.asarray(tokens))), want, atol=TOL, rtol=0
+  )
+  # and peft's tensors come back out as peft names and lays them out
+  back = lora.to_peft(c, params)
+  saved = {k.replace(".default.weight", ".weight"): v for k, v in tensors.items()}
+  assert set(back) == set(saved)
+  for k, v in back.items():
+    np.testing.assert_array_equal(v, saved[k])
+
+
+def test_fresh_adapters_are_the_base_and_only_they_learn(tmp_path):
+  model = make_hf_qwen2(str(tmp_path), family="qwen2")
+  base_cfg, base = load_hf(str(tmp_path))
+  c = base_cfg.replace(lora_rank=2, lora_alpha=4.0, lora_targets=("q_proj", "o_proj", "up_proj"))
+  fresh = lora.init_adapters(c, jax.random.PRNGKey(0))
+  a = fresh["layers"]["attn"]["o_proj"]["lora_a"]
+  assert a.shape == (c.num_layers, c.num_heads, c.head_dim, 2)  # o_proj: two input dims
+  bound = (c.num_heads * c.head_dim) ** -0.5  # peft's Kaiming-uniform: ±1/sqrt(fan_in)
+  assert 0.8 * bound < float(jnp.abs(a).max()) <= bound
+  assert not np.any(np.asarray(fresh["layers"]["attn"]["o_proj"]["lora_b"]))
+  params = lora.with_adapters(base, fresh)
+  tokens = np.random.RandomState(2).randint(0, 97, size=(2, 7))
+  np.testing.assert_allclose(
+    np.asarray(forward(c, params, jnp.asarray(tokens))), hf_logits(model, tokens), atol=TOL
+  )
+  mask = lora.trainable_mask(params)
+  assert sum(jax.tree.leaves(mask)) == 6  # A and B of three targets
+
+  def loss(p):
+    return jnp.mean(forward(c, p, jnp.asarray(tokens))[..., 3])
+
+  grads = jax.grad(loss)(params)
+  flat = jax.tree_util.tree_flatten_with_path(grads)[0]
+  for path, g in flat:
+    if lora.is_adapter(path) and path[-1].key == "lora_b":
+      assert float(jnp.abs(g).max()) > 0, path  # B gets a gradient at step 0 (A is random)
+  # the optimizer sees only the adapters: the base is not updated and has no Adam moments
+  import optax
+
+  tx = lora.adapters_only(optax.adam(0.1), params)
+  state = tx.init(params)
+  moments = sum(x.size for x in jax.tree.leaves(state) if hasattr(x, "size") and x.ndim)
+  adapter_size = sum(x.size for x in jax.tree.leaves(lora.adapters(params)))
+  assert moments == 2 * adapter_size
+  upd, _ = tx.update(grads, state, params)
+  new = optax.apply_updates(params, upd)
+  for (path, old), nw in zip(jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(new)):
+    changed = not np.array_equal(np.asarray(old), np.asarray(nw))
+    # at step 0 only B moves: A's gradient goes through B, zero until B is not
+    assert changed == (lora.is_adapter(path) and path[-1].key == "lora_b"), path
+
+
+def test_a_bad_adapter_setting_is_refused():
+  from prorl_jax.model import presets
+
+  with pytest.raises(ValueError, match="not among"):
+    presets.tiny(lora_rank=2, lora_targets=("qkv",))
+  with pytest.raises(ValueError, match="needs a rank"):
+    presets.tiny(lora_rank=2)
