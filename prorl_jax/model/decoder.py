@@ -83,9 +83,10 @@ def lora_a_init(key, shape, dtype=jnp.float32):
   return jax.random.uniform(key, shape, dtype, -(fan_in**-0.5), fan_in**-0.5)
 
 
-def _lora(c: ModelConfig, target: str) -> tuple[int, float]:
+def _lora(model_cfg: ModelConfig, target: str) -> tuple[int, float]:
   """(rank, scale) of the adapter on projection `target`: (0, 0.0) without one."""
-  return (c.lora_rank, c.lora_scale) if c.lora_on(target) else (0, 0.0)
+  on = model_cfg.lora_on(target)
+  return (model_cfg.lora_rank, model_cfg.lora_scale) if on else (0, 0.0)
 
 
 class Scale(nn.Module):

@@ -34,9 +34,15 @@ _WHERE = {
 assert tuple(_WHERE) == LORA_TARGETS
 
 
-def io_shapes(c: ModelConfig, target: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def io_shapes(model_cfg: ModelConfig, target: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
   """(input dims, output dims) of a projection's kernel, per layer, as our kernels lay them out."""
-  d, h, k, dh, f = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size
+  d, h, k, dh, f = (
+    model_cfg.hidden_size,
+    model_cfg.num_heads,
+    model_cfg.num_kv_heads,
+    model_cfg.head_dim,
+    model_cfg.intermediate_size,
+  )
   return {
     "q_proj": ((d,), (h, dh)),
     "k_proj": ((d,), (k, dh)),
@@ -94,70 +100,72 @@ def with_adapters(params, adapter_tree) -> dict:
   return put(params, adapter_tree)
 
 
-def init_adapters(c: ModelConfig, rng) -> dict:
-  """Fresh adapters for every target of `c`: A as peft initialises it, B zero (the adapted model
-  starts as its base)."""
+def init_adapters(model_cfg: ModelConfig, rng) -> dict:
+  """Fresh adapters for every target of `model_cfg`: A as peft initialises it, B zero (the
+  adapted model starts as its base)."""
   out: dict = {}
-  for i, target in enumerate(t for t in LORA_TARGETS if c.lora_on(t)):
-    ins, outs = io_shapes(c, target)
-    a = jax.vmap(lambda k, ins=ins: lora_a_init(k, ins + (c.lora_rank,)))(
-      jax.random.split(jax.random.fold_in(rng, i), c.num_layers)
+  for i, target in enumerate(t for t in LORA_TARGETS if model_cfg.lora_on(t)):
+    ins, outs = io_shapes(model_cfg, target)
+    a = jax.vmap(lambda k, ins=ins: lora_a_init(k, ins + (model_cfg.lora_rank,)))(
+      jax.random.split(jax.random.fold_in(rng, i), model_cfg.num_layers)
     )
     (mod, name), _ = _WHERE[target]
-    b = jnp.zeros((c.num_layers, c.lora_rank) + outs, jnp.float32)
+    b = jnp.zeros((model_cfg.num_layers, model_cfg.lora_rank) + outs, jnp.float32)
     out.setdefault("layers", {}).setdefault(mod, {})[name] = {"lora_a": a, "lora_b": b}
   return out
 
 
-def merged(c: ModelConfig, params) -> tuple[ModelConfig, dict]:
+def merged(model_cfg: ModelConfig, params) -> tuple[ModelConfig, dict]:
   """(the config without adapters, params with each adapted kernel replaced by kernel + scale ·
   A @ B and the adapters dropped): what the engines, vLLM and an export load."""
   layers = params["layers"]
   new_layers = {mod: dict(node) for mod, node in layers.items()}
   for target in LORA_TARGETS:
-    if not c.lora_on(target):
+    if not model_cfg.lora_on(target):
       continue
     (mod, name), _ = _WHERE[target]
     node = dict(layers[mod][name])
     a, b = node.pop("lora_a"), node.pop("lora_b")
     delta = jax.vmap(lambda x, y: jnp.tensordot(x, y, axes=([x.ndim - 1], [0])))(a, b)
     kernel = node["kernel"]
-    node["kernel"] = (kernel.astype(jnp.float32) + c.lora_scale * delta).astype(kernel.dtype)
+    node["kernel"] = (kernel.astype(jnp.float32) + model_cfg.lora_scale * delta).astype(
+      kernel.dtype
+    )
     new_layers[mod][name] = node
-  base = c.replace(lora_rank=0, lora_targets=())
+  base = model_cfg.replace(lora_rank=0, lora_targets=())
   return base, {**params, "layers": new_layers}
 
 
-def to_peft(c: ModelConfig, params) -> dict[str, np.ndarray]:
+def to_peft(model_cfg: ModelConfig, params) -> dict[str, np.ndarray]:
   """The adapters as peft saves them (adapter_model.safetensors): per layer and target
   `base_model.model.model.layers.{i}.{module}.lora_A.weight` [r, in] and `lora_B.weight`
   [out, r], float32."""
   out = {}
   for target in LORA_TARGETS:
-    if not c.lora_on(target):
+    if not model_cfg.lora_on(target):
       continue
     (mod, name), module = _WHERE[target]
     node = params["layers"][mod][name]
     a, b = np.asarray(node["lora_a"], np.float32), np.asarray(node["lora_b"], np.float32)
-    for i in range(c.num_layers):
+    for i in range(model_cfg.num_layers):
       key = f"base_model.model.model.layers.{i}.{module}"
-      out[f"{key}.lora_A.weight"] = a[i].reshape(-1, c.lora_rank).T.copy()
-      out[f"{key}.lora_B.weight"] = b[i].reshape(c.lora_rank, -1).T.copy()
+      out[f"{key}.lora_A.weight"] = a[i].reshape(-1, model_cfg.lora_rank).T.copy()
+      out[f"{key}.lora_B.weight"] = b[i].reshape(model_cfg.lora_rank, -1).T.copy()
   return out
 
 
-def from_peft(c: ModelConfig, tensors: dict) -> dict:
+def from_peft(model_cfg: ModelConfig, tensors: dict) -> dict:
   """Adapters from peft's tensors (`to_peft`'s names; a live model's `.lora_A.default.weight`
   too), in our layout."""
   tensors = {k.replace(".default.weight", ".weight"): v for k, v in tensors.items()}
   out: dict = {}
   for target in LORA_TARGETS:
-    if not c.lora_on(target):
+    if not model_cfg.lora_on(target):
       continue
     (mod, name), module = _WHERE[target]
-    ins, outs = io_shapes(c, target)
+    ins, outs = io_shapes(model_cfg, target)
     a, b = [], []
-    for i in range(c.num_layers):
+    for i in range(model_cfg.num_layers):
       key = f"base_model.model.model.layers.{i}.{module}"
       a.append(np.asarray(tensors[f"{key}.lora_A.weight"], np.float32).T.reshape(ins + (-1,)))
       b.append(np.asarray(tensors[f"{key}.lora_B.weight"], np.float32).T.reshape((-1,) + outs))
