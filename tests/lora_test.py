@@ -91,7 +91,7 @@ def test_fresh_adapters_are_the_base_and_only_they_learn(tmp_path):
   # the optimizer sees only the adapters: the base is not updated and has no Adam moments
   import optax
 
-  tx = lora.adapters_only(optax.adam(0.1), params)
+  tx = lora.adapters_only(optax.adam(0.1))
   state = tx.init(params)
   moments = sum(x.size for x in jax.tree.leaves(state) if hasattr(x, "size") and x.ndim)
   adapter_size = sum(x.size for x in jax.tree.leaves(lora.adapters(params)))
@@ -111,3 +111,108 @@ def test_a_bad_adapter_setting_is_refused():
     presets.tiny(lora_rank=2, lora_targets=("qkv",))
   with pytest.raises(ValueError, match="needs a rank"):
     presets.tiny(lora_rank=2)
+
+
+def _lora_state(rank=2):
+  from prorl_jax.model import init_params, presets
+  from prorl_jax.trainer import train_step as ts
+
+  c = presets.tiny(lora_rank=rank, lora_alpha=4.0, lora_targets=("q_proj", "down_proj"))
+  params = init_params(c, jax.random.PRNGKey(0))
+  tx = lora.adapters_only(ts.make_optimizer(1e-2))
+  return c, tx, ts._new_state(params, tx)
+
+
+def test_the_reference_is_the_base_with_the_references_adapters():
+  """No second copy of the base: the reference holds only adapters; its log-probs are the
+  base model's until the first reset, the snapshot's after it."""
+  from prorl_jax.model import log_probs
+  from prorl_jax.trainer import train_step as ts
+
+  c, tx, state = _lora_state()
+  ref_leaves = jax.tree.leaves(state.ref_params)
+  assert len(ref_leaves) == 4 and all(x.dtype == jnp.float32 for x in ref_leaves)
+  assert sum(x.size for x in ref_leaves) < sum(x.size for x in jax.tree.leaves(state.params)) / 10
+  tokens = jnp.asarray(np.random.RandomState(0).randint(0, 32, (2, 8)))
+  base_cfg, base = lora.merged(c, state.params)
+  base_lp = np.asarray(log_probs(base_cfg, base, tokens))  # B = 0: the adapters add nothing
+
+  def ref_lp(s):
+    return np.asarray(log_probs(c, lora.reference_params(s.params, s.ref_params), tokens))
+
+  np.testing.assert_allclose(ref_lp(state), base_lp, atol=1e-6)
+  # the policy moves (its B no longer zero); the reference does not
+  moved = jax.tree_util.tree_map_with_path(
+    lambda p, x: x + 0.5 if lora.is_adapter(p) and p[-1].key == "lora_b" else x, state.params
+  )
+  state = state.replace(params=moved)
+  policy_lp = np.asarray(log_probs(c, moved, tokens))
+  assert np.abs(policy_lp - base_lp).max() > 1e-3
+  np.testing.assert_allclose(ref_lp(state), base_lp, atol=1e-6)
+  # a reset makes the snapshot the reference
+  state = ts.reset_reference(state, tx)
+  np.testing.assert_allclose(ref_lp(state), policy_lp, atol=1e-6)
+
+
+def test_the_optimizer_state_is_the_adapters_only():
+  from prorl_jax.trainer import train_step as ts
+
+  c, tx, state = _lora_state()
+  moments = [x for x in jax.tree.leaves(state.opt_state) if x.ndim]
+  adapters = jax.tree.leaves(lora.adapters(state.params))
+  assert sum(x.size for x in moments) == 2 * sum(x.size for x in adapters)  # Adam's m and v
+  full = ts._new_state(lora.merged(c, state.params)[1], ts.make_optimizer(1e-2))
+  assert sum(x.size for x in jax.tree.leaves(full.opt_state)) > 20 * sum(x.size for x in moments)
+
+
+@pytest.mark.parametrize(
+  "key,value,says",
+  [
+    ("lora.targets", "q_proj,qkv", "lora.targets qkv are not among q_proj"),
+    ("lora.dropout", 0.1, "lora.dropout must be 0"),
+    ("lora.rank", -1, "lora.rank"),
+  ],
+)
+def test_a_bad_lora_setting_is_one_line(key, value, says):
+  from prorl_jax import config as config_lib
+
+  cfg = config_lib.base_config()
+  cfg.lora.rank = 4
+  section, leaf = key.split(".")
+  cfg[section][leaf] = value
+  with pytest.raises(config_lib.ConfigError, match=says):
+    config_lib.validate(cfg)
+
+
+def test_a_lora_run_exports_merged_and_as_a_peft_adapter(tmp_path, base):
+  """One step of a LoRA run on the tiny base, then `prorl-export` both ways: transformers with
+  peft's adapter loaded from the exported directory computes the logits of the merged export,
+  and the adapter has moved off zero (the run trained it)."""
+  import json
+  import os
+
+  import torch
+  import transformers
+  from peft import PeftModel
+
+  from prorl_jax.evaluation.export import export
+  from tests import loop_helpers as lh
+
+  run = str(tmp_path / "run")
+  lh.finish(lh.start(run, base, 1, **{"lora.rank": 4, "optim.lr": 1e-3}))
+  merged_dir, adapter_dir = str(tmp_path / "merged"), str(tmp_path / "adapter")
+  export(run, merged_dir, dtype="float32")
+  export(run, adapter_dir, adapter=True)
+  config = json.load(open(os.path.join(adapter_dir, "adapter_config.json")))
+  assert config["r"] == 4 and set(config["target_modules"]) == set(LORA_TARGETS)
+  merged = transformers.AutoModelForCausalLM.from_pretrained(merged_dir).eval()
+  vocab = merged.config.vocab_size
+  tokens = torch.tensor(np.random.RandomState(0).randint(0, vocab, (2, 9)))
+  with torch.no_grad():
+    plain = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    base_logits = plain(tokens).logits.numpy()
+    adapted = PeftModel.from_pretrained(plain, adapter_dir).eval()
+    want = merged(tokens).logits.numpy()
+    got = adapted(tokens).logits.numpy()
+  np.testing.assert_allclose(got, want, atol=TOL, rtol=0)
+  assert np.abs(want - base_logits).max() > 1e-6  # the adapter is not the base's zero

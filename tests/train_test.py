@@ -57,7 +57,9 @@ def _kill_during_a_save(run_dir, proc, timeout=300):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [{}, PIPELINE], ids=["serial", "pipelined"])
+@pytest.mark.parametrize(
+  "extra", [{}, PIPELINE, {"lora.rank": 8}], ids=["serial", "pipelined", "lora"]
+)
 def test_exact_resume_after_kill9(tmp_path, base, extra):
   """kill -9 right after a checkpoint (with the pipeline: the next step's rollouts in flight,
   and once more after the next step published its weights, before its checkpoint) and,
@@ -65,7 +67,7 @@ def test_exact_resume_after_kill9(tmp_path, base, extra):
   the cut the carry-over buffer holds groups, the length penalty is inside a cycle and (with the
   pipeline) the prefetch is in flight: 16 samples a prompt make a quarter to a third of the
   groups informative, so refill rounds overshoot the batch and leave groups over."""
-  pipelined, extra = bool(extra), dict(extra, **{"rollout.n": 16})
+  pipelined, extra = bool(extra.get("rollout.pipeline")), dict(extra, **{"rollout.n": 16})
   ref_dir = str(tmp_path / "ref")
   finish(start(ref_dir, base, 6, **extra))
   cuts = {str(tmp_path / "cut"): "resumed from checkpoint step 3"}

@@ -1,6 +1,7 @@
-"""`python -m prorl_jax.cli.export CHECKPOINT OUT [--base=HF_DIR] [--dtype=bfloat16]` (=
-`prorl-export`): an Orbax checkpoint step of a run as a Hugging Face directory (safetensors +
-config.json + tokenizer) that transformers and vLLM load. The conversion is
+"""`python -m prorl_jax.cli.export CHECKPOINT OUT [--base=HF_DIR] [--dtype=bfloat16] [--adapter]`
+(= `prorl-export`): an Orbax checkpoint step of a run as a Hugging Face directory (safetensors +
+config.json + tokenizer) that transformers and vLLM load; a LoRA run's adapters merged into its
+base, or with --adapter as a PEFT adapter directory. The conversion is
 `prorl_jax.evaluation.export`."""
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ flags.DEFINE_string(
 )
 flags.DEFINE_enum(
   "dtype", "bfloat16", ["bfloat16", "float16", "float32"], "the weights' dtype", flag_values=FLAGS
+)
+flags.DEFINE_bool(
+  "adapter",
+  False,
+  "a LoRA run's adapters as a PEFT adapter directory (default: merged into the base)",
+  flag_values=FLAGS,
 )
 
 
@@ -45,8 +52,9 @@ def main(argv=None) -> int:
         f"new Hugging Face directory), got {len(args)} arguments"
       )
     checkpoint, out = args
-    step_dir = export(checkpoint, out, FLAGS.base, FLAGS.dtype)
-    print(f"wrote {out} from {step_dir} ({FLAGS.dtype})")
+    step_dir = export(checkpoint, out, FLAGS.base, FLAGS.dtype, adapter=FLAGS.adapter)
+    what = "a PEFT adapter" if FLAGS.adapter else FLAGS.dtype
+    print(f"wrote {out} from {step_dir} ({what})")
     return 0
 
   return errors.exit_status(run, ExportError)

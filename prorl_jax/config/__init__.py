@@ -25,7 +25,7 @@ from prorl_jax.config.fields import (  # noqa: F401 (the choices are part of the
   LENGTH_PENALTY_MODES,
   REMAT,
 )
-from prorl_jax.records import SamplingParams
+from prorl_jax.records import LORA_TARGETS, SamplingParams
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -133,6 +133,17 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _in(cfg, "model.param_dtype", DTYPES)
   _in(cfg, "model.compute_dtype", DTYPES)
   _in(cfg, "model.remat", REMAT)
+  _range(cfg, "lora.rank", 0, integer=True)
+  _range(cfg, "lora.alpha", 0, lo_open=True)
+  if cfg.lora.dropout != 0:
+    _fail(
+      f"lora.dropout must be 0, got {cfg.lora.dropout!r}: a dropped input changes the "
+      "policy's log-probs between passes"
+    )
+  if cfg.lora.rank and (bad := set(items(cfg.lora.targets)) - set(LORA_TARGETS)):
+    _fail(f"lora.targets {', '.join(sorted(bad))} are not among {', '.join(LORA_TARGETS)}")
+  if cfg.lora.rank and not items(cfg.lora.targets):
+    _fail("lora.targets is empty: name the projections that get adapters (lora.rank > 0)")
   _in(cfg, "model.attention_impl", ATTENTION_IMPLS)
   if cfg.model.attention_impl == "cudnn" and cfg.model.compute_dtype == "float32":
     raise ConfigError(

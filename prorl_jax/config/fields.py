@@ -5,6 +5,7 @@ from it; docs/config.md is generated from it."""
 from __future__ import annotations
 
 from prorl_jax.algo import AGG_MODES, ESTIMATORS, IS_MODES, KL_KINDS  # noqa: F401 (config API)
+from prorl_jax.records import LORA_TARGETS
 
 LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
@@ -52,6 +53,19 @@ FIELDS: dict = {
       "share of accelerator memory JAX takes (0 = JAX's default, or "
       "what a local vLLM worker on the same GPU leaves)",
     ),
+  },
+  "lora": {
+    "rank": (
+      0,
+      "LoRA: adapters of this rank on lora.targets, the base model frozen and the reference the "
+      "base with the reference's adapters; 0 = full fine-tuning",
+    ),
+    "alpha": (16.0, "LoRA: the adapters' product is scaled by alpha / rank (peft's lora_alpha)"),
+    "targets": (
+      ",".join(LORA_TARGETS),
+      "LoRA: the projections that get adapters, comma-separated (peft's target_modules)",
+    ),
+    "dropout": (0.0, "LoRA dropout: 0 only (a dropped input changes the policy's log-probs)"),
   },
   "mesh": {
     "data": (1, "data-parallel replicas of the trainer"),

@@ -59,20 +59,65 @@ def base_model_dir(step_dir: str, base: str | None) -> str:
   return path
 
 
-def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfloat16") -> str:
-  """Writes the checkpoint's policy as a HF directory at `out`; returns the step directory."""
+def run_lora(step_dir: str) -> dict:
+  """The run's LoRA settings from its record (`lora.*`): ModelConfig's keywords, {} for full
+  fine-tuning (a run recorded before LoRA existed too)."""
+  run_dir = os.path.dirname(os.path.dirname(step_dir))
+  section = ((run_record.read(run_dir) or {}).get("config") or {}).get("lora") or {}
+  if not section.get("rank"):
+    return {}
+  targets = tuple(t.strip() for t in str(section["targets"]).split(",") if t.strip())
+  return dict(lora_rank=section["rank"], lora_alpha=section["alpha"], lora_targets=targets)
+
+
+def write_adapter(model_cfg, params, out: str, base: str) -> None:
+  """The adapters as a PEFT adapter directory (adapter_model.safetensors and adapter_config.json)
+  that `peft.PeftModel.from_pretrained(base_model, out)` loads."""
+  from safetensors.numpy import save_file
+
+  from prorl_jax.model import lora
+
+  os.makedirs(out, exist_ok=True)
+  save_file(lora.to_peft(model_cfg, params), os.path.join(out, "adapter_model.safetensors"))
+  config = {
+    "peft_type": "LORA",
+    "task_type": "CAUSAL_LM",
+    "base_model_name_or_path": base,
+    "r": model_cfg.lora_rank,
+    "lora_alpha": model_cfg.lora_alpha,
+    "lora_dropout": 0.0,
+    "target_modules": list(model_cfg.lora_targets),
+    "bias": "none",
+    "fan_in_fan_out": False,
+    "inference_mode": True,
+    "use_rslora": False,
+    "use_dora": False,
+  }
+  with open(os.path.join(out, "adapter_config.json"), "w") as f:
+    json.dump(config, f, indent=2)
+
+
+def export(
+  checkpoint: str, out: str, base: str | None = None, dtype: str = "bfloat16", adapter=False
+) -> str:
+  """Writes the checkpoint's policy as a HF directory at `out` (a LoRA run's adapters merged into
+  its base), or with `adapter` its adapters as a PEFT adapter directory; returns the step
+  directory."""
   # lazy: JAX and Orbax load only to export; the run record and the CLI's errors need neither
   import jax
   import numpy as np
   import orbax.checkpoint as ocp
 
-  from prorl_jax.model import hf_weights, init_params, presets, save_hf
+  from prorl_jax.model import hf_weights, init_params, lora, presets, save_hf
 
   if dtype not in ("bfloat16", "float32", "float16"):
     raise ExportError(f"--dtype must be bfloat16, float16 or float32, got {dtype!r}")
   step_dir = find_step(checkpoint)
   base = base_model_dir(step_dir, base)
-  model_cfg = presets.ModelConfig.from_hf_dict(hf_weights.read_hf_config(base))
+  adapted = run_lora(step_dir)
+  if adapter and not adapted:
+    raise ExportError(f"{step_dir} is a run without LoRA (lora.rank 0): no adapter to export")
+  model_cfg = presets.ModelConfig.from_hf_dict(hf_weights.read_hf_config(base), **adapted)
   abstract = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
   target = {"params": jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)}
   args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
@@ -88,7 +133,11 @@ def export(checkpoint: str, out: str, base: str | None = None, dtype: str = "bfl
     ) from None
   if os.path.exists(out) and os.listdir(out):
     raise ExportError(f"{out} exists and is not empty; give a new directory")
-  save_hf(model_cfg, restored["params"], out, tokenizer_dir=base, dtype=dtype)
+  if adapter:
+    write_adapter(model_cfg, restored["params"], out, base)
+    return step_dir
+  model_cfg, params = lora.merged(model_cfg, restored["params"])
+  save_hf(model_cfg, params, out, tokenizer_dir=base, dtype=dtype)
   return step_dir
 
 

@@ -133,8 +133,14 @@ def load_hf(
   remat: str = "none",
   attention_impl: str = "xla",
   attention_chunk: int = 1024,
+  lora_rank: int = 0,
+  lora_alpha: float = 16.0,
+  lora_targets: tuple[str, ...] = (),
+  lora_seed: int = 0,
 ):
-  """(model_cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given."""
+  """(model_cfg, params) from a HF directory; placed in `mesh`'s shardings when one is given.
+  With `lora_rank`, fresh adapters (`lora.init_adapters`, seeded by `lora_seed`) join the base:
+  the adapted model starts as the base."""
   model_cfg = ModelConfig.from_hf_dict(
     hf_weights.read_hf_config(path),
     param_dtype=dtype,
@@ -142,8 +148,16 @@ def load_hf(
     remat=remat,
     attention_impl=attention_impl,
     attention_chunk=attention_chunk,
+    lora_rank=lora_rank,
+    lora_alpha=lora_alpha,
+    lora_targets=tuple(lora_targets),
   )
   host = hf_weights.hf_to_params(model_cfg, hf_weights.read_tensors(path), jnp.dtype(dtype))
+  if lora_rank:
+    from prorl_jax.model import lora  # the adapters' module imports the decoder's init
+
+    fresh = lora.init_adapters(model_cfg, jax.random.PRNGKey(lora_seed))
+    host = lora.with_adapters(host, jax.tree.map(np.asarray, fresh))
   if mesh is None:
     return model_cfg, jax.tree.map(jnp.asarray, host)
   shardings = param_shardings(model_cfg, mesh)

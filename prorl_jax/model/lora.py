@@ -65,14 +65,29 @@ def trainable_mask(params):
   return jax.tree_util.tree_map_with_path(lambda p, _: is_adapter(p), params)
 
 
-def adapters_only(tx, params) -> optax.GradientTransformation:
+def _labels(params):
+  return jax.tree_util.tree_map_with_path(
+    lambda p, _: "adapter" if is_adapter(p) else "base", params
+  )
+
+
+def adapters_only(tx) -> optax.GradientTransformation:
   """`tx` on the adapters, nothing on the frozen base: its updates are zero and it holds no
   optimizer state (no Adam moments for the base). Not `optax.masked`, which passes a masked
   leaf's gradient through as its update."""
-  labels = jax.tree_util.tree_map_with_path(
-    lambda p, _: "adapter" if is_adapter(p) else "base", params
-  )
-  return optax.multi_transform({"adapter": tx, "base": optax.set_to_zero()}, labels)
+  return optax.multi_transform({"adapter": tx, "base": optax.set_to_zero()}, _labels)
+
+
+def reference(params):
+  """What the reference policy keeps of `params` (at the start and at each reset): with
+  adapters, only them (the base is frozen and shared: no second copy of it), else all."""
+  return adapters(params) or params
+
+
+def reference_params(params, ref):
+  """The reference policy's whole params: the base with the reference's adapters (`ref` as
+  `reference` kept it), or `ref` itself without adapters. Arrays are shared, not copied."""
+  return with_adapters(params, ref) if adapters(params) else ref
 
 
 def adapters(params) -> dict:
@@ -117,7 +132,10 @@ def init_adapters(model_cfg: ModelConfig, rng) -> dict:
 
 def merged(model_cfg: ModelConfig, params) -> tuple[ModelConfig, dict]:
   """(the config without adapters, params with each adapted kernel replaced by kernel + scale ·
-  A @ B and the adapters dropped): what the engines, vLLM and an export load."""
+  A @ B and the adapters dropped): what the engines, vLLM and an export load. Without adapters
+  both as given."""
+  if not model_cfg.lora_rank:
+    return model_cfg, params
   layers = params["layers"]
   new_layers = {mod: dict(node) for mod, node in layers.items()}
   for target in LORA_TARGETS:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from prorl_jax.records import LORA_TARGETS  # noqa: F401 (model.presets.LORA_TARGETS)
+
 SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 # model_type -> architecture: the families the one decoder layer runs. Qwen2 biases its q/k/v
 # projections; Qwen3 has no bias and RMS-normalises each head's queries and keys before RoPE.
@@ -24,11 +26,6 @@ REQUIRED_FIELDS = (
   "num_hidden_layers",
   "num_attention_heads",
 )
-
-
-# The projections a LoRA adapter may sit on, as the checkpoint (and peft's target_modules) names
-# them.
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclasses.dataclass(frozen=True)

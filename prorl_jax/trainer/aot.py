@@ -69,7 +69,7 @@ def model_config(cfg, platform: str):
   """The run's model config from `model.path` (a directory with at least config.json, or a
   preset name: `presets.PRESETS`), with `model.path` empty the preset of `model.name`, or the
   demo's tiny model (`model.build_tiny`)."""
-  m = cfg.model
+  m = Plan.from_config(cfg).model
   opts = setup.model_options(m, platform)
   opts["param_dtype"] = opts.pop("dtype")
   arch = presets.preset(m.path or m.name)

@@ -20,6 +20,7 @@ from prorl_jax import config as config_lib
 from prorl_jax.algo import shaping
 from prorl_jax.config import engines as specs
 from prorl_jax.data.sources import DataSpec
+from prorl_jax.model import lora
 from prorl_jax.records import SamplingParams
 from prorl_jax.trainer import placement
 from prorl_jax.trainer import train_step as ts
@@ -106,9 +107,12 @@ class OptimizerPlan:
   b2: float
   eps: float
   grad_clip: float
+  adapters_only: bool = False  # LoRA: the optimizer on the adapters, the base frozen
 
   def make(self):
-    return ts.make_optimizer(**dataclasses.asdict(self))
+    kw = {k: v for k, v in dataclasses.asdict(self).items() if k != "adapters_only"}
+    tx = ts.make_optimizer(**kw)
+    return lora.adapters_only(tx) if self.adapters_only else tx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +162,9 @@ class ModelPlan:
   remat: str
   attention_impl: str
   attention_chunk: int
+  lora_rank: int = 0  # LoRA (`lora.*`): adapters of this rank, the base frozen; 0 = none
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +283,13 @@ class Plan:
       run_dir=cfg.run_dir,
       seed=cfg.seed,
       model_path=cfg.model.path,
-      model=_pick(ModelPlan, cfg.model),
+      model=_pick(
+        ModelPlan,
+        cfg.model,
+        lora_rank=cfg.lora.rank,
+        lora_alpha=cfg.lora.alpha,
+        lora_targets=tuple(config_lib.items(cfg.lora.targets)) if cfg.lora.rank else (),
+      ),
       mesh=_pick(MeshPlan, cfg.mesh),
       data=data_spec(cfg, routing),
       total_steps=cfg.total_steps,
@@ -293,7 +306,7 @@ class Plan:
       advantages=_pick(AdvantagePlan, a),
       batching=_pick(Batching, r, a, seed=cfg.seed),
       loss=loss_config(cfg),
-      optimizer=_pick(OptimizerPlan, cfg.optim),
+      optimizer=_pick(OptimizerPlan, cfg.optim, adapters_only=cfg.lora.rank > 0),
       validation=ValidationPlan(
         every=cfg.eval.every,
         samples=cfg.eval.samples,

@@ -140,7 +140,8 @@ def _mesh_and_model(plan: Plan, path: str):
     mesh = make_mesh(plan.mesh.data, plan.mesh.fsdp, plan.mesh.tensor)
   except ValueError as e:  # the mesh does not fit the devices
     raise config_lib.ConfigError(str(e)) from None
-  model_cfg, params = load_hf(path, mesh=mesh, **model_options(plan.model))
+  opts = model_options(plan.model)
+  model_cfg, params = load_hf(path, mesh=mesh, lora_seed=plan.seed, **opts)
   return mesh, model_cfg, params
 
 
@@ -153,6 +154,9 @@ def model_options(m, platform: str | None = None) -> dict:
     remat=m.remat,
     attention_impl=attention_impl(m, platform),
     attention_chunk=m.attention_chunk,
+    lora_rank=m.lora_rank,
+    lora_alpha=m.lora_alpha,
+    lora_targets=m.lora_targets,
   )
 
 

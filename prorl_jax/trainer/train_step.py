@@ -34,7 +34,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from prorl_jax.algo import losses
-from prorl_jax.model import head_weight, hidden_states, init_params, param_shardings
+from prorl_jax.model import head_weight, hidden_states, init_params, lora, param_shardings
 from prorl_jax.model.presets import ModelConfig
 from prorl_jax.parallel import sharding
 
@@ -111,10 +111,17 @@ def state_shardings(model_cfg: ModelConfig, tx, mesh) -> TrainState:
   abstract_params = jax.eval_shape(lambda: init_params(model_cfg, jax.random.PRNGKey(0)))
   abstract_opt = jax.eval_shape(tx.init, abstract_params)
   rep = sharding.replicated(mesh)
+  masked = lambda x: isinstance(x, optax.MaskedNode)  # noqa: E731 (the frozen base, with LoRA)
   opt_sh = optax.tree_map_params(
-    tx, lambda _, s: s, abstract_opt, p_sh, transform_non_params=lambda _: rep
+    tx,
+    lambda x, s: x if masked(x) else s,
+    abstract_opt,
+    p_sh,
+    transform_non_params=lambda _: rep,
+    is_leaf=masked,
   )
-  return TrainState(step=rep, params=p_sh, opt_state=opt_sh, ref_params=p_sh, skipped=rep)
+  ref_sh = lora.reference(p_sh)
+  return TrainState(step=rep, params=p_sh, opt_state=opt_sh, ref_params=ref_sh, skipped=rep)
 
 
 def _new_state(params, tx):
@@ -122,7 +129,7 @@ def _new_state(params, tx):
     step=jnp.zeros((), jnp.int32),
     params=params,
     opt_state=tx.init(params),
-    ref_params=params,
+    ref_params=lora.reference(params),
     skipped=jnp.zeros((), jnp.int32),
   )
 
@@ -378,8 +385,9 @@ def logprob_step(
 
 
 def reset_reference(state: TrainState, tx, reinit_optimizer: bool = False) -> TrainState:
-  """ref ← current policy; the optimizer state is kept (ProRL v2) or re-initialised (v1)."""
-  state = state.replace(ref_params=state.params)
+  """ref ← current policy (with LoRA: its adapters; the base is shared); the optimizer state is
+  kept (ProRL v2) or re-initialised (v1)."""
+  state = state.replace(ref_params=lora.reference(state.params))
   if reinit_optimizer:
     state = state.replace(opt_state=tx.init(state.params))
   return state

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from prorl_jax.algo import losses, packing
+from prorl_jax.model import lora
 from prorl_jax.parallel import dist
 from prorl_jax.records import Group
 from prorl_jax.trainer import batch
@@ -23,7 +24,7 @@ def _packed_logprobs(setup, state, b: batch.TrainBatch, plan: packing.Plan):
   for s in packing.slabs(plan, b.arrays(("tokens",)), ("tokens",), setup.pad_id):
     inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, setup.slab_shardings)
     old, ent = setup.packed_logprobs(state.params, inputs)
-    ref, _ = setup.packed_logprobs(state.ref_params, inputs)
+    ref, _ = setup.packed_logprobs(lora.reference_params(state.params, state.ref_params), inputs)
     outs.append((old, ref, ent))
   host = dist.host_tree(outs)
   return tuple(packing.unpack(plan, np.stack([o[i] for o in host])) for i in range(3))
@@ -37,7 +38,8 @@ def _with_logprobs(setup, state, b: batch.TrainBatch, plan: packing.Plan | None)
   else:
     inputs = dist.global_batch(b.arrays(("tokens", "attn_mask")), setup.batch_shardings)
     old, ent = (dist.to_host(x) for x in setup.logprobs(state.params, inputs))
-    ref = dist.to_host(setup.logprobs(state.ref_params, inputs)[0])
+    ref_params = lora.reference_params(state.params, state.ref_params)
+    ref = dist.to_host(setup.logprobs(ref_params, inputs)[0])
   m = b.loss_mask_BxT.astype(np.float32)
   return b.replace(old_logp_BxT=old * m, ref_logp_BxT=ref * m, entropy_BxT=ent * m)
 

@@ -8,7 +8,7 @@ import tempfile
 import jax
 import jax.numpy as jnp
 
-from prorl_jax.model import log_probs, save_hf
+from prorl_jax.model import log_probs, lora, save_hf
 from prorl_jax.parallel import dist
 from prorl_jax.rollout import probe
 from prorl_jax.rollout.exchange import Exchange
@@ -30,11 +30,13 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None)
   gathering them; the primary writes), unless no worker process reads them; and to the
   trainer's own inline engine (`rollout/inline.py`), when it has one: as they are in one
   process, a replica on each host's devices in many."""
+  # with LoRA the workers get the adapters merged into the base (`lora.merged`)
+  model_cfg, live = lora.merged(setup.model_cfg, state.params)
   if inline is not None and not dist.multi():
-    inline.offer(version, state.params)
+    inline.offer(version, live)
   if not (setup.plan.rollout.publish_files or (inline is not None and dist.multi())):
     return
-  params = dist.host_tree(state.params)
+  params = dist.host_tree(live)
   if inline is not None and dist.multi():
     inline.offer(version, params)
   if not (dist.is_primary() and setup.plan.rollout.publish_files):
@@ -43,7 +45,7 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None)
     dtype = setup.plan.compute_dtype
     nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
     save_hf(
-      setup.model_cfg,
+      model_cfg,
       params,
       tmp,
       tokenizer_dir=setup.path,
@@ -51,7 +53,7 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None)
       max_shard_bytes=shard_bytes(nbytes),
     )
     # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
-    write_probe(setup.model_cfg, params if dist.multi() else state.params, setup.probe_tokens, tmp)
+    write_probe(model_cfg, params if dist.multi() else live, setup.probe_tokens, tmp)
     ex.weights.publish(version, int(state.step), tmp)
 
 
