@@ -463,14 +463,12 @@ def test_the_pre_flight_compiles_the_trainers_programs_once_for_the_run():
   assert built.logprobs.lower(*lp.args).as_text() == lp.jitted.lower(*lp.args).as_text()
 
   @dataclasses.dataclass(frozen=True)
-  class Run:  # the fields of `setup.Setup` that `use` swaps
-    logprobs: object
-    train_step: object
-    reset_ref: object
-    packed_train_step: object = None
+  class Run:  # what `use` reads of a `setup.Setup`: its programs
+    programs: object
 
-  run = saved_programs.use(Run(built.logprobs, built.train_step, built.reset_ref), exes)
+  run = saved_programs.use(Run(built), exes).programs
   assert run.logprobs is exes["logprob"] and run.train_step is exes["update"]
+  assert run.reset is exes["reset_ref"]
   params = init_params(shapes.model_cfg, jax.random.PRNGKey(3), shapes.mesh)
   rng = np.random.RandomState(0)
   tokens = rng.randint(0, shapes.model_cfg.vocab_size, (shapes.rows, shapes.seq))

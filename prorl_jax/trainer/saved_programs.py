@@ -104,11 +104,12 @@ def load(programs, directory: str, mesh) -> dict:
 
 
 def use(setup, loaded: dict):
-  """`setup` with the loaded executables in place of the programs they were saved from."""
+  """`setup` with the loaded executables in place of the programs they were saved from (its
+  `programs`, a `programs.TrainPrograms`)."""
   if not loaded:
     return setup
-  swap = {}
-  packed = setup.packed_train_step
+  progs, swap = setup.programs, {}
+  packed = progs.packed_train_step
   if "logprob" in loaded:
     swap["packed_logprobs" if packed is not None else "logprobs"] = loaded["logprob"]
   if "update" in loaded and packed is None:
@@ -117,6 +118,5 @@ def use(setup, loaded: dict):
     packed._add = loaded.get("update/accumulate", packed._add)
     packed._apply = loaded.get("update/apply", packed._apply)
   if "reset_ref" in loaded:
-    exe = loaded["reset_ref"]
-    swap["reset_ref"] = lambda state: exe(state.params, state.replace(params=None))
-  return dataclasses.replace(setup, **swap)
+    swap["reset"] = loaded["reset_ref"]  # (params, the state without them) -> state, as jitted
+  return dataclasses.replace(setup, programs=dataclasses.replace(progs, **swap))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -76,18 +76,21 @@ class Setup:
   model_cfg: Any
   tx: Any  # the optax optimizer
   state_shardings: Any  # of the TrainState
-  rows: int  # B
-  seq: int  # T at most: max_prompt_len + max_response_len
-  batch_shardings: Any
-  train_step: Callable  # (state, batch) -> (state, metrics): padded micro-batches
-  logprobs: Callable  # (params, inputs) -> (logp, entropy) [B, T]
-  slab_shape: tuple[int, int] | None
-  slab_shardings: Any
-  packed_train_step: Callable | None  # (state, slabs, counts) -> (state, metrics)
-  packed_logprobs: Callable | None  # (params, slab inputs) -> (logp, entropy)
-  reset_ref: Callable  # state -> state with reference = policy (optimizer per config)
+  programs: programs.TrainPrograms  # the update, the log-prob passes, the reset, their shapes
   probe_tokens: list  # the version probe's token rows
   schedule: shaping.LengthPenaltySchedule
+
+  # the programs and their shapes by name (see `programs.TrainPrograms`)
+  rows = property(lambda self: self.programs.rows)
+  seq = property(lambda self: self.programs.seq)
+  batch_shardings = property(lambda self: self.programs.batch_shardings)
+  train_step = property(lambda self: self.programs.train_step)
+  logprobs = property(lambda self: self.programs.logprobs)
+  slab_shape = property(lambda self: self.programs.slab_shape)
+  slab_shardings = property(lambda self: self.programs.slab_shardings)
+  packed_train_step = property(lambda self: self.programs.packed_train_step)
+  packed_logprobs = property(lambda self: self.programs.packed_logprobs)
+  reset_ref = property(lambda self: self.programs.reset_ref)
 
 
 def build(plan: Plan) -> tuple[Setup, ts.TrainState, Any]:
@@ -118,16 +121,7 @@ def build(plan: Plan) -> tuple[Setup, ts.TrainState, Any]:
     model_cfg=model_cfg,
     tx=tx,
     state_shardings=state_sh,
-    rows=progs.rows,
-    seq=progs.seq,
-    batch_shardings=progs.batch_shardings,
-    train_step=progs.train_step,
-    logprobs=progs.logprobs,
-    slab_shape=progs.slab_shape,
-    slab_shardings=progs.slab_shardings,
-    packed_train_step=progs.packed_train_step,
-    packed_logprobs=progs.packed_logprobs,
-    reset_ref=progs.reset_ref,
+    programs=progs,
     probe_tokens=_probe_tokens(plan, heldout[:2] or [source.sources[0].items[0]], model_cfg),
     schedule=plan.schedule,
   )
