@@ -12,10 +12,6 @@ from typing import Any
 
 import numpy as np
 
-# The projections a LoRA adapter may sit on, as the checkpoint (and peft's target_modules) names
-# them: the config's `lora.targets` and the model's `lora_targets` read this one list.
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
 
 class InvalidEntry(ValueError):
   """A record or exchange entry that does not match its schema (says which field and why)."""

@@ -169,12 +169,16 @@ def test_the_optimizer_state_is_the_adapters_only():
   "key,value,says",
   [
     ("lora.targets", "q_proj,qkv", "lora.targets qkv are not among q_proj"),
+    ("lora.targets", " , ", "lora.targets is empty"),
     ("lora.dropout", 0.1, "lora.dropout must be 0"),
     ("lora.rank", -1, "lora.rank"),
   ],
 )
 def test_a_bad_lora_setting_is_one_line(key, value, says):
+  """The config's checks, then the Plan's (the one that knows the model's projections), both
+  before anything loads."""
   from prorl_jax import config as config_lib
+  from prorl_jax.trainer.plan import Plan
 
   cfg = config_lib.base_config()
   cfg.lora.rank = 4
@@ -182,6 +186,13 @@ def test_a_bad_lora_setting_is_one_line(key, value, says):
   cfg[section][leaf] = value
   with pytest.raises(config_lib.ConfigError, match=says):
     config_lib.validate(cfg)
+    Plan.from_config(cfg)
+
+
+def test_the_default_targets_are_every_projection():
+  from prorl_jax import config as config_lib
+
+  assert tuple(config_lib.items(config_lib.base_config().lora.targets)) == LORA_TARGETS
 
 
 def test_a_lora_run_exports_merged_and_as_a_peft_adapter(tmp_path, base):

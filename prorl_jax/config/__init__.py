@@ -25,7 +25,7 @@ from prorl_jax.config.fields import (  # noqa: F401 (the choices are part of the
   LENGTH_PENALTY_MODES,
   REMAT,
 )
-from prorl_jax.records import LORA_TARGETS, SamplingParams
+from prorl_jax.records import SamplingParams
 
 ConfigDict = ml_collections.ConfigDict
 
@@ -140,8 +140,6 @@ def validate(cfg: ConfigDict) -> ConfigDict:
       f"lora.dropout must be 0, got {cfg.lora.dropout!r}: a dropped input changes the "
       "policy's log-probs between passes"
     )
-  if cfg.lora.rank and (bad := set(items(cfg.lora.targets)) - set(LORA_TARGETS)):
-    _fail(f"lora.targets {', '.join(sorted(bad))} are not among {', '.join(LORA_TARGETS)}")
   if cfg.lora.rank and not items(cfg.lora.targets):
     _fail("lora.targets is empty: name the projections that get adapters (lora.rank > 0)")
   _in(cfg, "model.attention_impl", ATTENTION_IMPLS)

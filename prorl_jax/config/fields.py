@@ -5,7 +5,6 @@ from it; docs/config.md is generated from it."""
 from __future__ import annotations
 
 from prorl_jax.algo import AGG_MODES, ESTIMATORS, IS_MODES, KL_KINDS  # noqa: F401 (config API)
-from prorl_jax.records import LORA_TARGETS
 
 LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
@@ -62,7 +61,7 @@ FIELDS: dict = {
     ),
     "alpha": (16.0, "LoRA: the adapters' product is scaled by alpha / rank (peft's lora_alpha)"),
     "targets": (
-      ",".join(LORA_TARGETS),
+      "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
       "LoRA: the projections that get adapters, comma-separated (peft's target_modules)",
     ),
     "dropout": (0.0, "LoRA dropout: 0 only (a dropped input changes the policy's log-probs)"),

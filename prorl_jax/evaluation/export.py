@@ -73,9 +73,9 @@ def run_lora(step_dir: str) -> dict:
 def write_adapter(model_cfg, params, out: str, base: str) -> None:
   """The adapters as a PEFT adapter directory (adapter_model.safetensors and adapter_config.json)
   that `peft.PeftModel.from_pretrained(base_model, out)` loads."""
-  from safetensors.numpy import save_file
+  from safetensors.numpy import save_file  # why: only an adapter export writes tensors here
 
-  from prorl_jax.model import lora
+  from prorl_jax.model import lora  # why: JAX loads only to export (see `export`)
 
   os.makedirs(out, exist_ok=True)
   save_file(lora.to_peft(model_cfg, params), os.path.join(out, "adapter_model.safetensors"))

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from prorl_jax.records import LORA_TARGETS  # noqa: F401 (model.presets.LORA_TARGETS)
+# The projections a LoRA adapter may sit on, as the checkpoint (and peft's target_modules) names
+# them (the config's default `lora.targets` is all of them: tests/lora_test.py holds the two).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 # model_type -> architecture: the families the one decoder layer runs. Qwen2 biases its q/k/v

@@ -21,6 +21,7 @@ from prorl_jax.algo import shaping
 from prorl_jax.config import engines as specs
 from prorl_jax.data.sources import DataSpec
 from prorl_jax.model import lora
+from prorl_jax.model.presets import LORA_TARGETS
 from prorl_jax.records import SamplingParams
 from prorl_jax.trainer import placement
 from prorl_jax.trainer import train_step as ts
@@ -165,6 +166,12 @@ class ModelPlan:
   lora_rank: int = 0  # LoRA (`lora.*`): adapters of this rank, the base frozen; 0 = none
   lora_alpha: float = 16.0
   lora_targets: tuple[str, ...] = ()
+
+  def __post_init__(self):
+    if bad := sorted(set(self.lora_targets) - set(LORA_TARGETS)):
+      raise config_lib.ConfigError(
+        f"lora.targets {', '.join(bad)} are not among {', '.join(LORA_TARGETS)}"
+      )
 
 
 @dataclasses.dataclass(frozen=True)
