@@ -43,7 +43,7 @@ class Kernel(nn.Module):
   them. With a LoRA `rank`, also `lora_a` [*in, r] (peft's initialisation: uniform in
   ±1/sqrt(fan_in)) and `lora_b` [r, *out] (zeros, so the adapted model starts as the base), the
   first `in_dims` dims of `shape` being the input's; the kernel returned is then
-  `kernel + scale · A @ B`, merged here, inside the layer's scan, in the kernel's dtype."""
+  `kernel + scale · A @ B`, merged here, inside the layer's scan, in float32."""
 
   shape: tuple[int, ...]
   names: tuple[str, ...]
@@ -56,8 +56,8 @@ class Kernel(nn.Module):
   @nn.compact
   def __call__(self):
     kernel = self.param("kernel", _init(self.names), self.shape, self.param_dtype)
-    if self.rank:
-      kernel = kernel + self._delta().astype(kernel.dtype)
+    if self.rank:  # merged in float32; the layer casts it to the compute dtype
+      kernel = kernel.astype(jnp.float32) + self._delta()
     if not self.bias_dims:
       return kernel, None
     zeros = nn.with_logical_partitioning(nn.initializers.zeros, self.names[-self.bias_dims :])
