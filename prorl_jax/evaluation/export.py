@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from prorl_jax import config as config_lib
 from prorl_jax.model import hf_weights
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import run_record
@@ -66,7 +67,7 @@ def run_lora(step_dir: str) -> dict:
   section = ((run_record.read(run_dir) or {}).get("config") or {}).get("lora") or {}
   if not section.get("rank"):
     return {}
-  targets = tuple(t.strip() for t in str(section["targets"]).split(",") if t.strip())
+  targets = tuple(config_lib.items(section["targets"]))
   return dict(lora_rank=section["rank"], lora_alpha=section["alpha"], lora_targets=targets)
 
 

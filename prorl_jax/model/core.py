@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from prorl_jax.model import hf_weights
-from prorl_jax.model.decoder import Decoder, head_weight
+from prorl_jax.model.decoder import Decoder, abstract_variables, head_weight
 from prorl_jax.model.presets import ModelConfig
 from prorl_jax.parallel import sharding
 
@@ -84,22 +84,14 @@ def log_probs(model_cfg: ModelConfig, params, tokens_BxT):
   return jax.nn.log_softmax(forward(model_cfg, params, tokens_BxT), -1)
 
 
-def _abstract_boxed(model_cfg: ModelConfig):
-  tokens = jnp.zeros((1, 1), jnp.int32)
-  mask = jnp.ones((1, 1, 1), bool)
-  return jax.eval_shape(
-    lambda: Decoder(model_cfg).init(jax.random.PRNGKey(0), tokens, tokens, mask)
-  )
-
-
 def param_logical_axes(model_cfg: ModelConfig):
   """The params pytree with a PartitionSpec of logical names at each leaf."""
-  return nn.get_partition_spec(_abstract_boxed(model_cfg))["params"]
+  return nn.get_partition_spec(abstract_variables(model_cfg))["params"]
 
 
 def param_shardings(model_cfg: ModelConfig, mesh):
   """NamedShardings for the params on `mesh` (dims a mesh axis does not divide stay whole)."""
-  abstract = nn.meta.unbox(_abstract_boxed(model_cfg))["params"]
+  abstract = nn.meta.unbox(abstract_variables(model_cfg))["params"]
 
   def one(path, spec, a):
     name = "param " + "/".join(str(getattr(k, "key", k)) for k in path)

@@ -248,4 +248,14 @@ class Decoder(nn.Module):
     return x_BxTxD, new_kv
 
 
-__all__ = ["Decoder", "Block", "head_weight", "KVCache"]
+def abstract_variables(model_cfg: ModelConfig):
+  """The decoder's variables as shapes (`jax.eval_shape`: nothing allocated), each parameter
+  boxed with its logical axes."""
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  mask = jnp.ones((1, 1, 1), bool)
+  return jax.eval_shape(
+    lambda: Decoder(model_cfg).init(jax.random.PRNGKey(0), tokens, tokens, mask)
+  )
+
+
+__all__ = ["Decoder", "Block", "head_weight", "KVCache", "abstract_variables"]

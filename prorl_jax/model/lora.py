@@ -12,12 +12,15 @@ lays them out (`hf_weights`).
 
 from __future__ import annotations
 
+import functools
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from prorl_jax.model.decoder import lora_a_init
+from prorl_jax.model.decoder import abstract_variables, lora_a_init
 from prorl_jax.model.presets import LORA_TARGETS, ModelConfig
 
 ADAPTER_KEYS = ("lora_a", "lora_b")
@@ -34,24 +37,18 @@ _WHERE = {
 assert tuple(_WHERE) == LORA_TARGETS
 
 
-def io_shapes(model_cfg: ModelConfig, target: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-  """(input dims, output dims) of a projection's kernel, per layer, as our kernels lay them out."""
-  d, h, k, dh, f = (
-    model_cfg.hidden_size,
-    model_cfg.num_heads,
-    model_cfg.num_kv_heads,
-    model_cfg.head_dim,
-    model_cfg.intermediate_size,
-  )
-  return {
-    "q_proj": ((d,), (h, dh)),
-    "k_proj": ((d,), (k, dh)),
-    "v_proj": ((d,), (k, dh)),
-    "o_proj": ((h, dh), (d,)),
-    "gate_proj": ((d,), (f,)),
-    "up_proj": ((d,), (f,)),
-    "down_proj": ((f,), (d,)),
-  }[target]
+@functools.cache
+def _io_shapes(model_cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+  """target -> (input dims, output dims) of its kernel per layer, read off the adapters the
+  decoder declares (`decoder.Kernel`; `jax.eval_shape`: nothing allocated)."""
+  shapes = nn.meta.unbox(abstract_variables(model_cfg))["params"]["layers"]
+  out = {}
+  for target in LORA_TARGETS:
+    if model_cfg.lora_on(target):
+      (mod, name), _ = _WHERE[target]
+      a, b = shapes[mod][name]["lora_a"].shape, shapes[mod][name]["lora_b"].shape
+      out[target] = (a[1:-1], b[2:])  # A [L, *in, r], B [L, r, *out]
+  return out
 
 
 def is_adapter(path) -> bool:
@@ -66,9 +63,7 @@ def trainable_mask(params):
 
 
 def _labels(params):
-  return jax.tree_util.tree_map_with_path(
-    lambda p, _: "adapter" if is_adapter(p) else "base", params
-  )
+  return jax.tree.map(lambda t: "adapter" if t else "base", trainable_mask(params))
 
 
 def adapters_only(tx) -> optax.GradientTransformation:
@@ -120,7 +115,7 @@ def init_adapters(model_cfg: ModelConfig, rng) -> dict:
   adapted model starts as its base)."""
   out: dict = {}
   for i, target in enumerate(t for t in LORA_TARGETS if model_cfg.lora_on(t)):
-    ins, outs = io_shapes(model_cfg, target)
+    ins, outs = _io_shapes(model_cfg)[target]
     a = jax.vmap(lambda k, ins=ins: lora_a_init(k, ins + (model_cfg.lora_rank,)))(
       jax.random.split(jax.random.fold_in(rng, i), model_cfg.num_layers)
     )
@@ -181,7 +176,7 @@ def from_peft(model_cfg: ModelConfig, tensors: dict) -> dict:
     if not model_cfg.lora_on(target):
       continue
     (mod, name), module = _WHERE[target]
-    ins, outs = io_shapes(model_cfg, target)
+    ins, outs = _io_shapes(model_cfg)[target]
     a, b = [], []
     for i in range(model_cfg.num_layers):
       key = f"base_model.model.model.layers.{i}.{module}"

@@ -14,6 +14,17 @@ from typing import Any
 # them (the config's default `lora.targets` is all of them: tests/lora_test.py holds the two).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
+
+def lora_problem(rank: int, targets) -> str | None:
+  """What is wrong with a LoRA setting (a rank, the projections it adapts), or None: the one
+  check behind `ModelConfig` and the run's plan."""
+  if rank < 0 or (rank and not targets):
+    return f"lora_rank={rank} needs a rank >= 0 and lora_targets when > 0"
+  if bad := sorted(set(targets) - set(LORA_TARGETS)):
+    return f"lora.targets {', '.join(bad)} are not among {', '.join(LORA_TARGETS)}"
+  return None
+
+
 SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 # model_type -> architecture: the families the one decoder layer runs. Qwen2 biases its q/k/v
 # projections; Qwen3 has no bias and RMS-normalises each head's queries and keys before RoPE.
@@ -73,10 +84,8 @@ class ModelConfig:
       raise ValueError(f"remat must be one of none, full, dots, got {self.remat!r}")
     if self.family not in FAMILIES:
       raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
-    if self.lora_rank < 0 or (self.lora_rank and not self.lora_targets):
-      raise ValueError(f"lora_rank={self.lora_rank} needs a rank >= 0 and lora_targets when > 0")
-    if unknown := set(self.lora_targets) - set(LORA_TARGETS):
-      raise ValueError(f"lora_targets {sorted(unknown)} are not among {', '.join(LORA_TARGETS)}")
+    if problem := lora_problem(self.lora_rank, self.lora_targets):
+      raise ValueError(problem)
     if self.attention_impl not in ("xla", "cudnn", "splash"):
       raise ValueError(f"attention_impl must be xla, cudnn or splash, got {self.attention_impl!r}")
 

@@ -143,7 +143,7 @@ def shown_in(spec: dict, statement: str | None) -> list[bool]:
   return out
 
 
-def constant_passes(spec: dict, statement: str | None = None) -> tuple[int, str]:
+def constant_passes(spec: dict, statement: str | None = None, shown=None) -> tuple[int, str]:
   """(tests passed, program) of the program that solves nothing and passes the most of `spec`'s
   tests, judged by the same comparisons as a real run (computed, never run): `return None`,
   `return 0`, ..., `print("NO")`, echoing the input; with the problem's `statement`, each of them
@@ -170,7 +170,7 @@ def constant_passes(spec: dict, statement: str | None = None) -> tuple[int, str]
       same_stdout(inp if isinstance(inp, str) else "\n".join(map(str, inp)), want)
       for inp, want in zip(ins, outs)
     ]
-  shown = shown_in(spec, statement)
+  shown = shown_in(spec, statement) if shown is None else shown
   if any(shown):
     tried = {
       f"a lookup of the statement's {sum(shown)} examples, else {k}": [
@@ -218,10 +218,10 @@ def _tail_above(probs: list[float]) -> list[float]:
   return tail[::-1]
 
 
-def guess_passes(spec: dict, statement: str | None = None) -> tuple[int, str]:
+def guess_passes(spec: dict, statement: str | None = None, shown=None) -> tuple[int, str]:
   """(tests, program): the most tests a program that solves nothing passes with probability
   above `GUESS_LEVEL` by guessing, and that program. Its guesses are what a policy can know
-  without solving: the constant outputs (`CONSTANT_PRINTS`, `CONSTANT_RETURNS`) and every
+  without solving: the constant outputs (`CONSTANT_PRINTS`, `CONSTANT_RETURNS`) and the
   expected outputs the statement writes as words (`Alice`, `Impossible`), each test answered by
   a draw from the k most often right of them (k = 1..8) behind a lookup of the statement's
   examples. Credit counts only passes above this, so a guess earns at most
@@ -241,7 +241,7 @@ def guess_passes(spec: dict, statement: str | None = None) -> tuple[int, str]:
       if _written(want, tokens):
         text = "\n".join(want) if isinstance(want, list) else want
         candidates.setdefault(f"{'return' if fn else 'print'} {json.dumps(text.strip())}", want)
-  shown = shown_in(spec, statement)
+  shown = shown_in(spec, statement) if shown is None else shown
   rows = {
     name: [not s and match(value, want) for want, s in zip(outs, shown)]
     for name, value in candidates.items()
@@ -272,10 +272,11 @@ def _floor(spec: dict, statement: str | None) -> tuple[str | None, int, str]:
   program): `unusable_tests` and the score's credit floor in one computation."""
   if (k := blank_output(spec)) is not None:
     return f"test {k} expects blank output", 0, ""
-  floor, constant = constant_passes(spec, statement)
+  shown = shown_in(spec, statement)  # once, for the constants' lookup and the guesses'
+  floor, constant = constant_passes(spec, statement, shown)
   if spec["outputs"] and floor == len(spec["outputs"]):
     return f"every test passes a program that solves nothing: `{constant}`", floor, constant
-  guessed, guess = guess_passes(spec, statement)
+  guessed, guess = guess_passes(spec, statement, shown)
   if guessed > floor:
     floor, constant = guessed, guess
   if spec["outputs"] and floor == len(spec["outputs"]):

@@ -65,11 +65,12 @@ class Shapes:
   state_bytes: int  # the TrainState's bytes on one device
 
 
-def model_config(cfg, platform: str):
+def model_config(cfg, platform: str, plan: Plan | None = None):
   """The run's model config from `model.path` (a directory with at least config.json, or a
   preset name: `presets.PRESETS`), with `model.path` empty the preset of `model.name`, or the
   demo's tiny model (`model.build_tiny`)."""
-  m = Plan.from_config(cfg).model
+  plan = plan or Plan.from_config(cfg)
+  m = plan.model
   opts = setup.model_options(m, platform)
   opts["param_dtype"] = opts.pop("dtype")
   arch = presets.preset(m.path or m.name)
@@ -78,7 +79,7 @@ def model_config(cfg, platform: str):
   if not m.path and m.build_tiny:
     from prorl_jax.demo import tiny_base  # builds the demo's tokenizer and model (small, fast)
 
-    path = tiny_base.build(tempfile.mkdtemp(prefix="prorl-tiny-") + "/base", seed=cfg.seed)
+    path = tiny_base.build(tempfile.mkdtemp(prefix="prorl-tiny-") + "/base", seed=plan.seed)
   elif m.path and os.path.isfile(os.path.join(m.path, "config.json")):
     path = m.path  # no weights or tokenizer needed: only the architecture
   elif not m.path:
@@ -119,8 +120,8 @@ def programs(cfg, devices) -> tuple[list[Program], Shapes]:
   """Every program of the run on `devices` (see the module docstring), in the order a step
   runs them."""
   platform = devices[0].platform
-  model_cfg = model_config(cfg, platform)
   plan = Plan.from_config(cfg)
+  model_cfg = model_config(cfg, platform, plan)
   try:
     mesh = sharding.make_mesh(plan.mesh.data, plan.mesh.fsdp, plan.mesh.tensor, devices=devices)
   except ValueError as e:

@@ -20,8 +20,7 @@ from prorl_jax import config as config_lib
 from prorl_jax.algo import shaping
 from prorl_jax.config import engines as specs
 from prorl_jax.data.sources import DataSpec
-from prorl_jax.model import lora
-from prorl_jax.model.presets import LORA_TARGETS
+from prorl_jax.model import lora, presets
 from prorl_jax.records import SamplingParams
 from prorl_jax.trainer import placement
 from prorl_jax.trainer import train_step as ts
@@ -168,10 +167,8 @@ class ModelPlan:
   lora_targets: tuple[str, ...] = ()
 
   def __post_init__(self):
-    if bad := sorted(set(self.lora_targets) - set(LORA_TARGETS)):
-      raise config_lib.ConfigError(
-        f"lora.targets {', '.join(bad)} are not among {', '.join(LORA_TARGETS)}"
-      )
+    if problem := presets.lora_problem(self.lora_rank, self.lora_targets):
+      raise config_lib.ConfigError(problem)
 
 
 @dataclasses.dataclass(frozen=True)

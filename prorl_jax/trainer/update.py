@@ -21,10 +21,11 @@ from prorl_jax.trainer import train_step as ts
 def _packed_logprobs(setup, state, b: batch.TrainBatch, plan: packing.Plan):
   """(old, ref, entropy) [B, T] of a padded batch, computed on its packed slabs."""
   outs = []  # device arrays, fetched once after all slabs: no host sync between the passes
+  ref_params = lora.reference_params(state.params, state.ref_params)
   for s in packing.slabs(plan, b.arrays(("tokens",)), ("tokens",), setup.pad_id):
     inputs = dist.global_batch({k: s[k] for k in ts.PACKED_MODEL_KEYS}, setup.slab_shardings)
     old, ent = setup.packed_logprobs(state.params, inputs)
-    ref, _ = setup.packed_logprobs(lora.reference_params(state.params, state.ref_params), inputs)
+    ref, _ = setup.packed_logprobs(ref_params, inputs)
     outs.append((old, ref, ent))
   host = dist.host_tree(outs)
   return tuple(packing.unpack(plan, np.stack([o[i] for o in host])) for i in range(3))
