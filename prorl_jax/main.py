@@ -12,7 +12,6 @@ if __name__ == "__main__":  # python -m prorl_jax.main: a SIGTERM from here on i
 
 import functools
 import logging
-import os
 import sys
 
 from absl import app, flags
@@ -41,47 +40,25 @@ _ACCEPT = flags.DEFINE_boolean(
 
 
 def main(argv):
-  """The trainer: checks the config, installs the stop handler, sets JAX's memory fraction before
-  JAX starts, then runs `trainer.loop.run`; exits 75 (requeue) when a signal stopped it with a
-  checkpoint saved."""
+  """The trainer: installs the stop handler, then runs `trainer.loop.run` (whose `start` checks
+  the config and sets JAX's memory fraction before JAX's backend starts); exits 75 (requeue)
+  when a signal stopped it with a checkpoint saved."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}; config fields go as --config.x=...")
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save step at INFO
-  # lazy throughout main: the SIGTERM handler is installed before any of these, and JAX starts
-  # only after its memory fraction is set
+  # lazy throughout main: the SIGTERM handler is installed before any of these
   from prorl_jax import config as config_lib
   from prorl_jax.cli import errors
   from prorl_jax.data import prompts
   from prorl_jax.rollout.local import WorkerFailure
-  from prorl_jax.trainer.placement import jax_memory_fraction
+  from prorl_jax.trainer import loop  # imports JAX, starts no backend: `start` sets its memory
   from prorl_jax.trainer.preemption import Watch
 
   c = _CONFIG.value.checkpoint  # a stop asked from here on is kept (saved at the first safe point)
   watch = Watch(c.on_signal, c.preempt_file, c.grace_s)
   user = (config_lib.ConfigError, prompts.DataError, WorkerFailure)
-  with errors.user_errors(*user):
-    config_lib.validate(_CONFIG.value)
-    fraction = jax_memory_fraction(_CONFIG.value)
-  if fraction is not None and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
-    # before JAX starts: trainer and local vLLM workers share the GPUs (an explicit env wins)
-    os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(fraction)
-  import jax  # lazy: after XLA_PYTHON_CLIENT_MEM_FRACTION is set
-
-  from prorl_jax.parallel import dist
-  from prorl_jax.trainer import loop
-
-  with errors.user_errors(*user):
-    dist.initialize(**_CONFIG.value.dist)  # before anything touches a device
-  logging.getLogger("prorl_jax").info(
-    "process %d/%d, %d local / %d global devices: %s",
-    jax.process_index(),
-    jax.process_count(),
-    jax.local_device_count(),
-    jax.device_count(),
-    jax.devices(),
-  )
   with errors.user_errors(*user):
     summary = loop.run(_CONFIG.value, accept_config_changes=_ACCEPT.value, watch=watch)
   if summary.get("stopped_at") is not None:  # stopped on a signal, checkpoint saved: requeue me

@@ -63,7 +63,7 @@ def _shape(x):
 @pytest.mark.parametrize("changes", [{}, {"jax_engine.slots": 2}], ids=["tiny", "slots=2"])
 def test_the_compile_tools_decode_is_the_runs(changes):
   cfg = _cfg(**changes)
-  progs, shapes = aot.programs(cfg, jax.devices()[:1])
+  progs, shapes = aot.programs(Plan.from_config(cfg), jax.devices()[:1])
   decode = next(p for p in progs if p.name == "engine/decode")
   args, kwargs = _run_engines_decode(cfg, shapes.model_cfg)
   weights, kp, vp, table, state, key = args

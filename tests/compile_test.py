@@ -16,6 +16,7 @@ import pytest
 from prorl_jax.model import presets
 from prorl_jax.parallel import chips
 from prorl_jax.trainer import aot, estimate, fit
+from prorl_jax.trainer.plan import Plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHIPS_PY = ROOT / ".venv-chips" / "bin" / "python"
@@ -234,7 +235,7 @@ def test_saved_executables_load_only_where_they_match(tmp_path):
   # one device: an executable with collectives loaded back aborts jaxlib 0.10.2's CPU client now
   # and then (tests/conftest.py); the device check is the two-device case below
   devices = jax.devices()[:1]
-  progs, shapes = aot.programs(_tiny_cfg(), devices)
+  progs, shapes = aot.programs(Plan.from_config(_tiny_cfg()), devices)
   saved = saved_programs.save(
     [aot.compile_program(p, shapes.mesh) for p in progs], str(tmp_path), shapes.mesh
   )
@@ -256,10 +257,12 @@ def test_saved_executables_load_only_where_they_match(tmp_path):
   got = loaded["logprob"](params, inputs)
   for a, b in zip(want, got):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  other, other_shapes = aot.programs(_tiny_cfg(**{"rollout.token_budget": 1024}), devices)
+  other, other_shapes = aot.programs(
+    Plan.from_config(_tiny_cfg(**{"rollout.token_budget": 1024})), devices
+  )
   loaded_other = saved_programs.load(other, str(tmp_path), other_shapes.mesh)
   assert set(loaded_other) == {"update/apply", "reset_ref"}
-  more, more_shapes = aot.programs(_tiny_cfg(), jax.devices()[:2])
+  more, more_shapes = aot.programs(Plan.from_config(_tiny_cfg()), jax.devices()[:2])
   assert saved_programs.load(more, str(tmp_path), more_shapes.mesh) == {}
   with pytest.raises(FileNotFoundError, match="prorl-compile"):
     saved_programs.load(progs, str(tmp_path / "none"), shapes.mesh)
@@ -444,13 +447,12 @@ def test_the_pre_flight_compiles_the_trainers_programs_once_for_the_run():
   from prorl_jax.model import init_params
   from prorl_jax.trainer import programs, saved_programs
   from prorl_jax.trainer import train_step as ts
-  from prorl_jax.trainer.plan import Plan
 
   cfg = _tiny_cfg(**{"rollout.token_budget": 0})  # padded: the update is one program
   devices = jax.devices()[:1]
   why, exes = fit.compiled_for(cfg, devices, chips.CHIPS["v5p"], "here")
   assert why is None and set(exes) == {"logprob", "update", "reset_ref"}
-  progs, shapes = aot.programs(cfg, devices)
+  progs, shapes = aot.programs(Plan.from_config(cfg), devices)
   plan = Plan.from_config(cfg)
   tx = plan.optimizer.make()
   st_sh = ts.state_shardings(shapes.model_cfg, tx, shapes.mesh)
@@ -491,7 +493,6 @@ def test_the_compile_tools_programs_are_the_runs(base, tmp_path, packed):
   import jax
 
   from prorl_jax.trainer import saved_programs, setup
-  from prorl_jax.trainer.plan import Plan
   from tests import loop_helpers as lh
 
   cfg = _tiny_cfg()
@@ -503,7 +504,7 @@ def test_the_compile_tools_programs_are_the_runs(base, tmp_path, packed):
   if not packed:
     cfg.rollout.token_budget = 0
   run, _, _ = setup.build(Plan.from_config(cfg))
-  progs, shapes = aot.programs(cfg, jax.devices())
+  progs, shapes = aot.programs(Plan.from_config(cfg), jax.devices())
   assert (shapes.rows, shapes.seq, shapes.slab_shape) == (run.rows, run.seq, run.slab_shape)
   ran = {
     "logprob": run.packed_logprobs if packed else run.logprobs,
@@ -533,11 +534,11 @@ def test_a_config_that_names_its_base_model_compiles_without_a_path():
 
   cfg = qwen15b.get_config()
   assert cfg.model.path == "" and cfg.model.name == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
-  got = aot.model_config(cfg, "tpu")
+  got = aot.model_config(Plan.from_config(cfg), "tpu")
   want = presets.r1_distill_qwen_1p5b(**{"param_dtype": "float32", "compute_dtype": "bfloat16"})
   assert (got.hidden_size, got.num_layers, got.vocab_size) == (1536, 28, want.vocab_size)
   assert got.attention_impl == "splash"
   with pytest.raises(config_lib.ConfigError, match="model.path is empty and model.name='' is no"):
-    aot.model_config(qwen3.get_config(), "tpu")
+    aot.model_config(Plan.from_config(qwen3.get_config()), "tpu")
   said = setup.missing_model(cfg.model.name)
   assert "`hf download deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B --local-dir DIR`" in said

@@ -59,6 +59,7 @@ def test_a_programs_peak_is_the_sum_of_its_parts_with_what_stays_resident():
 
   from configs import tiny
   from prorl_jax.trainer import aot, fit
+  from prorl_jax.trainer.plan import Plan
 
   cfg = tiny.get_config()
   report = fit.report(cfg, "host", devices=jax.devices()[:1])
@@ -67,7 +68,7 @@ def test_a_programs_peak_is_the_sum_of_its_parts_with_what_stays_resident():
     parts = ln["argument_bytes"] + ln["output_bytes"] - ln["alias_bytes"] + ln["temp_bytes"]
     parts += ln["code_bytes"] + ln["resident_bytes"]
     assert ln["peak_bytes_per_chip"] == parts, ln["program"]
-  model_cfg = aot.model_config(cfg, "cpu")
+  model_cfg = aot.model_config(Plan.from_config(cfg), "cpu")
   adam = 2 * 4 * model_cfg.num_params  # AdamW's two fp32 moments: resident beside each slab
   for name in ("logprob", "update/accumulate"):
     assert lines[name]["resident_bytes"] >= adam, (name, lines[name]["resident_bytes"], adam)

@@ -315,8 +315,8 @@ def test_a_sigterm_while_the_run_loads_stops_it_with_the_requeue_status(tmp_path
     stderr=subprocess.STDOUT,
     text=True,
   )
-  for line in proc.stdout:  # main() has begun: JAX is up, the model not yet loaded
-    if "prorl_jax process 0/1" in line:
+  for line in proc.stdout:  # `start` has begun: JAX is up, the model not yet loaded
+    if "prorl_jax.trainer.loop process 0/1" in line:
       break
   proc.send_signal(signal.SIGTERM)
   out = proc.communicate(timeout=300)[0]

@@ -28,11 +28,13 @@ import logging
 import time
 
 import jax
+import jax.numpy as jnp
 
 from prorl_jax.model.presets import ModelConfig
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import Request
 from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.rollout.engines import jax_sampler, paged
 from prorl_jax.rollout.engines.jax_engine import JaxEngine
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.worker import Worker
@@ -62,6 +64,27 @@ def _as_published(params, *, published: str, engine: str):
   """`params` rounded to the `published` dtype and cast to the `engine`'s: the values a worker
   loads from the version's files, computed where the params live."""
   return jax.tree.map(lambda x: x.astype(published).astype(engine), params)
+
+
+def abstract_programs(
+  engine: JaxEngine, model_cfg, params, sp, max_prompt: int, max_new: int, n: int, backend, make
+) -> list[tuple]:
+  """The inline engine's device programs for the trainer's `params` given as shapes, as
+  [(name, function, args, static settings)]: the decode layout of an offered version (in the
+  engine's dtype, as `offer` makes it), then the prefill of one longest prompt and a chunk of
+  decode steps (`paged.abstract_calls`), for `backend`'s chips. `make(shape, dtype=int32)`
+  makes the engine's own arrays (the compile tool's replicated `jax.ShapeDtypeStruct`s)."""
+  wcfg = worker_config(model_cfg, engine.dtype)
+  dtype = jnp.dtype(engine.dtype)
+  published = jax.tree.map(
+    lambda a: jax.ShapeDtypeStruct(a.shape, dtype, sharding=a.sharding), params
+  )
+  layout = jax.jit(functools.partial(jax_sampler.prepare, wcfg))
+  weights = jax.tree.map(lambda a: make(a.shape, a.dtype), jax.eval_shape(layout, published))
+  pc = engine.paged_config(wcfg.head_dim, backend)
+  sp = sp.stopping_at(wcfg.eos_token_id)
+  calls = paged.abstract_calls(pc, wcfg, published, weights, sp, max_prompt, max_new, n, make)
+  return [("layout", layout, (published,), {}), *calls]
 
 
 class OfferedWeights:

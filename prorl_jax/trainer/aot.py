@@ -1,7 +1,7 @@
 """A run's programs compiled ahead of time for devices it may not have (`parallel.chips`: the
 compile-only devices of a TPU slice or a GPU node, or the host's own), with per-device memory.
 
-`programs(cfg, devices)` takes the trainer's programs (the packed or padded update, the log-prob
+`programs(plan, devices)` takes the trainer's programs (the packed or padded update, the log-prob
 pass, the reference reset) from the builder the run itself uses (`trainer.programs.build`), given
 the state as shapes (`jax.eval_shape`: no weights are read), adds with `rollout.engine=inline`
 the JAX engine's weight layout, prefill and decode step, and returns each jitted function with
@@ -27,9 +27,8 @@ from prorl_jax.config import engines as specs
 from prorl_jax.model import init_params, presets
 from prorl_jax.model.hf_weights import read_hf_config
 from prorl_jax.parallel import sharding
-from prorl_jax.rollout.engines import jax_sampler, paged, paged_kernels
-from prorl_jax.rollout.engines import slots as slots_lib
-from prorl_jax.rollout.inline import worker_config
+from prorl_jax.rollout import inline
+from prorl_jax.rollout.engines.jax_engine import JaxEngine
 from prorl_jax.trainer import programs as programs_lib
 from prorl_jax.trainer import setup
 from prorl_jax.trainer import train_step as ts
@@ -65,11 +64,10 @@ class Shapes:
   state_bytes: int  # the TrainState's bytes on one device
 
 
-def model_config(cfg, platform: str, plan: Plan | None = None):
+def model_config(plan: Plan, platform: str):
   """The run's model config from `model.path` (a directory with at least config.json, or a
   preset name: `presets.PRESETS`), with `model.path` empty the preset of `model.name`, or the
   demo's tiny model (`model.build_tiny`)."""
-  plan = plan or Plan.from_config(cfg)
   m = plan.model
   opts = setup.model_options(m, platform)
   opts["param_dtype"] = opts.pop("dtype")
@@ -116,12 +114,11 @@ def abstract_state(model_cfg, tx, st_sh) -> ts.TrainState:
   return _abstract(shapes, st_sh)
 
 
-def programs(cfg, devices) -> tuple[list[Program], Shapes]:
-  """Every program of the run on `devices` (see the module docstring), in the order a step
-  runs them."""
+def programs(plan: Plan, devices) -> tuple[list[Program], Shapes]:
+  """Every program of the run `plan` on `devices` (see the module docstring), in the order a
+  step runs them."""
   platform = devices[0].platform
-  plan = Plan.from_config(cfg)
-  model_cfg = model_config(cfg, platform, plan)
+  model_cfg = model_config(plan, platform)
   try:
     mesh = sharding.make_mesh(plan.mesh.data, plan.mesh.fsdp, plan.mesh.tensor, devices=devices)
   except ValueError as e:
@@ -144,14 +141,13 @@ def programs(cfg, devices) -> tuple[list[Program], Shapes]:
   for p in progs:  # the state not passed in stays in memory beside the program
     if p.kind in ("accumulate", "logprob"):
       p.resident = state_bytes - params_bytes
-  engine, engine_bytes, slots = [], 0, 0
+  engine, engine_bytes, slots, steps = [], 0, 0, 0
   if specs.spec(plan.rollout.engine).in_trainer:
-    engine, engine_bytes, slots = _inline(cfg, model_cfg, mesh, state)
+    engine, engine_bytes, slots, steps = _inline(plan, model_cfg, mesh, state)
     for p in progs:
       p.resident += engine_bytes
     for p in engine:
       p.resident += state_bytes
-  steps = cfg.jax_engine.steps_per_sync
   shapes = Shapes(
     model_cfg, mesh, built.rows, built.seq, built.slab_shape, slots, steps, state_bytes
   )
@@ -197,62 +193,34 @@ def _padded(built, state, attn: str):
   ]
 
 
-def _inline(cfg, model_cfg, mesh, state):
-  """The inline engine's programs: its weight layout from the trainer's params, the prefill of
-  a group's prompt and a chunk of decode steps, at the run's slots and pages. The engine's
+def _inline(plan: Plan, model_cfg, mesh, state):
+  """The inline engine's programs as the engine describes them (`inline.abstract_programs`):
+  its weight layout, the prefill of a longest prompt and a chunk of decode steps, at the run's
+  slots and pages, with (programs, the engine's weights' bytes a device, slots, decode steps a
+  call). The engine's
   weights and pages are replicated on every device (what the decode step's kernel reads)."""
-  e, r = cfg.jax_engine, cfg.rollout
-  wcfg = worker_config(model_cfg, e.dtype)
-  layout = jax.jit(lambda p: jax_sampler.prepare(wcfg, p))
   rep = sharding.replicated(mesh)
   sds = lambda shape, dtype=jnp.int32: jax.ShapeDtypeStruct(shape, dtype, sharding=rep)  # noqa: E731
-  weights = jax.tree.map(lambda a: sds(a.shape, a.dtype), jax.eval_shape(layout, state.params))
-  attention = _engine_attention(e, wcfg, mesh)
-  pc = paged.PagedConfig(e.slots, e.page_size, e.pages, e.steps_per_sync, attention=attention)
-  shape = paged.pool_shape(pc, wcfg, r.max_prompt_len + r.max_response_len)  # the longest
-  dt = jnp.dtype(wcfg.compute_dtype)
-  kp = tuple(sds(shape.kshape, dt) for _ in range(wcfg.num_layers))
-  vp = tuple(sds(shape.vshape, dt) for _ in range(wcfg.num_layers))
-  s, key, sp = (
-    e.slots,
-    sds((2,), jnp.uint32),
-    config_lib.sampling_params(cfg).stopping_at(wcfg.eos_token_id),
-  )
-  st = slots_lib.SlotTable.abstract_state(s, sds)
-  decode = Program(
-    "engine/decode",
-    paged_kernels.decode,
-    (weights, kp, vp, sds((s, shape.width)), st, key),
-    "decode",
-    kwargs=dict(
-      model_cfg=wcfg, sp=sp, steps=e.steps_per_sync, groups=pc.groups, attention=attention
-    ),
-    attention=attention,
-  )
-  params = jax.tree.map(
-    lambda a: jax.ShapeDtypeStruct(a.shape, jnp.dtype(e.dtype), sharding=a.sharding), state.params
-  )  # the trainer's arrays in the engine's dtype (`inline._as_published`)
-  n_pages = -(-r.max_prompt_len // e.page_size)  # one prompt, right-padded to whole pages
-  prompt = (sds((1, n_pages * e.page_size)), sds((1,)), sds((1, n_pages)), key, sds((1, r.n)))
-  prefill = Program(
-    "engine/prefill",
-    paged_kernels.admit,
-    (params, weights.head, kp, vp, *prompt),
-    "prefill",
-    kwargs=dict(model_cfg=wcfg, sp=sp, attention=attention),
-    attention="dense (prompt)",
-  )
-  lay = Program("engine/layout", layout, (state.params,), "layout")
-  return [lay, prefill, decode], per_device_bytes(weights), s
-
-
-def _engine_attention(e, wcfg, mesh) -> str:
-  """The decode attention the engine picks on the mesh's chips (`jax_engine.attention`)."""
   platform = mesh.devices.flat[0].platform
-  backend = "gpu" if platform in ("gpu", "cuda") else platform
-  attention = paged_kernels.choose_attention(e.attention, wcfg.head_dim, e.page_size, backend)
-  # the target's kernel, not this host's backend's
-  return f"pallas_{backend}" if attention == "pallas" else attention
+  engine = JaxEngine(**plan.workers.options)
+  b = plan.batching
+  calls = inline.abstract_programs(
+    engine,
+    model_cfg,
+    state.params,
+    plan.rollout.sampling,
+    b.max_prompt_len,
+    b.max_response_len,
+    plan.rollout.n,
+    "gpu" if platform in ("gpu", "cuda") else platform,
+    sds,
+  )
+  progs = []
+  for name, fn, args, kwargs in calls:
+    attention = {"prefill": "dense (prompt)"}.get(name, kwargs.get("attention"))
+    progs.append(Program(f"engine/{name}", fn, args, name, kwargs=kwargs, attention=attention))
+  weights = next(p for p in progs if p.kind == "decode").args[0]
+  return progs, per_device_bytes(weights), engine.paged["slots"], engine.paged["steps_per_sync"]
 
 
 NEEDS_CUDNN = (

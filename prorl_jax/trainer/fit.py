@@ -15,6 +15,7 @@ from prorl_jax.config import engines as specs
 from prorl_jax.parallel import chips
 from prorl_jax.rollout import layout
 from prorl_jax.trainer import aot, estimate, saved_programs
+from prorl_jax.trainer.plan import Plan
 
 
 def settings(cfg, platform: str) -> list[str]:
@@ -147,7 +148,7 @@ def report(
   devices = devices or chips.compile_only_devices(topo)
   if topo.platform == "cpu":  # this host's own devices: as many as JAX was given
     topo = dataclasses.replace(topo, devices=len(devices))
-  progs, shapes = aot.programs(cfg, devices)
+  progs, shapes = aot.programs(Plan.from_config(cfg), devices)
   work = workload(cfg, mean_prompt, mean_response, keep_rate)
   hbm = trainer_hbm(cfg, topo.chip)
   lines, times, results = [], {}, []
@@ -298,7 +299,7 @@ def compiled_for(cfg, devices, chip, where: str) -> tuple[str | None, dict]:
   """The run's programs compiled for `devices` (chips of kind `chip`, named `where` in the
   verdict): (the first that does not fit, said in one line, or None; the trainer's programs
   compiled, `{name: executable}`, as `saved_programs.use` takes them)."""
-  progs, shapes = aot.programs(cfg, devices)
+  progs, shapes = aot.programs(Plan.from_config(cfg), devices)
   work = workload(cfg)
   done = {}
   for p in progs:

@@ -17,7 +17,7 @@ import jax
 from prorl_jax import config as config_lib
 from prorl_jax.algo import dynamic_sampling
 from prorl_jax.parallel import dist
-from prorl_jax.trainer import aot, fit, preflight, saved_programs
+from prorl_jax.trainer import aot, fit, placement, preflight, saved_programs
 from prorl_jax.trainer import setup as setup_lib
 from prorl_jax.trainer import workers as workers_lib
 from prorl_jax.trainer.checkpoint import Checkpointer, abstract_like
@@ -154,12 +154,12 @@ def start(cfg, accept_config_changes: bool, watch: Watch) -> Run | Outcome:
   return Run(setup, state, source, buffer, loop, ckpt, writer, rollouts, pins, watch, t_start)
 
 
-def _saved(cfg) -> dict:
-  """The executables of `cfg.compiled` that match this run's programs on these devices (the
-  programs built from `cfg.model.path`: the base model the run resolved)."""
+def _saved(plan: Plan, compiled_dir: str) -> dict:
+  """The executables in `compiled_dir` that match the run's programs on these devices (`plan`
+  with the base model the run resolved)."""
   try:
-    programs, shapes = aot.programs(cfg, jax.devices())
-    return saved_programs.load(programs, cfg.compiled, shapes.mesh)
+    programs, shapes = aot.programs(plan, jax.devices())
+    return saved_programs.load(programs, compiled_dir, shapes.mesh)
   except FileNotFoundError as e:
     raise config_lib.ConfigError(str(e)) from None
 
@@ -173,7 +173,8 @@ def _built(cfg, plan: Plan):
     raise config_lib.ConfigError(too_big)
   setup, state, source = setup_lib.build(plan)
   if cfg.compiled:
-    setup = saved_programs.use(setup, _saved(fit.with_changes(cfg, {"model.path": setup.path})))
+    resolved = dataclasses.replace(plan, model=dataclasses.replace(plan.model, path=setup.path))
+    setup = saved_programs.use(setup, _saved(resolved, cfg.compiled))
   elif compiled_now:
     log.info("the pre-flight's executables run: %s (compiled once)", ", ".join(compiled_now))
     setup = saved_programs.use(setup, compiled_now)
@@ -184,8 +185,21 @@ def _checked_and_built(cfg, accept_config_changes: bool):
   """The pre-flight checks (config, packages, inert flags, the run directory) and the build:
   (setup, TrainState, training source), or the `Outcome` of a run that finished before."""
   config_lib.validate(cfg)
+  fraction = placement.jax_memory_fraction(cfg)
+  if fraction is not None and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
+    # before JAX's backend starts: trainer and local vLLM workers share the GPUs (an explicit
+    # environment variable wins)
+    os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(fraction)
   preflight.check_installed(cfg)
-  dist.initialize(**cfg.dist)
+  dist.initialize(**cfg.dist)  # before anything touches a device
+  log.info(
+    "process %d/%d, %d local / %d global devices: %s",
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+    jax.devices(),
+  )
   primary = dist.is_primary()
   if primary:
     for line in preflight.inert_flags(cfg):

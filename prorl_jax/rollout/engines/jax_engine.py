@@ -63,13 +63,22 @@ class JaxEngine:
     if self._paged is not None:
       self._paged.set_weights(self.params, self.weights)
 
+  def paged_config(self, head_dim: int, backend: str | None = None) -> paged.PagedConfig:
+    """The continuous-batching engine's shape for a model of `head_dim`, its attention chosen
+    for this host's backend, or for `backend`'s chips (the compile tool's target: a Pallas
+    kernel is then named for it, `pallas_tpu`, `pallas_gpu`)."""
+    on = backend or jax.default_backend()
+    attention = paged_kernels.choose_attention(
+      self.attention, head_dim, self.paged["page_size"], on
+    )
+    if backend and attention == "pallas":
+      attention = f"pallas_{backend}"  # the target's kernel, not this host's backend's
+    return paged.PagedConfig(**self.paged, attention=attention)
+
   def _continuous(self) -> paged.PagedEngine:
     """The continuous-batching engine, built on first use for the loaded model."""
     if self._paged is None:
-      attention = paged_kernels.choose_attention(
-        self.attention, self.model_cfg.head_dim, self.paged["page_size"], jax.default_backend()
-      )
-      pc = paged.PagedConfig(**self.paged, attention=attention)
+      pc = self.paged_config(self.model_cfg.head_dim)
       self._paged = paged.PagedEngine(self.model_cfg, self.params, pc, weights=self.weights)
     return self._paged
 

@@ -79,6 +79,44 @@ def pool_shape(pc: PagedConfig, model_cfg, max_len: int) -> PoolShape:
   return PoolShape(pages, width, tuple(kshape), tuple(vshape))
 
 
+def call_settings(pc: PagedConfig, model_cfg, sp: SamplingParams) -> tuple[dict, dict]:
+  """The static settings of the engine's prefill and decode calls (`kernels.admit`,
+  `kernels.decode`)."""
+  prefill = dict(model_cfg=model_cfg, sp=sp, attention=pc.attention)
+  return prefill, dict(prefill, steps=pc.steps_per_sync, groups=pc.groups)
+
+
+def abstract_calls(
+  pc: PagedConfig, model_cfg, params, weights, sp, max_prompt: int, max_new: int, n: int, make
+) -> list[tuple]:
+  """The engine's device calls for prompts of up to `max_prompt` tokens and `max_new` new ones,
+  as shapes: [(name, kernel, args, static settings)] for the prefill of one longest prompt and
+  a decode chunk over the whole pool. `params` and `weights` (their decode layout) are given as
+  shapes; `make(shape, dtype=int32)` makes every other argument."""
+  shape = pool_shape(pc, model_cfg, max_prompt + max_new)
+  dt = jnp.dtype(model_cfg.compute_dtype)
+  kp = tuple(make(shape.kshape, dt) for _ in range(model_cfg.num_layers))
+  vp = tuple(make(shape.vshape, dt) for _ in range(model_cfg.num_layers))
+  key = make((2,), jnp.uint32)  # jax.random.PRNGKey's
+  tokens, lengths, page_ids, seq_ids = PrefillWork.abstract(1, max_prompt, n, pc.page_size, make)
+  state = SlotTable.abstract_state(pc.slots, make)
+  prefill_kw, decode_kw = call_settings(pc, model_cfg, sp)
+  return [
+    (
+      "prefill",
+      kernels.admit,
+      (params, weights.head, kp, vp, tokens, lengths, page_ids, key, seq_ids),
+      prefill_kw,
+    ),
+    (
+      "decode",
+      kernels.decode,
+      (weights, kp, vp, make((pc.slots, shape.width)), state, key),
+      decode_kw,
+    ),
+  ]
+
+
 @dataclasses.dataclass
 class Call:
   """One `generate` call's state: its requests, the page pool and pages, the slot table, the
@@ -151,9 +189,7 @@ class PagedEngine:
       jnp.asarray(work.page_ids),
       call.seed_key,
       jnp.asarray(work.seq_ids),
-      model_cfg=self.model_cfg,
-      sp=call.sp,
-      attention=self.pc.attention,
+      **call_settings(self.pc, self.model_cfg, call.sp)[0],
     )
     return jax.device_get((first, first_lp))
 
@@ -216,11 +252,7 @@ class PagedEngine:
       jnp.asarray(slots.table[:, : slots.width()]),
       slots.state(),
       call.seed_key,
-      model_cfg=self.model_cfg,
-      sp=call.sp,
-      steps=pc.steps_per_sync,
-      groups=pc.groups,
-      attention=pc.attention,
+      **call_settings(pc, self.model_cfg, call.sp)[1],
     )
     call.steps += pc.steps_per_sync
     toks, lps, emitted, st = jax.device_get((toks, lps, emitted, state))

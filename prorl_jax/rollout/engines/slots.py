@@ -179,13 +179,26 @@ class PrefillWork:
   seq_ids: np.ndarray
   taken: list[list[int]]
 
+  @staticmethod
+  def shapes(prompts: int, longest: int, n: int, page: int) -> dict[str, tuple[int, ...]]:
+    """The arrays' shapes for `prompts` prompts of at most `longest` tokens: rows rounded up to
+    a power of two (a few compiled sizes), tokens to whole pages."""
+    nb, tb = 1 << (prompts - 1).bit_length(), -(-longest // page) * page
+    return dict(tokens=(nb, tb), lengths=(nb,), page_ids=(nb, tb // page), seq_ids=(nb, n))
+
+  @classmethod
+  def abstract(cls, prompts: int, longest: int, n: int, page: int, make) -> tuple:
+    """(tokens, lengths, page ids, sequence ids) as `make(shape)` makes them (int32 shapes for
+    the compile tool): what `build` gives the prefill."""
+    s = cls.shapes(prompts, longest, n, page)
+    return tuple(make(s[k]) for k in ("tokens", "lengths", "page_ids", "seq_ids"))
+
   @classmethod
   def build(cls, pis: list[int], prompts, n: int, page: int, pool: PagePool) -> PrefillWork:
     lens = [len(prompts[pi]) for pi in pis]
-    nb = 1 << (len(pis) - 1).bit_length()
-    tb = -(-max(lens) // page) * page
-    toks, plens = np.zeros((nb, tb), np.int32), np.ones(nb, np.int32)
-    ids, seq_ids = np.zeros((nb, tb // page), np.int32), np.zeros((nb, n), np.int32)
+    s = cls.shapes(len(pis), max(lens), n, page)
+    toks, plens = np.zeros(s["tokens"], np.int32), np.ones(s["lengths"], np.int32)
+    ids, seq_ids = np.zeros(s["page_ids"], np.int32), np.zeros(s["seq_ids"], np.int32)
     taken = []
     for g, (pi, length) in enumerate(zip(pis, lens)):
       taken.append([pool.take() for _ in range(-(-length // page))])
