@@ -1,6 +1,7 @@
 """Import layering: a module may import only its own or lower layers."""
 
 import ast
+import os
 import pathlib
 import subprocess
 import sys
@@ -45,46 +46,39 @@ NO_JAX = (  # a name ending in ".*": the package and everything in it
   "model.presets",
   "model.tokenizer",
   "config.*",  # pure data and validation
-  "trainer.placement",  # `main` reads the memory fraction there before JAX starts
+  "trainer.placement",  # where the workers go: read by the launch scripts without JAX
 )
 
 
-def _imported_before_jax_in_main() -> list[str]:
-  """The modules `main.main` imports before its `import jax`."""
-  tree = ast.parse((ROOT / "main.py").read_text())
-  fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
-  nodes = sorted(
-    (n for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))), key=lambda n: n.lineno
+def test_the_run_sets_the_memory_fraction_before_jax_starts(tmp_path):
+  """`prorl-train` imports JAX but starts no backend before `start` has validated the config
+  and set JAX's memory fraction: the first backend call of a run (spied in a fresh process)
+  sees XLA_PYTHON_CLIENT_MEM_FRACTION set from the config."""
+  code = f"""
+import os
+import prorl_jax.main
+from prorl_jax.trainer import loop
+from jax._src import xla_bridge
+assert not xla_bridge._backends, "an import started a JAX backend"
+os.environ.pop("XLA_PYTHON_CLIENT_MEM_FRACTION", None)
+
+def first_backend_call(*args, **kwargs):
+  got = os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+  raise SystemExit(0 if got == "0.37" else f"the backend started with fraction {{got!r}}")
+
+xla_bridge.backends = first_backend_call
+from configs import tiny
+cfg = tiny.get_config()
+cfg.model.memory_fraction = 0.37
+cfg.run_dir = {str(tmp_path / "run")!r}
+loop.run(cfg)
+raise SystemExit("no backend call")
+"""
+  env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_MEM_FRACTION"}
+  out = subprocess.run(
+    [sys.executable, "-c", code], cwd=ROOT.parent, capture_output=True, text=True, env=env
   )
-  out = []
-  for n in nodes:
-    names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module]
-    if isinstance(n, ast.ImportFrom):  # `from prorl_jax import config`: the module prorl_jax.config
-      subs = [f"{n.module}.{a.name}" for a in n.names]
-      names += [m for m in subs if (ROOT.parent / m.replace(".", "/")).exists()]
-      names += [m for m in subs if (ROOT.parent / (m.replace(".", "/") + ".py")).exists()]
-    if "jax" in names:
-      return out
-    out += names
-  raise AssertionError("main.main never imports jax itself")
-
-
-def test_main_starts_jax_only_after_the_memory_fraction_is_set():
-  """`main` validates the config and sets JAX's memory fraction before JAX starts: the config
-  package, the placement and everything else it imports for that load no JAX (at module level
-  or through another module)."""
-  import subprocess
-  import sys
-
-  before = _imported_before_jax_in_main()
-  assert "prorl_jax.trainer.placement" in before and "prorl_jax.config" in before, before
-  modules = ["prorl_jax.main", "prorl_jax.config.fields", *before]
-  code = (
-    f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; "
-    "bad = [m for m in ('jax', 'flax', 'optax') if m in sys.modules]; "
-    "assert not bad, bad"
-  )
-  subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT.parent)
+  assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
 
 
 def _no_jax(name: str) -> bool:
@@ -314,19 +308,26 @@ def test_the_function_import_check_can_fail(tmp_path):
   assert [x.split(": ")[1] for x in _unexplained_function_imports(f)] == ["import json"]
 
 
-# The trainer's step side: below `start` (trainer/start.py), the steps read `setup.plan`; none of
-# these modules takes the ConfigDict or imports the config, except `loop.run`, which hands it to
-# `start`.
+# Below `start` (trainer/start.py): the build, the steps and the compile tool read the `Plan`;
+# none of these modules takes the ConfigDict or imports the config (its `ConfigError` aside),
+# except `loop.run`, which hands it to `start`.
 STEP_SIDE = (
+  "aot",
   "batch",
   "checkpoint",
   "collect",
   "compiled",
+  "estimate",
   "hacks",
   "loop",
   "loop_state",
   "metrics",
   "preemption",
+  "programs",
+  "run_dir",
+  "saved_programs",
+  "scoring",
+  "setup",
   "train_step",
   "update",
   "versions",
@@ -345,6 +346,8 @@ def _config_readers(module: str, source: str) -> list[str]:
     names = []
     if isinstance(n, ast.Import):  # `import prorl_jax.config`, `import prorl_jax.config.fields`
       names = [a.name for a in n.names]
+    elif isinstance(n, ast.ImportFrom) and [a.name for a in n.names] == ["ConfigError"]:
+      pass  # the error a bad setting raises: it reads no config
     elif isinstance(n, ast.ImportFrom):  # absolute or relative (`from .. import config`)
       base = (
         n.module
@@ -380,6 +383,9 @@ def test_the_config_read_check_can_fail():
   ):
     assert _config_readers("update", form) == ["update imports the config"], form
   assert _config_readers("update", "from . import batch\nimport prorl_jax.records\n") == []
+  assert _config_readers("update", "from prorl_jax.config import ConfigError\n") == []
+  both = "from prorl_jax.config import ConfigError, engines\n"
+  assert _config_readers("update", both) == ["update imports the config"]
 
 
 # Where the run's ConfigDict is handled; everywhere else a `cfg` would be some other config.

@@ -90,12 +90,14 @@ def test_a_resumed_run_starts_from_an_exchange_without_the_interrupted_runs_left
       Request([[1]], 1, SamplingParams(max_new_tokens=1), [PromptMeta("chain_sum")]),
       request_id=f"s0000002-g00-c{i:05d}",
     )
-  opened = run_dir.open_exchange(cfg, LoopState(version=1))  # resumed from a checkpoint of v1
+  opened = run_dir.open_exchange(
+    Plan.from_config(cfg).rollout.exchange_url, LoopState(version=1)
+  )  # resumed from a checkpoint of v1
   assert opened.weights.versions() == [0, 1]  # v2, v3 were published after it: redone
   assert opened.queue.ids() == []  # its requests are redone deterministically
-  assert run_dir.exchange_url(cfg) == cfg.rollout.exchange
+  assert Plan.from_config(cfg).rollout.exchange_url == cfg.rollout.exchange
   cfg.rollout.exchange = ""
-  assert run_dir.exchange_url(cfg) == str(tmp_path / "run" / "exchange")
+  assert Plan.from_config(cfg).rollout.exchange_url == str(tmp_path / "run" / "exchange")
 
 
 def test_publish_writes_a_version_workers_can_load_with_its_probe(tmp_path):

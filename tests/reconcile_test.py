@@ -196,7 +196,7 @@ def test_the_window_that_lost_a_prefetched_request_is_closed(tmp_path):
       ex.store.write(k, None)  # the manifest is left: a result whose data and request are gone
   pf = Prefetch(step=4, version=2, rounds=1, requests=record)
   loop = LoopState(step=3, version=3, prefetch=pf)
-  resumed = run_dir.open_exchange(cfg, loop)
+  resumed = run_dir.open_exchange(run_dir.exchange_url(cfg.rollout.exchange, cfg.run_dir), loop)
   _serve(resumed)
   done = wait_for_results(resumed.queue, list(record), timeout_s=10.0, what="step 4")
   assert sorted(done) == sorted(record)

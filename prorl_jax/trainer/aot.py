@@ -22,8 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from prorl_jax import config as config_lib
-from prorl_jax.config import engines as specs
+from prorl_jax.config import ConfigError
 from prorl_jax.model import init_params, presets
 from prorl_jax.model.hf_weights import read_hf_config
 from prorl_jax.parallel import sharding
@@ -81,12 +80,12 @@ def model_config(plan: Plan, platform: str):
   elif m.path and os.path.isfile(os.path.join(m.path, "config.json")):
     path = m.path  # no weights or tokenizer needed: only the architecture
   elif not m.path:
-    raise config_lib.ConfigError(
+    raise ConfigError(
       f"model.path is empty and model.name={m.name!r} is no preset: pass --config.model.path= "
       f"a directory with a config.json or a preset name ({', '.join(presets.PRESETS)})"
     )
   else:
-    raise config_lib.ConfigError(
+    raise ConfigError(
       f"model.path={m.path!r} is neither a directory with a config.json nor a preset name "
       f"({', '.join(presets.PRESETS)})"
     )
@@ -122,7 +121,7 @@ def programs(plan: Plan, devices) -> tuple[list[Program], Shapes]:
   try:
     mesh = sharding.make_mesh(plan.mesh.data, plan.mesh.fsdp, plan.mesh.tensor, devices=devices)
   except ValueError as e:
-    raise config_lib.ConfigError(str(e)) from None
+    raise ConfigError(str(e)) from None
   tx = plan.optimizer.make()
   st_sh = ts.state_shardings(model_cfg, tx, mesh)
   state = abstract_state(model_cfg, tx, st_sh)
@@ -142,7 +141,7 @@ def programs(plan: Plan, devices) -> tuple[list[Program], Shapes]:
     if p.kind in ("accumulate", "logprob"):
       p.resident = state_bytes - params_bytes
   engine, engine_bytes, slots, steps = [], 0, 0, 0
-  if specs.spec(plan.rollout.engine).in_trainer:
+  if plan.rollout.engine_spec.in_trainer:
     engine, engine_bytes, slots, steps = _inline(plan, model_cfg, mesh, state)
     for p in progs:
       p.resident += engine_bytes

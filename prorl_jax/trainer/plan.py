@@ -22,7 +22,7 @@ from prorl_jax.config import engines as specs
 from prorl_jax.data.sources import DataSpec
 from prorl_jax.model import lora, presets
 from prorl_jax.records import SamplingParams
-from prorl_jax.trainer import placement
+from prorl_jax.trainer import placement, run_dir
 from prorl_jax.trainer import train_step as ts
 
 
@@ -47,6 +47,7 @@ class RolloutPlan:
   pipeline: bool
   inflight_updates: bool  # requests take any newer version mid-generation (no max_version)
   engine: str  # inline: the trainer serves requests itself
+  engine_spec: specs.EngineSpec  # the engine's row (`config.engines`): where it runs, its options
   publish_files: bool  # weight files on the exchange: some worker process reads them
   timeout_s: float
   max_probe_mismatch: float
@@ -54,6 +55,7 @@ class RolloutPlan:
   max_gen_rounds: int
   sampling: SamplingParams
   routing: types.MappingProxyType  # {data_source: verifier}, parsed once
+  exchange_url: str  # where requests, results and weights meet (`run_dir.exchange_url`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,6 +228,8 @@ def rollout_plan(cfg, local_workers: int, routing=None) -> RolloutPlan:
     publish_files=bool(processes) or not inline,
     sampling=config_lib.sampling_params(cfg),
     routing=routing or types.MappingProxyType(config_lib.routing_table(cfg)),
+    exchange_url=run_dir.exchange_url(r.exchange, cfg.run_dir),
+    engine_spec=specs.spec(r.engine),
   )
 
 

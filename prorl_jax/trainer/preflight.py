@@ -136,16 +136,17 @@ def before_loading(cfg, plan, accept_config_changes: bool):
     log.warning(line)
   changes = check_resume_config(cfg, accept_config_changes)
   last = latest_local_step(cfg)
-  stop = run_dir.stopped_before(cfg)  # stopped before the last step's validation: not finished
+  stop = run_dir.stopped_before(plan.run_dir)  # stopped before the last step's validation
   pending = bool(stop.get("pending_tail")) and stop.get("stopped_at") == last
-  done = last is not None and last >= cfg.total_steps and run_dir.summarized_step(cfg) == last
+  done = last is not None and last >= plan.total_steps
+  done = done and run_dir.summarized_step(plan.run_dir) == last
   if done and jax.process_count() == 1 and not pending:
-    print(run_dir.finished_line(cfg, last), flush=True)
+    print(run_dir.finished_line(plan.run_dir, last, plan.total_steps), flush=True)
     return {"finished": True, "steps": last}, changes
   check_model_path(plan.model_path)  # is the model there, and are the data files and rows?
   precheck(plan.data)
   try:  # ... and can the exchange be opened?
-    open_store(run_dir.exchange_url(cfg))
+    open_store(plan.rollout.exchange_url)
   except InvalidExchange as e:
     raise config_lib.ConfigError(f"rollout.exchange: {e}") from None
   wp = plan.workers

@@ -16,43 +16,44 @@ STOPPED = "stopped.json"  # in run_dir: the last stop on a signal (a finished ru
 SUMMARY = "summary.json"  # in run_dir: written last; a run is finished when it names the last step
 
 
-def summarized_step(cfg) -> int | None:
+def summarized_step(run_dir: str) -> int | None:
   """The step `RUN_DIR/summary.json` says the run finished at (None: no summary). A run whose
   last checkpoint is at total_steps but has no summary of that step was stopped after its last
   update (before its final validation or its summary): its resumption does those."""
   try:
-    with open(os.path.join(cfg.run_dir, SUMMARY)) as f:
+    with open(os.path.join(run_dir, SUMMARY)) as f:
       return int(json.load(f)["steps"])
   except (OSError, ValueError, KeyError, TypeError):
     return None
 
 
-def stopped_before(cfg) -> dict:
-  """How the run in `cfg.run_dir` last stopped to be requeued ({} if it did not)."""
+def stopped_before(run_dir: str) -> dict:
+  """How the run in `run_dir` last stopped to be requeued ({} if it did not)."""
   try:
-    with open(os.path.join(cfg.run_dir, STOPPED)) as f:
+    with open(os.path.join(run_dir, STOPPED)) as f:
       return json.load(f)
   except (OSError, ValueError):
     return {}
 
 
-def finished_line(cfg, step: int) -> str:
+def finished_line(run_dir: str, step: int, total_steps: int) -> str:
   return (
-    f"{cfg.run_dir} is finished: step {step} of total_steps={cfg.total_steps}; raise "
+    f"{run_dir} is finished: step {step} of total_steps={total_steps}; raise "
     "--config.total_steps to train on"
   )
 
 
-def exchange_url(cfg) -> str:
-  return cfg.rollout.exchange or os.path.join(os.path.abspath(cfg.run_dir), "exchange")
+def exchange_url(exchange: str, run_dir: str) -> str:
+  """The exchange of a run: `rollout.exchange`, or RUN_DIR/exchange when that is empty."""
+  return exchange or os.path.join(os.path.abspath(run_dir), "exchange")
 
 
-def open_exchange(cfg, loop: LoopState) -> Exchange:
+def open_exchange(url: str, loop: LoopState) -> Exchange:
   """The primary's exchange as the loop state `loop` expects it: weights newer than its version
   deleted (published after the checkpoint: redone), the requests of its prefetch record pending
   or with their results (put again where missing or torn), and every other request, lease and
   result of an interrupted run retired (`RequestQueue.reconcile`)."""
-  ex = Exchange(exchange_url(cfg))
+  ex = Exchange(url)
   for v in ex.weights.versions():
     if v > loop.version:
       ex.weights.delete(v)

@@ -16,8 +16,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from prorl_jax import config as config_lib
 from prorl_jax.algo import shaping
+from prorl_jax.config import ConfigError
 from prorl_jax.data.sources import sources_for
 from prorl_jax.demo import warm_start
 from prorl_jax.model import load_hf, load_tokenizer
@@ -45,7 +45,7 @@ def resolve_model_path(plan: Plan) -> str:
     return plan.model_path
   if plan.data.build_tiny:
     return warm_start.cached(seed=plan.data.seed)  # one build for every run dir
-  raise config_lib.ConfigError(missing_model(plan.model.name))
+  raise ConfigError(missing_model(plan.model.name))
 
 
 def attention_impl(model_cfg, platform: str | None = None) -> str:
@@ -133,7 +133,7 @@ def _mesh_and_model(plan: Plan, path: str):
   try:
     mesh = make_mesh(plan.mesh.data, plan.mesh.fsdp, plan.mesh.tensor)
   except ValueError as e:  # the mesh does not fit the devices
-    raise config_lib.ConfigError(str(e)) from None
+    raise ConfigError(str(e)) from None
   opts = model_options(plan.model)
   model_cfg, params = load_hf(path, mesh=mesh, lora_seed=plan.seed, **opts)
   return mesh, model_cfg, params
@@ -158,7 +158,7 @@ def _tokenizer(path: str):
   try:
     return load_tokenizer(path)
   except (OSError, ValueError) as e:
-    raise config_lib.ConfigError(
+    raise ConfigError(
       f"model.path={path!r}: cannot load its tokenizer ({type(e).__name__}: {str(e)[:200]})"
     ) from None
 

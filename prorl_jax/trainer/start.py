@@ -25,7 +25,7 @@ from prorl_jax.trainer.loop_state import LoopState, loop_json, resume_loop
 from prorl_jax.trainer.metrics import MetricWriter, NullWriter
 from prorl_jax.trainer.plan import Plan
 from prorl_jax.trainer.preemption import Watch
-from prorl_jax.trainer.run_dir import exchange_url, finished_line, open_exchange, summarized_step
+from prorl_jax.trainer.run_dir import finished_line, open_exchange, summarized_step
 from prorl_jax.trainer.run_record import record_run
 from prorl_jax.trainer.versions import Pins, on_primary, prune, publish, validate_and_log
 from prorl_jax.trainer.workers import Rollouts
@@ -138,15 +138,15 @@ def start(cfg, accept_config_changes: bool, watch: Watch) -> Run | Outcome:
     writer.truncate_after(step0, tail=loop.pending_tail)
     writer.start_session(step0, resumed=True, started=t_start)
     log.info("resumed from checkpoint step %d (policy version %d)", step0, loop.version)
-    summarized = on_primary(lambda: summarized_step(cfg) == step0)
+    summarized = on_primary(lambda: summarized_step(plan.run_dir) == step0)
     if step0 >= plan.total_steps and not loop.pending_tail and summarized:
       ckpt.close()
       writer.close()
       if primary:
-        print(finished_line(cfg, step0), flush=True)
+        print(finished_line(plan.run_dir, step0, plan.total_steps), flush=True)
       return Outcome("done", {"finished": True, "steps": step0})
-  ex = open_exchange(cfg, loop) if primary else None  # only the primary talks to it
-  url = exchange_url(cfg)
+  url = plan.rollout.exchange_url
+  ex = open_exchange(url, loop) if primary else None  # only the primary talks to it
   rollouts = workers_lib.open_rollouts(ex, url, setup, watch)
   publish(setup, state, ex, loop.version, rollouts.inline)
   prune(ex, pins)

@@ -9,7 +9,6 @@ import uuid
 
 import jax
 
-from prorl_jax.config import engines as specs
 from prorl_jax.model.core import param_shardings
 from prorl_jax.parallel import dist
 from prorl_jax.parallel.sharding import make_mesh
@@ -65,7 +64,7 @@ def inline_worker(plan, ex, url: str, tokenizer_dir: str, model_cfg):
   verifier pool) when the plan's engine is `inline`, else None: the primary's on its exchange
   `ex`; in a multi-host run every other process's too, on its own view of the exchange at `url`,
   with a replica of each version on its local devices."""
-  if not specs.spec(plan.rollout.engine).in_trainer:
+  if not plan.rollout.engine_spec.in_trainer:
     return None
   options = {}
   if dist.multi():
