@@ -331,6 +331,7 @@ STEP_SIDE = (
   "train_step",
   "update",
   "versions",
+  "workers",
 )
 CONFIG_ENTRY = {("loop", "run")}
 

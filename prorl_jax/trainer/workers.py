@@ -16,7 +16,7 @@ from prorl_jax.rewards.pool import VerifierPool
 from prorl_jax.rollout import inline, local
 from prorl_jax.rollout.engines.jax_engine import JaxEngine
 from prorl_jax.rollout.exchange import Exchange
-from prorl_jax.trainer.placement import WorkersPlan, workers_plan
+from prorl_jax.trainer.placement import WorkersPlan
 
 
 def local_workers(
@@ -85,10 +85,9 @@ def inline_worker(plan, ex, url: str, tokenizer_dir: str, model_cfg):
   )
 
 
-def eval_workers(cfg):
-  """`evaluation.ServedModel`'s `start_workers` for a config: the local workers it asks for on
-  this host, at least one."""
-  wp = workers_plan(cfg)
+def eval_workers(wp: WorkersPlan):
+  """`evaluation.ServedModel`'s `start_workers` for a config's placed workers `wp`
+  (`placement.workers_plan`): the local workers it asks for on this host, at least one."""
 
   def start(url: str, log_dir: str, on_death):
     return local_workers(wp, url, log_dir, on_death, at_least_one=True)
