@@ -67,9 +67,10 @@ def _read(path: str) -> tuple[list[dict], dict, dict | None]:
 def tables(out: str) -> str:
   """A summary row per case, then a row per program of every case."""
   rows = [
-    "| model | topology | engine | fits | peak GB/chip (program) | HBM GB | train tok/s/chip "
-    "(est.) | decode tok/s/chip (est.) | s/step (est.) | --fit |",
-    "|---|---|---|---|---|---|---|---|---|---|",
+    "| model | topology | engine | fits | peak GB/chip (program) | HBM GB | train tok/s/chip: "
+    "expected (bound) | decode tok/s/chip (bound) | s/step: expected (bound) | MFU assumed | "
+    "--fit |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   detail = [
     "| case | program | fits | peak GB | temp GB | compile s | roofline ms (est.) | attention "
@@ -83,13 +84,15 @@ def tables(out: str) -> str:
     progs, last, fit = _read(path)
     top = max(progs, key=lambda ln: ln["peak_bytes_per_chip"] or 0)
     est = last["estimate"]
-    fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    exp = est["expected"]
     fix = "-" if last["fits"] else " ".join(f"{k}={v}" for k, v in (fit or {}).items()) or "none"
     rows.append(
       f"| {model.split('-')[-1]} | {topology} | {engine} | {'yes' if last['fits'] else 'no'} | "
       f"{top['peak_bytes_per_chip'] / GB:.1f} ({top['program']}) | "
-      f"{top['hbm_bytes_per_chip'] / GB:.1f} | {fmt(est['train_tokens_per_s_per_chip'])} | "
-      f"{fmt(est['decode_tokens_per_s_per_chip'])} | {fmt(est['step_s'])} | {fix} |"
+      f"{top['hbm_bytes_per_chip'] / GB:.1f} | "
+      f"{_pair(exp, est, 'train_tokens_per_s_per_chip')} | "
+      f"{_fmt(est['decode_tokens_per_s_per_chip'])} | {_pair(exp, est, 'step_s')} | "
+      f"{exp['mfu']:.3f} | {fix} |"
     )
     for ln in progs:
       k = ", ".join(f"{n}: {c}" for n, c in ln["kernels"].items())
@@ -102,6 +105,15 @@ def tables(out: str) -> str:
   return "\n".join(rows) + "\n\n" + "\n".join(detail)
 
 
+def _fmt(v) -> str:
+  return "-" if v is None else f"{v:,.0f}"
+
+
+def _pair(expected: dict, bound: dict, key: str) -> str:
+  """A figure as "expected (bound)": the expected is "-" where it is not known (decode)."""
+  return f"{_fmt(expected[key])} ({_fmt(bound[key])})"
+
+
 README_CASES = ["15-v5p-8", "15-v5e-16", "15-v6e-8", "15-v5p-64", "15-h200-8",
                 "7-v5p-8", "7-v5e-16", "7-v6e-8", "7-v5p-64", "7-h200-8"]  # fmt: skip
 
@@ -111,7 +123,7 @@ def readme_table(out: str) -> str:
   program, whether all fit (or the --fit setting), and the roofline estimates."""
   rows = [
     "| model | chips | GB/chip: log-prob / update / apply / reset | trainer's HBM GB | fits "
-    "| train tok/s/chip (est.) | update + log-probs s/step (est.) |",
+    "| train tok/s/chip: expected (bound) | update + log-probs s/step: expected (bound) |",
     "|---|---|---|---|---|---|---|",
   ]
   for name in README_CASES:
@@ -128,7 +140,8 @@ def readme_table(out: str) -> str:
     rows.append(
       f"| {'1.5B' if name.startswith('15') else '7B'} | {last['topology']} | {peaks} | "
       f"{progs[0]['hbm_bytes_per_chip'] / GB:.1f} | {fits} | "
-      f"{est['train_tokens_per_s_per_chip']:,.0f} | {est['step_s']:,.0f} |"
+      f"{_pair(est['expected'], est, 'train_tokens_per_s_per_chip')} | "
+      f"{_pair(est['expected'], est, 'step_s')} |"
     )
   return "\n".join(rows)
 

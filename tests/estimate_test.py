@@ -72,3 +72,24 @@ def test_a_programs_peak_is_the_sum_of_its_parts_with_what_stays_resident():
   adam = 2 * 4 * model_cfg.num_params  # AdamW's two fp32 moments: resident beside each slab
   for name in ("logprob", "update/accumulate"):
     assert lines[name]["resident_bytes"] >= adam, (name, lines[name]["resident_bytes"], adam)
+
+
+def test_each_tpu_generation_expects_its_published_figure_and_gpus_the_measured_one():
+  """Every TPU row of the chip table has a published efficiency whose value is the percentage
+  its source states; NVIDIA GPUs take the project's H200 measurement."""
+  import re
+
+  from prorl_jax.parallel import chips
+
+  tpus = {k for k, c in chips.CHIPS.items() if c.platform == "tpu"}
+  assert tpus == set(estimate.PUBLISHED) and tpus >= {"v4", "v5e", "v5p", "v6e"}
+  for kind in tpus:
+    cal = estimate.calibration_for(kind)
+    stated = float(re.search(r"([\d.]+)% MFU", cal.mfu_source).group(1)) / 100
+    assert cal.mfu == pytest.approx(stated, abs=1e-6), kind
+    assert cal.mfu_source.startswith("published: MaxText") and "github.com" in cal.mfu_source
+    assert cal.bandwidth is None  # no decode figure: the bound only
+  for kind, c in chips.CHIPS.items():
+    if c.platform == "cuda":
+      assert estimate.calibration_for(kind) is estimate.MEASURED
+  assert estimate.calibration_for("v5e").mfu == 0.611 and estimate.calibration_for("v6e").mfu == 0.4546

@@ -104,14 +104,42 @@ class Calibration:
 
 
 # The project's own measurement (bench/RESULTS.md, "GPU (H200)", 96ebf74, 2026-11-29): the 1.5B
-# update on one H200 at 0.42 of its dense bf16 peak (cuDNN attention, full remat). No TPU
-# generation has a measurement of this project's programs yet: the same figure stands for them,
-# and says so.
+# update on one H200 at 0.42 of its dense bf16 peak (cuDNN attention, full remat). It stands for
+# NVIDIA GPUs. The decode loop has no current measurement on a chip: decode is the bound only.
 MEASURED = Calibration(
   0.42,
   "measured: the 1.5B update on one H200, 0.42 of 989 TFLOP/s (bench/RESULTS.md, GPU (H200), "
-  "96ebf74); applied to every chip until its own is measured (--calibration)",
+  "96ebf74)",
 )
+
+_MAXTEXT = "https://github.com/AI-Hypercomputer/maxtext"
+# Each TPU generation at the MFU MaxText publishes for its smallest dense model on that chip
+# (pre-training: a larger model and batch than a 1.5B RL update, so an upper figure for ours;
+# a run's own measurement replaces it, --calibration).
+PUBLISHED = {
+  "v4": Calibration(
+    0.567, f"published: MaxText, a 22B model on 1x v4-128, 56.7% MFU ({_MAXTEXT}, README)"
+  ),
+  "v5e": Calibration(
+    0.611,
+    f"published: MaxText, a 16B model on 1x v5e-256, 61.10% MFU ({_MAXTEXT}, "
+    "MaxText/configs/v5e/README.md)",
+  ),
+  "v5p": Calibration(
+    0.6776, f"published: MaxText, a 32B model on v5p-128, 67.76% MFU ({_MAXTEXT}, README)"
+  ),
+  "v6e": Calibration(
+    0.4546,
+    f"published: MaxText, Llama 3.1 8B on v6e-256 at SL=8192, 45.46% MFU ({_MAXTEXT}, "
+    "docs/reference/models/tiering.md)",
+  ),
+}
+
+
+def calibration_for(chip_kind: str) -> Calibration:
+  """The efficiency a chip's expected times assume when the user gives none: a TPU
+  generation's published figure (`PUBLISHED`), else the project's H200 measurement."""
+  return PUBLISHED.get(chip_kind, MEASURED)
 
 
 def read_calibration(path: str) -> Calibration:

@@ -162,7 +162,7 @@ def report(
   if save:
     saved_programs.save(results, save, shapes.mesh)
   est = estimate.step_estimate(times, shapes, work, topo.chip, topo.hosts)
-  est["expected"] = estimate.expected(est, calibration or estimate.MEASURED)
+  est["expected"] = estimate.expected(est, calibration or estimate.calibration_for(topo.chip.kind))
   est["total_steps"] = int(cfg.total_steps)
   est["total_h"] = est["step_s"] * cfg.total_steps / 3600
   est["covers"] = (
