@@ -92,4 +92,6 @@ def test_each_tpu_generation_expects_its_published_figure_and_gpus_the_measured_
   for kind, c in chips.CHIPS.items():
     if c.platform == "cuda":
       assert estimate.calibration_for(kind) is estimate.MEASURED
-  assert estimate.calibration_for("v5e").mfu == 0.611 and estimate.calibration_for("v6e").mfu == 0.4546
+  assert (
+    estimate.calibration_for("v5e").mfu == 0.611 and estimate.calibration_for("v6e").mfu == 0.4546
+  )

@@ -35,6 +35,7 @@ NO_JAX = (  # a name ending in ".*": the package and everything in it
   "records",
   "demo.chain_sum",
   "rollout.probe",
+  "rollout.adapters",
   "rollout.engines.vllm",
   "rollout.store",
   "rollout.entries",

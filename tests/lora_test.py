@@ -207,10 +207,21 @@ def test_a_lora_run_exports_merged_and_as_a_peft_adapter(tmp_path, base):
   from peft import PeftModel
 
   from prorl_jax.evaluation.export import export
+  from prorl_jax.rollout import adapters
+  from prorl_jax.rollout.exchange import Exchange
   from tests import loop_helpers as lh
 
   run = str(tmp_path / "run")
-  lh.finish(lh.start(run, base, 1, **{"lora.rank": 4, "optim.lr": 1e-3}))
+  out = lh.finish(lh.start(run, base, 1, **{"lora.rank": 4, "optim.lr": 1e-3}))
+  # its worker process got each version as adapters over the base, published once
+  ex = Exchange(os.path.join(run, "exchange"))
+  bases = {k.split("/")[1] for k in ex.store.list("bases/")}
+  assert len(bases) == 1 and ex.weights.versions(), out[-2000:]
+  for v in ex.weights.versions():
+    files = ex.weights.manifest(v)["files"]
+    assert adapters.ADAPTER_WEIGHTS in files and "model.safetensors" not in files, files
+  probed = [r["mismatch/probe_max"] for r in lh.metrics(run) if "mismatch/probe_max" in r]
+  assert probed and max(probed) < 1e-3, probed  # the worker's merge is the trainer's policy
   merged_dir, adapter_dir = str(tmp_path / "merged"), str(tmp_path / "adapter")
   export(run, merged_dir, dtype="float32")
   export(run, adapter_dir, adapter=True)

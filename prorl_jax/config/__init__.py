@@ -135,6 +135,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _in(cfg, "model.remat", REMAT)
   _range(cfg, "lora.rank", 0, integer=True)
   _range(cfg, "lora.alpha", 0, lo_open=True)
+  _in(cfg, "lora.publish", ("adapters", "merged"))
   if cfg.lora.dropout != 0:
     _fail(
       f"lora.dropout must be 0, got {cfg.lora.dropout!r}: a dropped input changes the "

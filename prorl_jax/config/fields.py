@@ -65,6 +65,11 @@ FIELDS: dict = {
       "LoRA: the projections that get adapters, comma-separated (peft's target_modules)",
     ),
     "dropout": (0.0, "LoRA dropout: 0 only (a dropped input changes the policy's log-probs)"),
+    "publish": (
+      "adapters",
+      "what a LoRA run's weight versions carry to worker processes: adapters (the base model "
+      "published once, then megabytes a version) or merged (whole models, as full fine-tuning)",
+    ),
   },
   "mesh": {
     "data": (1, "data-parallel replicas of the trainer"),

@@ -15,6 +15,7 @@ import os
 
 from prorl_jax import config as config_lib
 from prorl_jax.model import hf_weights
+from prorl_jax.rollout import adapters
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.trainer import run_record
 
@@ -74,28 +75,11 @@ def run_lora(step_dir: str) -> dict:
 def write_adapter(model_cfg, params, out: str, base: str) -> None:
   """The adapters as a PEFT adapter directory (adapter_model.safetensors and adapter_config.json)
   that `peft.PeftModel.from_pretrained(base_model, out)` loads."""
-  from safetensors.numpy import save_file  # why: only an adapter export writes tensors here
-
   from prorl_jax.model import lora  # why: JAX loads only to export (see `export`)
 
-  os.makedirs(out, exist_ok=True)
-  save_file(lora.to_peft(model_cfg, params), os.path.join(out, "adapter_model.safetensors"))
-  config = {
-    "peft_type": "LORA",
-    "task_type": "CAUSAL_LM",
-    "base_model_name_or_path": base,
-    "r": model_cfg.lora_rank,
-    "lora_alpha": model_cfg.lora_alpha,
-    "lora_dropout": 0.0,
-    "target_modules": list(model_cfg.lora_targets),
-    "bias": "none",
-    "fan_in_fan_out": False,
-    "inference_mode": True,
-    "use_rslora": False,
-    "use_dora": False,
-  }
-  with open(os.path.join(out, "adapter_config.json"), "w") as f:
-    json.dump(config, f, indent=2)
+  m = model_cfg
+  config = adapters.peft_config(m.lora_rank, m.lora_alpha, m.lora_targets, base)
+  adapters.write_adapter(out, lora.to_peft(m, params), config)
 
 
 def export(

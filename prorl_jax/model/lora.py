@@ -149,6 +149,20 @@ def merged(model_cfg: ModelConfig, params) -> tuple[ModelConfig, dict]:
   return base, {**params, "layers": new_layers}
 
 
+def without_adapters(model_cfg: ModelConfig, params) -> tuple[ModelConfig, dict]:
+  """(the config without adapters, the params without them): the frozen base a LoRA run
+  publishes once. Without adapters both as given."""
+  if not model_cfg.lora_rank:
+    return model_cfg, params
+
+  def strip(node):
+    if not isinstance(node, dict):
+      return node
+    return {k: strip(v) for k, v in node.items() if k not in ADAPTER_KEYS}
+
+  return model_cfg.replace(lora_rank=0, lora_targets=()), strip(params)
+
+
 def to_peft(model_cfg: ModelConfig, params) -> dict[str, np.ndarray]:
   """The adapters as peft saves them (adapter_model.safetensors): per layer and target
   `base_model.model.model.layers.{i}.{module}.lora_A.weight` [r, in] and `lora_B.weight`

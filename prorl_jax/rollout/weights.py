@@ -1,4 +1,6 @@
-"""Published policy weights on the exchange: weights/v<version>/<file>, manifest last.
+"""Published policy weights on the exchange: weights/v<version>/<file>, manifest last; a LoRA
+run's frozen base model once under bases/<id>/ (its id the content address of its files), its
+versions then only adapters (`rollout/adapters.py`).
 
 A version is committed when its manifest (`{version, step, files: {name: {size, sha256}}}`)
 exists; readers trust nothing else, verify every file's size and sha256 on the way into a local
@@ -8,6 +10,7 @@ quarantined.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -32,6 +35,17 @@ def _prefix(version: int) -> str:
   return f"weights/v{version:08d}/"
 
 
+def _base_prefix(base_id: str) -> str:
+  return f"bases/{base_id}/"
+
+
+def content_id(files: dict) -> str:
+  """A base model's id: the sha256 (first 16 hex) of its files' names, sizes and sha256, so an
+  id names exactly one set of files and a fetched manifest is checked against its own id."""
+  rows = sorted((n, int(m["size"]), m["sha256"]) for n, m in files.items())
+  return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+
 class WeightStore:
   """Publishes, lists, fetches (verified) and prunes weight versions of one store."""
 
@@ -41,7 +55,21 @@ class WeightStore:
   def publish(self, version: int, step: int, src_dir: str) -> dict:
     """Copies every file of `src_dir` to weights/v<version>/ (files in parallel, each hashed
     beside its copy), then writes the manifest."""
-    prefix = _prefix(version)
+    return self._publish(_prefix(version), {"version": version, "step": step}, src_dir)
+
+  def publish_base(self, src_dir: str) -> str:
+    """A LoRA run's frozen base model (`src_dir`, a model directory) under bases/<id>/, its id
+    the content address of its files (`content_id`); published once: a base already committed
+    is not copied again. Returns the id."""
+    names = self._names(src_dir)
+    hashed = io_pool().map(lambda n: hash_file(os.path.join(src_dir, n)), names)
+    base_id = content_id({n: {"size": z, "sha256": h} for n, (z, h) in zip(names, hashed)})
+    if self.base_manifest(base_id) is None:
+      self._publish(_base_prefix(base_id), {"version": 0, "step": 0, "base": base_id}, src_dir)
+    return base_id
+
+  def _names(self, src_dir: str) -> list[str]:
+    """The files of a directory to publish, checked (a fetched copy's manifest left out)."""
     # A fetched or published version directory has its own manifest: ours replaces it.
     names = [
       n
@@ -58,11 +86,15 @@ class WeightStore:
         safe_name(n, "file")
       except InvalidEntry as e:
         raise ValueError(f"publishing weights: {src_dir}: {e}; rename or remove it") from None
+    return names
+
+  def _publish(self, prefix: str, header: dict, src_dir: str) -> dict:
+    names = self._names(src_dir)
     done = io_pool().map(
       lambda n: self.store.put_file(prefix + n, os.path.join(src_dir, n)), names
     )  # files in parallel (hashing and I/O release the GIL)
     files = {n: {"size": size, "sha256": sha} for n, (size, sha) in zip(names, done)}
-    manifest = {"version": version, "step": step, "files": files, "time": time.time()}
+    manifest = {**header, "files": files, "time": time.time()}
     self.store.put_marker(prefix + "manifest.json", json.dumps(manifest).encode())
     return manifest
 
@@ -96,6 +128,27 @@ class WeightStore:
       self.store.quarantine("weights", key, data, str(e))
       return None
 
+  def base_manifest(self, base_id: str) -> dict | None:
+    """The manifest of base `base_id`, checked (its files' content address is its id); a
+    malformed one is quarantined; None when there is none."""
+    key = _base_prefix(base_id) + "manifest.json"
+    data, _ = self.store.read(key)
+    if data is None:
+      return None
+    try:
+      doc = check_weights_manifest(parse_object(data), 0)
+      if doc.get("base") != base_id or content_id(doc["files"]) != base_id:
+        raise InvalidEntry(f"its files' content address is not {base_id}")
+      return doc
+    except InvalidEntry as e:
+      self.store.quarantine("weights", key, data, str(e))
+      return None
+
+  def fetch_base(self, base_id: str, dest_dir: str) -> str | None:
+    """Verified copy of base `base_id` in `dest_dir`, as `fetch` makes a version's."""
+    manifest = self.base_manifest(base_id)
+    return None if manifest is None else self._fetch(manifest, _base_prefix(base_id), dest_dir)
+
   def fetch(self, version: int, dest_dir: str) -> str | None:
     """Verified copy of version `version` in `dest_dir` (written atomically); None if corrupt.
 
@@ -104,6 +157,9 @@ class WeightStore:
     manifest = self.manifest(version)
     if manifest is None:
       return None
+    return self._fetch(manifest, _prefix(version), dest_dir)
+
+  def _fetch(self, manifest: dict, prefix: str, dest_dir: str) -> str | None:
     if os.path.lexists(dest_dir):
       if not os.path.islink(dest_dir) and verified_copy(dest_dir, manifest):
         return dest_dir
@@ -115,7 +171,6 @@ class WeightStore:
         shutil.rmtree(dest_dir, ignore_errors=True)
     tmp = f"{dest_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
     os.makedirs(tmp)
-    prefix = _prefix(version)
     items = list(manifest["files"].items())
     ok = list(
       io_pool().map(  # `name` is one plain component (checked with the manifest)

@@ -24,6 +24,7 @@ from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import Generation, PromptMeta, Result
 from prorl_jax.rewards.common import THINK_OPEN, template_opens_think
 from prorl_jax.rewards.pool import VerifierPool
+from prorl_jax.rollout import adapters
 from prorl_jax.rollout.engines import Engine
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.probe import check_probe
@@ -125,6 +126,7 @@ class FetchedWeights:
 
   def __init__(self, cache_dir: str):
     self.cache_dir = cache_dir
+    self.bases: dict[str, str] = {}  # a LoRA run's base id -> its copy, verified once here
 
   def reload(self, w: Worker, min_version: int = 0, max_version: int | None = None) -> bool:
     """Loads the newest committed version in [min_version, max_version] into `w` if it is not
@@ -144,20 +146,37 @@ class FetchedWeights:
       return False
     self.prune(keep={version, w.version})
     t0 = time.time()
-    w.engine.load(path)
-    w.tokenizer = load_tokenizer(path)
+    base = adapters.base_of(path)
+    if base is None:  # a whole model
+      w.engine.load(path)
+    elif (base_dir := self._base(w, base)) is None:
+      return False
+    else:  # a LoRA run's adapters over its base
+      w.engine.load_adapted(base_dir, path)
+    w.tokenizer = load_tokenizer(path if base is None else base_dir)
     w.version = version
     w.mismatch = self.check_probe(w.engine, path)
     log.info("worker %s: loaded weights v%d in %.2fs", w.id, version, time.time() - t0)
     return True
+
+  def _base(self, w: Worker, base: str) -> str | None:
+    """The verified local copy of base `base` (fetched the first time; None: not on the
+    exchange or corrupt, counted there)."""
+    if base not in self.bases:
+      got = w.ex.weights.fetch_base(base, os.path.join(self.cache_dir, f"base-{base}"))
+      if got is None:
+        return None
+      self.bases[base] = got
+    return self.bases[base]
 
   def prune(self, keep: set[int]):
     """Removes cached weight versions other than `keep` (the newest and the loaded one) and
     leftovers of interrupted fetches."""
     for name in os.listdir(self.cache_dir) if os.path.isdir(self.cache_dir) else []:
       path = os.path.join(self.cache_dir, name)
-      is_version = name[:1] == "v" and name[1:].isdigit()
-      if (is_version and int(name[1:]) not in keep) or (name[:1] == "v" and ".tmp-" in name):
+      stem = name.split(".", 1)[0]  # v<N>, and v<N>.merged: a LoRA version made whole
+      is_version = stem[:1] == "v" and stem[1:].isdigit() and ".tmp" not in name
+      if (is_version and int(stem[1:]) not in keep) or (name[:1] == "v" and ".tmp" in name):
         if os.path.islink(path) or not os.path.isdir(path):
           os.remove(path)
         else:

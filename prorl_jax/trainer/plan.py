@@ -49,6 +49,7 @@ class RolloutPlan:
   engine: str  # inline: the trainer serves requests itself
   engine_spec: specs.EngineSpec  # the engine's row (`config.engines`): where it runs, its options
   publish_files: bool  # weight files on the exchange: some worker process reads them
+  publish_adapters: bool  # a LoRA run's versions carry only the adapters (`lora.publish`)
   timeout_s: float
   max_probe_mismatch: float
   dynamic_sampling: bool
@@ -226,6 +227,7 @@ def rollout_plan(cfg, local_workers: int, routing=None) -> RolloutPlan:
     seed=cfg.seed,
     requests_per_round=max(1, processes + inline * jax.process_count()),
     publish_files=bool(processes) or not inline,
+    publish_adapters=bool(cfg.lora.rank) and cfg.lora.publish == "adapters",
     sampling=config_lib.sampling_params(cfg),
     routing=routing or types.MappingProxyType(config_lib.routing_table(cfg)),
     exchange_url=run_dir.exchange_url(r.exchange, cfg.run_dir),

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from prorl_jax.model import log_probs, lora, save_hf
 from prorl_jax.parallel import dist
-from prorl_jax.rollout import probe
+from prorl_jax.rollout import adapters, probe
 from prorl_jax.rollout.exchange import Exchange
 from prorl_jax.rollout.weights import shard_bytes
 from prorl_jax.trainer import scoring
@@ -29,31 +29,74 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None)
   """Weights `version` (the TrainState's params) -> the exchange (every process takes part in
   gathering them; the primary writes), unless no worker process reads them; and to the
   trainer's own inline engine (`rollout/inline.py`), when it has one: as they are in one
-  process, a replica on each host's devices in many."""
-  # with LoRA the workers get the adapters merged into the base (`lora.merged`)
+  process, a replica on each host's devices in many. A LoRA run publishing adapters writes
+  only them and the probe (`_publish_adapters`)."""
+  # with LoRA the engines get the adapters merged into the base (`lora.merged`)
   model_cfg, live = lora.merged(setup.model_cfg, state.params)
   if inline is not None and not dist.multi():
     inline.offer(version, live)
-  if not (setup.plan.rollout.publish_files or (inline is not None and dist.multi())):
+  files = setup.plan.rollout.publish_files
+  if not (files or (inline is not None and dist.multi())):
     return
-  params = dist.host_tree(live)
+  adapters_only = files and setup.plan.rollout.publish_adapters
+  # the whole weights on each host: a multi-host run's inline replicas and its probe forward
+  # (run by the primary alone), and the files of a whole-model version
+  host = dist.host_tree(live) if dist.multi() or not adapters_only else None
   if inline is not None and dist.multi():
-    inline.offer(version, params)
-  if not (dist.is_primary() and setup.plan.rollout.publish_files):
+    inline.offer(version, host)
+  if not files:
+    return
+  probe_params = host if dist.multi() else live  # the probe's forward: on the devices in one
+  if adapters_only:
+    _publish_adapters(setup, state, ex, version, model_cfg, probe_params)
+    return
+  if not dist.is_primary():
     return
   with tempfile.TemporaryDirectory(dir=setup.plan.run_dir) as tmp:
-    dtype = setup.plan.compute_dtype
-    nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
-    save_hf(
-      model_cfg,
-      params,
-      tmp,
-      tokenizer_dir=setup.path,
-      dtype=dtype,
-      max_shard_bytes=shard_bytes(nbytes),
-    )
-    # The probe forward runs on the trainer's devices (the host copy in a multi-host run).
-    write_probe(model_cfg, params if dist.multi() else live, setup.probe_tokens, tmp)
+    _save(setup, model_cfg, host, tmp)
+    write_probe(model_cfg, probe_params, setup.probe_tokens, tmp)
+    ex.weights.publish(version, int(state.step), tmp)
+
+
+def _save(setup: Setup, model_cfg, params, out: str) -> None:
+  """`params` as a HF model directory at `out`, in the published dtype, with the tokenizer."""
+  dtype = setup.plan.compute_dtype
+  nbytes = sum(x.size for x in jax.tree.leaves(params)) * jnp.dtype(dtype).itemsize
+  save_hf(
+    model_cfg,
+    params,
+    out,
+    tokenizer_dir=setup.path,
+    dtype=dtype,
+    max_shard_bytes=shard_bytes(nbytes),
+  )
+
+
+_BASES: dict[str, str] = {}  # exchange URL -> the id of the base this process published there
+
+
+def _publish_adapters(setup: Setup, state, ex, version: int, merged_cfg, merged) -> None:
+  """A LoRA version in megabytes: its adapters (a PEFT directory) and `base.json` naming the
+  frozen base, published once per exchange (`WeightStore.publish_base`), and the probe of the
+  merged policy (`merged`: on the devices, or the host copy in a multi-host run)."""
+  url = setup.plan.rollout.exchange_url
+  if url not in _BASES:  # every process gathers the base once; the primary publishes it
+    base_cfg, base = lora.without_adapters(setup.model_cfg, state.params)
+    base = dist.host_tree(base)
+    if dist.is_primary():
+      with tempfile.TemporaryDirectory(dir=setup.plan.run_dir) as tmp:
+        _save(setup, base_cfg, base, tmp)
+        _BASES[url] = ex.weights.publish_base(tmp)
+    else:
+      _BASES[url] = ""
+  tree = dist.host_tree(lora.adapters(state.params))
+  if not dist.is_primary():
+    return
+  m = setup.model_cfg
+  config = adapters.peft_config(m.lora_rank, m.lora_alpha, m.lora_targets, setup.plan.model.name)
+  with tempfile.TemporaryDirectory(dir=setup.plan.run_dir) as tmp:
+    adapters.write_version(tmp, lora.to_peft(m, tree), config, _BASES[url])
+    write_probe(merged_cfg, merged, setup.probe_tokens, tmp)
     ex.weights.publish(version, int(state.step), tmp)
 
 

@@ -27,6 +27,10 @@ class Engine(Protocol):
   def load(self, path: str) -> None:
     """Loads (or swaps in) the weights of a published version's HF directory."""
 
+  def load_adapted(self, base_dir: str, adapter_dir: str) -> None:
+    """Loads (or swaps in) a LoRA version: the base model's HF directory with the adapters of
+    a PEFT directory merged into its weights (`rollout/adapters.py`)."""
+
   def generate(
     self, prompts: list[list[int]], n: int, sampling: SamplingParams, seed: int, **inflight
   ) -> Generation:

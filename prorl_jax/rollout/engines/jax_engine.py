@@ -9,9 +9,10 @@ import functools
 import jax
 import numpy as np
 
-from prorl_jax.model import load_hf, log_probs
+from prorl_jax.model import load_hf, log_probs, lora
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.records import SamplingParams
+from prorl_jax.rollout import adapters
 from prorl_jax.rollout.engines import jax_sampler, paged, paged_kernels
 
 
@@ -44,6 +45,7 @@ class JaxEngine:
     self.batching, self.attention, self.dtype = batching, attention, dtype
     self.paged = dict(slots=slots, page_size=page_size, pages=pages, steps_per_sync=steps_per_sync)
     self.model_cfg = self.params = self.weights = self._score = None
+    self._base = None  # a LoRA run's base: (directory, model config, params, pad id)
     self._paged: paged.PagedEngine | None = None  # built once per model, given each version
     self.pad = 0
     self.last_mismatch = None  # the worker checks the probe
@@ -52,6 +54,26 @@ class JaxEngine:
     model_cfg, params = load_hf(path, dtype=self.dtype)
     tok = load_tokenizer(path)
     self.set_params(model_cfg, params, tok.pad_token_id if tok.pad_token_id is not None else 0)
+
+  def load_adapted(self, base_dir: str, adapter_dir: str) -> None:
+    """A LoRA version: the base loaded once (kept for later versions), each version's
+    adapters merged into it in memory (`lora.merged`), no model directory written."""
+    if self._base is None or self._base[0] != base_dir:
+      model_cfg, params = load_hf(base_dir, dtype=self.dtype)
+      tok = load_tokenizer(base_dir)
+      pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+      self._base = (base_dir, model_cfg, params, pad)
+    _, model_cfg, params, pad = self._base
+    config, tensors = adapters.read_adapter(adapter_dir)
+    adapted = model_cfg.replace(
+      lora_rank=int(config["r"]),
+      lora_alpha=float(config["lora_alpha"]),
+      lora_targets=tuple(config["target_modules"]),
+    )
+    merged_cfg, merged = lora.merged(
+      adapted, lora.with_adapters(params, lora.from_peft(adapted, tensors))
+    )
+    self.set_params(merged_cfg, merged, pad)
 
   def set_params(self, model_cfg, params, pad_id: int) -> None:
     """Generates with `params` (already on their devices, in any sharding) from now on: what

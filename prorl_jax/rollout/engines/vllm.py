@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from prorl_jax.records import Generation
+from prorl_jax.rollout import adapters
 from prorl_jax.rollout.probe import RELOAD_TOLERANCE, check_probe
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,11 @@ class VllmEngine:
 
   def _check_probe(self, path: str) -> dict | None:
     return check_probe(self.score_tokens, path)
+
+  def load_adapted(self, base_dir: str, adapter_dir: str) -> None:
+    """A LoRA version as a whole model directory beside the adapters (`adapters.merge_into`:
+    the merge on the worker's CPU, the exchange carrying megabytes), loaded as `load` does."""
+    self.load(adapters.merge_into(base_dir, adapter_dir, adapter_dir.rstrip("/") + ".merged"))
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the prompt log-probs)."""
