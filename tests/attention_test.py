@@ -105,3 +105,27 @@ def test_splash_attention_in_interpret_mode_matches_xla():
   )(q, k, v)
   for a, b in zip(gs, gx):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=5e-5)
+
+
+def test_pallas_gpu_attention_in_interpret_mode_is_per_sequence_attention():
+  """Pallas' GPU flash attention (the Triton kernel the packed passes run on NVIDIA GPUs), run
+  by the Pallas interpreter on the CPU: values against each sequence alone, and values and
+  gradients against the XLA blocks (windowed), over rows of 256 tokens (two kernel blocks)
+  holding several sequences, one whole row and padding, with grouped-query heads."""
+  lengths = [[100, 28, 90], [256], [7, 50, 60, 11, 3]]
+  q, k, v, seg = _packed(np.random.default_rng(4), 3, 256, 4, 2, 32, lengths)
+  kernel = lambda q, k, v: A.pallas_gpu_segment_attention(q, k, v, seg, interpret=True)  # noqa: E731
+  blocks = lambda q, k, v: A.xla_segment_attention(q, k, v, seg, 64, 256)  # noqa: E731
+  got = np.asarray(kernel(q, k, v))
+  real = np.asarray(seg) > 0
+  np.testing.assert_allclose(got[real], _per_sequence(q, k, v, seg)[real], atol=2e-5)
+  np.testing.assert_allclose(got[real], np.asarray(blocks(q, k, v))[real], atol=2e-5)
+  # what padding queries see differs (the window bounds sequences, not padding): it reaches
+  # no loss, so the weights are zero there
+  w = np.random.default_rng(5).normal(size=q.shape) * real[:, :, None, None]
+  w = jnp.asarray(w, jnp.float32)
+  loss = lambda fn: lambda q, k, v: jnp.sum(fn(q, k, v) * w)  # noqa: E731
+  gk = jax.grad(loss(kernel), argnums=(0, 1, 2))(q, k, v)
+  gx = jax.grad(loss(blocks), argnums=(0, 1, 2))(q, k, v)
+  for a, b in zip(gk, gx):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=5e-5)

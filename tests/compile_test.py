@@ -160,18 +160,22 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line(tmp_path):
 
 
 def test_gpu_node_compiles_and_a_dense_mask_is_caught():
-  """An H200 node without a GPU: the tiny run compiles (Triton paged attention in the decode
-  step); the same packed programs with one dense attention block hold [T, T] buffers, which the
-  line reports (the check can fail)."""
+  """An H200 node without a GPU: the tiny run in bf16 compiles with the packed passes' attention
+  as Pallas' GPU flash attention, one Triton kernel a pass (the forward; in the update the
+  forward, its rematerialisation and the two backward kernels) and no [T, T] buffer, and Triton
+  paged attention in the decode step; the same packed programs with one dense XLA attention
+  block hold [T, T] buffers, which the line reports (the check can fail)."""
   rc, lines, err = compile_cli(
     *TINY,
     "--topology=h200-8",
     "--config.rollout.engine=inline",
-    "--config.model.attention_chunk=128",
+    "--config.model.compute_dtype=bfloat16",
   )
   assert rc == 0, err[-2000:]
   progs = by_program(lines)
-  assert progs["update/accumulate"]["tt_buffers"] == 0
+  for name, kernels in (("logprob", 1), ("update/accumulate", 4)):
+    assert progs[name]["attention"] == "pallas_gpu" and progs[name]["tt_buffers"] == 0
+    assert progs[name]["kernels"].get("custom_call:__gpu$xla.gpu.triton") == kernels, progs[name]
   assert progs["engine/decode"]["kernels"].get("custom_call:__gpu$xla.gpu.triton", 0) >= 1
   assert lines[-1]["hosts"] == 1 and lines[-1]["devices"] == 8
   rc, lines, err = compile_cli(

@@ -35,8 +35,9 @@ FIELDS: dict = {
     "remat": ("full", "per-layer rematerialisation: none | full (least memory) | dots"),
     "attention_impl": (
       "auto",
-      "auto (cuDNN fused attention on NVIDIA GPUs with 16-bit compute, Pallas splash attention "
-      "on TPUs, else XLA) | xla | cudnn | splash",
+      "auto (cuDNN fused attention on NVIDIA GPUs with 16-bit compute, its packed passes Pallas' "
+      "GPU flash attention with segment ids; Pallas splash attention on TPUs; else XLA) | xla | "
+      "cudnn | splash",
     ),
     "attention_chunk": (
       1024,

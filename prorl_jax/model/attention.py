@@ -12,6 +12,9 @@ sequences per row. Three implementations, chosen by `model.attention_impl`:
           T * (chunk + window) scores instead of T * T
   cudnn   cuDNN fused attention with the block-diagonal causal mask (NVIDIA GPUs, 16-bit compute)
   splash  Pallas splash attention with segment ids (TPU; Pallas interpret mode elsewhere)
+  pallas_gpu  Pallas' GPU flash attention (a Triton kernel) with segment ids: one fused kernel a
+          pass, no [T, T] mask or score buffer (NVIDIA GPUs; the packed passes there; rows of a
+          multiple of 128 tokens; Pallas interpret mode elsewhere)
 
 Padding queries (id 0) see the earlier padding of their row; nothing of theirs reaches a real
 token or the loss. Legend: B rows, T tokens, H query heads, K kv heads, G = H/K, Dh head dim.
@@ -136,7 +139,7 @@ def splash_segment_attention(
   # lazy: as in _splash_kernel
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
-  if interpret is None:  # the mesh's TPUs pass False (`sharded_splash`); else the default backend
+  if interpret is None:  # the mesh's TPUs pass False (`per_device`); else the default backend
     interpret = jax.default_backend() != "tpu"
   b, t, h, dh = q_BxTxHxDh.shape
   k = k_BxTxKxDh.shape[2]
@@ -159,10 +162,28 @@ def splash_segment_attention(
   return out_BxKxGxTxDh.transpose(0, 3, 1, 2, 4).reshape(b, t, h, dh)
 
 
-def sharded_splash(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, mesh):
-  """Splash attention on a mesh: a Mosaic kernel is not partitioned by XLA, so each device runs
-  it on its own rows (split over data x fsdp) and heads (split over tensor where both the query
-  and the kv heads divide, so each shard keeps whole GQA groups)."""
+def pallas_gpu_segment_attention(
+  q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, *, interpret: bool | None = None
+):
+  """Pallas' GPU flash attention over segment ids, causal: each kv head repeated over its G
+  query heads (the kernel takes as many kv heads as query heads). T a multiple of 128."""
+  # why: the Triton kernel's module loads only where this attention runs
+  from jax.experimental.pallas.ops.gpu import attention as gpu_attention
+
+  if interpret is None:  # the mesh's GPUs pass False (`per_device`); else the default backend
+    interpret = jax.default_backend() != "gpu"
+  g = q_BxTxHxDh.shape[2] // k_BxTxKxDh.shape[2]
+  k, v = jnp.repeat(k_BxTxKxDh, g, axis=2), jnp.repeat(v_BxTxKxDh, g, axis=2)
+  scale = q_BxTxHxDh.shape[-1] ** -0.5
+  return gpu_attention.mha(
+    q_BxTxHxDh, k, v, seg_BxT, sm_scale=scale, causal=True, interpret=interpret
+  )
+
+
+def per_device(fn, q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, mesh):
+  """A kernel's attention on a mesh: XLA partitions no Mosaic or Triton kernel, so each device
+  runs `fn` on its own rows (split over data x fsdp) and heads (split over tensor where both the
+  query and the kv heads divide, so each shard keeps whole GQA groups)."""
   rows = sharding.fit_spec(sharding.logical_to_spec(("act_batch",)), seg_BxT.shape[:1], mesh)[0]
   heads = sharding.logical_to_spec(("act_heads",))[0]
   h, k = q_BxTxHxDh.shape[2], k_BxTxKxDh.shape[2]
@@ -170,19 +191,21 @@ def sharded_splash(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, mesh):
   heads = heads if h % size == 0 and k % size == 0 else None
   qkv = jax.sharding.PartitionSpec(rows, None, heads, None)
   seg = jax.sharding.PartitionSpec(rows, None)
-  fn = functools.partial(splash_segment_attention, interpret=False)
   return jax.shard_map(
     fn, mesh=mesh, in_specs=(qkv, qkv, qkv, seg), out_specs=qkv, check_vma=False
   )(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT)
 
 
 def segment_attention(impl: str, q, k, v, seg_BxT, chunk: int = 1024, window: int = 0, mesh=None):
-  """The full pass's attention by `impl`; splash on a mesh of TPUs runs per device
-  (`sharded_splash`), in Pallas' interpreter elsewhere."""
+  """The full pass's attention by `impl`; a Pallas kernel on a mesh of its chips runs per device
+  (`per_device`: splash on TPUs, pallas_gpu on NVIDIA GPUs), in Pallas' interpreter elsewhere."""
   if impl == "cudnn":
     return cudnn_segment_attention(q, k, v, seg_BxT)
-  if impl == "splash":
-    if mesh is not None and mesh.devices.flat[0].platform == "tpu":
-      return sharded_splash(q, k, v, seg_BxT, mesh)
-    return splash_segment_attention(q, k, v, seg_BxT)
+  kernels = {"splash": (splash_segment_attention, ("tpu",))}
+  kernels["pallas_gpu"] = (pallas_gpu_segment_attention, ("gpu", "cuda"))
+  if impl in kernels:
+    fn, platforms = kernels[impl]
+    if mesh is not None and mesh.devices.flat[0].platform in platforms:
+      return per_device(functools.partial(fn, interpret=False), q, k, v, seg_BxT, mesh)
+    return fn(q, k, v, seg_BxT)
   return xla_segment_attention(q, k, v, seg_BxT, chunk, window)

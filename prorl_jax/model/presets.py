@@ -25,6 +25,9 @@ def lora_problem(rank: int, targets) -> str | None:
   return None
 
 
+# the full passes' attention (`model/attention.py`)
+ATTENTION_IMPLS = ("xla", "cudnn", "splash", "pallas_gpu")
+
 SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 # model_type -> architecture: the families the one decoder layer runs. Qwen2 biases its q/k/v
 # projections; Qwen3 has no bias and RMS-normalises each head's queries and keys before RoPE.
@@ -64,7 +67,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   remat: str = "none"  # none | full | dots
-  attention_impl: str = "xla"  # xla | cudnn | splash (full passes without a cache only)
+  attention_impl: str = "xla"  # xla | cudnn | splash | pallas_gpu (full passes, no cache)
   attention_chunk: int = 1024  # xla: query rows per attention block (0 = one block)
   attention_window: int = 0  # xla: no segment is longer (packed rows); 0 = a segment may fill a row
   # LoRA (`model.lora`): rank-r adapters on the `lora_targets` projections, scaled alpha / r
@@ -86,8 +89,10 @@ class ModelConfig:
       raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
     if problem := lora_problem(self.lora_rank, self.lora_targets):
       raise ValueError(problem)
-    if self.attention_impl not in ("xla", "cudnn", "splash"):
-      raise ValueError(f"attention_impl must be xla, cudnn or splash, got {self.attention_impl!r}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(
+        f"attention_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {self.attention_impl!r}"
+      )
 
   def replace(self, **kw) -> ModelConfig:
     return dataclasses.replace(self, **kw)

@@ -53,11 +53,12 @@ def packed_shapes(b, mesh, model_cfg):
   packed_cfg = model_cfg.replace(attention_window=b.max_prompt_len + b.max_response_len)
   if packed_cfg.attention_impl == "cudnn":
     # cuDNN's path takes the block-diagonal mask as a dense [T, T] array per row: on a packed
-    # row of 16K tokens that mask and its scores cost what packing saves; the XLA blocks
-    # attend only within the window and hold no [T, T] buffer.
+    # row of 16K tokens that mask and its scores cost what packing saves. Pallas' GPU flash
+    # attention takes the segment ids themselves: one fused kernel, no [T, T] buffer.
+    packed_cfg = packed_cfg.replace(attention_impl="pallas_gpu")
+  if packed_cfg.attention_impl in ("splash", "pallas_gpu") and row_len % 128:
+    # both kernels' blocks are 128 tokens; the XLA blocks take any row and hold no [T, T]
     packed_cfg = packed_cfg.replace(attention_impl="xla")
-  if packed_cfg.attention_impl == "splash" and row_len % 128:
-    packed_cfg = packed_cfg.replace(attention_impl="xla")  # splash's blocks are 128-lane
   return slab_shape, packed_cfg
 
 
