@@ -75,13 +75,13 @@ def test_fit_candidates_never_pack_rows_shorter_than_a_sequence():
   assert {"vllm.gpu_memory_utilization": 0.4} in got
   assert got[-1] == {"mesh.tensor": 4, "mesh.fsdp": -1}
   assert not any("vllm.gpu_memory_utilization" in c for c in fit.candidates(cfg, "tpu"))
-  said = fit.settings(cfg, "cuda")
+  said = fit.settings(Plan.from_config(cfg), "cuda")
   assert said[0].startswith("lower rollout.token_budget (16384") and "lower vllm." in said[-1]
   assert not any("remat" in x for x in said)  # already full in the run's config
   cfg.rollout.engine = "inline"
   assert fit.candidates(cfg, "tpu")[1] == {"jax_engine.dtype": "bfloat16"}
   assert "fewer jax_engine.slots (64) or jax_engine.pages, jax_engine.dtype=bfloat16" in (
-    fit.settings(cfg, "tpu")
+    fit.settings(Plan.from_config(cfg), "tpu")
   )
 
 
@@ -313,7 +313,7 @@ def test_the_tpu_compilers_own_out_of_memory_is_a_program_that_does_not_fit():
   mesh = jax.sharding.Mesh(jax.devices()[:1], ("fsdp",))
   res = aot.compile_program(aot.Program("engine/prefill", Refused(oom), (), "prefill"), mesh)
   assert res.temp_bytes == int(33.08 * (1 << 30)) and res.oom and not res.error
-  work = fit.workload(_tiny_cfg())
+  work = fit.workload(Plan.from_config(_tiny_cfg()))
   shapes = aot.Shapes(presets.tiny(), mesh, 8, 56, None, 0, 16, 0)
   line = fit.program_line(res, shapes, work, chips.CHIPS["v5e"], 16 << 30)
   assert line["fits"] is False and line["peak_bytes_per_chip"] == res.temp_bytes
@@ -335,10 +335,11 @@ def test_fit_search_changes_only_the_side_that_does_not_fit(monkeypatch):
   cfg.rollout.engine = "inline"
   tried = []
 
-  def fake_report(c, topology):  # stands in for a compile: what fits under which settings
-    tried.append((c.jax_engine.dtype, c.jax_engine.slots, c.rollout.token_budget))
-    decode_fits = c.jax_engine.dtype == "bfloat16" and c.jax_engine.slots <= 32
-    update_fits = c.rollout.token_budget <= limit
+  def fake_report(plan, topology):  # stands in for a compile: what fits under which settings
+    e, budget = plan.workers.options, plan.batching.token_budget
+    tried.append((e["dtype"], e["slots"], budget))
+    decode_fits = e["dtype"] == "bfloat16" and e["slots"] <= 32
+    update_fits = budget <= limit
     lines = [
       {"program": "engine/decode", "kind": "decode", "fits": decode_fits},
       {"program": "update/accumulate", "kind": "accumulate", "fits": update_fits},
@@ -456,7 +457,7 @@ def test_the_pre_flight_compiles_the_trainers_programs_once_for_the_run():
 
   cfg = _tiny_cfg(**{"rollout.token_budget": 0})  # padded: the update is one program
   devices = jax.devices()[:1]
-  why, exes = fit.compiled_for(cfg, devices, chips.CHIPS["v5p"], "here")
+  why, exes = fit.compiled_for(Plan.from_config(cfg), devices, chips.CHIPS["v5p"], "here")
   assert why is None and set(exes) == {"logprob", "update", "reset_ref"}
   progs, shapes = aot.programs(Plan.from_config(cfg), devices)
   plan = Plan.from_config(cfg)
@@ -488,7 +489,7 @@ def test_the_pre_flight_compiles_the_trainers_programs_once_for_the_run():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   # a program that does not fit: the verdict's one line, and nothing to run
   small = dataclasses.replace(chips.CHIPS["v5p"], hbm_bytes=1 << 20)
-  why, exes = fit.compiled_for(cfg, devices, small, "a 1 MiB chip")
+  why, exes = fit.compiled_for(Plan.from_config(cfg), devices, small, "a 1 MiB chip")
   assert why.startswith("logprob needs ") and "a 1 MiB chip gives it" in why and exes == {}
 
 

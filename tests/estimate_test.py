@@ -62,7 +62,7 @@ def test_a_programs_peak_is_the_sum_of_its_parts_with_what_stays_resident():
   from prorl_jax.trainer.plan import Plan
 
   cfg = tiny.get_config()
-  report = fit.report(cfg, "host", devices=jax.devices()[:1])
+  report = fit.report(Plan.from_config(cfg), "host", devices=jax.devices()[:1])
   lines = {ln["program"]: ln for ln in report.lines}
   for ln in lines.values():
     parts = ln["argument_bytes"] + ln["output_bytes"] - ln["alias_bytes"] + ln["temp_bytes"]

@@ -138,6 +138,7 @@ def test_the_fit_report_gives_the_trainer_what_the_run_gives_it():
   from configs import qwen15b
   from prorl_jax.parallel import chips
   from prorl_jax.trainer import fit
+  from prorl_jax.trainer.plan import Plan
 
   chip = chips.parse("h200-8").chip
   for u in (0.3, 0.5, 0.7):
@@ -145,12 +146,12 @@ def test_the_fit_report_gives_the_trainer_what_the_run_gives_it():
     cfg.vllm.gpu_memory_utilization = u
     share = layout.plan(8, "vllm", "auto", vllm_memory=u).trainer_memory
     assert share == round(1 - u - layout.HEADROOM, 3)
-    assert fit.trainer_hbm(cfg, chip) == int(chip.hbm_bytes * share)
+    assert fit.trainer_hbm(Plan.from_config(cfg), chip) == int(chip.hbm_bytes * share)
   cfg.rollout.local_workers = "0"  # external workers generate: this node only trains
   assert layout.plan(8, "vllm", 0, vllm_memory=0.7).trainer_memory is None
-  assert fit.trainer_hbm(cfg, chip) == chip.hbm_bytes
+  assert fit.trainer_hbm(Plan.from_config(cfg), chip) == chip.hbm_bytes
   cfg.rollout.local_workers = "auto"
   cfg.model.memory_fraction = 0.2
-  assert fit.trainer_hbm(cfg, chip) == int(chip.hbm_bytes * 0.2)
+  assert fit.trainer_hbm(Plan.from_config(cfg), chip) == int(chip.hbm_bytes * 0.2)
   tpu = chips.parse("v5p-8").chip
-  assert fit.trainer_hbm(qwen15b.get_config(), tpu) == tpu.hbm_bytes
+  assert fit.trainer_hbm(Plan.from_config(qwen15b.get_config()), tpu) == tpu.hbm_bytes

@@ -122,10 +122,11 @@ def main(argv) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   from prorl_jax.trainer import fit  # lazy: imports JAX
+  from prorl_jax.trainer.plan import Plan  # lazy: with fit
 
   try:
     report = fit.report(
-      cfg,
+      Plan.from_config(cfg),
       fv.topology,
       mean_prompt=fv.mean_prompt,
       mean_response=fv.mean_response,

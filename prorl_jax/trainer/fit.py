@@ -11,6 +11,7 @@ import os
 
 import jax
 
+from prorl_jax.config import ConfigError
 from prorl_jax.config import engines as specs
 from prorl_jax.parallel import chips
 from prorl_jax.rollout import layout
@@ -18,23 +19,23 @@ from prorl_jax.trainer import aot, estimate, saved_programs
 from prorl_jax.trainer.plan import Plan
 
 
-def settings(cfg, platform: str) -> list[str]:
+def settings(plan: Plan, platform: str) -> list[str]:
   """The settings that change a run's memory per chip, as the one line names them: only those
   that act in this run (its batching, its engine, its chips)."""
-  r, out = cfg.rollout, []
-  if r.token_budget:
-    out.append(f"lower rollout.token_budget ({r.token_budget} tokens a device packs; --fit tries)")
+  b, spec, out = plan.batching, plan.rollout.engine_spec, []
+  if b.token_budget:
+    out.append(f"lower rollout.token_budget ({b.token_budget} tokens a device packs; --fit tries)")
   else:
-    out.append(f"lower rollout.micro_batch_size ({r.micro_batch_size})")
-  if cfg.model.remat != "full":
+    out.append(f"lower rollout.micro_batch_size ({b.micro_batch_size})")
+  if plan.model.remat != "full":
     out.append("set model.remat=full")
   out.append("widen the slice (mesh.fsdp) or set mesh.tensor")
-  if specs.spec(r.engine).in_trainer:
-    e = cfg.jax_engine
-    dtype = ", jax_engine.dtype=bfloat16" if e.dtype == "float32" else ""
-    out.append(f"fewer jax_engine.slots ({e.slots}) or jax_engine.pages{dtype}")
-  if specs.spec(r.engine).shares_trainer_gpus and platform == "cuda":
-    out.append(f"lower vllm.gpu_memory_utilization ({cfg.vllm.gpu_memory_utilization})")
+  if spec.in_trainer:
+    e = plan.workers.options  # the inline engine's: jax_engine.*
+    dtype = ", jax_engine.dtype=bfloat16" if e["dtype"] == "float32" else ""
+    out.append(f"fewer jax_engine.slots ({e['slots']}) or jax_engine.pages{dtype}")
+  if spec.shares_trainer_gpus and platform == "cuda":
+    out.append(f"lower vllm.gpu_memory_utilization ({plan.workers.vllm_memory})")
   return out
 
 
@@ -93,26 +94,28 @@ def program_line(res, shapes, work, chip, hbm: int) -> dict:
   return line
 
 
-def trainer_hbm(cfg, chip: chips.Chip) -> int:
+def trainer_hbm(plan: Plan, chip: chips.Chip) -> int:
   """The bytes a device gives the trainer's programs, by the run's own rule
-  (`layout.trainer_share`): model.memory_fraction when set; on GPUs shared with local vLLM
-  workers what they leave less the layout's headroom; else all of it (a trainer-only node,
-  `rollout.local_workers=0`, included)."""
-  share = cfg.model.memory_fraction or None
-  if chip.platform == "cuda" and specs.spec(cfg.rollout.engine).shares_trainer_gpus:
-    engines = 0 if str(cfg.rollout.local_workers) == "0" else 1
-    share = layout.trainer_share(engines, cfg.vllm.gpu_memory_utilization, share)
+  (`WorkersPlan.trainer_share`, `layout.trainer_share`): model.memory_fraction when set; on
+  GPUs shared with local vLLM workers what they leave less the layout's headroom; else all of
+  it (a trainer-only node, `rollout.local_workers=0`, included)."""
+  share = plan.workers.memory_fraction
+  if chip.platform == "cuda" and plan.rollout.engine_spec.shares_trainer_gpus:
+    try:
+      share = plan.workers.trainer_share()
+    except layout.LayoutError as e:
+      raise ConfigError(str(e)) from None
   return int(chip.hbm_bytes * share) if share else chip.hbm_bytes
 
 
-def workload(cfg, mean_prompt: int = 0, mean_response: int = 0, keep_rate: float = 1.0):
-  r = cfg.rollout
+def workload(plan: Plan, mean_prompt: int = 0, mean_response: int = 0, keep_rate: float = 1.0):
+  b, prompts = plan.batching, plan.rollout.prompts_per_step
   return estimate.Workload(
-    responses=r.prompts_per_step * r.n,
-    mean_prompt=mean_prompt or max(1, r.max_prompt_len // 4),
-    mean_response=mean_response or max(1, r.max_response_len // 2),
-    mini_batches=max(1, r.prompts_per_step // r.mini_batch_prompts),
-    epochs=cfg.algo.epochs,
+    responses=prompts * b.n,
+    mean_prompt=mean_prompt or max(1, b.max_prompt_len // 4),
+    mean_response=mean_response or max(1, b.max_response_len // 2),
+    mini_batches=max(1, prompts // b.mini_batch_prompts),
+    epochs=b.epochs,
     keep_rate=keep_rate,
   )
 
@@ -130,7 +133,7 @@ def why(line: dict, topo_name: str, fixes: list[str]) -> str:
 
 
 def report(
-  cfg,
+  plan: Plan,
   topology: str,
   *,
   mean_prompt=0,
@@ -141,16 +144,17 @@ def report(
   devices=None,
   calibration: estimate.Calibration | None = None,
 ) -> Report:
-  """Compiles every program of `cfg` for `topology` (or `devices`, the host's own) and reports
+  """Compiles every program of the run `plan` for `topology` (or `devices`, the host's own) and
+  reports
   each with `program_line`; the last line sums up, each time as the roofline bound and as the
   expected time at `calibration` (the project's measured efficiency by default)."""
   topo = chips.parse(topology)
   devices = devices or chips.compile_only_devices(topo)
   if topo.platform == "cpu":  # this host's own devices: as many as JAX was given
     topo = dataclasses.replace(topo, devices=len(devices))
-  progs, shapes = aot.programs(Plan.from_config(cfg), devices)
-  work = workload(cfg, mean_prompt, mean_response, keep_rate)
-  hbm = trainer_hbm(cfg, topo.chip)
+  progs, shapes = aot.programs(plan, devices)
+  work = workload(plan, mean_prompt, mean_response, keep_rate)
+  hbm = trainer_hbm(plan, topo.chip)
   lines, times, results = [], {}, []
   for p in progs:
     res = aot.compile_program(p, shapes.mesh)
@@ -163,11 +167,11 @@ def report(
     saved_programs.save(results, save, shapes.mesh)
   est = estimate.step_estimate(times, shapes, work, topo.chip, topo.hosts)
   est["expected"] = estimate.expected(est, calibration or estimate.calibration_for(topo.chip.kind))
-  est["total_steps"] = int(cfg.total_steps)
-  est["total_h"] = est["step_s"] * cfg.total_steps / 3600
+  est["total_steps"] = int(plan.total_steps)
+  est["total_h"] = est["step_s"] * plan.total_steps / 3600
   est["covers"] = (
     "update and log-probs, and the inline engine's generation"
-    if specs.spec(cfg.rollout.engine).in_trainer
+    if plan.rollout.engine_spec.in_trainer
     else "update and log-probs; not generation (vLLM's, outside these programs)"
   )
   bad = [ln for ln in lines if ln["fits"] is False]
@@ -179,14 +183,14 @@ def report(
     "hosts": topo.hosts,
     "mesh": dict(shapes.mesh.shape),
     "slab_shape": shapes.slab_shape,
-    "engine": cfg.rollout.engine,
+    "engine": plan.rollout.engine,
     "assumed": dataclasses.asdict(work),
     "estimate": est,
     "estimates_are": "roofline from published peak FLOP/s and HBM bandwidth, not measured",
     "not_compiled": [ln["program"] for ln in lines if ln["fits"] is None],
   }
   if bad:
-    last["why"] = why(bad[0], topology, settings(cfg, topo.platform))
+    last["why"] = why(bad[0], topology, settings(plan, topo.platform))
   return Report(lines, last)
 
 
@@ -260,8 +264,8 @@ def find_fit(cfg, topology: str, first: Report | None = None) -> dict | None:
   """The settings of `candidates`, added one at a time, each only when it shrinks a program
   that does not fit yet (the engine's or the trainer's), until every program fits; None when
   the candidates run out. `first`: the report of `cfg` as it is (compiled when not given);
-  each try compiles the run again."""
-  rep = first or report(cfg, topology)
+  each try compiles the run again (a Plan made for each)."""
+  rep = first or report(Plan.from_config(cfg), topology)
   pending, changes = candidates(cfg, chips.parse(topology).platform), {}
   while not rep.last["fits"]:
     step = next((c for c in pending if _side(c) in _failing_sides(rep)), None)
@@ -270,13 +274,13 @@ def find_fit(cfg, topology: str, first: Report | None = None) -> dict | None:
     pending.remove(step)
     changes = {**changes, **step}
     try:
-      rep = report(with_changes(cfg, changes), topology)
+      rep = report(Plan.from_config(with_changes(cfg, changes)), topology)
     except ValueError:  # e.g. a mesh the devices do not divide: try the next setting
       continue
   return changes
 
 
-def fits_on_this_host(cfg) -> tuple[str | None, dict]:
+def fits_on_this_host(plan: Plan) -> tuple[str | None, dict]:
   """On a TPU host, the run's programs compiled for its own chips before any weight loads:
   (None when every program fits the device's memory, else the one line that says what does
   not; the trainer's programs compiled, `{name: executable}`, which the run uses in place of
@@ -289,24 +293,24 @@ def fits_on_this_host(cfg) -> tuple[str | None, dict]:
   if chip is None or not limit:
     return None, {}
   chip = dataclasses.replace(chip, hbm_bytes=int(limit))
-  return compiled_for(cfg, jax.devices(), chip, f"this host's {dev.device_kind}")
+  return compiled_for(plan, jax.devices(), chip, f"this host's {dev.device_kind}")
 
 
 TRAINER_KINDS = ("accumulate", "apply", "update", "logprob", "reset")
 
 
-def compiled_for(cfg, devices, chip, where: str) -> tuple[str | None, dict]:
+def compiled_for(plan: Plan, devices, chip, where: str) -> tuple[str | None, dict]:
   """The run's programs compiled for `devices` (chips of kind `chip`, named `where` in the
   verdict): (the first that does not fit, said in one line, or None; the trainer's programs
   compiled, `{name: executable}`, as `saved_programs.use` takes them)."""
-  progs, shapes = aot.programs(Plan.from_config(cfg), devices)
-  work = workload(cfg)
+  progs, shapes = aot.programs(plan, devices)
+  work = workload(plan)
   done = {}
   for p in progs:
     res = aot.compile_program(p, shapes.mesh)
-    ln = program_line(res, shapes, work, chip, trainer_hbm(cfg, chip))
+    ln = program_line(res, shapes, work, chip, trainer_hbm(plan, chip))
     if ln["fits"] is False:
-      return why(ln, where, settings(cfg, chip.platform)), {}
+      return why(ln, where, settings(plan, chip.platform)), {}
     if p.kind in TRAINER_KINDS and res.executable is not None:
       done[p.name] = res.executable
   return None, done

@@ -1,6 +1,6 @@
 """Where a config's local rollout workers go on this host and what they run: the layout
 (`rollout.layout`), the share of accelerator memory that leaves the trainer, the engine and its
-options. Imports no JAX: `main` reads the memory fraction here before JAX starts."""
+options. Imports no JAX: `start` reads the memory fraction here before JAX's backend starts."""
 
 from __future__ import annotations
 
@@ -29,11 +29,22 @@ class WorkersPlan:
   verifier_processes: int
   unsandboxed_code: bool
   sandbox_limits: Mapping  # {"memory_bytes", "pids"}: all code sandboxes of a process together
+  # how the trainer shares a GPU with local vLLM engines: vllm.gpu_memory_utilization, whether
+  # a node of the run runs any (rollout.local_workers not 0) and model.memory_fraction
+  vllm_memory: float = 0.5
+  engines_here: bool = True
+  memory_fraction: float | None = None
 
   @property
   def count(self) -> int:
     """The local worker processes this host starts."""
     return len(self.layout.workers)
+
+  def trainer_share(self) -> float | None:
+    """The share of a GPU the trainer gets on a node of the run whose GPUs vLLM shares (None:
+    all of it): the layout's own rule (`layout.trainer_share`), for any node, not only this
+    host (the compile tool's target)."""
+    return layout_lib.trainer_share(int(self.engines_here), self.vllm_memory, self.memory_fraction)
 
 
 def workers_plan(cfg, hosts: int = 1, gpus: int | None = None) -> WorkersPlan:
@@ -54,6 +65,9 @@ def workers_plan(cfg, hosts: int = 1, gpus: int | None = None) -> WorkersPlan:
     verifier_processes=int(r.verifier_processes),
     unsandboxed_code=bool(r.unsandboxed_code),
     sandbox_limits=types.MappingProxyType(sandbox_limits(cfg)),
+    vllm_memory=float(cfg.vllm.gpu_memory_utilization),
+    engines_here=str(r.local_workers) != "0",
+    memory_fraction=float(cfg.model.memory_fraction) or None,
   )
 
 

@@ -97,6 +97,7 @@ class Batching:
   epochs: int
   token_budget: int = 0  # packed slabs of this many tokens a device (0: padded micro-batches)
   pack_row_len: int = 0  # tokens a packed row (0: the whole budget)
+  micro_batch_size: int = 0  # rows of a padded micro-batch
 
 
 @dataclasses.dataclass(frozen=True)

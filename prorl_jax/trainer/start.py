@@ -168,7 +168,7 @@ def _built(cfg, plan: Plan):
   """(setup, TrainState, training source): on TPUs the programs compiled for their chips before
   any weights load (refused in one line when one does not fit), and then run as compiled; with
   `compiled`, the saved executables (`prorl-compile --save`)."""
-  too_big, compiled_now = fit.fits_on_this_host(cfg)
+  too_big, compiled_now = fit.fits_on_this_host(plan)
   if too_big:
     raise config_lib.ConfigError(too_big)
   setup, state, source = setup_lib.build(plan)
