@@ -284,6 +284,7 @@ class Plan:
   metrics: MetricsPlan
   workers: placement.WorkersPlan  # the local workers placed once, and how every worker scores
   schedule: shaping.LengthPenaltySchedule  # when the length penalty is on
+  compiled: str = ""  # a `prorl-compile --save` directory whose executables the run uses
 
   @classmethod
   def from_config(cls, cfg) -> Plan:
@@ -339,4 +340,5 @@ class Plan:
       schedule=shaping.LengthPenaltySchedule(
         a.length_penalty, a.length_penalty_on_steps, a.length_penalty_off_steps
       ),
+      compiled=cfg.compiled,
     )

@@ -164,7 +164,7 @@ def _saved(plan: Plan, compiled_dir: str) -> dict:
     raise config_lib.ConfigError(str(e)) from None
 
 
-def _built(cfg, plan: Plan):
+def _built(plan: Plan):
   """(setup, TrainState, training source): on TPUs the programs compiled for their chips before
   any weights load (refused in one line when one does not fit), and then run as compiled; with
   `compiled`, the saved executables (`prorl-compile --save`)."""
@@ -172,9 +172,9 @@ def _built(cfg, plan: Plan):
   if too_big:
     raise config_lib.ConfigError(too_big)
   setup, state, source = setup_lib.build(plan)
-  if cfg.compiled:
+  if plan.compiled:
     resolved = dataclasses.replace(plan, model=dataclasses.replace(plan.model, path=setup.path))
-    setup = saved_programs.use(setup, _saved(resolved, cfg.compiled))
+    setup = saved_programs.use(setup, _saved(resolved, plan.compiled))
   elif compiled_now:
     log.info("the pre-flight's executables run: %s (compiled once)", ", ".join(compiled_now))
     setup = saved_programs.use(setup, compiled_now)
@@ -217,7 +217,7 @@ def _checked_and_built(cfg, accept_config_changes: bool):
         return Outcome("done", finished)
       setup_lib.resolve_model_path(plan)  # the demo's base model is built once, by the primary
     dist.barrier("base_model")
-    setup, state, source = _built(cfg, plan)
+    setup, state, source = _built(plan)
   except BaseException:  # a start that fails before writing anything leaves no empty run dir
     if created and primary and not os.listdir(cfg.run_dir):
       os.rmdir(cfg.run_dir)
