@@ -70,8 +70,13 @@ def params_hash(run_dir):
   if not os.path.isdir(exchange):
     return checkpoint_params_hash(run_dir)
   last = sorted(os.listdir(exchange))[-1]
-  with open(os.path.join(exchange, last, "model.safetensors"), "rb") as f:
-    return last, hashlib.sha256(f.read()).hexdigest()
+  h = hashlib.sha256()  # the weight files: the model's, or a LoRA version's adapters
+  for name in sorted(os.listdir(os.path.join(exchange, last))):
+    if name.endswith(".safetensors"):
+      h.update(name.encode())
+      with open(os.path.join(exchange, last, name), "rb") as f:
+        h.update(f.read())
+  return last, h.hexdigest()
 
 
 def checkpoint_params_hash(run_dir):
