@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 
-import ml_dtypes  # noqa: F401 - registers numpy's bfloat16, as which safetensors reads bf16
 import numpy as np
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -23,6 +22,15 @@ ADAPTER_CONFIG = "adapter_config.json"
 BASE_FILE = "base.json"  # {"base": the base's id on the exchange}
 # A peft key's prefix before the HF parameter's name (`model.layers.{i}.self_attn.q_proj`).
 PEFT_PREFIX = "base_model.model."
+
+
+def _numpy_safetensors():
+  """safetensors' numpy API, with numpy's bfloat16 registered (ml_dtypes), as which it reads
+  bf16 weights: imported only where weights are read or written."""
+  import ml_dtypes  # noqa: F401 - why: registers the bfloat16 dtype safetensors maps BF16 to
+  import safetensors.numpy
+
+  return safetensors.numpy
 
 
 def peft_config(rank: int, alpha: float, targets, base: str) -> dict:
@@ -46,10 +54,10 @@ def peft_config(rank: int, alpha: float, targets, base: str) -> dict:
 
 def write_adapter(out: str, tensors: dict[str, np.ndarray], config: dict) -> None:
   """A PEFT adapter directory at `out`: `tensors` (peft's names) and `config`."""
-  from safetensors.numpy import save_file  # why: only writing an adapter needs it
-
   os.makedirs(out, exist_ok=True)
-  save_file(tensors, os.path.join(out, ADAPTER_WEIGHTS), metadata={"format": "pt"})
+  _numpy_safetensors().save_file(
+    tensors, os.path.join(out, ADAPTER_WEIGHTS), metadata={"format": "pt"}
+  )
   with open(os.path.join(out, ADAPTER_CONFIG), "w") as f:
     json.dump(config, f, indent=2)
 
@@ -76,7 +84,7 @@ def base_of(version_dir: str) -> str | None:
 
 def read_adapter(adapter_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
   """(adapter_config.json, the adapter tensors in float32) of a PEFT adapter directory."""
-  from safetensors.numpy import load_file  # why: only reading an adapter needs it
+  load_file = _numpy_safetensors().load_file
 
   with open(os.path.join(adapter_dir, ADAPTER_CONFIG)) as f:
     config = json.load(f)
@@ -102,16 +110,15 @@ def deltas(adapter_dir: str) -> dict[str, np.ndarray]:
 def _merge_file(src: str, dst: str, delta: dict[str, np.ndarray]) -> set[str]:
   """A safetensors file `src` with `delta` added to its tensors of those names, at `dst`
   (each sum in float32, rounded to the tensor's dtype); the names it merged."""
-  from safetensors.numpy import load_file, save_file  # why: only merging reads weights
-
-  tensors = load_file(src)
+  st = _numpy_safetensors()
+  tensors = st.load_file(src)
   done = set()
   for name, d in delta.items():
     if name in tensors:
       w = tensors[name]
       tensors[name] = (w.astype(np.float32) + d).astype(w.dtype)
       done.add(name)
-  save_file(tensors, dst, metadata={"format": "pt"})
+  st.save_file(tensors, dst, metadata={"format": "pt"})
   return done
 
 
