@@ -28,7 +28,6 @@ from prorl_jax.evaluation.suite_report import SuiteError
 from prorl_jax.model.tokenizer import load_tokenizer
 from prorl_jax.rollout.local import WorkerFailure
 from prorl_jax.trainer import placement
-from prorl_jax.trainer.placement import workers_plan
 from prorl_jax.trainer.plan import data_spec
 from prorl_jax.trainer.scoring import evaluate
 from prorl_jax.trainer.workers import eval_workers
@@ -55,7 +54,7 @@ def evaluate_checkpoint(cfg, checkpoint: str, log=print) -> dict:
       "the figure may differ from the run's validation at this step (another dtype, engine or "
       "batching moves the draws: docs/evaluation.md)"
     )
-    with ServedModel(model_dir, eval_workers(workers_plan(cfg))) as served:
+    with ServedModel(model_dir, eval_workers(placement.workers_plan(cfg))) as served:
       return evaluate(
         served.ex,
         items,
@@ -122,7 +121,7 @@ def main(argv):
       cfg = _suite_config()
       config_lib.validate(cfg)
       report = runner.run_suite(
-        eval_workers(workers_plan(cfg)),
+        eval_workers(placement.workers_plan(cfg)),
         seed=cfg.seed,
         timeout_s=cfg.rollout.timeout_s,
         data_dir=F.data,

@@ -196,15 +196,20 @@ def per_device(fn, q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT, mesh):
   )(q_BxTxHxDh, k_BxTxKxDh, v_BxTxKxDh, seg_BxT)
 
 
+# the Pallas kernels: impl -> (attention, the platforms whose chips run it compiled)
+_KERNELS = {
+  "splash": (splash_segment_attention, ("tpu",)),
+  "pallas_gpu": (pallas_gpu_segment_attention, ("gpu", "cuda")),
+}
+
+
 def segment_attention(impl: str, q, k, v, seg_BxT, chunk: int = 1024, window: int = 0, mesh=None):
   """The full pass's attention by `impl`; a Pallas kernel on a mesh of its chips runs per device
   (`per_device`: splash on TPUs, pallas_gpu on NVIDIA GPUs), in Pallas' interpreter elsewhere."""
   if impl == "cudnn":
     return cudnn_segment_attention(q, k, v, seg_BxT)
-  kernels = {"splash": (splash_segment_attention, ("tpu",))}
-  kernels["pallas_gpu"] = (pallas_gpu_segment_attention, ("gpu", "cuda"))
-  if impl in kernels:
-    fn, platforms = kernels[impl]
+  if impl in _KERNELS:
+    fn, platforms = _KERNELS[impl]
     if mesh is not None and mesh.devices.flat[0].platform in platforms:
       return per_device(functools.partial(fn, interpret=False), q, k, v, seg_BxT, mesh)
     return fn(q, k, v, seg_BxT)

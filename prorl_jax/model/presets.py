@@ -26,7 +26,7 @@ def lora_problem(rank: int, targets) -> str | None:
 
 
 # the full passes' attention (`model/attention.py`)
-ATTENTION_IMPLS = ("xla", "cudnn", "splash", "pallas_gpu")
+FULL_PASS_ATTENTION = ("xla", "cudnn", "splash", "pallas_gpu")
 
 SUPPORTED_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 # model_type -> architecture: the families the one decoder layer runs. Qwen2 biases its q/k/v
@@ -89,10 +89,9 @@ class ModelConfig:
       raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
     if problem := lora_problem(self.lora_rank, self.lora_targets):
       raise ValueError(problem)
-    if self.attention_impl not in ATTENTION_IMPLS:
-      raise ValueError(
-        f"attention_impl must be one of {', '.join(ATTENTION_IMPLS)}, got {self.attention_impl!r}"
-      )
+    if self.attention_impl not in FULL_PASS_ATTENTION:
+      kinds = ", ".join(FULL_PASS_ATTENTION)
+      raise ValueError(f"attention_impl must be one of {kinds}, got {self.attention_impl!r}")
 
   def replace(self, **kw) -> ModelConfig:
     return dataclasses.replace(self, **kw)

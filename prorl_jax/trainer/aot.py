@@ -196,8 +196,8 @@ def _inline(plan: Plan, model_cfg, mesh, state):
   """The inline engine's programs as the engine describes them (`inline.abstract_programs`):
   its weight layout, the prefill of a longest prompt and a chunk of decode steps, at the run's
   slots and pages, with (programs, the engine's weights' bytes a device, slots, decode steps a
-  call). The engine's
-  weights and pages are replicated on every device (what the decode step's kernel reads)."""
+  call). The engine's weights and pages are replicated on every device (what the decode step's
+  kernel reads)."""
   rep = sharding.replicated(mesh)
   sds = lambda shape, dtype=jnp.int32: jax.ShapeDtypeStruct(shape, dtype, sharding=rep)  # noqa: E731
   platform = mesh.devices.flat[0].platform

@@ -11,10 +11,8 @@ import os
 
 import jax
 
-from prorl_jax.config import ConfigError
 from prorl_jax.config import engines as specs
 from prorl_jax.parallel import chips
-from prorl_jax.rollout import layout
 from prorl_jax.trainer import aot, estimate, saved_programs
 from prorl_jax.trainer.plan import Plan
 
@@ -101,10 +99,7 @@ def trainer_hbm(plan: Plan, chip: chips.Chip) -> int:
   it (a trainer-only node, `rollout.local_workers=0`, included)."""
   share = plan.workers.memory_fraction
   if chip.platform == "cuda" and plan.rollout.engine_spec.shares_trainer_gpus:
-    try:
-      share = plan.workers.trainer_share()
-    except layout.LayoutError as e:
-      raise ConfigError(str(e)) from None
+    share = plan.workers.trainer_share()
   return int(chip.hbm_bytes * share) if share else chip.hbm_bytes
 
 
@@ -145,9 +140,8 @@ def report(
   calibration: estimate.Calibration | None = None,
 ) -> Report:
   """Compiles every program of the run `plan` for `topology` (or `devices`, the host's own) and
-  reports
-  each with `program_line`; the last line sums up, each time as the roofline bound and as the
-  expected time at `calibration` (the project's measured efficiency by default)."""
+  reports each with `program_line`; the last line sums up, each time as the roofline bound and
+  as the expected time at `calibration` (by default the chip's, `estimate.calibration_for`)."""
   topo = chips.parse(topology)
   devices = devices or chips.compile_only_devices(topo)
   if topo.platform == "cpu":  # this host's own devices: as many as JAX was given

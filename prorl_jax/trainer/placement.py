@@ -31,9 +31,9 @@ class WorkersPlan:
   sandbox_limits: Mapping  # {"memory_bytes", "pids"}: all code sandboxes of a process together
   # how the trainer shares a GPU with local vLLM engines: vllm.gpu_memory_utilization, whether
   # a node of the run runs any (rollout.local_workers not 0) and model.memory_fraction
-  vllm_memory: float = 0.5
-  engines_here: bool = True
-  memory_fraction: float | None = None
+  vllm_memory: float
+  engines_here: bool
+  memory_fraction: float | None
 
   @property
   def count(self) -> int:
@@ -43,8 +43,13 @@ class WorkersPlan:
   def trainer_share(self) -> float | None:
     """The share of a GPU the trainer gets on a node of the run whose GPUs vLLM shares (None:
     all of it): the layout's own rule (`layout.trainer_share`), for any node, not only this
-    host (the compile tool's target)."""
-    return layout_lib.trainer_share(int(self.engines_here), self.vllm_memory, self.memory_fraction)
+    host (the compile tool's target); a share that leaves the trainer too little is one line."""
+    try:
+      return layout_lib.trainer_share(
+        int(self.engines_here), self.vllm_memory, self.memory_fraction
+      )
+    except layout_lib.LayoutError as e:
+      raise ConfigError(str(e)) from None
 
 
 def workers_plan(cfg, hosts: int = 1, gpus: int | None = None) -> WorkersPlan:

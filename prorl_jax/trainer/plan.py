@@ -47,7 +47,6 @@ class RolloutPlan:
   pipeline: bool
   inflight_updates: bool  # requests take any newer version mid-generation (no max_version)
   engine: str  # inline: the trainer serves requests itself
-  engine_spec: specs.EngineSpec  # the engine's row (`config.engines`): where it runs, its options
   publish_files: bool  # weight files on the exchange: some worker process reads them
   publish_adapters: bool  # a LoRA run's versions carry only the adapters (`lora.publish`)
   timeout_s: float
@@ -57,6 +56,11 @@ class RolloutPlan:
   sampling: SamplingParams
   routing: types.MappingProxyType  # {data_source: verifier}, parsed once
   exchange_url: str  # where requests, results and weights meet (`run_dir.exchange_url`)
+
+  @property
+  def engine_spec(self) -> specs.EngineSpec:
+    """The engine's row (`config.engines`): where it runs, its options."""
+    return specs.spec(self.engine)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +236,6 @@ def rollout_plan(cfg, local_workers: int, routing=None) -> RolloutPlan:
     sampling=config_lib.sampling_params(cfg),
     routing=routing or types.MappingProxyType(config_lib.routing_table(cfg)),
     exchange_url=run_dir.exchange_url(r.exchange, cfg.run_dir),
-    engine_spec=specs.spec(r.engine),
   )
 
 

@@ -31,14 +31,16 @@ def publish(setup: Setup, state, ex: Exchange | None, version: int, inline=None)
   trainer's own inline engine (`rollout/inline.py`), when it has one: as they are in one
   process, a replica on each host's devices in many. A LoRA run publishing adapters writes
   only them and the probe (`_publish_adapters`)."""
-  # with LoRA the engines get the adapters merged into the base (`lora.merged`)
-  model_cfg, live = lora.merged(setup.model_cfg, state.params)
+  files = setup.plan.rollout.publish_files
+  adapters_only = files and setup.plan.rollout.publish_adapters
+  if adapters_only and inline is None:  # no engine here: the probe runs the adapted model
+    model_cfg, live = setup.model_cfg, state.params  # (no merged copy of the weights made)
+  else:  # with LoRA the engines get the adapters merged into the base (`lora.merged`)
+    model_cfg, live = lora.merged(setup.model_cfg, state.params)
   if inline is not None and not dist.multi():
     inline.offer(version, live)
-  files = setup.plan.rollout.publish_files
   if not (files or (inline is not None and dist.multi())):
     return
-  adapters_only = files and setup.plan.rollout.publish_adapters
   # the whole weights on each host: a multi-host run's inline replicas and its probe forward
   # (run by the primary alone), and the files of a whole-model version
   host = dist.host_tree(live) if dist.multi() or not adapters_only else None
@@ -75,10 +77,11 @@ def _save(setup: Setup, model_cfg, params, out: str) -> None:
 _BASES: dict[str, str] = {}  # exchange URL -> the id of the base this process published there
 
 
-def _publish_adapters(setup: Setup, state, ex, version: int, merged_cfg, merged) -> None:
+def _publish_adapters(setup: Setup, state, ex, version: int, probe_cfg, probe_params) -> None:
   """A LoRA version in megabytes: its adapters (a PEFT directory) and `base.json` naming the
   frozen base, published once per exchange (`WeightStore.publish_base`), and the probe of the
-  merged policy (`merged`: on the devices, or the host copy in a multi-host run)."""
+  policy (`probe_params` under `probe_cfg`, adapted or merged: on the devices, or the host copy
+  in a multi-host run)."""
   url = setup.plan.rollout.exchange_url
   if url not in _BASES:  # every process gathers the base once; the primary publishes it
     base_cfg, base = lora.without_adapters(setup.model_cfg, state.params)
@@ -96,7 +99,7 @@ def _publish_adapters(setup: Setup, state, ex, version: int, merged_cfg, merged)
   config = adapters.peft_config(m.lora_rank, m.lora_alpha, m.lora_targets, setup.plan.model.name)
   with tempfile.TemporaryDirectory(dir=setup.plan.run_dir) as tmp:
     adapters.write_version(tmp, lora.to_peft(m, tree), config, _BASES[url])
-    write_probe(merged_cfg, merged, setup.probe_tokens, tmp)
+    write_probe(probe_cfg, probe_params, setup.probe_tokens, tmp)
     ex.weights.publish(version, int(state.step), tmp)
 
 
