@@ -69,17 +69,18 @@ def test_fit_candidates_never_pack_rows_shorter_than_a_sequence():
   from configs import qwen15b
 
   cfg = qwen15b.get_config()
-  got = fit.candidates(cfg, "cuda")
+  plan = Plan.from_config(cfg)
+  got = fit.candidates(plan, "cuda")
   budgets = [c["rollout.token_budget"] for c in got if "rollout.token_budget" in c]
   assert budgets == [9216]  # 16384 halves below 9216 = 1024 + 8192 tokens: only the floor
   assert {"vllm.gpu_memory_utilization": 0.4} in got
   assert got[-1] == {"mesh.tensor": 4, "mesh.fsdp": -1}
-  assert not any("vllm.gpu_memory_utilization" in c for c in fit.candidates(cfg, "tpu"))
-  said = fit.settings(Plan.from_config(cfg), "cuda")
+  assert not any("vllm.gpu_memory_utilization" in c for c in fit.candidates(plan, "tpu"))
+  said = fit.settings(plan, "cuda")
   assert said[0].startswith("lower rollout.token_budget (16384") and "lower vllm." in said[-1]
   assert not any("remat" in x for x in said)  # already full in the run's config
   cfg.rollout.engine = "inline"
-  assert fit.candidates(cfg, "tpu")[1] == {"jax_engine.dtype": "bfloat16"}
+  assert fit.candidates(Plan.from_config(cfg), "tpu")[1] == {"jax_engine.dtype": "bfloat16"}
   assert "fewer jax_engine.slots (64) or jax_engine.pages, jax_engine.dtype=bfloat16" in (
     fit.settings(Plan.from_config(cfg), "tpu")
   )
@@ -347,15 +348,22 @@ def test_fit_search_changes_only_the_side_that_does_not_fit(monkeypatch):
     return fit.Report(lines, {"fits": decode_fits and update_fits})
 
   monkeypatch.setattr(fit, "report", fake_report)
+  from prorl_jax.cli.compile import with_changes
+
+  def search():
+    return fit.find_fit(
+      Plan.from_config(cfg), "v5p-8", lambda changes: Plan.from_config(with_changes(cfg, changes))
+    )
+
   limit = 16384
-  found = fit.find_fit(cfg, "v5p-8")
+  found = search()
   assert found == {"jax_engine.dtype": "bfloat16", "jax_engine.slots": 32, "jax_engine.pages": 0}
   assert [t[2] for t in tried] == [16384] * 3  # the update's batch never shrank
   limit, tried[:] = 9216, []
-  found = fit.find_fit(cfg, "v5p-8")
+  found = search()
   assert found["rollout.token_budget"] == 9216 and found["jax_engine.slots"] == 32
   limit = 1024  # nothing the candidates offer fits
-  assert fit.find_fit(cfg, "v5p-8") is None
+  assert search() is None
 
 
 _FIGURE = __import__("re").compile(r"([\d.]+)\s*(GiB|TFLOP/s|GB/s|TB/s|B)\b")

@@ -319,6 +319,7 @@ STEP_SIDE = (
   "collect",
   "compiled",
   "estimate",
+  "fit",
   "hacks",
   "loop",
   "loop_state",

@@ -19,6 +19,7 @@ it re-runs itself in .venv-chips when that exists.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -103,6 +104,18 @@ def assumptions(mean_prompt: int, mean_response: int, keep_rate: float) -> None:
     raise ValueError(f"--keep_rate={keep_rate}: the share of groups kept, in (0, 1]")
 
 
+def with_changes(cfg, changes: dict):
+  """A copy of `cfg` with `changes` ({"a.b": value}) set: a setting `--fit` tries."""
+  c = copy.deepcopy(cfg)
+  for key, value in changes.items():
+    node = c
+    *path, last = key.split(".")
+    for part in path:
+      node = node[part]
+    node[last] = value
+  return c
+
+
 def main(argv) -> int:
   # lazy, as in `run`: JAX may be imported only after ENV is set
   from absl import flags
@@ -125,8 +138,9 @@ def main(argv) -> int:
   from prorl_jax.trainer.plan import Plan  # lazy: with fit
 
   try:
+    plan = Plan.from_config(cfg)
     report = fit.report(
-      Plan.from_config(cfg),
+      plan,
       fv.topology,
       mean_prompt=fv.mean_prompt,
       mean_response=fv.mean_response,
@@ -145,7 +159,9 @@ def main(argv) -> int:
     return 0
   print(report.last["why"], file=sys.stderr)
   if fv.fit:
-    found = fit.find_fit(cfg, fv.topology, first=report)
+    found = fit.find_fit(
+      plan, fv.topology, lambda changes: Plan.from_config(with_changes(cfg, changes)), first=report
+    )
     print(json.dumps({"fit": found}))
     print(
       f"fits with: {' '.join(f'--config.{k}={v}' for k, v in found.items())}"

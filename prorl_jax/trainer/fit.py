@@ -5,13 +5,11 @@ for the first setting that fits (`find_fit`)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 
 import jax
 
-from prorl_jax.config import engines as specs
 from prorl_jax.parallel import chips
 from prorl_jax.trainer import aot, estimate, saved_programs
 from prorl_jax.trainer.plan import Plan
@@ -195,45 +193,35 @@ def _dump(res, dump: str) -> None:
       f.write(res.hlo)
 
 
-def candidates(cfg, platform: str = "tpu"):
-  """The settings `--fit` tries, in order, each on top of the ones before it: full
-  rematerialisation, smaller packed micro-batches (never shorter than one sequence), the inline
-  engine in bfloat16 and with fewer slots, more of a shared GPU for the trainer, tensor
-  parallelism."""
-  r, out = cfg.rollout, []
-  if cfg.model.remat != "full":
+def candidates(plan: Plan, platform: str = "tpu") -> list[dict]:
+  """The settings `--fit` tries (config keys and values), in order, each on top of the ones
+  before it: full rematerialisation, smaller packed micro-batches (never shorter than one
+  sequence), the inline engine in bfloat16 and with fewer slots, more of a shared GPU for the
+  trainer, tensor parallelism."""
+  b, out = plan.batching, []
+  if plan.model.remat != "full":
     out.append({"model.remat": "full"})
-  seq = r.max_prompt_len + r.max_response_len
+  seq = b.max_prompt_len + b.max_response_len
   floor = -(-seq // 128) * 128
-  budget = r.token_budget
-  while r.token_budget and budget // 2 >= floor:
+  budget = b.token_budget
+  while b.token_budget and budget // 2 >= floor:
     budget //= 2
     out.append({"rollout.token_budget": budget, "rollout.pack_row_len": 0})
-  if r.token_budget and budget > floor:
+  if b.token_budget and budget > floor:
     out.append({"rollout.token_budget": floor, "rollout.pack_row_len": 0})
-  if specs.spec(r.engine).in_trainer:
-    if cfg.jax_engine.dtype == "float32":
+  spec = plan.rollout.engine_spec
+  if spec.in_trainer:
+    engine = plan.workers.options  # the inline engine's options (`jax_engine.*`)
+    if engine["dtype"] == "float32":
       out.append({"jax_engine.dtype": "bfloat16"})  # half the engine's weights and pages
-    slots = cfg.jax_engine.slots
+    slots = engine["slots"]
     while slots > 8:
       slots //= 2
       out.append({"jax_engine.slots": slots, "jax_engine.pages": 0})
-  if specs.spec(r.engine).shares_trainer_gpus and platform == "cuda":
+  if spec.shares_trainer_gpus and platform == "cuda":
     out += [{"vllm.gpu_memory_utilization": u} for u in (0.4, 0.3)]
   out += [{"mesh.tensor": t, "mesh.fsdp": -1} for t in (2, 4)]
   return out
-
-
-def with_changes(cfg, changes: dict):
-  """A copy of `cfg` with `changes` ({"a.b": value}) set."""
-  c = copy.deepcopy(cfg)
-  for key, value in changes.items():
-    node = c
-    *path, last = key.split(".")
-    for part in path:
-      node = node[part]
-    node[last] = value
-  return c
 
 
 ENGINE_KINDS = ("layout", "prefill", "decode")
@@ -254,13 +242,15 @@ def _failing_sides(rep: Report) -> set[str]:
   return sides | {"any"}
 
 
-def find_fit(cfg, topology: str, first: Report | None = None) -> dict | None:
+def find_fit(plan: Plan, topology: str, plan_for, first: Report | None = None) -> dict | None:
   """The settings of `candidates`, added one at a time, each only when it shrinks a program
   that does not fit yet (the engine's or the trainer's), until every program fits; None when
-  the candidates run out. `first`: the report of `cfg` as it is (compiled when not given);
-  each try compiles the run again (a Plan made for each)."""
-  rep = first or report(Plan.from_config(cfg), topology)
-  pending, changes = candidates(cfg, chips.parse(topology).platform), {}
+  the candidates run out. `plan`: the run as it is; `plan_for(changes)`: its Plan with the
+  config settings `changes` ({"rollout.token_budget": 9216, ...}) made (the entry builds each
+  from its config); `first`: `plan`'s report (compiled when not given). Each try compiles the
+  run again."""
+  rep = first or report(plan, topology)
+  pending, changes = candidates(plan, chips.parse(topology).platform), {}
   while not rep.last["fits"]:
     step = next((c for c in pending if _side(c) in _failing_sides(rep)), None)
     if step is None:
@@ -268,7 +258,7 @@ def find_fit(cfg, topology: str, first: Report | None = None) -> dict | None:
     pending.remove(step)
     changes = {**changes, **step}
     try:
-      rep = report(Plan.from_config(with_changes(cfg, changes)), topology)
+      rep = report(plan_for(changes), topology)
     except ValueError:  # e.g. a mesh the devices do not divide: try the next setting
       continue
   return changes
