@@ -83,7 +83,7 @@ def test_vllm_logprobs_match_jax_before_and_after_a_weight_update(tmp_path, tie,
     engine.close()
 
 
-def _lora_version(model_cfg, base, seed, out):
+def _lora_version(model_cfg, base, seed, out, base_id="base-id"):
   """A LoRA version over `base` as the trainer publishes it (the adapters, base.json, the
   probe of the adapted model) at `out`; (merged config, merged params) to compare with."""
   adapted = model_cfg.replace(lora_rank=4, lora_alpha=8.0, lora_targets=presets.LORA_TARGETS)
@@ -94,7 +94,7 @@ def _lora_version(model_cfg, base, seed, out):
   )
   params = lora.with_adapters(base, fresh)
   config = adapters.peft_config(4, 8.0, presets.LORA_TARGETS, "tiny")
-  adapters.write_version(out, lora.to_peft(adapted, lora.adapters(params)), config, "base-id")
+  adapters.write_version(out, lora.to_peft(adapted, lora.adapters(params)), config, base_id)
   merged_cfg, merged = lora.merged(adapted, params)
   write_probe(merged_cfg, merged, [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21]], out)
   return merged_cfg, merged
@@ -168,3 +168,63 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
   for rid in rids:
     res = ex.results.read(rid)
     assert res.policy_version == 0 and res.tokens.shape == (3, 8)
+
+
+def test_a_worker_with_vllm_adapters_serves_a_lora_runs_version(tmp_path):
+  """The exchange holds the base once and a version's adapters; a worker process started with
+  `vllm.lora=adapter` fetches both, samples with the adapters and reports the probe; the
+  log-probs it commits are our adapted model's."""
+  from prorl_jax.demo import tiny_base
+  from prorl_jax.model import load_hf
+
+  base_dir = tiny_base.build(str(tmp_path / "base"))
+  model_cfg, base = load_hf(base_dir, dtype="float32")
+  ex = Exchange(f"file://{tmp_path}/ex")
+  base_id = ex.weights.publish_base(base_dir)
+  out = str(tmp_path / "publish-1")
+  merged_cfg, merged = _lora_version(model_cfg, base, 1, out, base_id)
+  ex.weights.publish(1, step=1, src_dir=out)
+  prompt = [1, 7, 8]
+  rid = ex.queue.put(
+    Request.from_json(
+      {
+        "prompts": [prompt],
+        "n": 2,
+        "seed": 0,
+        "min_version": 1,
+        "sampling": {"max_new_tokens": 6, "temperature": 1.0},
+        "meta": [{"data_source": "chain_sum", "reference": "5"}],
+      }
+    ),
+    request_id="r0",
+  )
+  env = dict(os.environ, PYTHONPATH=ROOT, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+  options = '{"lora": "adapter", "dtype": "float32", "max_model_len": 64}'
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "prorl_jax.cli.worker",
+      f"--exchange=file://{tmp_path}/ex",
+      "--engine=vllm",
+      f"--engine_options={options}",
+      "--max_requests=1",
+      "--poll_seconds=0.05",
+    ],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  res = ex.results.read(rid)
+  assert res.policy_version == 1 and res.probe_mismatch["max"] < 2e-3
+  worst = 0.0
+  for r in range(2):
+    seq = list(prompt)
+    for t in range(int(res.lengths[r])):
+      logits = forward(merged_cfg, merged, np.asarray([seq]))[0, -1]
+      lsm = np.asarray(jax.nn.log_softmax(logits))
+      worst = max(worst, abs(float(lsm[int(res.tokens[r, t])]) - float(res.logprobs[r, t])))
+      seq.append(int(res.tokens[r, t]))
+  assert worst < 2e-3
