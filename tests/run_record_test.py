@@ -38,6 +38,24 @@ def test_a_changed_config_is_refused_with_its_differences(tmp_path):
   assert "total_steps" not in msg and "--accept_config_changes" in msg and "\n" not in msg
 
 
+def test_a_field_added_since_the_run_started_is_no_change_at_its_default(tmp_path):
+  """A run recorded before a config field existed resumes under the new field's default; set
+  to another value, it is a change like any other."""
+  cfg = _cfg(tmp_path)
+  _started(cfg, 5)
+  path = os.path.join(cfg.run_dir, "config.json")
+  rec = json.load(open(path))
+  del rec["config"]["vllm"]["lora"], rec["config"]["algo"]["clip_high"]
+  json.dump(rec, open(path, "w"))
+  assert run_record.check_resume_config(_cfg(tmp_path), accept=True) == []
+  new = _cfg(tmp_path, clip_high=0.3)
+  new.vllm.lora = "adapter"
+  assert run_record.check_resume_config(new, accept=True) == [
+    "algo.clip_high: None -> 0.3",
+    "vllm.lora: None -> 'adapter'",
+  ]
+
+
 def test_accepted_changes_are_recorded(tmp_path):
   _started(_cfg(tmp_path), 5)
   new = _cfg(tmp_path, clip_high=0.3)

@@ -53,16 +53,21 @@ def _recorded(cfg) -> dict | None:
 
 
 def config_changes(cfg) -> list[str]:
-  """ "key: old -> new" for each learning-relevant key that differs from the run's record."""
+  """ "key: old -> new" for each learning-relevant key that differs from the run's record. A
+  key the record lacks (a field added since the run started) at its default is no change: a
+  new field's default is what the project did before it existed."""
   rec = _recorded(cfg)
   if rec is None or "config" not in rec:
     return []
   old = config_lib.leaves(rec["config"])
   new = config_lib.leaves(cfg.to_dict())
+  default = config_lib.flat(config_lib.base_config())
   return [
     f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
     for k in sorted(set(old) | set(new))
-    if old.get(k) != new.get(k) and k not in OPERATIONAL_KEYS
+    if old.get(k) != new.get(k)
+    and k not in OPERATIONAL_KEYS
+    and not (k not in old and k in default and new.get(k) == default[k])
   ]
 
 
