@@ -49,11 +49,10 @@ def _save(model_cfg, params, path, max_shard_bytes=0):
   return path
 
 
-def _max_logprob_error(engine, model_cfg, params):
-  prompts = [[1, 5, 6], [1, 9, 10, 11]]
+def _max_logprob_error(engine, model_cfg, params, prompts=([1, 5, 6], [1, 9, 10, 11])):
   out = engine.generate(prompts, 2, SamplingParams(max_new_tokens=6, temperature=1.0), seed=3)
   worst = 0.0
-  for r in range(4):
+  for r in range(2 * len(prompts)):
     seq = list(prompts[r // 2])
     for t in range(int(out.lengths[r])):
       lsm = np.asarray(jax.nn.log_softmax(forward(model_cfg, params, np.asarray([seq]))[0, -1]))
@@ -79,6 +78,23 @@ def test_vllm_logprobs_match_jax_before_and_after_a_weight_update(tmp_path, tie,
     assert engine.last_mismatch["max"] < 2e-3
     if not tie:
       assert engine.recreated == 0  # swapped in place
+  finally:
+    engine.close()
+
+
+def test_an_in_place_reload_drops_the_old_weights_prefix_cache(tmp_path):
+  """A prompt's KV blocks cached under one version are not reused under the next: a prompt of
+  a full cache block sampled before and after an in-place reload is scored by the new weights."""
+  model_cfg, p0 = _model(False, 0)
+  _, p1 = _model(False, 1)
+  engine = VllmEngine(dtype="float32", max_model_len=64, block_size=32)
+  prompt = [1] + [5 + i % 50 for i in range(39)]  # 40 tokens: its first 32 a cached block
+  try:
+    engine.load(_save(model_cfg, p0, str(tmp_path / "v0")))
+    assert _max_logprob_error(engine, model_cfg, p0, [prompt]) < 2e-3
+    engine.load(_save(model_cfg, p1, str(tmp_path / "v1")))
+    assert engine.recreated == 0 and engine.inplace_reloads == 1  # swapped in place
+    assert _max_logprob_error(engine, model_cfg, p1, [prompt]) < 2e-3
   finally:
     engine.close()
 

