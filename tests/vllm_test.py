@@ -123,13 +123,14 @@ def test_vllm_logprobs_with_a_lora_runs_adapters_match_ours(tmp_path, mode):
   model_cfg, base = _model(False, 0)
   base_dir = str(tmp_path / "base")
   save_hf(model_cfg, base, base_dir)
-  engine = VllmEngine(lora=mode, dtype="float32", max_model_len=64)
+  engine = VllmEngine(lora=mode, dtype="float32", max_model_len=64, block_size=32)
+  prompts = ([1, 5, 6], [1] + [5 + i % 50 for i in range(39)])  # and a full cache block
   try:
     for version, seed in ((1, 1), (2, 2)):
       out = str(tmp_path / f"v{version}")
       merged_cfg, merged = _lora_version(model_cfg, base, seed, out)
       engine.load_adapted(base_dir, out)
-      assert _max_logprob_error(engine, merged_cfg, merged) < 2e-3
+      assert _max_logprob_error(engine, merged_cfg, merged, prompts) < 2e-3
       assert _max_logprob_error(engine, model_cfg, base) > 0.05  # the adapters are applied
       assert engine.last_mismatch["max"] < 2e-3
     if mode == "adapter":  # vLLM started on the base once; only the newest adapter held
