@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import typing
 
 import numpy as np
 
@@ -54,8 +55,6 @@ LORA_MODES = ("merge", "adapter")
 
 def lora_rank_slot(rank: int) -> int:
   """The smallest max_lora_rank vLLM accepts that holds adapters of `rank` (its own list)."""
-  import typing
-
   from vllm.config.lora import MaxLoRARanks  # lazy: see _on_cpu
 
   fits = [r for r in typing.get_args(MaxLoRARanks) if r >= rank]
