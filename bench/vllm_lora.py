@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,23 +38,19 @@ ARMS = ("merge", "adapter")
 PROBE = [[1, 5, 6, 7, 8, 9, 10], [1, 20, 21]]
 
 
-def _model_cfg(args):
-  from prorl_jax.model import presets
+def _base_model(args, root: str):
+  """(model config, params): the demo's tiny base (`--smoke`), else the preset's architecture
+  (with `--layers` layers) with random weights."""
+  import jax
 
-  if args.smoke:  # head_dim 32: vLLM's CPU attention kernels do not take 16
-    return presets.tiny(
-      vocab_size=64,
-      hidden_size=128,
-      intermediate_size=256,
-      num_layers=2,
-      num_heads=4,
-      num_kv_heads=2,
-      head_dim=32,
-      eos_token_id=2,
-      bos_token_id=1,
-    )
+  from prorl_jax.demo import tiny_base
+  from prorl_jax.model import init_params, load_hf, presets
+
+  if args.smoke:
+    return load_hf(tiny_base.build(os.path.join(root, "tiny")), dtype="float32")
   kw = {"num_layers": args.layers} if args.layers else {}
-  return presets.preset(args.preset)(**kw)
+  model_cfg = presets.preset(args.preset)(**kw)
+  return model_cfg, init_params(model_cfg, jax.random.PRNGKey(0))
 
 
 def write_inputs(args, root: str) -> tuple[str, list[str]]:
@@ -61,12 +58,11 @@ def write_inputs(args, root: str) -> tuple[str, list[str]]:
   import jax
   import numpy as np
 
-  from prorl_jax.model import init_params, lora, presets, save_hf
+  from prorl_jax.model import lora, presets, save_hf
   from prorl_jax.rollout import adapters
   from prorl_jax.trainer.versions import write_probe
 
-  model_cfg = _model_cfg(args)
-  params = init_params(model_cfg, jax.random.PRNGKey(0))
+  model_cfg, params = _base_model(args, root)
   base = os.path.join(root, "base")
   save_hf(model_cfg, params, base, dtype=args.dtype)
   targets = presets.LORA_TARGETS
@@ -113,8 +109,7 @@ def child(args) -> dict:
         "probe_max": (engine.last_mismatch or {}).get("max"),
       }
     )
-    if os.path.isdir(vdir + ".merged"):  # as the worker prunes a loaded version's copy
-      subprocess.run(["rm", "-rf", vdir + ".merged"], check=True)
+    shutil.rmtree(vdir + ".merged", ignore_errors=True)  # as the worker prunes a loaded copy
   engine.close()
   return {"arm": spec["arm"], "start": rows[0], "versions": rows[1:]}
 

@@ -49,17 +49,32 @@ def _save(model_cfg, params, path, max_shard_bytes=0):
   return path
 
 
-def _max_logprob_error(engine, model_cfg, params, prompts=([1, 5, 6], [1, 9, 10, 11])):
-  out = engine.generate(prompts, 2, SamplingParams(max_new_tokens=6, temperature=1.0), seed=3)
+def _worst_error(model_cfg, params, prompts, n, tokens, logprobs, lengths) -> float:
+  """max |our log-prob - the engine's| over the sampled tokens of n rows a prompt (prompt-major)."""
   worst = 0.0
-  for r in range(2 * len(prompts)):
-    seq = list(prompts[r // 2])
-    for t in range(int(out.lengths[r])):
+  for r in range(n * len(prompts)):
+    seq = list(prompts[r // n])
+    for t in range(int(lengths[r])):
       lsm = np.asarray(jax.nn.log_softmax(forward(model_cfg, params, np.asarray([seq]))[0, -1]))
-      tok = int(out.tokens[r, t])
-      worst = max(worst, abs(float(lsm[tok]) - float(out.logprobs[r, t])))
+      tok = int(tokens[r, t])
+      worst = max(worst, abs(float(lsm[tok]) - float(logprobs[r, t])))
       seq.append(tok)
   return worst
+
+
+def _max_logprob_error(engine, model_cfg, params, prompts=([1, 5, 6], [1, 9, 10, 11])):
+  out = engine.generate(prompts, 2, SamplingParams(max_new_tokens=6, temperature=1.0), seed=3)
+  return _worst_error(model_cfg, params, prompts, 2, out.tokens, out.logprobs, out.lengths)
+
+
+def _run_worker(url: str, *flags: str) -> None:
+  """A worker process (`cli/worker.py --engine=vllm`) on the exchange at `url` till it exits."""
+  env = dict(os.environ, PYTHONPATH=ROOT, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+  argv = [sys.executable, "-m", "prorl_jax.cli.worker", f"--exchange={url}", "--engine=vllm"]
+  proc = subprocess.run(
+    argv + ["--poll_seconds=0.05", *flags], env=env, capture_output=True, text=True, timeout=600
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("tie, family", [(False, "qwen2"), (True, "qwen2"), (True, "qwen3")])
@@ -165,23 +180,7 @@ def test_worker_with_vllm_engine_serves_the_queue(tmp_path):
     )
     for i in range(2)
   ]
-  env = dict(os.environ, PYTHONPATH=ROOT, VLLM_ENABLE_V1_MULTIPROCESSING="0")
-  proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "prorl_jax.cli.worker",
-      f"--exchange={url}",
-      "--engine=vllm",
-      "--max_requests=2",
-      "--poll_seconds=0.05",
-    ],
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=600,
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  _run_worker(url, "--max_requests=2")
   for rid in rids:
     res = ex.results.read(rid)
     assert res.policy_version == 0 and res.tokens.shape == (3, 8)
@@ -196,7 +195,8 @@ def test_a_worker_with_vllm_adapters_serves_a_lora_runs_version(tmp_path):
 
   base_dir = tiny_base.build(str(tmp_path / "base"))
   model_cfg, base = load_hf(base_dir, dtype="float32")
-  ex = Exchange(f"file://{tmp_path}/ex")
+  url = f"file://{tmp_path}/ex"
+  ex = Exchange(url)
   base_id = ex.weights.publish_base(base_dir)
   out = str(tmp_path / "publish-1")
   merged_cfg, merged = _lora_version(model_cfg, base, 1, out, base_id)
@@ -215,33 +215,9 @@ def test_a_worker_with_vllm_adapters_serves_a_lora_runs_version(tmp_path):
     ),
     request_id="r0",
   )
-  env = dict(os.environ, PYTHONPATH=ROOT, VLLM_ENABLE_V1_MULTIPROCESSING="0")
   options = '{"lora": "adapter", "dtype": "float32", "max_model_len": 64}'
-  proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "prorl_jax.cli.worker",
-      f"--exchange=file://{tmp_path}/ex",
-      "--engine=vllm",
-      f"--engine_options={options}",
-      "--max_requests=1",
-      "--poll_seconds=0.05",
-    ],
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=600,
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  _run_worker(url, f"--engine_options={options}", "--max_requests=1")
   res = ex.results.read(rid)
   assert res.policy_version == 1 and res.probe_mismatch["max"] < 2e-3
-  worst = 0.0
-  for r in range(2):
-    seq = list(prompt)
-    for t in range(int(res.lengths[r])):
-      logits = forward(merged_cfg, merged, np.asarray([seq]))[0, -1]
-      lsm = np.asarray(jax.nn.log_softmax(logits))
-      worst = max(worst, abs(float(lsm[int(res.tokens[r, t])]) - float(res.logprobs[r, t])))
-      seq.append(int(res.tokens[r, t]))
+  worst = _worst_error(merged_cfg, merged, [prompt], 2, res.tokens, res.logprobs, res.lengths)
   assert worst < 2e-3

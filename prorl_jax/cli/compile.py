@@ -107,12 +107,7 @@ def assumptions(mean_prompt: int, mean_response: int, keep_rate: float) -> None:
 def with_changes(cfg, changes: dict):
   """A copy of `cfg` with `changes` ({"a.b": value}) set: a setting `--fit` tries."""
   c = copy.deepcopy(cfg)
-  for key, value in changes.items():
-    node = c
-    *path, last = key.split(".")
-    for part in path:
-      node = node[part]
-    node[last] = value
+  c.update_from_flattened_dict(changes)
   return c
 
 

@@ -24,6 +24,7 @@ from prorl_jax.config.fields import (  # noqa: F401 (the choices are part of the
   KL_KINDS,
   LENGTH_PENALTY_MODES,
   REMAT,
+  VLLM_LORA,
 )
 from prorl_jax.records import SamplingParams
 
@@ -240,7 +241,7 @@ def validate(cfg: ConfigDict) -> ConfigDict:
   _range(cfg, "vllm.tensor_parallel", 1, integer=True)
   _range(cfg, "vllm.max_num_seqs", 1, integer=True)
   _in(cfg, "vllm.enforce_eager", ("auto", "true", "false"))
-  _in(cfg, "vllm.lora", ("merge", "adapter"))
+  _in(cfg, "vllm.lora", VLLM_LORA)
   return cfg
 
 

@@ -10,6 +10,7 @@ LENGTH_PENALTY_MODES = ("off", "always", "scheduled")
 DTYPES = ("float32", "bfloat16")
 REMAT = ("none", "full", "dots")
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
+VLLM_LORA = ("merge", "adapter")  # how vLLM applies a LoRA run's versions (`vllm.lora`)
 
 
 # Every config key: (default, one-line meaning), the one home of both: `base_config()` builds

@@ -27,6 +27,7 @@ import typing
 
 import numpy as np
 
+from prorl_jax.config.fields import VLLM_LORA
 from prorl_jax.records import Generation
 from prorl_jax.rollout import adapters
 from prorl_jax.rollout.probe import RELOAD_TOLERANCE, check_probe
@@ -50,9 +51,6 @@ def _on_cpu() -> bool:
   return bool(current_platform.is_cpu())
 
 
-LORA_MODES = ("merge", "adapter")
-
-
 def lora_rank_slot(rank: int) -> int:
   """The smallest max_lora_rank vLLM accepts that holds adapters of `rank` (its own list)."""
   from vllm.config.lora import MaxLoRARanks  # lazy: see _on_cpu
@@ -71,8 +69,8 @@ class VllmEngine:
   is applied, "merge" | "adapter" (the module's docstring)."""
 
   def __init__(self, lora: str = "merge", **llm_kwargs):
-    if lora not in LORA_MODES:
-      raise ValueError(f"vllm lora={lora!r}: one of {', '.join(LORA_MODES)}")
+    if lora not in VLLM_LORA:
+      raise ValueError(f"vllm lora={lora!r}: one of {', '.join(VLLM_LORA)}")
     self.lora = lora
     self.lora_request = None  # the adapter every request names ("adapter" mode), or None
     self.lora_rank = 0  # the max_lora_rank the engine was started with (0: no LoRA)
